@@ -1,0 +1,524 @@
+#!/usr/bin/env python3
+"""PyTorch reference for train_gpt2: the GPT-2 of DESIGN.md section 1 written out op by op.
+
+It builds (or loads) a model, reads the file formats of DESIGN.md section 2, and writes the files
+the C/CUDA trainers are tested against: model .bin (fp32 v3 / bf16 v5), the debug state of the
+first batch (x, y, logits, loss, all 16 gradients) and the per-step losses of a hand-written AdamW.
+Everything is float32 and single-threaded by default so runs are repeatable. Only torch, numpy and
+the standard library are used; it runs on torch 1.13 and newer. `--selftest` checks the
+hand-written parts (gradients, bf16 rounding, file I/O, AdamW) against independent math.
+"""
+import argparse
+import math
+import os
+import re
+import struct
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MODEL_MAGIC, SHARD_MAGIC, STATE_MAGIC = 20240326, 20240520, 20240327
+HEADER_INTS = 256
+HEADER_BYTES = 4 * HEADER_INTS
+PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+               "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}   # the "2-D" weight matrices
+RESIDUAL_PROJ = {"attprojw", "fcprojw"}
+LN_EPS = 1e-5
+
+
+class FormatError(Exception):
+    """A file that is not what it claims to be; the message names the file."""
+
+
+# ----------------------------------------------------------------------------------------------
+# config and parameters
+
+def padded_vocab(V):
+    return (V + 127) // 128 * 128
+
+
+def config_from_descriptor(desc, channels=None, heads=None, vocab=50257, max_seq=1024):
+    m = re.fullmatch(r"d(\d+)", desc)
+    if not m or int(m.group(1)) < 1:
+        raise ValueError(f"bad model descriptor {desc!r} (want dN, e.g. d12)")
+    L = int(m.group(1))
+    C, NH = {12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}.get(L, (64 * L, L))
+    C = channels if channels is not None else C
+    NH = heads if heads is not None else NH
+    cfg = dict(T_max=max_seq, V=vocab, L=L, NH=NH, C=C, Vp=padded_vocab(vocab))
+    check_config(cfg, desc)
+    return cfg
+
+
+def check_config(cfg, where):
+    if min(cfg.values()) < 1 or cfg["C"] % cfg["NH"] or cfg["Vp"] < cfg["V"]:
+        raise FormatError(f"{where}: invalid model config {cfg}")
+
+
+def param_shapes(cfg):
+    Vp, T, L, C = cfg["Vp"], cfg["T_max"], cfg["L"], cfg["C"]
+    return {"wte": (Vp, C), "wpe": (T, C), "ln1w": (L, C), "ln1b": (L, C),
+            "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C), "attprojw": (L, C, C), "attprojb": (L, C),
+            "ln2w": (L, C), "ln2b": (L, C), "fcw": (L, 4 * C, C), "fcb": (L, 4 * C),
+            "fcprojw": (L, C, 4 * C), "fcprojb": (L, C), "lnfw": (C,), "lnfb": (C,)}
+
+
+def init_params(cfg):
+    """GPT-2 init, drawn in file order from torch's global generator (seeded by the caller)."""
+    params = {}
+    for name, shape in param_shapes(cfg).items():
+        if name in ("ln1w", "ln2w", "lnfw"):
+            t = torch.ones(shape)
+        elif name in ("wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"):
+            std = 0.02 / math.sqrt(2 * cfg["L"]) if name in RESIDUAL_PROJ else 0.02
+            t = torch.randn(shape) * std
+        else:
+            t = torch.zeros(shape)
+        params[name] = t
+    params["wte"][cfg["V"]:] = 0.0
+    return params
+
+
+# ----------------------------------------------------------------------------------------------
+# the model, written out op by op
+
+def gelu(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def layernorm(x, w, b):
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)          # biased variance
+    return (x - mean) / torch.sqrt(var + LN_EPS) * w + b
+
+
+def attention(qkv, NH):
+    """qkv (B,T,3C) in order q,k,v; head h is columns h*hs..(h+1)*hs of each. Returns (B,T,C)."""
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    hs = C // NH
+    q, k, v = [t.reshape(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=-1)]
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))      # (B,NH,T,T)
+    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    scores = scores.masked_fill(future, float("-inf"))
+    att = torch.softmax(scores, dim=-1)
+    return (att @ v).transpose(1, 2).reshape(B, T, C)
+
+
+def forward(P, cfg, idx):
+    """idx (B,T) int64 -> logits (B,T,V) over the real vocabulary only."""
+    T = idx.shape[1]
+    x = P["wte"][idx] + P["wpe"][:T]
+    for l in range(cfg["L"]):
+        h = layernorm(x, P["ln1w"][l], P["ln1b"][l])
+        qkv = h @ P["qkvw"][l].t() + P["qkvb"][l]
+        x = x + attention(qkv, cfg["NH"]) @ P["attprojw"][l].t() + P["attprojb"][l]
+        h = layernorm(x, P["ln2w"][l], P["ln2b"][l])
+        h = gelu(h @ P["fcw"][l].t() + P["fcb"][l])
+        x = x + h @ P["fcprojw"][l].t() + P["fcprojb"][l]
+    x = layernorm(x, P["lnfw"], P["lnfb"])
+    return x @ P["wte"][:cfg["V"]].t()
+
+
+def loss_and_grads(P, cfg, x, y):
+    """Mean cross-entropy over all B*T targets, its gradients (dict), and the logits."""
+    for t in P.values():
+        t.grad = None
+        t.requires_grad_(True)
+    logits = forward(P, cfg, x)
+    loss = F.cross_entropy(logits.reshape(-1, cfg["V"]), y.reshape(-1))
+    loss.backward()
+    grads = {n: P[n].grad.detach().clone() for n in PARAM_NAMES}
+    for t in P.values():
+        t.requires_grad_(False)
+        t.grad = None
+    return loss.detach(), grads, logits.detach()
+
+
+# ----------------------------------------------------------------------------------------------
+# AdamW by hand, in the order the C trainer follows
+
+class AdamW:
+    def __init__(self, P, lr, wd, clip, b1=0.9, b2=0.95, eps=1e-8):
+        self.lr, self.wd, self.clip, self.b1, self.b2, self.eps = lr, wd, clip, b1, b2, eps
+        self.m = {n: torch.zeros_like(t) for n, t in P.items()}
+        self.v = {n: torch.zeros_like(t) for n, t in P.items()}
+        self.t = 0
+
+    def step(self, P, grads):
+        """Clip by the global norm over all grads, then one AdamW update. Returns the norm."""
+        norm = torch.sqrt(sum((grads[n] * grads[n]).sum() for n in PARAM_NAMES))
+        scale = self.clip / norm if norm > self.clip else torch.ones((), dtype=norm.dtype)
+        self.t += 1
+        c1, c2 = 1.0 - self.b1 ** self.t, 1.0 - self.b2 ** self.t
+        for n in PARAM_NAMES:
+            g = grads[n] * scale
+            m, v, p = self.m[n], self.v[n], P[n]
+            m.mul_(self.b1).add_((1.0 - self.b1) * g)
+            v.mul_(self.b2).add_((1.0 - self.b2) * g * g)
+            wd = self.wd if n in DECAYED else 0.0
+            p.sub_(self.lr * ((m / c1) / (torch.sqrt(v / c2) + self.eps) + wd * p))
+        return float(norm)
+
+
+# ----------------------------------------------------------------------------------------------
+# bf16: round-to-nearest-even on the fp32 bit pattern
+
+def fp32_to_bf16_bits(a):
+    """fp32 array -> uint16 bf16 bits. Add 0x7FFF plus the lowest kept bit, then drop 16 bits:
+    above half rounds up, below half down, an exact half goes to the even kept value. Overflow
+    past the largest finite value becomes inf as it should; NaN is kept a (quiet) NaN."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    rounded[nan] = ((bits[nan] >> 16) | 0x0040).astype(np.uint16)
+    return rounded
+
+
+def bf16_bits_to_fp32(b):
+    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# files
+
+def write_atomic(path, chunks):
+    """Write byte chunks to a temporary file in the same directory, then rename onto path."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp_" + os.path.basename(path), dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for c in chunks:
+                f.write(c)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def header(*ints):
+    h = np.zeros(HEADER_INTS, dtype="<i4")
+    h[:len(ints)] = ints
+    return h.tobytes()
+
+
+def write_model(path, P, cfg, bf16=False):
+    h = header(MODEL_MAGIC, 5 if bf16 else 3, cfg["T_max"], cfg["V"], cfg["L"], cfg["NH"],
+               cfg["C"], cfg["Vp"])
+    chunks = [h]
+    for n in PARAM_NAMES:
+        a = P[n].detach().cpu().to(torch.float32).numpy().reshape(-1)
+        chunks.append(fp32_to_bf16_bits(a).astype("<u2").tobytes() if bf16
+                      else a.astype("<f4").tobytes())
+    write_atomic(path, chunks)
+
+
+def read_header(path, raw, magic, versions):
+    if len(raw) < HEADER_BYTES:
+        raise FormatError(f"{path}: file is {len(raw)} bytes, shorter than the 1024-byte header")
+    h = np.frombuffer(raw[:HEADER_BYTES], dtype="<i4")
+    if h[0] != magic:
+        raise FormatError(f"{path}: bad magic {h[0]} (expected {magic})")
+    if h[1] not in versions:
+        raise FormatError(f"{path}: unsupported version {h[1]} (expected one of {versions})")
+    return h
+
+
+def load_model(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    h = read_header(path, raw, MODEL_MAGIC, (3, 5))
+    cfg = dict(T_max=int(h[2]), V=int(h[3]), L=int(h[4]), NH=int(h[5]), C=int(h[6]), Vp=int(h[7]))
+    check_config(cfg, path)
+    shapes = param_shapes(cfg)
+    width = 4 if h[1] == 3 else 2
+    numel = sum(int(np.prod(s)) for s in shapes.values())
+    want = HEADER_BYTES + width * numel
+    if len(raw) != want:
+        raise FormatError(f"{path}: file is {len(raw)} bytes but the header implies {want}")
+    if h[1] == 3:
+        flat = np.frombuffer(raw, dtype="<f4", offset=HEADER_BYTES).astype(np.float32)
+    else:
+        flat = bf16_bits_to_fp32(np.frombuffer(raw, dtype="<u2", offset=HEADER_BYTES))
+    P, off = {}, 0
+    for n in PARAM_NAMES:
+        k = int(np.prod(shapes[n]))
+        P[n] = torch.from_numpy(flat[off:off + k].copy()).reshape(shapes[n])
+        off += k
+    return P, cfg
+
+
+def load_shard(path, vocab):
+    with open(path, "rb") as f:
+        raw = f.read()
+    h = read_header(path, raw, SHARD_MAGIC, (1,))
+    ntok = int(h[2])
+    if ntok < 0 or len(raw) != HEADER_BYTES + 2 * ntok:
+        raise FormatError(f"{path}: file is {len(raw)} bytes but the header says {ntok} tokens "
+                          f"({HEADER_BYTES + 2 * max(ntok, 0)} bytes)")
+    toks = np.frombuffer(raw, dtype="<u2", offset=HEADER_BYTES).astype(np.int64)
+    bad = np.nonzero(toks >= vocab)[0]
+    if len(bad):
+        i = int(bad[0])
+        raise FormatError(f"{path}: token {toks[i]} >= vocab size {vocab} at token index {i} "
+                          f"(byte offset {HEADER_BYTES + 2 * i})")
+    return toks
+
+
+def batches(tokens, B, T, path="data"):
+    """Batch k starts where batch k-1 ended (k*B*T while it fits); when B*T+1 tokens no longer
+    fit before the end, go back to position 0."""
+    n = B * T
+    if len(tokens) < n + 1:
+        raise FormatError(f"{path}: {len(tokens)} tokens, need at least B*T+1 = {n + 1}")
+    pos = 0
+    while True:
+        if pos + n + 1 > len(tokens):
+            pos = 0
+        chunk = torch.from_numpy(tokens[pos:pos + n + 1].copy())
+        yield chunk[:-1].reshape(B, T), chunk[1:].reshape(B, T)
+        pos += n
+
+
+def write_state(path, x, y, logits, loss, grads):
+    chunks = [header(STATE_MAGIC, 2, x.shape[0], x.shape[1]),
+              x.numpy().astype("<i4").tobytes(), y.numpy().astype("<i4").tobytes(),
+              logits.numpy().astype("<f4").tobytes(),
+              np.array([float(loss)], dtype="<f4").tobytes()]
+    chunks += [grads[n].numpy().astype("<f4").tobytes() for n in PARAM_NAMES]
+    write_atomic(path, chunks)
+
+
+# ----------------------------------------------------------------------------------------------
+# self-test
+
+def selftest():
+    failures = []
+
+    def expect(cond, what):
+        print(("ok   " if cond else "FAIL ") + what)
+        if not cond:
+            failures.append(what)
+
+    # 1. bf16 rounding against hand-worked bit patterns
+    cases = [(0x3F800000, 0x3F80), (0xBF800000, 0xBF80),   # +-1.0 exact
+             (0x3F808000, 0x3F80), (0x3F818000, 0x3F82),   # exact halves: to even (down, up)
+             (0x3F808001, 0x3F81), (0x3F807FFF, 0x3F80),   # just above / below half
+             (0x7F7FFFFF, 0x7F80), (0x7F800000, 0x7F80),   # overflow to inf, inf stays
+             (0x00000001, 0x0000), (0x80000000, 0x8000)]   # tiny denormal, -0
+    got = fp32_to_bf16_bits(np.array([c[0] for c in cases], dtype=np.uint32).view(np.float32))
+    expect(all(int(g) == c[1] for g, c in zip(got, cases)), f"bf16 rounding {[hex(g) for g in got]}")
+    nan = fp32_to_bf16_bits(np.array([0x7FC00001, 0x7F800001], dtype=np.uint32).view(np.float32))
+    expect(all(np.isnan(bf16_bits_to_fp32(nan))), "bf16 keeps NaN a NaN")
+
+    # 2. ops against independent formulas
+    torch.manual_seed(0)
+    z = torch.randn(4, 10, dtype=torch.float64) * 3
+    g_ref = torch.tensor([[0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))
+                           for v in row] for row in z.tolist()], dtype=torch.float64)
+    expect(torch.allclose(gelu(z), g_ref, atol=1e-14), "gelu tanh formula")
+    w, b = torch.randn(10, dtype=torch.float64), torch.randn(10, dtype=torch.float64)
+    expect(torch.allclose(layernorm(z, w, b), F.layer_norm(z, (10,), w, b, LN_EPS), atol=1e-12),
+           "layernorm vs F.layer_norm")
+    B_, T_, NH_, hs_ = 2, 5, 3, 4
+    qkv = torch.randn(B_, T_, 3 * NH_ * hs_, dtype=torch.float64)
+    ref = torch.zeros(B_, T_, NH_ * hs_, dtype=torch.float64)
+    for bb in range(B_):
+        for h in range(NH_):
+            for t in range(T_):
+                q = qkv[bb, t, h * hs_:(h + 1) * hs_]
+                s = [float(q @ qkv[bb, u, NH_ * hs_ + h * hs_:NH_ * hs_ + (h + 1) * hs_]) / math.sqrt(hs_)
+                     for u in range(t + 1)]
+                e = [math.exp(v - max(s)) for v in s]
+                for u in range(t + 1):
+                    ref[bb, t, h * hs_:(h + 1) * hs_] += e[u] / sum(e) * qkv[bb, u, 2 * NH_ * hs_ + h * hs_:2 * NH_ * hs_ + (h + 1) * hs_]
+    expect(torch.allclose(attention(qkv, NH_), ref, atol=1e-12), "causal attention vs loops")
+
+    # 3. autograd gradients vs central finite differences, float64, tiny model
+    cfg = dict(T_max=8, V=13, L=2, NH=2, C=8, Vp=128)
+    torch.manual_seed(1)
+    P = {n: t.double() for n, t in init_params(cfg).items()}
+    for n in PARAM_NAMES:        # make biases / LN params non-trivial so every path is exercised
+        if n not in DECAYED:
+            P[n] += 0.1 * torch.randn_like(P[n])
+    P["wte"][cfg["V"]:] = 0.0
+    x = torch.randint(0, cfg["V"], (2, 6))
+    y = torch.randint(0, cfg["V"], (2, 6))
+    loss, grads, logits = loss_and_grads(P, cfg, x, y)
+    lse = torch.logsumexp(logits, dim=-1)
+    manual = (lse - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)).mean()
+    expect(abs(float(manual - loss)) < 1e-12, "loss = mean cross-entropy")
+    expect(bool((grads["wte"][cfg["V"]:] == 0).all()), "padded wte rows get zero gradient")
+    worst = 0.0
+    gen = torch.Generator().manual_seed(2)
+    for n in PARAM_NAMES:
+        for _ in range(2):
+            i = int(torch.randint(0, P[n].numel(), (1,), generator=gen))
+            if n == "wte":
+                i = i % (cfg["V"] * cfg["C"])
+            flat = P[n].view(-1)
+            old = float(flat[i])
+            flat[i] = old + 1e-5
+            lp = float(F.cross_entropy(forward(P, cfg, x).reshape(-1, cfg["V"]), y.reshape(-1)))
+            flat[i] = old - 1e-5
+            lm = float(F.cross_entropy(forward(P, cfg, x).reshape(-1, cfg["V"]), y.reshape(-1)))
+            flat[i] = old
+            fd = (lp - lm) / 2e-5
+            an = float(grads[n].view(-1)[i])
+            worst = max(worst, abs(fd - an) / max(1e-4, abs(fd) + abs(an)))
+    expect(worst < 1e-5, f"autograd vs finite differences (worst rel err {worst:.2e})")
+
+    # 4. hand AdamW (with clipping and decay) vs torch.optim.AdamW on clipped grads, float64
+    opt = AdamW(P, lr=1e-2, wd=0.1, clip=0.5)
+    ref_p = {n: P[n].clone().requires_grad_(True) for n in PARAM_NAMES}
+    ref_opt = torch.optim.AdamW([{"params": [ref_p[n] for n in PARAM_NAMES if n in DECAYED], "weight_decay": 0.1},
+                                 {"params": [ref_p[n] for n in PARAM_NAMES if n not in DECAYED], "weight_decay": 0.0}],
+                                lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    for k in range(3):
+        loss, grads, _ = loss_and_grads(P, cfg, x, y)
+        norm = math.sqrt(sum(float((g ** 2).sum()) for g in grads.values()))
+        got = opt.step(P, grads)
+        scale = min(1.0, 0.5 / norm)
+        for n in PARAM_NAMES:
+            ref_p[n].grad = grads[n] * scale
+        ref_opt.step()
+        expect(abs(got - norm) < 1e-12 * norm, f"grad norm step {k}")
+    diff = max(float((P[n] - ref_p[n].detach()).abs().max()) for n in PARAM_NAMES)
+    expect(diff < 1e-12, f"hand AdamW vs torch.optim.AdamW (max diff {diff:.1e})")
+
+    # 5. files: round trips and rejections
+    with tempfile.TemporaryDirectory() as d:
+        P32 = {n: t.float() for n, t in P.items()}
+        path = os.path.join(d, "m.bin")
+        write_model(path, P32, cfg)
+        Q, cfg2 = load_model(path)
+        expect(cfg2 == cfg and all(torch.equal(Q[n], P32[n]) for n in PARAM_NAMES), "fp32 model round trip")
+        write_model(path, P32, cfg, bf16=True)
+        expect(os.path.getsize(path) == HEADER_BYTES + 2 * sum(t.numel() for t in P32.values()), "bf16 file size")
+        Q, _ = load_model(path)
+        same = all(np.array_equal(Q[n].numpy(), bf16_bits_to_fp32(fp32_to_bf16_bits(P32[n].numpy())).reshape(Q[n].shape))
+                   for n in PARAM_NAMES)
+        rel = max(float(((Q[n] - P32[n]).abs() / P32[n].abs().clamp_min(1e-30)).max()) for n in PARAM_NAMES)
+        expect(same and rel <= 2.0 ** -8, f"bf16 model round trip (max rel err {rel:.2e})")
+        raw = open(path, "rb").read()
+
+        def rejected(data, loader, what):
+            p = os.path.join(d, "bad.bin")
+            with open(p, "wb") as f:
+                f.write(data)
+            try:
+                loader(p)
+            except FormatError as e:
+                expect(p in str(e), f"rejects {what}: {e}")
+                return
+            expect(False, f"rejects {what}")
+
+        rejected(struct.pack("<i", 12345) + raw[4:], load_model, "model with bad magic")
+        rejected(raw[:4] + struct.pack("<i", 4) + raw[8:], load_model, "model with bad version")
+        rejected(raw[:-2], load_model, "truncated model")
+        toks = np.array([1, 2, 12, 0, 5], dtype="<u2")
+        good = header(SHARD_MAGIC, 1, 5) + toks.tobytes()
+        expect(np.array_equal(load_shard(write_tmp(d, good), 13), toks), "shard round trip")
+        rejected(header(SHARD_MAGIC + 1, 1, 5) + toks.tobytes(), lambda p: load_shard(p, 13), "shard with bad magic")
+        rejected(good[:-2], lambda p: load_shard(p, 13), "truncated shard")
+        rejected(good, lambda p: load_shard(p, 12), "shard token >= vocab")
+
+    # 6. loader: consecutive batches, targets shifted by one, wrap to 0
+    it = batches(np.arange(20), 2, 3)
+    b = [next(it) for _ in range(5)]
+    expect(b[0][0].tolist() == [[0, 1, 2], [3, 4, 5]] and b[0][1].tolist() == [[1, 2, 3], [4, 5, 6]]
+           and b[2][0][0, 0] == 12 and b[3][0][0, 0] == 0 and b[4][0][0, 0] == 6, "data loader order and wrap")
+
+    print(f"selftest: {'FAILED ' + str(len(failures)) if failures else 'all passed'}")
+    return 1 if failures else 0
+
+
+def write_tmp(d, data):
+    p = os.path.join(d, "shard.bin")
+    with open(p, "wb") as f:
+        f.write(data)
+    return p
+
+
+# ----------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="GPT-2 PyTorch reference for train_gpt2")
+    ap.add_argument("--selftest", action="store_true", help="check the hand-written parts and exit")
+    ap.add_argument("--model", help="build a fresh model from a descriptor dN (e.g. d12)")
+    ap.add_argument("--load", help="load a model .bin (fp32 v3 or bf16 v5)")
+    ap.add_argument("--channels", type=int)
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--max-seq", type=int, default=1024)
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--write-model", help="write the initial model, fp32 (v3)")
+    ap.add_argument("--write-model-bf16", help="write the initial model, bf16 (v5)")
+    ap.add_argument("--data", help="data shard to read batches from")
+    ap.add_argument("--B", type=int, default=4)
+    ap.add_argument("--T", type=int, default=64)
+    ap.add_argument("--write-state", help="write the debug state of batch 0 on the initial model")
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--write-losses", help="write each step's loss (before its update)")
+    ap.add_argument("--write-final", help="write the fp32 model after training")
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    a = ap.parse_args(argv)
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    torch.use_deterministic_algorithms(True)
+    if a.selftest:
+        return selftest()
+    if bool(a.model) == bool(a.load):
+        ap.error("give exactly one of --model dN or --load FILE")
+    if a.load:
+        P, cfg = load_model(a.load)
+    else:
+        cfg = config_from_descriptor(a.model, a.channels, a.heads, a.vocab, a.max_seq)
+        P = init_params(cfg)
+    print(f"model: L={cfg['L']} C={cfg['C']} NH={cfg['NH']} V={cfg['V']} Vp={cfg['Vp']} T_max={cfg['T_max']}, "
+          f"{sum(t.numel() for t in P.values())} parameters")
+    if a.write_model:
+        write_model(a.write_model, P, cfg)
+    if a.write_model_bf16:
+        write_model(a.write_model_bf16, P, cfg, bf16=True)
+    if not (a.write_state or a.steps > 0):
+        return 0
+    if not a.data:
+        ap.error("--write-state and --steps need --data")
+    if not 1 <= a.T <= cfg["T_max"] or a.B < 1:
+        ap.error(f"need B >= 1 and 1 <= T <= max-seq ({cfg['T_max']})")
+    loader = batches(load_shard(a.data, cfg["V"]), a.B, a.T, a.data)
+    opt = AdamW(P, a.lr, a.weight_decay, a.grad_clip)
+    losses = []
+    for step in range(max(a.steps, 1)):
+        x, y = next(loader)
+        loss, grads, logits = loss_and_grads(P, cfg, x, y)
+        if step == 0 and a.write_state:
+            write_state(a.write_state, x, y, logits, loss, grads)
+        if a.steps == 0:
+            break
+        norm = opt.step(P, grads)
+        losses.append(float(loss))
+        print(f"step {step}: loss {float(loss):.6f} norm {norm:.4f}")
+    if a.write_losses:
+        write_atomic(a.write_losses, ["".join(f"{v:.9f}\n" for v in losses).encode()])
+    if a.write_final:
+        write_model(a.write_final, P, cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (FormatError, ValueError, OSError) as e:
+        print(f"train_gpt2.py: error: {e}", file=sys.stderr)
+        sys.exit(1)
