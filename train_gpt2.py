@@ -194,6 +194,9 @@ def write_atomic(path, chunks):
         with os.fdopen(fd, "wb") as f:
             for c in chunks:
                 f.write(c)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)      # mkstemp makes 0600; give the usual mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

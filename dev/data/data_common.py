@@ -1,0 +1,66 @@
+"""Shared writers for the data scripts (stdlib only): data shards and tokenizer files in the
+formats of DESIGN.md section 2, always written to a temporary name and renamed into place."""
+import array
+import os
+import struct
+import sys
+import tempfile
+
+SHARD_MAGIC, SHARD_VERSION = 20240520, 1
+TOKENIZER_MAGIC, TOKENIZER_VERSION = 20240328, 2
+HEADER_INTS = 256
+
+
+def header_bytes(*ints):
+    """The 1024-byte header: the given int32 values, then zeros, little-endian."""
+    return struct.pack("<%di" % HEADER_INTS, *(list(ints) + [0] * (HEADER_INTS - len(ints))))
+
+
+def write_atomic(path, chunks):
+    """Write byte chunks to a temporary file next to path, then rename it onto path."""
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp_" + os.path.basename(path), dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for c in chunks:
+                f.write(c)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)      # mkstemp makes 0600; give the usual mode
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def token_bytes(tokens):
+    """uint16 little-endian bytes of a token list; refuses ids that do not fit."""
+    a = array.array("H")
+    for t in tokens:
+        if not 0 <= t < 65536:
+            raise ValueError("token id %d does not fit in uint16" % t)
+    a.extend(tokens)
+    if sys.byteorder == "big":
+        a.byteswap()
+    return a.tobytes()
+
+
+def write_shard(path, tokens, vocab_size=None):
+    """Data shard: header [magic, version, ntok], then the tokens as uint16."""
+    if vocab_size is not None and tokens and max(tokens) >= vocab_size:
+        raise ValueError("%s: token %d >= vocab size %d" % (path, max(tokens), vocab_size))
+    write_atomic(path, [header_bytes(SHARD_MAGIC, SHARD_VERSION, len(tokens)), token_bytes(tokens)])
+
+
+def write_tokenizer(path, pieces, eot_id):
+    """Tokenizer: header [magic, version, vocab size, eot id], then per token a uint8 length
+    (1..255) and its bytes."""
+    body = bytearray()
+    for i, p in enumerate(pieces):
+        if not 1 <= len(p) <= 255:
+            raise ValueError("token %d has %d bytes (must be 1..255)" % (i, len(p)))
+        body.append(len(p))
+        body += p
+    write_atomic(path, [header_bytes(TOKENIZER_MAGIC, TOKENIZER_VERSION, len(pieces), eot_id), bytes(body)])
