@@ -37,11 +37,14 @@ def write_atomic(path, chunks):
 
 def token_bytes(tokens):
     """uint16 little-endian bytes of a token list; refuses ids that do not fit."""
-    a = array.array("H")
-    for t in tokens:
-        if not 0 <= t < 65536:
-            raise ValueError("token id %d does not fit in uint16" % t)
-    a.extend(tokens)
+    if isinstance(tokens, array.array) and tokens.typecode == "H":
+        a = array.array("H", tokens)          # already uint16: just copy
+    else:
+        a = array.array("H")
+        for t in tokens:
+            if not 0 <= t < 65536:
+                raise ValueError("token id %d does not fit in uint16" % t)
+        a.extend(tokens)
     if sys.byteorder == "big":
         a.byteswap()
     return a.tobytes()
@@ -64,3 +67,29 @@ def write_tokenizer(path, pieces, eot_id):
         body.append(len(p))
         body += p
     write_atomic(path, [header_bytes(TOKENIZER_MAGIC, TOKENIZER_VERSION, len(pieces), eot_id), bytes(body)])
+
+
+def write_tiktoken_tokenizer(path, enc):
+    """Tokenizer file from a tiktoken encoding (passed in, so this module needs no tiktoken):
+    every id's bytes, the end-of-text token written as its text."""
+    pieces = []
+    for i in range(enc.n_vocab):
+        try:
+            pieces.append(enc.decode_single_token_bytes(i))
+        except KeyError:
+            if i != enc.eot_token:
+                raise
+            pieces.append(b"<|endoftext|>")
+    write_tokenizer(path, pieces, enc.eot_token)
+
+
+def need_tiktoken():
+    """Import tiktoken's gpt2 encoding or exit with a clear message."""
+    try:
+        import tiktoken
+    except ImportError:
+        sys.exit("error: this script needs tiktoken (pip install tiktoken)")
+    try:
+        return tiktoken.get_encoding("gpt2")
+    except Exception as e:   # the BPE files are downloaded on first use
+        sys.exit("error: could not load tiktoken's gpt2 encoding (needs internet the first time): %s" % e)
