@@ -300,6 +300,13 @@ def write_state(path, x, y, logits, loss, grads):
 # ----------------------------------------------------------------------------------------------
 # self-test
 
+def write_tmp(d, data):
+    p = os.path.join(d, "shard.bin")
+    with open(p, "wb") as f:
+        f.write(data)
+    return p
+
+
 def selftest():
     failures = []
 
@@ -326,8 +333,9 @@ def selftest():
                            for v in row] for row in z.tolist()], dtype=torch.float64)
     expect(torch.allclose(gelu(z), g_ref, atol=1e-14), "gelu tanh formula")
     w, b = torch.randn(10, dtype=torch.float64), torch.randn(10, dtype=torch.float64)
-    expect(torch.allclose(layernorm(z, w, b), F.layer_norm(z, (10,), w, b, LN_EPS), atol=1e-12),
-           "layernorm vs F.layer_norm")
+    zs = z * 1e-3                  # variance ~1e-5, so a wrong eps shows
+    expect(torch.allclose(layernorm(zs, w, b), F.layer_norm(zs, (10,), w, b, 1e-5), atol=1e-12),
+           "layernorm (eps 1e-5) vs F.layer_norm")
     B_, T_, NH_, hs_ = 2, 5, 3, 4
     qkv = torch.randn(B_, T_, 3 * NH_ * hs_, dtype=torch.float64)
     ref = torch.zeros(B_, T_, NH_ * hs_, dtype=torch.float64)
@@ -346,6 +354,11 @@ def selftest():
     cfg = dict(T_max=8, V=13, L=2, NH=2, C=8, Vp=128)
     torch.manual_seed(1)
     P = {n: t.double() for n, t in init_params(cfg).items()}
+    stds = {n: float(P[n].std()) for n in ("wpe", "qkvw", "fcw", "attprojw", "fcprojw")}
+    expect(bool((P["wte"][cfg["V"]:] == 0).all()) and abs(float(P["wte"][:cfg["V"]].std()) - 0.02) < 0.004
+           and abs(stds["qkvw"] - 0.02) < 0.002 and abs(stds["fcprojw"] - 0.01) < 0.001
+           and abs(stds["attprojw"] - 0.01) < 0.002 and bool((P["ln1w"] == 1).all() and (P["qkvb"] == 0).all()),
+           f"GPT-2 init: padded wte rows zero, std 0.02, residual projections 0.02/sqrt(2L) {stds}")
     for n in PARAM_NAMES:        # make biases / LN params non-trivial so every path is exercised
         if n not in DECAYED:
             P[n] += 0.1 * torch.randn_like(P[n])
@@ -432,20 +445,17 @@ def selftest():
         rejected(good, lambda p: load_shard(p, 12), "shard token >= vocab")
 
     # 6. loader: consecutive batches, targets shifted by one, wrap to 0
-    it = batches(np.arange(20), 2, 3)
-    b = [next(it) for _ in range(5)]
-    expect(b[0][0].tolist() == [[0, 1, 2], [3, 4, 5]] and b[0][1].tolist() == [[1, 2, 3], [4, 5, 6]]
-           and b[2][0][0, 0] == 12 and b[3][0][0, 0] == 0 and b[4][0][0, 0] == 6, "data loader order and wrap")
+    def starts(ntok, k):
+        it = batches(np.arange(ntok), 2, 3)
+        return [int(next(it)[0][0, 0]) for _ in range(k)]
+    b = next(batches(np.arange(20), 2, 3))
+    expect(b[0].tolist() == [[0, 1, 2], [3, 4, 5]] and b[1].tolist() == [[1, 2, 3], [4, 5, 6]],
+           "data loader: x and y shifted by one")
+    expect(starts(19, 5) == [0, 6, 12, 0, 6] and starts(18, 4) == [0, 6, 0, 6],
+           "data loader: wraps exactly when B*T+1 tokens no longer fit")
 
     print(f"selftest: {'FAILED ' + str(len(failures)) if failures else 'all passed'}")
     return 1 if failures else 0
-
-
-def write_tmp(d, data):
-    p = os.path.join(d, "shard.bin")
-    with open(p, "wb") as f:
-        f.write(data)
-    return p
 
 
 # ----------------------------------------------------------------------------------------------
