@@ -1,0 +1,43 @@
+# train_gpt2: build, test and quick-start targets.
+#   make quickstart   installs what is missing, prepares data/kjv, trains a small model on the CPU,
+#                     prints samples and the val loss, plots the loss curve
+#   make test         installs what is missing, builds everything and runs every test
+CC := mpicc
+CFLAGS := -O3 -march=native -fopenmp -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
+LDLIBS := -lm
+PYTHON := /usr/bin/python3
+LLMC_HEADERS := $(wildcard llmc/*.h)
+
+.PHONY: all deps data-kjv quickstart test clean
+
+all: train_gpt2cpu test_gpt2cpu
+
+train_gpt2cpu: train_gpt2.c $(LLMC_HEADERS)
+	$(CC) $(CFLAGS) -o $@ train_gpt2.c $(LDLIBS)
+
+test_gpt2cpu: test_gpt2.c train_gpt2.c $(LLMC_HEADERS)
+	$(CC) $(CFLAGS) -o $@ test_gpt2.c $(LDLIBS)
+
+deps:
+	@bash dev/install_deps.sh
+
+data/kjv/kjv_train.bin: dev/data/kjv.sh
+	bash dev/data/kjv.sh
+
+data-kjv: deps data/kjv/kjv_train.bin
+
+# The quick start: a 4-layer, 256-channel byte-level model on the King James Bible.
+QUICKSTART_FLAGS := -i data/kjv/kjv_train.bin -j data/kjv/kjv_val.bin -tk data/kjv/kjv_tokenizer.bin \
+	-e d4 -sl 256 -b 8 -t 256 -x 300 -l 1e-3 -u 20 -q 0.1 -k cosine -c 0.1 -v 50 -m 16 -s 100 -g 200 \
+	-o log_quickstart
+quickstart: deps data/kjv/kjv_train.bin train_gpt2cpu
+	./train_gpt2cpu $(QUICKSTART_FLAGS)
+	$(PYTHON) scripts/plot_loss.py log_quickstart/main.log log_quickstart/loss.png
+
+test: deps
+	@bash dev/run_tests.sh
+
+-include dev/cuda_emu/emu.mk
+
+clean:
+	rm -rf build train_gpt2cpu test_gpt2cpu

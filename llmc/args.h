@@ -1,0 +1,234 @@
+// Command-line flags shared by both trainers (llm.c-compatible names), their defaults and
+// help text, parsing with errors for unknown or malformed flags, and range checks.
+#ifndef LLMC_ARGS_H
+#define LLMC_ARGS_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "utils.h"
+
+typedef struct {
+    const char* train_pattern; // -i
+    const char* val_pattern;   // -j
+    const char* model;         // -e: model .bin or descriptor dN
+    const char* log_dir;       // -o
+    const char* tokenizer;     // -tk
+    int vocab_size;            // -V (descriptor only; 0 = the tokenizer's, else 50257)
+    int max_seq_len;           // -sl (descriptor only)
+    int B, T;                  // -b, -t
+    int total_batch;           // -d (tokens per step; 0 = B*T*world)
+    int max_steps;             // -x (-1 = one epoch)
+    float lr;                  // -l
+    int warmup;                // -u
+    float final_fraction;      // -q
+    const char* schedule;      // -k
+    float weight_decay;        // -c
+    float grad_clip;           // -gc
+    int val_every;             // -v (0 = off)
+    int val_batches;           // -m
+    int sample_every;          // -s (0 = off)
+    int gen_tokens;            // -g
+    int checkpoint_every;      // -n (0 = off)
+    int resume;                // -y
+    int overfit;               // -a
+    int zero_stage;            // -z
+    int dp_shard;              // -ds (0 = world)
+    int seed;                  // -sd
+    int shuffle;               // -sf
+    // GPU trainer only
+    int recompute;             // -r
+    int master_weights;        // -w
+    const char* init_method;   // -pi: mpi | fs | tcp
+    const char* init_path;     // -pf
+    const char* server_ip;     // -ps
+    int server_port;           // -pp
+} TrainArgs;
+
+typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING } ArgType;
+
+typedef struct {
+    const char* flag;
+    ArgType type;
+    size_t offset;
+    int gpu_only;
+    const char* help;
+} ArgSpec;
+
+#define ARG(flag, type, field, gpu, help) {flag, type, offsetof(TrainArgs, field), gpu, help}
+static const ArgSpec arg_specs[] = {
+    ARG("-i", ARG_STRING, train_pattern, 0, "train data: glob of token shards"),
+    ARG("-j", ARG_STRING, val_pattern, 0, "val data: glob of token shards (empty = no validation)"),
+    ARG("-e", ARG_STRING, model, 0, "model: a .bin file, or a descriptor dN built with GPT-2 init"),
+    ARG("-o", ARG_STRING, log_dir, 0, "log dir for main.log and checkpoints (empty = none)"),
+    ARG("-tk", ARG_STRING, tokenizer, 0, "tokenizer file for samples (empty = print token ids)"),
+    ARG("-V", ARG_INT, vocab_size, 0, "vocab size of a descriptor model (0 = tokenizer's, else 50257)"),
+    ARG("-sl", ARG_INT, max_seq_len, 0, "max sequence length of a descriptor model"),
+    ARG("-b", ARG_INT, B, 0, "micro-batch size B per rank"),
+    ARG("-t", ARG_INT, T, 0, "sequence length T"),
+    ARG("-d", ARG_INT, total_batch, 0, "tokens per optimizer step (0 = B*T*ranks)"),
+    ARG("-x", ARG_INT, max_steps, 0, "optimizer steps (-1 = one epoch of the train data)"),
+    ARG("-l", ARG_FLOAT, lr, 0, "peak learning rate"),
+    ARG("-u", ARG_INT, warmup, 0, "warmup steps"),
+    ARG("-q", ARG_FLOAT, final_fraction, 0, "final lr as a fraction of the peak"),
+    ARG("-k", ARG_STRING, schedule, 0, "lr schedule: cosine | linear | constant | wsd"),
+    ARG("-c", ARG_FLOAT, weight_decay, 0, "AdamW weight decay (2-D tensors only)"),
+    ARG("-gc", ARG_FLOAT, grad_clip, 0, "global grad-norm clip (0 = off)"),
+    ARG("-v", ARG_INT, val_every, 0, "validate every N steps (0 = off)"),
+    ARG("-m", ARG_INT, val_batches, 0, "val batches per validation"),
+    ARG("-s", ARG_INT, sample_every, 0, "sample text every N steps (0 = off)"),
+    ARG("-g", ARG_INT, gen_tokens, 0, "tokens to generate per sample"),
+    ARG("-n", ARG_INT, checkpoint_every, 0, "checkpoint every N steps into the log dir (0 = off)"),
+    ARG("-y", ARG_INT, resume, 0, "resume from the latest complete checkpoint in the log dir (0|1)"),
+    ARG("-a", ARG_INT, overfit, 0, "overfit a single batch (0|1)"),
+    ARG("-z", ARG_INT, zero_stage, 0, "ZeRO stage 0 | 1 | 2"),
+    ARG("-ds", ARG_INT, dp_shard, 0, "shard group size dp_shard (0 = all ranks)"),
+    ARG("-sd", ARG_INT, seed, 0, "seed for init, shuffling and sampling"),
+    ARG("-sf", ARG_INT, shuffle, 0, "shuffle train shards and rows (0|1)"),
+    ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
+    ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
+    ARG("-pi", ARG_STRING, init_method, 1, "multi-process start-up: mpi | fs | tcp"),
+    ARG("-pf", ARG_STRING, init_path, 1, "shared directory for -pi fs"),
+    ARG("-ps", ARG_STRING, server_ip, 1, "rank 0's address for -pi tcp"),
+    ARG("-pp", ARG_INT, server_port, 1, "rank 0's port for -pi tcp"),
+};
+#undef ARG
+#define NUM_ARG_SPECS ((int)(sizeof(arg_specs) / sizeof(arg_specs[0])))
+
+static void args_defaults(TrainArgs* a) {
+    memset(a, 0, sizeof(*a));
+    a->train_pattern = "data/kjv/kjv_train.bin";
+    a->val_pattern = "data/kjv/kjv_val.bin";
+    a->model = "d12";
+    a->log_dir = "";
+    a->tokenizer = "";
+    a->vocab_size = 0;
+    a->max_seq_len = 1024;
+    a->B = 4;
+    a->T = 256;
+    a->total_batch = 0;
+    a->max_steps = -1;
+    a->lr = 3e-4f;
+    a->warmup = 0;
+    a->final_fraction = 1.0f;
+    a->schedule = "cosine";
+    a->weight_decay = 0.0f;
+    a->grad_clip = 1.0f;
+    a->val_every = 20;
+    a->val_batches = 20;
+    a->sample_every = 20;
+    a->gen_tokens = 64;
+    a->checkpoint_every = 0;
+    a->resume = 0;
+    a->overfit = 0;
+    a->zero_stage = 0;
+    a->dp_shard = 0;
+    a->seed = 1337;
+    a->shuffle = 1;
+    a->recompute = 1;
+    a->master_weights = 1;
+    a->init_method = "mpi";
+    a->init_path = "/tmp";
+    a->server_ip = "";
+    a->server_port = 12345;
+}
+
+static void args_print_help(const char* program, int gpu) {
+    TrainArgs d;
+    args_defaults(&d);
+    printf("usage: %s [flags]   (each flag takes one value)\n", program);
+    for (int i = 0; i < NUM_ARG_SPECS; i++) {
+        const ArgSpec* s = &arg_specs[i];
+        if (s->gpu_only && !gpu) { continue; }
+        const char* field = (const char*)&d + s->offset;
+        char value[256];
+        if (s->type == ARG_INT) { snprintf(value, sizeof(value), "%d", *(const int*)field); }
+        else if (s->type == ARG_FLOAT) { snprintf(value, sizeof(value), "%g", *(const float*)field); }
+        else { snprintf(value, sizeof(value), "\"%s\"", *(const char* const*)field); }
+        printf("  %-4s %-66s default %s\n", s->flag, s->help, value);
+    }
+}
+
+// Parses argv into a; -h/--help prints the flags and exits 0. gpu: 1 for the GPU trainer.
+static void args_parse(TrainArgs* a, int argc, char** argv, int gpu) {
+    args_defaults(a);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            args_print_help(argv[0], gpu);
+            exit(0);
+        }
+        const ArgSpec* spec = NULL;
+        for (int k = 0; k < NUM_ARG_SPECS; k++) {
+            if (strcmp(argv[i], arg_specs[k].flag) == 0) { spec = &arg_specs[k]; }
+        }
+        if (spec == NULL) { fail("unknown flag %s (see --help)", argv[i]); }
+        if (spec->gpu_only && !gpu) { fail("%s is a flag of the GPU trainer train_gpt2 only", argv[i]); }
+        if (i + 1 >= argc) { fail("%s needs a value", argv[i]); }
+        const char* value = argv[++i];
+        char* field = (char*)a + spec->offset;
+        char* end = NULL;
+        errno = 0;
+        if (spec->type == ARG_INT) {
+            long v = strtol(value, &end, 10);
+            if (*value == '\0' || *end != '\0' || errno != 0 || v < -2147483647L || v > 2147483647L) {
+                fail("%s %s: not an integer", spec->flag, value);
+            }
+            *(int*)field = (int)v;
+        } else if (spec->type == ARG_FLOAT) {
+            float v = strtof(value, &end);
+            if (*value == '\0' || *end != '\0' || errno != 0) { fail("%s %s: not a number", spec->flag, value); }
+            *(float*)field = v;
+        } else {
+            *(const char**)field = value;
+        }
+    }
+}
+
+static void require_int(const char* flag, int value, int lo, int hi) {
+    if (value < lo || value > hi) { fail("%s %d: must be in %d..%d", flag, value, lo, hi); }
+}
+
+static void require_float(const char* flag, float value, float lo, float hi) {
+    if (!(value >= lo && value <= hi)) { fail("%s %g: must be in %g..%g", flag, value, lo, hi); }
+}
+
+// Range checks that need no model or data.
+static void args_validate(const TrainArgs* a, int gpu) {
+    const int big = 2147483647;
+    require_int("-b", a->B, 1, 1 << 20);
+    require_int("-t", a->T, 1, 1 << 20);
+    require_int("-d", a->total_batch, 0, big);
+    if (a->max_steps == 0 || a->max_steps < -1) { fail("-x %d: must be -1 (one epoch) or positive", a->max_steps); }
+    require_float("-l", a->lr, 0.0f, 10.0f);
+    require_int("-u", a->warmup, 0, big);
+    require_float("-q", a->final_fraction, 0.0f, 1.0f);
+    require_float("-c", a->weight_decay, 0.0f, 10.0f);
+    require_float("-gc", a->grad_clip, 0.0f, 1e30f);
+    require_int("-v", a->val_every, 0, big);
+    require_int("-m", a->val_batches, 1, big);
+    require_int("-s", a->sample_every, 0, big);
+    require_int("-g", a->gen_tokens, 1, 1 << 20);
+    require_int("-n", a->checkpoint_every, 0, big);
+    require_int("-y", a->resume, 0, 1);
+    require_int("-a", a->overfit, 0, 1);
+    require_int("-z", a->zero_stage, 0, 2);
+    require_int("-ds", a->dp_shard, 0, 1 << 20);
+    require_int("-sf", a->shuffle, 0, 1);
+    require_int("-V", a->vocab_size, 0, 65536);
+    require_int("-sl", a->max_seq_len, 1, 1 << 20);
+    if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {
+        fail("-y/-n: checkpoints need a log dir (-o)");
+    }
+    if (gpu) {
+        require_int("-r", a->recompute, 0, 2);
+        require_int("-w", a->master_weights, 0, 1);
+        if (strcmp(a->init_method, "mpi") && strcmp(a->init_method, "fs") && strcmp(a->init_method, "tcp")) {
+            fail("-pi %s: must be mpi, fs or tcp", a->init_method);
+        }
+        require_int("-pp", a->server_port, 1, 65535);
+    }
+}
+
+#endif

@@ -1,0 +1,76 @@
+// Collectives on host fp32 buffers over MPI, used by the CPU trainer: ring reduce-scatter,
+// ring all-gather and all-reduce (= reduce-scatter then all-gather) built from MPI_Sendrecv,
+// so the summation order is fixed (runs are reproducible) and every byte handed to MPI is
+// counted in comm_bytes_sent (the figure the tests compare with mesh.h's closed forms).
+#ifndef LLMC_COMM_MPI_H
+#define LLMC_COMM_MPI_H
+
+#include <mpi.h>
+#include "utils.h"
+
+typedef struct {
+    MPI_Comm comm;
+    int size, rank;
+} CommGroup;
+
+static size_t comm_bytes_sent = 0;
+
+static void comm_group_from(CommGroup* g, MPI_Comm comm) {
+    g->comm = comm;
+    MPI_Comm_size(comm, &g->size);
+    MPI_Comm_rank(comm, &g->rank);
+}
+
+// Sends count floats to the right neighbour while receiving count floats from the left one.
+static void ring_exchange(CommGroup* g, const float* send, float* recv, size_t count) {
+    int right = (g->rank + 1) % g->size, left = (g->rank + g->size - 1) % g->size;
+    const size_t max_chunk = (size_t)1 << 28;
+    for (size_t done = 0; done < count; done += max_chunk) {
+        int n = (int)(count - done < max_chunk ? count - done : max_chunk);
+        MPI_Sendrecv(send + done, n, MPI_FLOAT, right, 7, recv + done, n, MPI_FLOAT, left, 7, g->comm, MPI_STATUS_IGNORE);
+    }
+    comm_bytes_sent += count * sizeof(float);
+}
+
+static size_t ring_slot(int i, int size) { return (size_t)(((i % size) + size) % size); }
+
+// buf holds size slices of slice elements. On return slice g->rank holds the sum over the group
+// of that slice (the other slices hold partial sums). tmp: slice elements of scratch.
+static void ring_reduce_scatter(CommGroup* g, float* buf, size_t slice, float* tmp) {
+    int G = g->size, s = g->rank;
+    for (int k = 0; k < G - 1; k++) {
+        float* send = buf + ring_slot(s - k - 1, G) * slice;
+        float* dst = buf + ring_slot(s - k - 2, G) * slice;
+        ring_exchange(g, send, tmp, slice);
+        for (size_t i = 0; i < slice; i++) { dst[i] += tmp[i]; }
+    }
+}
+
+// buf holds size slices; slice g->rank is valid on entry, all are on return.
+static void ring_all_gather(CommGroup* g, float* buf, size_t slice) {
+    int G = g->size, s = g->rank;
+    for (int k = 0; k < G - 1; k++) {
+        ring_exchange(g, buf + ring_slot(s - k, G) * slice, buf + ring_slot(s - k - 1, G) * slice, slice);
+    }
+}
+
+// Sums buf over the group; padded_n must be a multiple of the group size. tmp: padded_n / size.
+static void ring_all_reduce(CommGroup* g, float* buf, size_t padded_n, float* tmp) {
+    if (g->size == 1) { return; }
+    size_t slice = padded_n / g->size;
+    ring_reduce_scatter(g, buf, slice, tmp);
+    ring_all_gather(g, buf, slice);
+}
+
+// Sum of one value over the group (same ring, padded to one element per rank).
+static float all_reduce_sum_scalar(CommGroup* g, float value) {
+    if (g->size == 1) { return value; }
+    float* buf = (float*)calloc_check(g->size + 1, sizeof(float));
+    buf[0] = value;
+    ring_all_reduce(g, buf, g->size, buf + g->size);
+    float sum = buf[0];
+    free(buf);
+    return sum;
+}
+
+#endif

@@ -1,0 +1,163 @@
+// The data-parallel process mesh and the ZeRO shard layout, shared by both trainers.
+// world = dp_replicate x dp_shard. Rank r has shard_idx = r % dp_shard and
+// replicate_idx = r / dp_shard; the data rank is replicate_idx * dp_shard + shard_idx (= r)
+// and the data-parallel degree is world.
+// Sharding works on "units": each of the 12 per-layer tensors of each layer, plus wte, wpe,
+// lnfw and lnfb. A unit of n elements is split into S = dp_shard slices of ceil(n/S) elements
+// (the last one padded with zeros); shard rank s owns slice s. A rank's optimizer state (and,
+// in stage 2, its gradient accumulator) is the concatenation of its slices of every unit.
+#ifndef LLMC_MESH_H
+#define LLMC_MESH_H
+
+#include "utils.h"
+#include "gpt2_model.h"
+
+typedef struct {
+    int world, rank;
+    int dp_shard, dp_replicate;
+    int shard_idx, replicate_idx;
+    int dp_rank, dp_degree;
+} Mesh;
+
+static void mesh_init(Mesh* m, int world, int rank, int dp_shard) {
+    if (dp_shard <= 0) { dp_shard = world; }
+    if (world % dp_shard != 0) {
+        fail("-ds %d: world size %d is not a multiple of the shard group size", dp_shard, world);
+    }
+    m->world = world;
+    m->rank = rank;
+    m->dp_shard = dp_shard;
+    m->dp_replicate = world / dp_shard;
+    m->shard_idx = rank % dp_shard;
+    m->replicate_idx = rank / dp_shard;
+    m->dp_degree = world;
+    m->dp_rank = m->replicate_idx * dp_shard + m->shard_idx;
+}
+
+#define UNITS_PER_LAYER 12
+
+typedef struct {
+    int tensor;          // parameter tensor index (0..15)
+    int layer;           // layer, or -1 for wte, wpe, lnfw, lnfb
+    size_t offset;       // first element in the flat parameter block
+    size_t size;         // elements
+    size_t slice;        // ceil(size / S): elements per shard slice
+    size_t shard_offset; // where this unit's slice starts in a rank's shard buffers
+} ShardUnit;
+
+typedef struct {
+    int S;                  // shard group size
+    int num_layers;
+    int num_units;          // 12 L + 4: layer l's units are [12 l, 12 l + 12), then wte, wpe, lnfw, lnfb
+    ShardUnit* units;
+    size_t shard_elements;  // sum of slices: elements of one rank's shard
+    size_t max_padded;      // largest S * slice: size of a collective scratch buffer
+    size_t layer_elements;  // elements of one layer's 12 tensors
+    size_t global_elements; // elements of wte, wpe, lnfw, lnfb
+} ShardLayout;
+
+static void shard_layout_init(ShardLayout* s, const GPT2Config* c, int S) {
+    size_t sizes[NUM_PARAMETER_TENSORS], offsets[NUM_PARAMETER_TENSORS], off = 0;
+    gpt2_parameter_sizes(c, sizes);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { offsets[i] = off; off += sizes[i]; }
+    int L = c->num_layers;
+    s->S = S;
+    s->num_layers = L;
+    s->num_units = UNITS_PER_LAYER * L + 4;
+    s->units = (ShardUnit*)malloc_check(s->num_units * sizeof(ShardUnit));
+    s->shard_elements = 0;
+    s->max_padded = 0;
+    s->layer_elements = 0;
+    s->global_elements = 0;
+    static const int global_tensors[4] = {0, 1, 14, 15};
+    for (int u = 0; u < s->num_units; u++) {
+        ShardUnit* unit = &s->units[u];
+        if (u < UNITS_PER_LAYER * L) {
+            unit->layer = u / UNITS_PER_LAYER;
+            unit->tensor = 2 + u % UNITS_PER_LAYER;
+            size_t per_layer = sizes[unit->tensor] / L;
+            unit->size = per_layer;
+            unit->offset = offsets[unit->tensor] + unit->layer * per_layer;
+            if (unit->layer == 0) { s->layer_elements += per_layer; }
+        } else {
+            unit->layer = -1;
+            unit->tensor = global_tensors[u - UNITS_PER_LAYER * L];
+            unit->size = sizes[unit->tensor];
+            unit->offset = offsets[unit->tensor];
+            s->global_elements += unit->size;
+        }
+        unit->slice = ceil_div(unit->size, S);
+        unit->shard_offset = s->shard_elements;
+        s->shard_elements += unit->slice;
+        if (unit->slice * S > s->max_padded) { s->max_padded = unit->slice * S; }
+    }
+}
+
+static void shard_layout_free(ShardLayout* s) { free(s->units); }
+
+// ----------------------------------------------------------------------------
+// Closed forms. Collectives are rings: on a group of G ranks, a reduce-scatter or an
+// all-gather of G slices of k elements sends (G-1) k elements per rank, and an all-reduce of
+// n elements (padded to G ceil(n/G)) sends 2 (G-1) ceil(n/G).
+
+static size_t ring_reduce_scatter_elements(size_t slice, int G) { return (size_t)(G - 1) * slice; }
+static size_t ring_all_gather_elements(size_t slice, int G) { return (size_t)(G - 1) * slice; }
+static size_t ring_all_reduce_elements(size_t n, int G) { return 2 * (size_t)(G - 1) * ceil_div(n, G); }
+
+typedef struct {
+    size_t grad_reduce; // gradient reduce-scatters / all-reduces within the shard group or world
+    size_t replica;     // all-reduce of the gradient shard across replicas
+    size_t param_gather;// all-gather of the updated parameters
+    size_t scalars;     // loss and grad-norm all-reduces
+    size_t total;
+} CommBytes;
+
+// Bytes each rank sends per optimizer step. grad_bytes: bytes per gradient element on the
+// wire (4 for fp32, 2 for bf16); param_bytes likewise for the parameter all-gather.
+static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int zero_stage, int grad_accum,
+                                     size_t num_parameters, size_t grad_bytes, size_t param_bytes) {
+    CommBytes b = {0, 0, 0, 0, 0};
+    int S = m->dp_shard, R = m->dp_replicate, W = m->world;
+    b.scalars = ring_all_reduce_elements(1, W) * 4; // the step's loss, over all ranks
+    if (zero_stage == 0) {
+        b.grad_reduce = ring_all_reduce_elements(num_parameters, W) * grad_bytes;
+    } else {
+        size_t rs = 0, ag = 0;
+        for (int u = 0; u < s->num_units; u++) {
+            rs += ring_reduce_scatter_elements(s->units[u].slice, S);
+            ag += ring_all_gather_elements(s->units[u].slice, S);
+        }
+        int reduce_scatters = zero_stage == 1 ? 1 : grad_accum;
+        b.grad_reduce = rs * reduce_scatters * grad_bytes;
+        b.replica = ring_all_reduce_elements(s->shard_elements, R) * 4; // fp32 shard accumulator
+        b.param_gather = ag * param_bytes;
+        b.scalars += ring_all_reduce_elements(1, S) * 4;                // squared norm over the shard group
+    }
+    b.total = b.grad_reduce + b.replica + b.param_gather + b.scalars;
+    return b;
+}
+
+typedef struct {
+    size_t params, grads, optimizer, activations;
+} MemoryBytes;
+
+// Per-rank bytes for parameters (param_bytes each, plus fp32 master copies when master is
+// set), gradients, and optimizer state (fp32 m and v) for the chosen stage. Activations are
+// the trainer's own count.
+static MemoryBytes memory_bytes_per_rank(const ShardLayout* s, int zero_stage, size_t num_parameters,
+                                         size_t param_bytes, size_t grad_bytes, int master) {
+    MemoryBytes mb = {0, 0, 0, 0};
+    size_t owned = zero_stage == 0 ? num_parameters : s->shard_elements;
+    mb.params = num_parameters * param_bytes + (master ? owned * 4 : 0);
+    mb.optimizer = 2 * owned * 4;
+    if (zero_stage == 0) {
+        mb.grads = num_parameters * grad_bytes;
+    } else if (zero_stage == 1) {
+        mb.grads = num_parameters * grad_bytes + s->shard_elements * 4;
+    } else {
+        mb.grads = (s->global_elements + s->layer_elements) * grad_bytes + s->shard_elements * 4;
+    }
+    return mb;
+}
+
+#endif

@@ -1,0 +1,917 @@
+// train_gpt2cpu: GPT-2 training in fp32 on the CPU with OpenMP, data-parallel over MPI with
+// ZeRO stages 0, 1 and 2 and hybrid (dp_replicate x dp_shard) meshes. The numerical reference
+// for the CUDA trainer. Layers are plain loops; matmuls live in llmc/cpu_matmul.h.
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "llmc/utils.h"
+#include "llmc/rng.h"
+#include "llmc/gpt2_model.h"
+#include "llmc/args.h"
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
+#include "llmc/schedulers.h"
+#include "llmc/logger.h"
+#include "llmc/mesh.h"
+#include "llmc/comm_mpi.h"
+#include "llmc/checkpoint.h"
+#include "llmc/cpu_matmul.h"
+
+// ----------------------------------------------------------------------------
+// layers, forward
+
+static void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+    #pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* e = wte + (size_t)tokens[bt] * C;
+        const float* p = wpe + (size_t)(bt % T) * C;
+        float* o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) { o[c] = e[c] + p[c]; }
+    }
+}
+
+static void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                              const float* bias, int N, int C) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + (size_t)n * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++) { m += x[c]; }
+        m /= C;
+        float var = 0.0f;
+        for (int c = 0; c < C; c++) { float d = x[c] - m; var += d * d; }
+        var /= C;
+        float s = 1.0f / sqrtf(var + 1e-5f);
+        float* y = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) { y[c] = (x[c] - m) * s * weight[c] + bias[c]; }
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+// Causal self-attention. qkv (B, T, 3C) holds q, k, v; att (B, NH, T, T) keeps the softmax
+// probabilities of the unmasked half (t2 <= t) for backward; out (B, T, C).
+static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for collapse(3) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                float maxv = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    float s = 0.0f;
+                    for (int i = 0; i < hs; i++) { s += q[i] * k[i]; }
+                    s *= scale;
+                    a[t2] = s;
+                    if (s > maxv) { maxv = s; }
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxv); sum += a[t2]; }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] *= inv; }
+                float* o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) { o[i] = 0.0f; }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    float w = a[t2];
+                    for (int i = 0; i < hs; i++) { o[i] += w * v[i]; }
+                }
+            }
+        }
+    }
+}
+
+#define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
+
+static void gelu_forward(float* out, const float* inp, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+
+static void residual_add(float* inout, const float* other, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) { inout[i] += other[i]; }
+}
+
+// Per-position loss -log softmax(logits)[target] over the first V of Vp columns.
+static void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V, int Vp) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* l = logits + (size_t)n * Vp;
+        float maxv = -INFINITY;
+        for (int i = 0; i < V; i++) { if (l[i] > maxv) { maxv = l[i]; } }
+        float sum = 0.0f;
+        for (int i = 0; i < V; i++) { sum += expf(l[i] - maxv); }
+        losses[n] = logf(sum) + maxv - l[targets[n]];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// layers, backward
+
+// Turns logits into dloss/dlogits in place: (softmax - onehot(target)) * dloss; padded columns 0.
+static void crossentropy_softmax_backward(float* logits, const int* targets, float dloss, int N, int V, int Vp) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* l = logits + (size_t)n * Vp;
+        float maxv = -INFINITY;
+        for (int i = 0; i < V; i++) { if (l[i] > maxv) { maxv = l[i]; } }
+        float sum = 0.0f;
+        for (int i = 0; i < V; i++) { l[i] = expf(l[i] - maxv); sum += l[i]; }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < V; i++) { l[i] = l[i] * inv * dloss; }
+        l[targets[n]] -= dloss;
+        for (int i = V; i < Vp; i++) { l[i] = 0.0f; }
+    }
+}
+
+// dinp += LayerNorm backward; dweight, dbias += their gradients (reduced per channel, so every
+// channel sums its rows in a fixed order).
+static void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, const float* mean, const float* rstd, int N, int C) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* dy = dout + (size_t)n * C;
+        const float* x = inp + (size_t)n * C;
+        float m = mean[n], s = rstd[n];
+        float mean_dnorm = 0.0f, mean_dnorm_norm = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            float dnorm = dy[c] * weight[c];
+            mean_dnorm += dnorm;
+            mean_dnorm_norm += dnorm * norm;
+        }
+        mean_dnorm /= C;
+        mean_dnorm_norm /= C;
+        float* dx = dinp + (size_t)n * C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            float dnorm = dy[c] * weight[c];
+            dx[c] += s * (dnorm - mean_dnorm - norm * mean_dnorm_norm);
+        }
+    }
+    int nthreads = omp_get_max_threads();
+    #pragma omp parallel for schedule(static)
+    for (int part = 0; part < nthreads; part++) {
+        int c0 = (int)((long)C * part / nthreads), c1 = (int)((long)C * (part + 1) / nthreads);
+        for (int n = 0; n < N; n++) {
+            const float* dy = dout + (size_t)n * C;
+            const float* x = inp + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            for (int c = c0; c < c1; c++) {
+                dweight[c] += dy[c] * (x[c] - m) * s;
+                dbias[c] += dy[c];
+            }
+        }
+    }
+}
+
+// dinp = dout * gelu'(inp); dinp may be dout.
+static void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = dout[i] * grad;
+    }
+}
+
+// dqkv (B, T, 3C) = attention backward (written). Parallel over (b, h): each pair owns its
+// columns of dqkv. scratch: T floats per thread.
+static void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                               int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            float* datt = scratch + (size_t)omp_get_thread_num() * T;
+            for (int t = 0; t < T; t++) {
+                float* base = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                for (int i = 0; i < hs; i++) { base[i] = 0.0f; base[C + i] = 0.0f; base[2 * C + i] = 0.0f; }
+            }
+            for (int t = 0; t < T; t++) {
+                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                const float* dy = dout + ((size_t)b * T + t) * C + h * hs;
+                const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float* dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float dot = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    float* dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    float d = 0.0f;
+                    for (int i = 0; i < hs; i++) { d += dy[i] * v[i]; dv[i] += a[t2] * dy[i]; }
+                    datt[t2] = d;
+                    dot += a[t2] * d;
+                }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float dpre = a[t2] * (datt[t2] - dot) * scale;
+                    const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    float* dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    for (int i = 0; i < hs; i++) { dq[i] += dpre * k[i]; dk[i] += dpre * q[i]; }
+                }
+            }
+        }
+    }
+}
+
+// dwte[token] += dout, dwpe[t] += dout; parallel over channel ranges so no two threads touch
+// the same element and each element sums in position order.
+static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
+    int nthreads = omp_get_max_threads();
+    #pragma omp parallel for schedule(static)
+    for (int part = 0; part < nthreads; part++) {
+        int c0 = (int)((long)C * part / nthreads), c1 = (int)((long)C * (part + 1) / nthreads);
+        for (int bt = 0; bt < B * T; bt++) {
+            const float* d = dout + (size_t)bt * C;
+            float* e = dwte + (size_t)tokens[bt] * C;
+            float* p = dwpe + (size_t)(bt % T) * C;
+            for (int c = c0; c < c1; c++) { e[c] += d[c]; p[c] += d[c]; }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the model
+
+// One layer's slice of the 12 per-layer tensors.
+typedef struct {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} LayerTensors;
+
+static LayerTensors layer_tensors(const ParameterTensors* p, int C, int l) {
+    size_t C1 = C;
+    LayerTensors t = {
+        p->ln1w + l * C1, p->ln1b + l * C1, p->qkvw + l * 3 * C1 * C1, p->qkvb + l * 3 * C1,
+        p->attprojw + l * C1 * C1, p->attprojb + l * C1, p->ln2w + l * C1, p->ln2b + l * C1,
+        p->fcw + l * 4 * C1 * C1, p->fcb + l * 4 * C1, p->fcprojw + l * 4 * C1 * C1, p->fcprojb + l * C1};
+    return t;
+}
+
+// Saved forward activations for a (B, T) micro-batch; per-layer tensors have a leading L.
+typedef struct {
+    float* encoded;   // (B, T, C)
+    float* ln1;       // (L, B, T, C)
+    float* ln1_mean;  // (L, B, T)
+    float* ln1_rstd;  // (L, B, T)
+    float* qkv;       // (L, B, T, 3C)
+    float* atty;      // (L, B, T, C)
+    float* att;       // (L, B, NH, T, T)
+    float* residual2; // (L, B, T, C)
+    float* ln2;       // (L, B, T, C)
+    float* ln2_mean;  // (L, B, T)
+    float* ln2_rstd;  // (L, B, T)
+    float* fch;       // (L, B, T, 4C)
+    float* fch_gelu;  // (L, B, T, 4C)
+    float* residual3; // (L, B, T, C)
+    float* lnf;       // (B, T, C)
+    float* lnf_mean;  // (B, T)
+    float* lnf_rstd;  // (B, T)
+    float* logits;    // (B, T, Vp); dlogits after backward
+    float* losses;    // (B, T)
+} Activations;
+
+// Gradient buffers for activations, reused by every layer.
+typedef struct {
+    float* dresidual; // (B, T, C): gradient of the residual stream
+    float* dC;        // (B, T, C)
+    float* d4C;       // (B, T, 4C)
+    float* dqkv;      // (B, T, 3C)
+    float* datt_rows; // T per thread
+} ActivationGrads;
+
+typedef struct {
+    GPT2Config config;
+    size_t num_parameters;
+    float* params_memory;
+    ParameterTensors params;
+    float* grads_memory;    // stage 0, 1: all gradients; stage 2: wte, wpe, lnf + one layer
+    ParameterTensors grads; // stage 2: the per-layer pointers all point at the one-layer slot
+    int grads_one_layer;    // 1 in stage 2
+    int B, T;               // the largest micro-batch the buffers hold
+    float* acts_memory;
+    Activations acts;
+    float* acts_grad_memory;
+    ActivationGrads acts_grad;
+    size_t activation_bytes;
+    int* tokens;  // (B, T) inputs of the last forward
+    int* targets; // (B, T)
+} GPT2;
+
+static size_t activation_floats(const GPT2Config* c, int B, int T, size_t sizes[19]) {
+    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T;
+    size_t s[19] = {BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C, L * B * NH * T * T,
+                    L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C, L * BT * 4 * C, L * BT * C,
+                    BT * C, BT, BT, BT * (size_t)c->padded_vocab_size, BT};
+    size_t total = 0;
+    for (int i = 0; i < 19; i++) { sizes[i] = s[i]; total += s[i]; }
+    return total;
+}
+
+// Builds the model's buffers. grads_padding: the gradient block is padded to a multiple of it
+// (the world size, for the stage-0 all-reduce). one_layer_grads: stage 2's layout.
+static void gpt2_build(GPT2* m, const GPT2Config* config, float* params, int B, int T, size_t grads_padding,
+                       int one_layer_grads) {
+    m->config = *config;
+    m->num_parameters = gpt2_num_parameters(config);
+    m->params_memory = params;
+    gpt2_point_parameters(&m->params, config, params);
+    m->grads_one_layer = one_layer_grads;
+    if (!one_layer_grads) {
+        size_t n = round_up(m->num_parameters, grads_padding);
+        m->grads_memory = (float*)calloc_check(n, sizeof(float));
+        gpt2_point_parameters(&m->grads, config, m->grads_memory);
+    } else {
+        // wte, wpe, lnfw, lnfb at full size, then one layer of the 12 per-layer tensors
+        GPT2Config one = *config;
+        one.num_layers = 1;
+        size_t n = gpt2_num_parameters(&one);
+        m->grads_memory = (float*)calloc_check(n, sizeof(float));
+        gpt2_point_parameters(&m->grads, &one, m->grads_memory);
+    }
+    m->B = B;
+    m->T = T;
+    size_t sizes[19];
+    size_t total = activation_floats(config, B, T, sizes);
+    m->acts_memory = (float*)calloc_check(total, sizeof(float));
+    float** ptrs[19] = {&m->acts.encoded, &m->acts.ln1, &m->acts.ln1_mean, &m->acts.ln1_rstd, &m->acts.qkv,
+                        &m->acts.atty, &m->acts.att, &m->acts.residual2, &m->acts.ln2, &m->acts.ln2_mean,
+                        &m->acts.ln2_rstd, &m->acts.fch, &m->acts.fch_gelu, &m->acts.residual3, &m->acts.lnf,
+                        &m->acts.lnf_mean, &m->acts.lnf_rstd, &m->acts.logits, &m->acts.losses};
+    float* p = m->acts_memory;
+    for (int i = 0; i < 19; i++) { *ptrs[i] = p; p += sizes[i]; }
+    size_t BT = (size_t)B * T, C = config->channels;
+    size_t grad_floats = BT * C * 2 + BT * 4 * C + BT * 3 * C + (size_t)omp_get_max_threads() * T;
+    m->acts_grad_memory = (float*)calloc_check(grad_floats, sizeof(float));
+    m->acts_grad.dresidual = m->acts_grad_memory;
+    m->acts_grad.dC = m->acts_grad.dresidual + BT * C;
+    m->acts_grad.d4C = m->acts_grad.dC + BT * C;
+    m->acts_grad.dqkv = m->acts_grad.d4C + BT * 4 * C;
+    m->acts_grad.datt_rows = m->acts_grad.dqkv + BT * 3 * C;
+    m->activation_bytes = (total + grad_floats) * sizeof(float) + 2 * BT * sizeof(int);
+    m->tokens = (int*)malloc_check(BT * sizeof(int));
+    m->targets = (int*)malloc_check(BT * sizeof(int));
+}
+
+static void gpt2_free(GPT2* m) {
+    free(m->params_memory);
+    free(m->grads_memory);
+    free(m->acts_memory);
+    free(m->acts_grad_memory);
+    free(m->tokens);
+    free(m->targets);
+}
+
+// Forward pass over a (B, T) micro-batch (B, T no larger than built for). With targets,
+// returns the mean loss; without, -1 (logits only).
+static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {
+    const GPT2Config* c = &m->config;
+    int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+    size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T; // layer slabs are spaced for the built size
+    memcpy(m->tokens, inputs, BT * sizeof(int));
+    if (targets) { memcpy(m->targets, targets, BT * sizeof(int)); }
+    Activations* a = &m->acts;
+    encoder_forward(a->encoded, inputs, m->params.wte, m->params.wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        LayerTensors w = layer_tensors(&m->params, C, l);
+        const float* x = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride * C;
+        float* ln1 = a->ln1 + l * stride * C;
+        float* qkv = a->qkv + l * stride * 3 * C;
+        float* atty = a->atty + l * stride * C;
+        float* att = a->att + l * stride * NH * m->T;
+        float* res2 = a->residual2 + l * stride * C;
+        float* ln2 = a->ln2 + l * stride * C;
+        float* fch = a->fch + l * stride * 4 * C;
+        float* fch_gelu = a->fch_gelu + l * stride * 4 * C;
+        float* res3 = a->residual3 + l * stride * C;
+        layernorm_forward(ln1, a->ln1_mean + l * stride, a->ln1_rstd + l * stride, x, w.ln1w, w.ln1b, (int)BT, C);
+        matmul_forward(qkv, ln1, w.qkvw, w.qkvb, (int)BT, C, 3 * C);
+        attention_forward(atty, att, qkv, B, T, C, NH);
+        matmul_forward(res2, atty, w.attprojw, w.attprojb, (int)BT, C, C);
+        residual_add(res2, x, BT * C);
+        layernorm_forward(ln2, a->ln2_mean + l * stride, a->ln2_rstd + l * stride, res2, w.ln2w, w.ln2b, (int)BT, C);
+        matmul_forward(fch, ln2, w.fcw, w.fcb, (int)BT, C, 4 * C);
+        gelu_forward(fch_gelu, fch, BT * 4 * C);
+        matmul_forward(res3, fch_gelu, w.fcprojw, w.fcprojb, (int)BT, 4 * C, C);
+        residual_add(res3, res2, BT * C);
+    }
+    const float* last = a->residual3 + (L - 1) * stride * C;
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, m->params.lnfw, m->params.lnfb, (int)BT, C);
+    matmul_forward(a->logits, a->lnf, m->params.wte, NULL, (int)BT, C, Vp);
+    if (!targets) { return -1.0f; }
+    crossentropy_forward(a->losses, a->logits, targets, (int)BT, V, Vp);
+    double sum = 0.0;
+    for (size_t i = 0; i < BT; i++) { sum += a->losses[i]; }
+    return (float)(sum / BT);
+}
+
+// Called by gpt2_backward when a layer's parameter gradients are complete (layer -1: wte,
+// wpe, lnfw, lnfb), so the distributed layer can reduce them while the rest of backward runs.
+typedef void (*GradsReadyFn)(void* ctx, GPT2* m, int layer);
+
+// Backward of the last forward (same B, T), accumulating into the parameter gradients.
+// dloss: the weight of this micro-batch's mean loss in the step's objective (1 / grad_accum).
+static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready, void* ctx) {
+    const GPT2Config* c = &m->config;
+    int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+    size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T;
+    Activations* a = &m->acts;
+    ActivationGrads* g = &m->acts_grad;
+    crossentropy_softmax_backward(a->logits, m->targets, dloss / (float)BT, (int)BT, V, Vp);
+    matmul_backward(g->dC, m->grads.wte, NULL, a->logits, a->lnf, m->params.wte, (int)BT, C, Vp);
+    memset(g->dresidual, 0, BT * C * sizeof(float));
+    const float* last = a->residual3 + (L - 1) * stride * C;
+    layernorm_backward(g->dresidual, m->grads.lnfw, m->grads.lnfb, g->dC, last, m->params.lnfw, a->lnf_mean,
+                       a->lnf_rstd, (int)BT, C);
+    for (int l = L - 1; l >= 0; l--) {
+        LayerTensors w = layer_tensors(&m->params, C, l);
+        LayerTensors dw = layer_tensors(&m->grads, C, m->grads_one_layer ? 0 : l);
+        const float* x = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride * C;
+        float* ln1 = a->ln1 + l * stride * C;
+        float* qkv = a->qkv + l * stride * 3 * C;
+        float* atty = a->atty + l * stride * C;
+        float* att = a->att + l * stride * NH * m->T;
+        float* res2 = a->residual2 + l * stride * C;
+        float* ln2 = a->ln2 + l * stride * C;
+        float* fch = a->fch + l * stride * 4 * C;
+        float* fch_gelu = a->fch_gelu + l * stride * 4 * C;
+        // the residual gradient feeds the MLP projection directly
+        matmul_backward(g->d4C, dw.fcprojw, dw.fcprojb, g->dresidual, fch_gelu, w.fcprojw, (int)BT, 4 * C, C);
+        gelu_backward(g->d4C, fch, g->d4C, BT * 4 * C);
+        matmul_backward(g->dC, dw.fcw, dw.fcb, g->d4C, ln2, w.fcw, (int)BT, C, 4 * C);
+        layernorm_backward(g->dresidual, dw.ln2w, dw.ln2b, g->dC, res2, w.ln2w, a->ln2_mean + l * stride,
+                           a->ln2_rstd + l * stride, (int)BT, C);
+        matmul_backward(g->dC, dw.attprojw, dw.attprojb, g->dresidual, atty, w.attprojw, (int)BT, C, C);
+        attention_backward(g->dqkv, g->datt_rows, g->dC, qkv, att, B, T, C, NH);
+        matmul_backward(g->dC, dw.qkvw, dw.qkvb, g->dqkv, ln1, w.qkvw, (int)BT, C, 3 * C);
+        layernorm_backward(g->dresidual, dw.ln1w, dw.ln1b, g->dC, x, w.ln1w, a->ln1_mean + l * stride,
+                           a->ln1_rstd + l * stride, (int)BT, C);
+        if (ready) { ready(ctx, m, l); }
+    }
+    encoder_backward(m->grads.wte, m->grads.wpe, g->dresidual, m->tokens, B, T, C);
+    if (ready) { ready(ctx, m, -1); }
+}
+
+static void gpt2_zero_grads(GPT2* m) {
+    GPT2Config one = m->config;
+    if (m->grads_one_layer) { one.num_layers = 1; }
+    memset(m->grads_memory, 0, gpt2_num_parameters(&one) * sizeof(float));
+}
+
+// ----------------------------------------------------------------------------
+// data parallelism (DESIGN.md sections 3 and 4)
+
+typedef struct {
+    Mesh mesh;
+    CommGroup world, shard, replica;
+    ShardLayout layout;
+    int zero_stage;
+    int grad_accum;
+    int last_micro_step;  // set by the training loop: 1 during the step's last backward
+    size_t owned;         // elements of m and v on this rank
+    float* shard_grads;   // stages 1, 2: this rank's reduced gradient slices (padded to dp_replicate)
+    float* opt_m;
+    float* opt_v;
+    float* scratch;       // a padded unit, or the stage-0 all-reduce slice
+    float* ring_tmp;      // one slice
+    float** unit_grads;   // where each unit's full gradient lives
+} DataParallel;
+
+static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, int dp_shard) {
+    int world, rank;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    mesh_init(&dp->mesh, world, rank, dp_shard);
+    comm_group_from(&dp->world, MPI_COMM_WORLD);
+    MPI_Comm shard_comm, replica_comm;
+    MPI_Comm_split(MPI_COMM_WORLD, dp->mesh.replicate_idx, dp->mesh.shard_idx, &shard_comm);
+    MPI_Comm_split(MPI_COMM_WORLD, dp->mesh.shard_idx, dp->mesh.replicate_idx, &replica_comm);
+    comm_group_from(&dp->shard, shard_comm);
+    comm_group_from(&dp->replica, replica_comm);
+    dp->zero_stage = zero_stage;
+    dp->grad_accum = grad_accum;
+    dp->last_micro_step = 0;
+    shard_layout_init(&dp->layout, &m->config, dp->mesh.dp_shard);
+    dp->owned = zero_stage == 0 ? m->num_parameters : dp->layout.shard_elements;
+    dp->opt_m = (float*)calloc_check(dp->owned, sizeof(float));
+    dp->opt_v = (float*)calloc_check(dp->owned, sizeof(float));
+    size_t padded_shard = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
+    dp->shard_grads = zero_stage == 0 ? NULL : (float*)calloc_check(padded_shard, sizeof(float));
+    // scratch: a padded unit (stages 1, 2) or one slice of the stage-0 all-reduce;
+    // ring_tmp: the largest slice a ring step receives
+    size_t scratch = zero_stage == 0 ? ceil_div(m->num_parameters, world) : dp->layout.max_padded;
+    size_t tmp = zero_stage == 0 ? 1 : dp->layout.max_padded / dp->mesh.dp_shard;
+    if (zero_stage != 0 && padded_shard / dp->mesh.dp_replicate > tmp) { tmp = padded_shard / dp->mesh.dp_replicate; }
+    dp->scratch = (float*)calloc_check(scratch, sizeof(float));
+    dp->ring_tmp = (float*)calloc_check(tmp, sizeof(float));
+    dp->unit_grads = (float**)malloc_check(dp->layout.num_units * sizeof(float*));
+    for (int u = 0; u < dp->layout.num_units; u++) {
+        const ShardUnit* unit = &dp->layout.units[u];
+        if (m->grads_one_layer && unit->layer >= 0) {
+            // the slot holds one layer: the same 12 tensors for every layer
+            float* base[NUM_PARAMETER_TENSORS];
+            memcpy(base, &m->grads, sizeof(base));
+            dp->unit_grads[u] = base[unit->tensor];
+        } else {
+            dp->unit_grads[u] = m->grads_memory + unit->offset;
+        }
+    }
+}
+
+// Reduce-scatters one unit's gradient over the shard group and adds this rank's slice of the
+// sum into shard_grads.
+static void dp_reduce_scatter_unit(DataParallel* dp, int u) {
+    const ShardUnit* unit = &dp->layout.units[u];
+    float* buf = dp->scratch;
+    memcpy(buf, dp->unit_grads[u], unit->size * sizeof(float));
+    memset(buf + unit->size, 0, (unit->slice * dp->shard.size - unit->size) * sizeof(float));
+    ring_reduce_scatter(&dp->shard, buf, unit->slice, dp->ring_tmp);
+    float* mine = buf + (size_t)dp->shard.rank * unit->slice;
+    float* acc = dp->shard_grads + unit->shard_offset;
+    for (size_t i = 0; i < unit->slice; i++) { acc[i] += mine[i]; }
+}
+
+// Backward hook: stage 1 reduce-scatters a finished layer on the last micro-step, stage 2 on
+// every micro-step (and then clears the one-layer slot for the next layer).
+static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
+    DataParallel* dp = (DataParallel*)ctx;
+    if (dp->zero_stage == 0 || (dp->zero_stage == 1 && !dp->last_micro_step)) { return; }
+    int first = layer >= 0 ? layer * UNITS_PER_LAYER : UNITS_PER_LAYER * dp->layout.num_layers;
+    for (int u = first; u < first + (layer >= 0 ? UNITS_PER_LAYER : 4); u++) { dp_reduce_scatter_unit(dp, u); }
+    if (dp->zero_stage == 2 && layer >= 0) {
+        memset(dp->unit_grads[first], 0, dp->layout.layer_elements * sizeof(float));
+    }
+    if (dp->zero_stage == 2 && layer < 0) { gpt2_zero_grads(m); }
+}
+
+// After the last micro-step: finish the reduction across ranks and average over the world.
+static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
+    float inv = 1.0f / (float)dp->mesh.world;
+    if (dp->zero_stage == 0) {
+        size_t padded = round_up(m->num_parameters, dp->world.size);
+        ring_all_reduce(&dp->world, m->grads_memory, padded, dp->scratch);
+        for (size_t i = 0; i < m->num_parameters; i++) { m->grads_memory[i] *= inv; }
+    } else {
+        size_t padded = round_up(dp->layout.shard_elements, dp->replica.size);
+        ring_all_reduce(&dp->replica, dp->shard_grads, padded, dp->ring_tmp);
+        for (size_t i = 0; i < dp->layout.shard_elements; i++) { dp->shard_grads[i] *= inv; }
+    }
+}
+
+// Sum of squares of x[0..n) in double, in 64 fixed chunks: the same result for any thread count.
+static double sum_of_squares(const float* x, size_t n) {
+    double parts[64];
+    #pragma omp parallel for schedule(static)
+    for (int p = 0; p < 64; p++) {
+        size_t i0 = n * p / 64, i1 = n * (p + 1) / 64;
+        double s = 0.0;
+        for (size_t i = i0; i < i1; i++) { s += (double)x[i] * x[i]; }
+        parts[p] = s;
+    }
+    double total = 0.0;
+    for (int p = 0; p < 64; p++) { total += parts[p]; }
+    return total;
+}
+
+// The norm of the full averaged gradient (slices summed over the shard group only).
+static float dp_grad_norm(DataParallel* dp, GPT2* m) {
+    if (dp->zero_stage == 0) { return (float)sqrt(sum_of_squares(m->grads_memory, m->num_parameters)); }
+    float local = (float)sum_of_squares(dp->shard_grads, dp->layout.shard_elements);
+    return sqrtf(all_reduce_sum_scalar(&dp->shard, local));
+}
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+} AdamWConfig;
+
+static void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float grad_scale,
+                         float weight_decay, const AdamWConfig* h, float bias1, float bias2) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i] * grad_scale;
+        m[i] = h->beta1 * m[i] + (1.0f - h->beta1) * g;
+        v[i] = h->beta2 * v[i] + (1.0f - h->beta2) * g * g;
+        float mhat = m[i] / bias1, vhat = v[i] / bias2;
+        params[i] -= h->lr * (mhat / (sqrtf(vhat) + h->eps) + weight_decay * params[i]);
+    }
+}
+
+// AdamW (t = 1-based step) on what this rank owns, then (stages 1, 2) the parameter all-gather.
+static void dp_optimizer_step(DataParallel* dp, GPT2* m, const AdamWConfig* h, float grad_scale, int t) {
+    float bias1 = 1.0f - powf(h->beta1, (float)t), bias2 = 1.0f - powf(h->beta2, (float)t);
+    if (dp->zero_stage == 0) {
+        size_t sizes[NUM_PARAMETER_TENSORS], off = 0;
+        gpt2_parameter_sizes(&m->config, sizes);
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            float wd = parameter_is_matrix[i] ? h->weight_decay : 0.0f;
+            adamw_update(m->params_memory + off, m->grads_memory + off, dp->opt_m + off, dp->opt_v + off, sizes[i],
+                         grad_scale, wd, h, bias1, bias2);
+            off += sizes[i];
+        }
+        return;
+    }
+    int s = dp->shard.rank;
+    for (int u = 0; u < dp->layout.num_units; u++) {
+        const ShardUnit* unit = &dp->layout.units[u];
+        size_t first = (size_t)s * unit->slice;
+        size_t count = first >= unit->size ? 0 : (unit->size - first < unit->slice ? unit->size - first : unit->slice);
+        float wd = parameter_is_matrix[unit->tensor] ? h->weight_decay : 0.0f;
+        float* p = m->params_memory + unit->offset;
+        adamw_update(p + first, dp->shard_grads + unit->shard_offset, dp->opt_m + unit->shard_offset,
+                     dp->opt_v + unit->shard_offset, count, grad_scale, wd, h, bias1, bias2);
+        float* buf = dp->scratch;
+        memset(buf + first, 0, unit->slice * sizeof(float));
+        memcpy(buf + first, p + first, count * sizeof(float));
+        ring_all_gather(&dp->shard, buf, unit->slice);
+        memcpy(p, buf, unit->size * sizeof(float));
+    }
+}
+
+static void dp_zero_shard_grads(DataParallel* dp) {
+    if (dp->shard_grads) {
+        memset(dp->shard_grads, 0, round_up(dp->layout.shard_elements, dp->replica.size) * sizeof(float));
+    }
+}
+
+static void dp_free(DataParallel* dp) {
+    free(dp->opt_m);
+    free(dp->opt_v);
+    free(dp->shard_grads);
+    free(dp->scratch);
+    free(dp->ring_tmp);
+    free(dp->unit_grads);
+    shard_layout_free(&dp->layout);
+}
+
+// ----------------------------------------------------------------------------
+// training
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Mean loss over the val batches, all-reduced over every rank.
+static float evaluate(GPT2* m, DataLoader* val, int batches, DataParallel* dp) {
+    dataloader_reset(val);
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        dataloader_next(val);
+        sum += gpt2_forward(m, val->inputs, val->targets, val->B, val->T);
+    }
+    return all_reduce_sum_scalar(&dp->world, (float)(sum / batches)) / dp->mesh.world;
+}
+
+// Samples gen_tokens tokens after an end-of-text prompt and prints them (rank 0).
+static void sample_text(GPT2* m, const Tokenizer* tok, int eot, int gen_tokens, Rng* rng) {
+    int T = m->T, V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
+    int* context = (int*)malloc_check((size_t)T * sizeof(int));
+    int len = 1;
+    context[0] = eot;
+    printf("---\n");
+    for (int i = 0; i < gen_tokens; i++) {
+        gpt2_forward(m, context, NULL, 1, len);
+        const float* logits = m->acts.logits + (size_t)(len - 1) * Vp;
+        float maxv = -INFINITY;
+        for (int v = 0; v < V; v++) { if (logits[v] > maxv) { maxv = logits[v]; } }
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) { sum += exp(logits[v] - maxv); }
+        double r = rng_uniform(rng) * sum, acc = 0.0;
+        int next = V - 1;
+        for (int v = 0; v < V; v++) {
+            acc += exp(logits[v] - maxv);
+            if (acc > r) { next = v; break; }
+        }
+        if (tok) { tokenizer_print(tok, next); } else { printf("%d ", next); }
+        if (len == T) { memmove(context, context + 1, (T - 1) * sizeof(int)); len--; }
+        context[len++] = next;
+    }
+    printf("\n---\n");
+    fflush(stdout);
+    free(context);
+}
+
+static void mpi_abort_all(void) {
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world > 1) { MPI_Abort(MPI_COMM_WORLD, 1); }
+}
+
+static void save_checkpoint(const char* dir, int step, GPT2* m, DataParallel* dp, const DataLoader* train,
+                            const TrainArgs* args, const Rng* rng) {
+    char path[4096];
+    if (dp->mesh.rank == 0) {
+        checkpoint_path(path, sizeof(path), dir, "model", step, -1);
+        gpt2_write_model(path, &m->config, m->params_memory, MODEL_VERSION_FP32);
+    }
+    TrainState s = {dp->mesh.rank, dp->mesh.world, dp->mesh.dp_shard, dp->zero_stage, args->B, args->T,
+                    args->total_batch, step, train->epoch, train->file_pos, train->row_pos, rng->state, dp->owned, 0};
+    checkpoint_path(path, sizeof(path), dir, "state", step, dp->mesh.rank);
+    state_write(path, &s, dp->opt_m, dp->opt_v, NULL);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (dp->mesh.rank == 0) { checkpoint_mark_done(dir, step); }
+}
+
+static void format_eta(char* out, size_t len, double seconds) {
+    int s = (int)(seconds + 0.5);
+    if (s >= 3600) { snprintf(out, len, "%dh%02dm", s / 3600, (s / 60) % 60); }
+    else { snprintf(out, len, "%dm%02ds", s / 60, s % 60); }
+}
+
+#ifndef TESTING
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    int world, rank;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (world > 1) { fail_rank = rank; }
+    fail_abort_all = mpi_abort_all;
+
+    TrainArgs args;
+    args_parse(&args, argc, argv, 0);
+    args_validate(&args, 0);
+
+    // the model: a checkpoint to resume, a model file, or a descriptor
+    GPT2Config config;
+    float* params = NULL;
+    int resume_step = args.resume ? checkpoint_latest(args.log_dir) : -1;
+    Tokenizer tokenizer;
+    int have_tokenizer = args.tokenizer[0] != '\0';
+    if (have_tokenizer) { tokenizer_init(&tokenizer, args.tokenizer); }
+    const char* model_source = args.model;
+    char resume_model[4096];
+    if (resume_step >= 0) {
+        checkpoint_path(resume_model, sizeof(resume_model), args.log_dir, "model", resume_step, -1);
+        model_source = resume_model;
+    }
+    struct stat st;
+    if (stat(model_source, &st) == 0) {
+        if (args.vocab_size != 0) { fail("-V %d: applies to descriptor models only, not %s", args.vocab_size, model_source); }
+        params = gpt2_load_model(model_source, &config);
+    } else if (model_source[0] == 'd' && strchr(model_source, '/') == NULL && strchr(model_source, '.') == NULL) {
+        int V = args.vocab_size ? args.vocab_size : (have_tokenizer ? tokenizer.vocab_size : 50257);
+        gpt2_config_from_descriptor(&config, model_source, V, args.max_seq_len);
+        params = (float*)malloc_check(gpt2_num_parameters(&config) * sizeof(float));
+        gpt2_init_parameters(params, &config, (uint64_t)args.seed);
+    } else {
+        fail("-e %s: no such model file", model_source);
+    }
+    if (args.T > config.max_seq_len) {
+        fail("-t %d: larger than the model's max_seq_len %d (%s)", args.T, config.max_seq_len, model_source);
+    }
+    if (have_tokenizer && tokenizer.vocab_size > config.vocab_size) {
+        fail("-tk %s: tokenizer vocab %d is larger than the model's %d", args.tokenizer, tokenizer.vocab_size,
+             config.vocab_size);
+    }
+
+    // batch arithmetic
+    long tokens_per_micro = (long)args.B * args.T * world;
+    if (args.total_batch == 0) { args.total_batch = (int)tokens_per_micro; }
+    if (args.total_batch % tokens_per_micro != 0) {
+        fail("-d %d: not a multiple of B*T*ranks = %d*%d*%d = %ld", args.total_batch, args.B, args.T, world,
+             tokens_per_micro);
+    }
+    int grad_accum = (int)(args.total_batch / tokens_per_micro);
+
+    GPT2 model;
+    int zero = args.zero_stage;
+    gpt2_build(&model, &config, params, args.B, args.T, (size_t)world, zero == 2);
+    DataParallel dp;
+    dp_init(&dp, &model, zero, grad_accum, args.dp_shard);
+    const Mesh* mesh = &dp.mesh;
+
+    DataLoader train, val;
+    dataloader_init(&train, args.train_pattern, "-i", args.B, args.T, mesh->dp_rank, mesh->dp_degree, grad_accum,
+                    config.vocab_size, args.shuffle, (uint64_t)args.seed);
+    int have_val = args.val_pattern[0] != '\0' && args.val_every > 0;
+    if (have_val) {
+        dataloader_init(&val, args.val_pattern, "-j", args.B, args.T, mesh->dp_rank, mesh->dp_degree, 1,
+                        config.vocab_size, 0, 0);
+    }
+    int max_steps = args.max_steps > 0 ? args.max_steps : (int)dataloader_batches_per_epoch(&train);
+
+    LRSchedule schedule = {schedule_kind_from_name(args.schedule), args.lr, args.warmup, max_steps, args.final_fraction};
+    AdamWConfig adamw = {args.lr, 0.9f, 0.95f, 1e-8f, args.weight_decay};
+    Rng sample_rng;
+    rng_seed(&sample_rng, (uint64_t)args.seed + 1);
+    int start_step = 0;
+    if (resume_step >= 0) {
+        char path[4096];
+        checkpoint_path(path, sizeof(path), args.log_dir, "state", resume_step, rank);
+        TrainState expect = {rank, world, mesh->dp_shard, zero, args.B, args.T, args.total_batch, 0, 0, 0, 0, 0,
+                             dp.owned, 0};
+        TrainState got;
+        state_read(path, &expect, &got, dp.opt_m, dp.opt_v, NULL);
+        start_step = got.step;
+        sample_rng.state = got.rng;
+        dataloader_seek(&train, got.epoch, got.file_pos, got.row_pos);
+    }
+    Logger logger;
+    logger_init(&logger, args.log_dir, rank, resume_step >= 0);
+
+    MemoryBytes mem = memory_bytes_per_rank(&dp.layout, zero, model.num_parameters, 4, 4, 0);
+    mem.activations = model.activation_bytes;
+    CommBytes comm = comm_bytes_per_step(&dp.layout, mesh, zero, grad_accum, model.num_parameters, 4, 4);
+    if (rank == 0) {
+        printf("model: %s | L %d | NH %d | C %d | V %d (padded %d) | T_max %d | %zu parameters\n", model_source,
+               config.num_layers, config.num_heads, config.channels, config.vocab_size, config.padded_vocab_size,
+               config.max_seq_len, model.num_parameters);
+        printf("batch: B %d | T %d | ranks %d | grad_accum %d | %d tokens per step | %d steps | %d threads per rank\n",
+               args.B, args.T, world, grad_accum, args.total_batch, max_steps, omp_get_max_threads());
+        printf("mesh: dp_replicate %d x dp_shard %d | ZeRO stage %d\n", mesh->dp_replicate, mesh->dp_shard, zero);
+        printf("memory per rank: params %zu grads %zu optimizer %zu activations %zu bytes\n", mem.params, mem.grads,
+               mem.optimizer, mem.activations);
+        printf("communication per step: %zu bytes sent per rank (gradients %zu, replicas %zu, parameters %zu, "
+               "scalars %zu)\n", comm.total, comm.grad_reduce, comm.replica, comm.param_gather, comm.scalars);
+        if (resume_step >= 0) { printf("resumed from step %d of %s\n", resume_step, args.log_dir); }
+        fflush(stdout);
+    }
+
+    int eot = have_tokenizer ? tokenizer.eot_token : config.vocab_size - 1;
+    double total_time = 0.0;
+    int timed_steps = 0;
+    size_t step_bytes = 0;
+    for (int step = start_step; step <= max_steps; step++) {
+        int last = step == max_steps;
+        if (have_val && (step % args.val_every == 0 || last)) {
+            float val_loss = evaluate(&model, &val, args.val_batches, &dp);
+            if (rank == 0) { printf("step %d: val loss %.6f\n", step, val_loss); }
+            logger_log_val(&logger, step, val_loss);
+        }
+        if (rank == 0 && args.sample_every > 0 && step > 0 && (step % args.sample_every == 0 || last)) {
+            sample_text(&model, have_tokenizer ? &tokenizer : NULL, eot, args.gen_tokens, &sample_rng);
+        }
+        if (last) { break; }
+
+        double t0 = now_seconds();
+        size_t bytes_before = comm_bytes_sent;
+        if (args.overfit) { dataloader_reset(&train); }
+        gpt2_zero_grads(&model);
+        dp_zero_shard_grads(&dp);
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < grad_accum; micro++) {
+            dataloader_next(&train);
+            loss_sum += gpt2_forward(&model, train.inputs, train.targets, args.B, args.T);
+            dp.last_micro_step = micro == grad_accum - 1;
+            gpt2_backward(&model, args.B, args.T, 1.0f / grad_accum, dp_grads_ready, &dp);
+        }
+        dp_finish_gradients(&dp, &model);
+        float norm = dp_grad_norm(&dp, &model);
+        float grad_scale = (args.grad_clip > 0.0f && norm > args.grad_clip) ? args.grad_clip / norm : 1.0f;
+        adamw.lr = schedule_lr(&schedule, step);
+        dp_optimizer_step(&dp, &model, &adamw, grad_scale, step + 1);
+        float loss = all_reduce_sum_scalar(&dp.world, (float)(loss_sum / grad_accum)) / world;
+        step_bytes = comm_bytes_sent - bytes_before;
+        double dt = now_seconds() - t0;
+        if (step > start_step) { total_time += dt; timed_steps++; }
+        if (rank == 0) {
+            char eta[32];
+            double avg = timed_steps > 0 ? total_time / timed_steps : dt;
+            format_eta(eta, sizeof(eta), avg * (max_steps - step - 1));
+            printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | eta %s\n", step + 1,
+                   max_steps, loss, norm, adamw.lr, dt * 1000.0, args.total_batch / dt, eta);
+            fflush(stdout);
+        }
+        logger_log_train(&logger, step + 1, loss, adamw.lr, norm);
+        if (args.checkpoint_every > 0 && (step + 1) % args.checkpoint_every == 0) {
+            save_checkpoint(args.log_dir, step + 1, &model, &dp, &train, &args, &sample_rng);
+        }
+    }
+    if (rank == 0) {
+        if (timed_steps > 0) {
+            printf("average step time: %.1f ms (%.0f tok/s)\n", total_time / timed_steps * 1000.0,
+                   args.total_batch / (total_time / timed_steps));
+        }
+        printf("communication measured: %zu bytes sent per rank in the last step\n", step_bytes);
+    }
+    if (args.log_dir[0] != '\0' && rank == 0) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/model_final.bin", args.log_dir);
+        gpt2_write_model(path, &model.config, model.params_memory, MODEL_VERSION_FP32);
+    }
+    logger_free(&logger);
+    dataloader_free(&train);
+    if (have_val) { dataloader_free(&val); }
+    if (have_tokenizer) { tokenizer_free(&tokenizer); }
+    dp_free(&dp);
+    gpt2_free(&model);
+    MPI_Finalize();
+    return 0;
+}
+#endif
