@@ -762,7 +762,7 @@ int main(int argc, char** argv) {
     }
     struct stat st;
     if (stat(model_source, &st) == 0) {
-        if (args.vocab_size != 0) { fail("-V %d: applies to descriptor models only, not %s", args.vocab_size, model_source); }
+        if (args.vocab_size != 0 && resume_step < 0) { fail("-V %d: applies to descriptor models only, not %s", args.vocab_size, model_source); }
         params = gpt2_load_model(model_source, &config);
     } else if (model_source[0] == 'd' && strchr(model_source, '/') == NULL && strchr(model_source, '.') == NULL) {
         int V = args.vocab_size ? args.vocab_size : (have_tokenizer ? tokenizer.vocab_size : 50257);
