@@ -520,16 +520,13 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->scratch = (float*)calloc_check(scratch, sizeof(float));
     dp->ring_tmp = (float*)calloc_check(tmp, sizeof(float));
     dp->unit_grads = (float**)malloc_check(dp->layout.num_units * sizeof(float*));
+    float* grad_tensors[NUM_PARAMETER_TENSORS];
+    memcpy(grad_tensors, &m->grads, sizeof(grad_tensors));
     for (int u = 0; u < dp->layout.num_units; u++) {
+        // in stage 2 the one-layer slot serves every layer
         const ShardUnit* unit = &dp->layout.units[u];
-        if (m->grads_one_layer && unit->layer >= 0) {
-            // the slot holds one layer: the same 12 tensors for every layer
-            float* base[NUM_PARAMETER_TENSORS];
-            memcpy(base, &m->grads, sizeof(base));
-            dp->unit_grads[u] = base[unit->tensor];
-        } else {
-            dp->unit_grads[u] = m->grads_memory + unit->offset;
-        }
+        size_t layer_offset = (m->grads_one_layer || unit->layer < 0) ? 0 : unit->layer * unit->size;
+        dp->unit_grads[u] = grad_tensors[unit->tensor] + layer_offset;
     }
 }
 

@@ -4,7 +4,6 @@
 #define LLMC_LOGGER_H
 
 #include <stdio.h>
-#include <sys/stat.h>
 #include "utils.h"
 
 typedef struct {
@@ -14,7 +13,7 @@ typedef struct {
 static void logger_init(Logger* l, const char* log_dir, int rank, int resuming) {
     l->file = NULL;
     if (rank != 0 || log_dir == NULL || log_dir[0] == '\0') { return; }
-    mkdir(log_dir, 0755);
+    make_dirs(log_dir);
     char path[4096];
     snprintf(path, sizeof(path), "%s/main.log", log_dir);
     l->file = fopen_check(path, resuming ? "a" : "w");

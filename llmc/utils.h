@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 // Set by the trainer once the process mesh is known. When fail_abort_all is set, fail()
 // calls it (an MPI_Abort, say) so that one failing rank stops every rank.
@@ -83,6 +84,16 @@ static FILE* fopen_tmp_for(const char* path, char* tmp_path, size_t tmp_len) {
 static void commit_tmp(FILE* f, const char* tmp_path, const char* path) {
     fclose_check(f, tmp_path);
     if (rename(tmp_path, path) != 0) { fail("cannot rename %s to %s", tmp_path, path); }
+}
+
+// mkdir -p: creates path and any missing parents (existing ones are fine).
+static void make_dirs(const char* path) {
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char* p = buf + 1; *p; p++) {
+        if (*p == '/') { *p = '\0'; mkdir(buf, 0755); *p = '/'; }
+    }
+    mkdir(buf, 0755);
 }
 
 static size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
