@@ -3,7 +3,7 @@
 #                     prints samples and the val loss, plots the loss curve
 #   make test         installs what is missing, builds everything and runs every test
 CC := mpicc
-CFLAGS := -O3 -march=native -fopenmp -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
+CFLAGS := -O3 -march=native -fopenmp -fno-math-errno -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
 LDLIBS := -lm
 PYTHON := /usr/bin/python3
 LLMC_HEADERS := $(wildcard llmc/*.h)
