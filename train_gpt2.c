@@ -21,6 +21,7 @@
 #include "llmc/comm_mpi.h"
 #include "llmc/checkpoint.h"
 #include "llmc/cpu_matmul.h"
+#include "llmc/cpu_vecmath.h"
 
 // ----------------------------------------------------------------------------
 // layers, forward
@@ -41,9 +42,11 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
     for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * C;
         float m = 0.0f;
+        #pragma omp simd reduction(+ : m)
         for (int c = 0; c < C; c++) { m += x[c]; }
         m /= C;
         float var = 0.0f;
+        #pragma omp simd reduction(+ : var)
         for (int c = 0; c < C; c++) { float d = x[c] - m; var += d * d; }
         var /= C;
         float s = 1.0f / sqrtf(var + 1e-5f);
@@ -69,6 +72,7 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
                     float s = 0.0f;
+                    #pragma omp simd reduction(+ : s)
                     for (int i = 0; i < hs; i++) { s += q[i] * k[i]; }
                     s *= scale;
                     a[t2] = s;
@@ -90,13 +94,12 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
     }
 }
 
-#define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
-
+// out = gelu(inp), one vector of VEC_W elements at a time (llmc/cpu_vecmath.h)
 static void gelu_forward(float* out, const float* inp, size_t n) {
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    for (size_t i = 0; i < n; i += VEC_W) {
+        int w = n - i < VEC_W ? (int)(n - i) : VEC_W;
+        vf_store_n(out + i, vf_gelu(vf_load_n(inp + i, w, 0.0f)), w);
     }
 }
 
@@ -110,10 +113,8 @@ static void crossentropy_forward(float* losses, const float* logits, const int* 
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* l = logits + (size_t)n * Vp;
-        float maxv = -INFINITY;
-        for (int i = 0; i < V; i++) { if (l[i] > maxv) { maxv = l[i]; } }
-        float sum = 0.0f;
-        for (int i = 0; i < V; i++) { sum += expf(l[i] - maxv); }
+        float maxv = vf_array_max(l, V);
+        float sum = vf_array_exp_sum(NULL, l, V, maxv);
         losses[n] = logf(sum) + maxv - l[targets[n]];
     }
 }
@@ -126,12 +127,10 @@ static void crossentropy_softmax_backward(float* logits, const int* targets, flo
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* l = logits + (size_t)n * Vp;
-        float maxv = -INFINITY;
-        for (int i = 0; i < V; i++) { if (l[i] > maxv) { maxv = l[i]; } }
-        float sum = 0.0f;
-        for (int i = 0; i < V; i++) { l[i] = expf(l[i] - maxv); sum += l[i]; }
-        float inv = 1.0f / sum;
-        for (int i = 0; i < V; i++) { l[i] = l[i] * inv * dloss; }
+        float maxv = vf_array_max(l, V);
+        float scale = dloss / vf_array_exp_sum(l, l, V, maxv);
+        #pragma omp simd
+        for (int i = 0; i < V; i++) { l[i] *= scale; }
         l[targets[n]] -= dloss;
         for (int i = V; i < Vp; i++) { l[i] = 0.0f; }
     }
@@ -147,6 +146,7 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
         const float* x = inp + (size_t)n * C;
         float m = mean[n], s = rstd[n];
         float mean_dnorm = 0.0f, mean_dnorm_norm = 0.0f;
+        #pragma omp simd reduction(+ : mean_dnorm, mean_dnorm_norm)
         for (int c = 0; c < C; c++) {
             float norm = (x[c] - m) * s;
             float dnorm = dy[c] * weight[c];
@@ -181,13 +181,10 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
 // dinp = dout * gelu'(inp); dinp may be dout.
 static void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = dout[i] * grad;
+    for (size_t i = 0; i < n; i += VEC_W) {
+        int w = n - i < VEC_W ? (int)(n - i) : VEC_W;
+        vfloat g = vf_load_n(dout + i, w, 0.0f) * vf_gelu_grad(vf_load_n(inp + i, w, 0.0f));
+        vf_store_n(dinp + i, g, w);
     }
 }
 
@@ -215,6 +212,7 @@ static void attention_backward(float* dqkv, float* scratch, const float* dout, c
                     const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
                     float* dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
                     float d = 0.0f;
+                    #pragma omp simd reduction(+ : d)
                     for (int i = 0; i < hs; i++) { d += dy[i] * v[i]; dv[i] += a[t2] * dy[i]; }
                     datt[t2] = d;
                     dot += a[t2] * d;
@@ -598,13 +596,18 @@ typedef struct {
 
 static void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float grad_scale,
                          float weight_decay, const AdamWConfig* h, float bias1, float bias2) {
-    #pragma omp parallel for schedule(static)
+    // the hyperparameters in locals: stores through the float pointers cannot alias them, so the
+    // loop vectorises
+    const float beta1 = h->beta1, beta2 = h->beta2, lr = h->lr, eps = h->eps;
+    #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float g = grads[i] * grad_scale;
-        m[i] = h->beta1 * m[i] + (1.0f - h->beta1) * g;
-        v[i] = h->beta2 * v[i] + (1.0f - h->beta2) * g * g;
-        float mhat = m[i] / bias1, vhat = v[i] / bias2;
-        params[i] -= h->lr * (mhat / (sqrtf(vhat) + h->eps) + weight_decay * params[i]);
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bias1, vhat = vi / bias2;
+        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
     }
 }
 

@@ -1,0 +1,113 @@
+// Vectorised elementwise math for the CPU trainer's layers, on GCC vector extensions (512, 256 or
+// 128-bit vectors after the target ISA; plain C where there is no SIMD): exp with about 1 ulp
+// error, and the tanh-approximation GELU and its derivative written through the logistic
+// function (0.5 (1 + tanh u) = 1 / (1 + exp(-2u))). Every element goes through the same
+// vector code, tails included, so a value never depends on where it sits in the array.
+#ifndef LLMC_CPU_VECMATH_H
+#define LLMC_CPU_VECMATH_H
+
+#include <stddef.h>
+#include <string.h>
+
+#if defined(__AVX512F__)
+#define VEC_W 16
+#elif defined(__AVX__)
+#define VEC_W 8
+#else
+#define VEC_W 4
+#endif
+
+typedef float vfloat __attribute__((vector_size(VEC_W * 4)));
+typedef int vint __attribute__((vector_size(VEC_W * 4)));
+
+static inline vfloat vf_splat(float x) { return (vfloat){0} + x; }
+
+// Loads / stores the first n (<= VEC_W) floats; missing lanes read as `fill`.
+static inline vfloat vf_load_n(const float* p, int n, float fill) {
+    vfloat v = vf_splat(fill);
+    memcpy(&v, p, (size_t)n * sizeof(float));
+    return v;
+}
+static inline void vf_store_n(float* p, vfloat v, int n) { memcpy(p, &v, (size_t)n * sizeof(float)); }
+
+// lane-wise selects through the all-ones / all-zeros masks that vector comparisons give
+static inline vfloat vf_select(vint mask, vfloat a, vfloat b) { return (vfloat)(((vint)a & mask) | ((vint)b & ~mask)); }
+static inline vfloat vf_min(vfloat a, vfloat b) { return vf_select(a < b, a, b); }
+static inline vfloat vf_max(vfloat a, vfloat b) { return vf_select(a > b, a, b); }
+
+// exp(x) for x in [-87, 88] (clamped outside): x = n ln2 + r, |r| <= ln2 / 2, exp(r) by its
+// degree-7 Taylor polynomial (truncation below 1e-8 relative), times 2^n built in the exponent bits.
+static inline vfloat vf_exp(vfloat x) {
+    x = vf_min(vf_max(x, vf_splat(-87.0f)), vf_splat(88.0f));
+    const vfloat shifter = vf_splat(12582912.0f); // 1.5 * 2^23: adding it rounds to an integer
+    vfloat t = x * 1.44269504088896341f + shifter;
+    vfloat n = t - shifter;
+    vfloat r = x - n * 0.693145751953125f;        // ln2 split in a part exact in float ...
+    r = r - n * 1.428606765330187e-06f;           // ... and the rest
+    vfloat p = vf_splat(1.0f / 5040.0f);
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    vint e = (__builtin_convertvector(n, vint) + 127) << 23;
+    return p * (vfloat)e;
+}
+
+// The lanes i < n set (all ones), the others clear.
+static inline vint vi_first_lanes(int n) {
+    vint m;
+    for (int i = 0; i < VEC_W; i++) { m[i] = i < n ? -1 : 0; }
+    return m;
+}
+
+static inline float vf_hsum(vfloat v) {
+    float s = 0.0f;
+    for (int i = 0; i < VEC_W; i++) { s += v[i]; }
+    return s;
+}
+
+static inline float vf_hmax(vfloat v) {
+    float m = v[0];
+    for (int i = 1; i < VEC_W; i++) { m = v[i] > m ? v[i] : m; }
+    return m;
+}
+
+// max of x[0..n)
+static inline float vf_array_max(const float* x, int n) {
+    vfloat m = vf_splat(-__builtin_inff());
+    for (int i = 0; i < n; i += VEC_W) { m = vf_max(m, vf_load_n(x + i, n - i < VEC_W ? n - i : VEC_W, -__builtin_inff())); }
+    return vf_hmax(m);
+}
+
+// y[i] = exp(x[i] - shift) for i < n (y may be x or NULL); returns their sum.
+static inline float vf_array_exp_sum(float* y, const float* x, int n, float shift) {
+    vfloat sum = (vfloat){0};
+    for (int i = 0; i < n; i += VEC_W) {
+        int w = n - i < VEC_W ? n - i : VEC_W;
+        vfloat e = vf_select(vi_first_lanes(w), vf_exp(vf_load_n(x + i, w, 0.0f) - shift), (vfloat){0});
+        if (y) { vf_store_n(y + i, e, w); }
+        sum += e;
+    }
+    return vf_hsum(sum);
+}
+
+#define CPU_GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
+
+// s = 0.5 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+static inline vfloat vf_gelu_sigmoid(vfloat x) {
+    vfloat u = CPU_GELU_SCALE * (x + 0.044715f * x * x * x);
+    return 1.0f / (1.0f + vf_exp(-2.0f * u));
+}
+
+static inline vfloat vf_gelu(vfloat x) { return x * vf_gelu_sigmoid(x); }
+
+// d gelu / dx = s + x (1 - tanh^2 u) / 2 * du/dx, with 1 - tanh^2 u = 4 s (1 - s)
+static inline vfloat vf_gelu_grad(vfloat x) {
+    vfloat s = vf_gelu_sigmoid(x);
+    return s + 2.0f * x * s * (1.0f - s) * CPU_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+#endif
