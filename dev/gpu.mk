@@ -1,0 +1,75 @@
+# The CUDA trainer's build (included by the top Makefile).
+#   make train_gpt2 [PRECISION=BF16|FP32]      nvcc, sm_80 + sm_90, links cuBLASLt
+#   make test_gpt2 [PRECISION=...]             the GPU test
+#   make train_gpt2emu / test_gpt2emu          the same sources through the CUDA emulator (CPU)
+#   make gpu-nvcc-check                        every .cu for sm_80 and sm_90, both precisions, warnings
+#                                              as errors; registers and spills per kernel in a report
+ifeq ($(.DEFAULT_GOAL),)
+.DEFAULT_GOAL := all
+endif
+
+PRECISION ?= BF16
+ifeq ($(PRECISION),FP32)
+GPU_PRECISION_FLAGS := -DENABLE_FP32
+else ifeq ($(PRECISION),BF16)
+GPU_PRECISION_FLAGS :=
+else
+$(error PRECISION=$(PRECISION): must be BF16 or FP32)
+endif
+
+NVCC ?= nvcc
+NVCC_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function
+EMUCC := dev/cuda_emu/emucc
+EMUCC_FLAGS := -O1 -Xcompiler -Wall,-Wno-unused-function
+GPU_SOURCES := train_gpt2.cu $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
+GPU_KERNEL_TESTS := $(wildcard dev/gpu_kernels/*.cu)
+
+# A stamp per precision: switching PRECISION rebuilds the root binaries.
+build/gpu/precision_$(PRECISION):
+	@mkdir -p build/gpu
+	@rm -f build/gpu/precision_*
+	@touch $@
+
+train_gpt2: $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
+	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ train_gpt2.cu -lcublasLt
+
+test_gpt2: test_gpt2.cu $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
+	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ test_gpt2.cu -lcublasLt
+
+train_gpt2emu: $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
+	$(EMUCC) $(EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ train_gpt2.cu -lcublasLt
+
+test_gpt2emu: test_gpt2.cu $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
+	$(EMUCC) $(EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ test_gpt2.cu -lcublasLt
+
+# Fixed-precision emulated builds for the tests (they do not touch the root binaries).
+build/gpu/train_gpt2emu_fp32: $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(EMUCC) $(EMUCC_FLAGS) -DENABLE_FP32 -o $@ train_gpt2.cu
+build/gpu/test_gpt2emu_fp32: test_gpt2.cu $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(EMUCC) $(EMUCC_FLAGS) -DENABLE_FP32 -o $@ test_gpt2.cu
+build/gpu/test_gpt2emu_bf16: test_gpt2.cu $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(EMUCC) $(EMUCC_FLAGS) -o $@ test_gpt2.cu
+
+# nvcc for sm_80 and sm_90 in both precisions; ptxas -v output goes to build/gpu/ptxas_*.log and
+# dev/gpu_kernels/ptxas_report.sh turns it into build/gpu/ptxas_report.txt (fails on any spill).
+gpu-nvcc-check: train_gpt2.cu test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS)
+	@mkdir -p build/gpu
+	@rm -f build/gpu/ptxas_*.log
+	@for src in train_gpt2.cu test_gpt2.cu $(GPU_KERNEL_TESTS); do \
+	  for prec in BF16 FP32; do \
+	    flags=; [ $$prec = FP32 ] && flags=-DENABLE_FP32; \
+	    name=$$(basename $$src .cu)_$$prec; \
+	    echo "$(NVCC) -c $$src ($$prec, sm_80 + sm_90)"; \
+	    $(NVCC) $(NVCC_FLAGS) $$flags -Xptxas -v -c -o build/gpu/$$name.o $$src 2> build/gpu/ptxas_$$name.log \
+	      || { cat build/gpu/ptxas_$$name.log; exit 1; }; \
+	  done; \
+	done
+	@bash dev/gpu_kernels/ptxas_report.sh build/gpu/ptxas_train_gpt2_BF16.log build/gpu/ptxas_train_gpt2_FP32.log > build/gpu/ptxas_report.txt \
+	  || { cat build/gpu/ptxas_report.txt; exit 1; }
+	@echo "registers and spills per kernel: build/gpu/ptxas_report.txt"
+
+.PHONY: gpu-nvcc-check

@@ -1,0 +1,197 @@
+// test_gpt2 (GPU) / test_gpt2emu (through the CUDA emulator): checks the CUDA trainer against
+// the PyTorch reference (train_gpt2.py) on a small model, as test_gpt2cpu does for the CPU:
+// logits, loss and all 16 gradient tensors of one batch, the losses of 10 AdamW steps, then
+// determinism: the same 10 steps again from the same start give bitwise identical losses and
+// parameters. Exits non-zero on any mismatch.
+//   test_gpt2 MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1]
+// -p adds a small error to one gradient tensor before comparing (the test of the test: it must
+// then fail). -b also checks that a bf16 (v5) file of the same model loads onto the device as
+// the fp32 values rounded to bf16. -r and -w as in train_gpt2.
+#define TESTING
+#include "train_gpt2.cu"
+
+// Tolerances. FP32: fp32 rounding across different summation orders. BF16: bf16 parameters
+// and activations (8 bits of mantissa) against the fp32 reference; measured margins in README.
+#ifdef ENABLE_FP32
+#define LOGITS_TOL 1e-5f    // max |CUDA - PyTorch| over all logits
+#define LOSS_TOL 1e-5f      // |CUDA - PyTorch| of the batch loss
+#define GRAD_REL_TOL 1e-5f  // max |CUDA - PyTorch| of a gradient tensor / max |PyTorch| of it
+#define STEP_LOSS_TOL 1e-5f // |CUDA - PyTorch| of each of the 10 training losses
+#else
+#define LOGITS_TOL 2e-2f
+#define LOSS_TOL 1e-2f
+#define GRAD_REL_TOL 2e-2f
+#define STEP_LOSS_TOL 2e-3f
+#endif
+#define TEST_STEPS 10
+
+static int failures = 0;
+
+static void report(const char* what, float err, float tol) {
+    int ok = err <= tol;
+    printf("%-4s %-22s error %.3e (tolerance %.0e)\n", ok ? "ok" : "FAIL", what, err, tol);
+    if (!ok) { failures++; }
+}
+
+static float max_abs(const float* x, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) { if (fabsf(x[i]) > m) { m = fabsf(x[i]); } }
+    return m;
+}
+
+static float max_abs_diff(const float* a, const float* b, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        if (!(d <= m)) { m = d; } // NaN propagates as a failure
+    }
+    return m;
+}
+
+// 10 AdamW steps with the reference's hyperparameters (constant lr 1e-4, no weight decay,
+// clip 1.0) from the given parameters and a fresh optimizer; losses out, final parameters to final_params.
+static void train_steps(GPT2* model, Optimizer* opt, const float* params, const char* data_path, int B, int T,
+                        float* losses, float* final_params) {
+    upload_floatX(model->params_memory, params, model->num_parameters);
+    cudaCheck(cudaMemset(opt->m, 0, opt->n * sizeof(float)));
+    cudaCheck(cudaMemset(opt->v, 0, opt->n * sizeof(float)));
+    if (opt->master) { cudaCheck(cudaMemcpy(opt->master, params, opt->n * sizeof(float), cudaMemcpyHostToDevice)); }
+    DataLoader loader;
+    dataloader_init(&loader, data_path, "data", B, T, 0, 1, 1, model->config.vocab_size, 0, 0);
+    AdamWConfig adamw = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f};
+    for (int step = 0; step < TEST_STEPS; step++) {
+        dataloader_next(&loader);
+        gpt2_zero_grads(model);
+        losses[step] = gpt2_forward(model, loader.inputs, loader.targets, B, T, 1.0f);
+        gpt2_backward(model, B, T, NULL, NULL);
+        float norm = gpt2_grad_norm(model);
+        float scale = norm > 1.0f ? 1.0f / norm : 1.0f;
+        optimizer_step(opt, model, &adamw, scale, step + 1, 1337u);
+    }
+    gpt2_download_params(model, final_params);
+    dataloader_free(&loader);
+}
+
+int main(int argc, char** argv) {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        fail("no CUDA GPU found; use ./test_gpt2cpu for the CPU test");
+    }
+    if (argc < 5) {
+        fail("usage: %s MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1]",
+             argv[0]);
+    }
+    const char *model_path = argv[1], *state_path = argv[2], *losses_path = argv[3], *data_path = argv[4];
+    int perturb = -1, recompute = 1, master = 1;
+    const char* bf16_path = NULL;
+    for (int i = 5; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "-p") == 0) { perturb = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-b") == 0) { bf16_path = argv[i + 1]; }
+        else if (strcmp(argv[i], "-r") == 0) { recompute = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-w") == 0) { master = atoi(argv[i + 1]); }
+        else { fail("unknown option %s", argv[i]); }
+    }
+    if (recompute < 0 || recompute > 2 || master < 0 || master > 1) { fail("-r must be 0..2 and -w 0..1"); }
+    cudaCheck(cudaSetDevice(0));
+    matmul_init();
+
+    GPT2Config config;
+    float* params = gpt2_load_model(model_path, &config);
+
+    FILE* f = fopen_check(state_path, "rb");
+    int header[256];
+    fread_check(header, sizeof(int), 256, f, state_path, "state header");
+    if (header[0] != 20240327 || header[1] != 2) { fail("%s: bad debug state magic/version %d %d", state_path, header[0], header[1]); }
+    int B = header[2], T = header[3];
+    size_t BT = (size_t)B * T, V = config.vocab_size, Vp = config.padded_vocab_size;
+    int* x = (int*)malloc_check(BT * sizeof(int));
+    int* y = (int*)malloc_check(BT * sizeof(int));
+    float* ref_logits = (float*)malloc_check(BT * V * sizeof(float));
+    float ref_loss;
+    size_t n = gpt2_num_parameters(&config);
+    float* ref_grads = (float*)malloc_check(n * sizeof(float));
+    fread_check(x, sizeof(int), BT, f, state_path, "x");
+    fread_check(y, sizeof(int), BT, f, state_path, "y");
+    fread_check(ref_logits, sizeof(float), BT * V, f, state_path, "logits");
+    fread_check(&ref_loss, sizeof(float), 1, f, state_path, "loss");
+    fread_check(ref_grads, sizeof(float), n, f, state_path, "grads");
+    fclose(f);
+    printf("precision %s | recompute %d | master weights %d\n", PRECISION_NAME, recompute, master);
+    printf("model L %d C %d NH %d V %d | batch B %d T %d | %zu parameters\n", config.num_layers, config.channels,
+           config.num_heads, config.vocab_size, B, T, n);
+
+    float* host = (float*)malloc_check(n * sizeof(float));
+    if (bf16_path) {
+        GPT2Config c16;
+        float* p16 = gpt2_load_model(bf16_path, &c16);
+        GPT2 m16;
+        gpt2_build(&m16, &c16, p16, 1, 1, recompute);
+        gpt2_download_params(&m16, host);
+        size_t mismatches = 0;
+        for (size_t i = 0; i < n; i++) { mismatches += host[i] != bf16_to_float(float_to_bf16(params[i])); }
+        report("bf16 file == rounded", (float)mismatches, 0.0f);
+        gpt2_free(&m16);
+        free(p16);
+    }
+
+    GPT2 model;
+    gpt2_build(&model, &config, params, B, T, recompute);
+    Optimizer opt;
+    optimizer_init(&opt, &model, master, params);
+
+    // one batch: logits, loss, gradients
+    float loss = gpt2_forward(&model, x, y, B, T, 0.0f);
+    float* logits = (float*)malloc_check(BT * Vp * sizeof(float));
+    download_floatX(logits, model.acts.logits, BT * Vp);
+    float logit_err = 0.0f;
+    for (size_t bt = 0; bt < BT; bt++) {
+        float e = max_abs_diff(logits + bt * Vp, ref_logits + bt * V, V);
+        if (!(e <= logit_err)) { logit_err = e; }
+    }
+    report("logits", logit_err, LOGITS_TOL);
+    report("loss", fabsf(loss - ref_loss), LOSS_TOL);
+    printf("     loss CUDA %.6f PyTorch %.6f\n", loss, ref_loss);
+    gpt2_zero_grads(&model);
+    gpt2_forward(&model, x, y, B, T, 1.0f);
+    gpt2_backward(&model, B, T, NULL, NULL);
+    download_floatX(host, model.grads_memory, n);
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        float* g = host + off;
+        if (i == perturb) { g[model.sizes[i] / 2] += 10.0f * GRAD_REL_TOL * max_abs(ref_grads + off, model.sizes[i]); }
+        float scale = max_abs(ref_grads + off, model.sizes[i]);
+        char what[64];
+        snprintf(what, sizeof(what), "grad %s", parameter_names[i]);
+        report(what, max_abs_diff(g, ref_grads + off, model.sizes[i]) / (scale > 0.0f ? scale : 1.0f), GRAD_REL_TOL);
+        off += model.sizes[i];
+    }
+
+    // training, twice from the same start: the reference's losses, then bitwise repetition
+    FILE* lf = fopen_check(losses_path, "r");
+    float ref_losses[TEST_STEPS], losses[TEST_STEPS], again[TEST_STEPS];
+    for (int i = 0; i < TEST_STEPS; i++) {
+        if (fscanf(lf, "%f", &ref_losses[i]) != 1) { fail("%s: fewer than %d losses", losses_path, TEST_STEPS); }
+    }
+    fclose(lf);
+    float* final1 = (float*)malloc_check(n * sizeof(float));
+    float* final2 = (float*)malloc_check(n * sizeof(float));
+    train_steps(&model, &opt, params, data_path, B, T, losses, final1);
+    for (int step = 0; step < TEST_STEPS; step++) {
+        char what[64];
+        snprintf(what, sizeof(what), "step %d loss", step + 1);
+        report(what, fabsf(losses[step] - ref_losses[step]), STEP_LOSS_TOL);
+    }
+    train_steps(&model, &opt, params, data_path, B, T, again, final2);
+    size_t loss_diffs = 0, param_diffs = 0;
+    for (int i = 0; i < TEST_STEPS; i++) { loss_diffs += memcmp(&losses[i], &again[i], sizeof(float)) != 0; }
+    for (size_t i = 0; i < n; i++) { param_diffs += memcmp(&final1[i], &final2[i], sizeof(float)) != 0; }
+    report("rerun losses differ", (float)loss_diffs, 0.0f);
+    report("rerun params differ", (float)param_diffs, 0.0f);
+    printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
+    optimizer_free(&opt);
+    gpt2_free(&model);
+    matmul_free();
+    free(params); free(host); free(logits); free(final1); free(final2);
+    free(x); free(y); free(ref_logits); free(ref_grads);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,642 @@
+// train_gpt2: GPT-2 training on one NVIDIA GPU, the same model, flags, files and logs as the
+// CPU trainer train_gpt2cpu (train_gpt2.c). Kernels live in llmc/*.cuh; matmuls go through
+// cuBLASLt. PRECISION=BF16 (default): bf16 parameters, activations and gradients, fp32 AdamW
+// state and (-w 1) fp32 master weights, stochastic rounding of the bf16 parameters.
+// PRECISION=FP32 (-DENABLE_FP32): fp32 throughout, for tight testing against the CPU.
+// Memory: -r 0|1|2 recomputes nothing, GELU, or GELU and both LayerNorms in backward.
+// This is the single-process core (model, forward, backward, optimizer); backward reports each
+// finished layer through a GradsReadyFn hook where a distributed layer can start reducing.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "llmc/utils.h"
+#include "llmc/rng.h"
+#include "llmc/gpt2_model.h"
+#include "llmc/args.h"
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
+#include "llmc/schedulers.h"
+#include "llmc/logger.h"
+#include "llmc/mesh.h"
+#include "llmc/checkpoint.h"
+#include "llmc/cuda_common.cuh"
+#include "llmc/encoder.cuh"
+#include "llmc/layernorm.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/classifier.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/adamw.cuh"
+
+enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
+
+// ----------------------------------------------------------------------------
+// host <-> device parameter transfers (floatX on the device, fp32 on the host)
+
+static void upload_floatX(floatX* dst, const float* src, size_t n) {
+    if (sizeof(floatX) == sizeof(float)) {
+        cudaCheck(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+        return;
+    }
+    uint16_t* tmp = (uint16_t*)malloc_check(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) { tmp[i] = float_to_bf16(src[i]); }
+    cudaCheck(cudaMemcpy(dst, tmp, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    free(tmp);
+}
+
+static void download_floatX(float* dst, const floatX* src, size_t n) {
+    if (sizeof(floatX) == sizeof(float)) {
+        cudaCheck(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
+        return;
+    }
+    uint16_t* tmp = (uint16_t*)malloc_check(n * sizeof(uint16_t));
+    cudaCheck(cudaMemcpy(tmp, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) { dst[i] = bf16_to_float(tmp[i]); }
+    free(tmp);
+}
+
+// ----------------------------------------------------------------------------
+// the model
+
+// Saved forward activations for a (B, T) micro-batch; per-layer tensors have a leading L
+// (a single slot where -r recomputes them in backward).
+typedef struct {
+    floatX* encoded;   // (B, T, C)
+    floatX* ln1;       // (L or 1, B, T, C)
+    float* ln1_mean;   // (L, B, T)
+    float* ln1_rstd;   // (L, B, T)
+    floatX* qkv;       // (L, B, T, 3C)
+    floatX* atty;      // (L, B, T, C)
+    floatX* att;       // (L, B, NH, T, T)
+    floatX* residual2; // (L, B, T, C)
+    floatX* ln2;       // (L or 1, B, T, C)
+    float* ln2_mean;   // (L, B, T)
+    float* ln2_rstd;   // (L, B, T)
+    floatX* fch;       // (L, B, T, 4C) before GELU
+    floatX* fch_gelu;  // (L or 1, B, T, 4C)
+    floatX* residual3; // (L, B, T, C)
+    floatX* lnf;       // (B, T, C)
+    float* lnf_mean;   // (B, T)
+    float* lnf_rstd;   // (B, T)
+    floatX* logits;    // (B, T, Vp); dlogits after a training forward
+    float* losses;     // (B, T)
+    floatX* proj;      // (B, T, C): a projection's output before its residual add
+    int* inputs;       // (B, T)
+    int* targets;      // (B, T)
+} Activations;
+
+// Gradient buffers for activations, reused by every layer, and scratch.
+typedef struct {
+    floatX* dresidual; // (B, T, C)
+    floatX* dC;        // (B, T, C)
+    floatX* d4C;       // (B, T, 4C)
+    floatX* dqkv;      // (B, T, 3C)
+    float* dpre;       // (B, NH, T, T): attention score gradients
+    float* partial;    // column-sum chunks: colsum_chunks(B T) * 4C
+    float* norm;       // NORM_BLOCKS + 1
+} ActivationGrads;
+
+typedef struct {
+    GPT2Config config;
+    size_t num_parameters;
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    floatX* params_memory;
+    floatX* params[NUM_PARAMETER_TENSORS];
+    floatX* grads_memory;
+    floatX* grads[NUM_PARAMETER_TENSORS];
+    int B, T;      // the largest micro-batch the buffers hold
+    int recompute; // -r
+    Activations acts;
+    ActivationGrads acts_grad;
+    size_t activation_bytes;
+    int* tokens;        // host copy of the last forward's inputs (B, T)
+    float* losses_host; // (B, T)
+    EncoderBuckets buckets;
+    int dlogits_ready;  // the last forward turned logits into dlogits
+} GPT2;
+
+// Layer l's slice of per-layer tensor i.
+static floatX* layer_slice(floatX* const* tensors, const GPT2* m, int i, int l) {
+    return tensors[i] + (size_t)l * (m->sizes[i] / m->config.num_layers);
+}
+
+static void point_tensors(floatX** tensors, floatX* base, const size_t* sizes) {
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { tensors[i] = base; base += sizes[i]; }
+}
+
+static void* device_alloc(size_t bytes, size_t* total) {
+    void* p;
+    cudaCheck(cudaMalloc(&p, bytes));
+    cudaCheck(cudaMemset(p, 0, bytes));
+    if (total) { *total += bytes; }
+    return p;
+}
+
+// Builds the model on the device from fp32 host parameters (converted to floatX).
+static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, int B, int T, int recompute) {
+    m->config = *config;
+    m->num_parameters = gpt2_num_parameters(config);
+    gpt2_parameter_sizes(config, m->sizes);
+    size_t n = m->num_parameters;
+    m->params_memory = (floatX*)device_alloc(n * sizeof(floatX), NULL);
+    m->grads_memory = (floatX*)device_alloc(n * sizeof(floatX), NULL);
+    point_tensors(m->params, m->params_memory, m->sizes);
+    point_tensors(m->grads, m->grads_memory, m->sizes);
+    upload_floatX(m->params_memory, params, n);
+    m->B = B;
+    m->T = T;
+    m->recompute = recompute;
+    size_t L = config->num_layers, C = config->channels, NH = config->num_heads, BT = (size_t)B * T;
+    size_t Lln = recompute >= 2 ? 1 : L, Lgelu = recompute >= 1 ? 1 : L, X = sizeof(floatX), F = sizeof(float);
+    size_t* tot = &m->activation_bytes;
+    *tot = 0;
+    Activations* a = &m->acts;
+    a->encoded = (floatX*)device_alloc(BT * C * X, tot);
+    a->ln1 = (floatX*)device_alloc(Lln * BT * C * X, tot);
+    a->ln1_mean = (float*)device_alloc(L * BT * F, tot);
+    a->ln1_rstd = (float*)device_alloc(L * BT * F, tot);
+    a->qkv = (floatX*)device_alloc(L * BT * 3 * C * X, tot);
+    a->atty = (floatX*)device_alloc(L * BT * C * X, tot);
+    a->att = (floatX*)device_alloc(L * B * NH * T * T * X, tot);
+    a->residual2 = (floatX*)device_alloc(L * BT * C * X, tot);
+    a->ln2 = (floatX*)device_alloc(Lln * BT * C * X, tot);
+    a->ln2_mean = (float*)device_alloc(L * BT * F, tot);
+    a->ln2_rstd = (float*)device_alloc(L * BT * F, tot);
+    a->fch = (floatX*)device_alloc(L * BT * 4 * C * X, tot);
+    a->fch_gelu = (floatX*)device_alloc(Lgelu * BT * 4 * C * X, tot);
+    a->residual3 = (floatX*)device_alloc(L * BT * C * X, tot);
+    a->lnf = (floatX*)device_alloc(BT * C * X, tot);
+    a->lnf_mean = (float*)device_alloc(BT * F, tot);
+    a->lnf_rstd = (float*)device_alloc(BT * F, tot);
+    a->logits = (floatX*)device_alloc(BT * config->padded_vocab_size * X, tot);
+    a->losses = (float*)device_alloc(BT * F, tot);
+    a->proj = (floatX*)device_alloc(BT * C * X, tot);
+    a->inputs = (int*)device_alloc(BT * sizeof(int), tot);
+    a->targets = (int*)device_alloc(BT * sizeof(int), tot);
+    ActivationGrads* g = &m->acts_grad;
+    g->dresidual = (floatX*)device_alloc(BT * C * X, tot);
+    g->dC = (floatX*)device_alloc(BT * C * X, tot);
+    g->d4C = (floatX*)device_alloc(BT * 4 * C * X, tot);
+    g->dqkv = (floatX*)device_alloc(BT * 3 * C * X, tot);
+    g->dpre = (float*)device_alloc(B * NH * T * T * F, tot);
+    g->partial = (float*)device_alloc((size_t)colsum_chunks((int)BT) * 4 * C * F, tot);
+    g->norm = (float*)device_alloc((NORM_BLOCKS + 1) * F, tot);
+    m->tokens = (int*)malloc_check(BT * sizeof(int));
+    m->losses_host = (float*)malloc_check(BT * sizeof(float));
+    encoder_buckets_init(&m->buckets, (int)BT, config->vocab_size);
+    m->dlogits_ready = 0;
+}
+
+static void gpt2_free(GPT2* m) {
+    void* bufs[] = {m->params_memory, m->grads_memory, m->acts.encoded, m->acts.ln1, m->acts.ln1_mean,
+                    m->acts.ln1_rstd, m->acts.qkv, m->acts.atty, m->acts.att, m->acts.residual2, m->acts.ln2,
+                    m->acts.ln2_mean, m->acts.ln2_rstd, m->acts.fch, m->acts.fch_gelu, m->acts.residual3,
+                    m->acts.lnf, m->acts.lnf_mean, m->acts.lnf_rstd, m->acts.logits, m->acts.losses, m->acts.proj,
+                    m->acts.inputs, m->acts.targets, m->acts_grad.dresidual, m->acts_grad.dC, m->acts_grad.d4C,
+                    m->acts_grad.dqkv, m->acts_grad.dpre, m->acts_grad.partial, m->acts_grad.norm};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { cudaCheck(cudaFree(bufs[i])); }
+    encoder_buckets_free(&m->buckets);
+    free(m->tokens);
+    free(m->losses_host);
+}
+
+// The model's parameters as fp32 on the host (n floats).
+static void gpt2_download_params(const GPT2* m, float* out) { download_floatX(out, m->params_memory, m->num_parameters); }
+
+// Forward pass over a (B, T) micro-batch (B, T no larger than built for). With targets,
+// returns the mean loss; without, -1 (logits only). dloss > 0 makes it the forward of a
+// training micro-step: the classifier then also turns the logits into dlogits for
+// gpt2_backward, weighting this micro-batch's mean loss by dloss (1 / grad_accum).
+static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
+    const GPT2Config* c = &m->config;
+    int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+    if (B > m->B || T > m->T) { fail("forward of B %d T %d on a model built for B %d T %d", B, T, m->B, m->T); }
+    int BT = B * T;
+    size_t stride = (size_t)m->B * m->T; // layer slabs are spaced for the built size
+    size_t ln_stride = m->recompute >= 2 ? 0 : stride, gelu_stride = m->recompute >= 1 ? 0 : stride;
+    Activations* a = &m->acts;
+    memcpy(m->tokens, inputs, (size_t)BT * sizeof(int));
+    cudaCheck(cudaMemcpy(a->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
+    if (targets) { cudaCheck(cudaMemcpy(a->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice)); }
+    floatX* const* p = m->params;
+    encoder_forward(a->encoded, a->inputs, p[WTE], p[WPE], B, T, C);
+    residual_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, NULL, a->encoded, NULL, p[LN1W], p[LN1B], BT, C);
+    for (int l = 0; l < L; l++) {
+        const floatX* x = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride * C;
+        floatX* ln1 = a->ln1 + l * ln_stride * C;
+        floatX* qkv = a->qkv + l * stride * 3 * C;
+        floatX* atty = a->atty + l * stride * C;
+        floatX* att = a->att + l * stride * NH * m->T;
+        floatX* res2 = a->residual2 + l * stride * C;
+        floatX* ln2 = a->ln2 + l * ln_stride * C;
+        floatX* fch = a->fch + l * stride * 4 * C;
+        floatX* fch_gelu = a->fch_gelu + l * gelu_stride * 4 * C;
+        floatX* res3 = a->residual3 + l * stride * C;
+        matmul_forward(qkv, ln1, layer_slice(p, m, QKVW, l), layer_slice(p, m, QKVB, l), BT, C, 3 * C);
+        attention_forward(atty, att, qkv, B, T, C, NH);
+        matmul_forward(a->proj, atty, layer_slice(p, m, ATTPROJW, l), layer_slice(p, m, ATTPROJB, l), BT, C, C);
+        residual_layernorm_forward(ln2, a->ln2_mean + l * stride, a->ln2_rstd + l * stride, res2, x, a->proj,
+                                   layer_slice(p, m, LN2W, l), layer_slice(p, m, LN2B, l), BT, C);
+        matmul_forward_gelu(fch_gelu, fch, ln2, layer_slice(p, m, FCW, l), layer_slice(p, m, FCB, l), BT, C, 4 * C);
+        matmul_forward(a->proj, fch_gelu, layer_slice(p, m, FCPROJW, l), layer_slice(p, m, FCPROJB, l), BT, 4 * C, C);
+        // the residual add fused with the next LayerNorm: the next layer's ln1, or lnf
+        if (l + 1 < L) {
+            residual_layernorm_forward(a->ln1 + (l + 1) * ln_stride * C, a->ln1_mean + (l + 1) * stride,
+                                       a->ln1_rstd + (l + 1) * stride, res3, res2, a->proj,
+                                       layer_slice(p, m, LN1W, l + 1), layer_slice(p, m, LN1B, l + 1), BT, C);
+        } else {
+            residual_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, res3, res2, a->proj, p[LNFW], p[LNFB], BT, C);
+        }
+    }
+    matmul_forward(a->logits, a->lnf, p[WTE], NULL, BT, C, Vp);
+    m->dlogits_ready = 0;
+    if (!targets) { return -1.0f; }
+    fused_classifier(a->logits, a->losses, a->targets, dloss / (float)BT, dloss > 0.0f, BT, V, Vp);
+    m->dlogits_ready = dloss > 0.0f;
+    cudaCheck(cudaMemcpy(m->losses_host, a->losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost));
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++) { sum += m->losses_host[i]; }
+    return (float)(sum / BT);
+}
+
+// Called by gpt2_backward when a layer's parameter gradients are complete (layer -1: wte,
+// wpe, lnfw, lnfb), so a distributed layer can reduce them while the rest of backward runs.
+typedef void (*GradsReadyFn)(void* ctx, GPT2* m, int layer);
+
+// Backward of the last (training) forward, same B, T, accumulating into the parameter gradients.
+static void gpt2_backward(GPT2* m, int B, int T, GradsReadyFn ready, void* ctx) {
+    if (!m->dlogits_ready) { fail("gpt2_backward: the last forward was not a training forward (targets, dloss > 0)"); }
+    const GPT2Config* c = &m->config;
+    int L = c->num_layers, NH = c->num_heads, C = c->channels, Vp = c->padded_vocab_size;
+    int BT = B * T;
+    size_t stride = (size_t)m->B * m->T;
+    size_t ln_stride = m->recompute >= 2 ? 0 : stride, gelu_stride = m->recompute >= 1 ? 0 : stride;
+    Activations* a = &m->acts;
+    ActivationGrads* g = &m->acts_grad;
+    floatX* const* p = m->params;
+    floatX* const* d = m->grads;
+    matmul_backward(g->dC, d[WTE], NULL, NULL, a->logits, a->lnf, p[WTE], NULL, BT, C, Vp);
+    cudaCheck(cudaMemset(g->dresidual, 0, (size_t)BT * C * sizeof(floatX)));
+    const floatX* last = a->residual3 + (L - 1) * stride * C;
+    layernorm_backward(g->dresidual, d[LNFW], d[LNFB], g->partial, g->dC, last, p[LNFW], a->lnf_mean, a->lnf_rstd,
+                       BT, C);
+    for (int l = L - 1; l >= 0; l--) {
+        const floatX* x = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride * C;
+        floatX* ln1 = a->ln1 + l * ln_stride * C;
+        floatX* qkv = a->qkv + l * stride * 3 * C;
+        floatX* atty = a->atty + l * stride * C;
+        floatX* att = a->att + l * stride * NH * m->T;
+        floatX* res2 = a->residual2 + l * stride * C;
+        floatX* ln2 = a->ln2 + l * ln_stride * C;
+        floatX* fch = a->fch + l * stride * 4 * C;
+        floatX* fch_gelu = a->fch_gelu + l * gelu_stride * 4 * C;
+        float *ln1_mean = a->ln1_mean + l * stride, *ln1_rstd = a->ln1_rstd + l * stride;
+        float *ln2_mean = a->ln2_mean + l * stride, *ln2_rstd = a->ln2_rstd + l * stride;
+        if (m->recompute >= 1) { gelu_forward(fch_gelu, fch, (size_t)BT * 4 * C); }
+        if (m->recompute >= 2) {
+            residual_layernorm_forward(ln2, ln2_mean, ln2_rstd, NULL, res2, NULL, layer_slice(p, m, LN2W, l),
+                                       layer_slice(p, m, LN2B, l), BT, C);
+        }
+        // the residual gradient feeds the MLP projection directly; GELU's gradient is its epilogue
+        matmul_backward(g->d4C, layer_slice(d, m, FCPROJW, l), layer_slice(d, m, FCPROJB, l), g->partial, g->dresidual,
+                        fch_gelu, layer_slice(p, m, FCPROJW, l), fch, BT, 4 * C, C);
+        matmul_backward(g->dC, layer_slice(d, m, FCW, l), layer_slice(d, m, FCB, l), g->partial, g->d4C, ln2,
+                        layer_slice(p, m, FCW, l), NULL, BT, C, 4 * C);
+        layernorm_backward(g->dresidual, layer_slice(d, m, LN2W, l), layer_slice(d, m, LN2B, l), g->partial, g->dC,
+                           res2, layer_slice(p, m, LN2W, l), ln2_mean, ln2_rstd, BT, C);
+        matmul_backward(g->dC, layer_slice(d, m, ATTPROJW, l), layer_slice(d, m, ATTPROJB, l), g->partial,
+                        g->dresidual, atty, layer_slice(p, m, ATTPROJW, l), NULL, BT, C, C);
+        attention_backward(g->dqkv, g->dpre, g->dC, qkv, att, B, T, C, NH);
+        if (m->recompute >= 2) {
+            residual_layernorm_forward(ln1, ln1_mean, ln1_rstd, NULL, x, NULL, layer_slice(p, m, LN1W, l),
+                                       layer_slice(p, m, LN1B, l), BT, C);
+        }
+        matmul_backward(g->dC, layer_slice(d, m, QKVW, l), layer_slice(d, m, QKVB, l), g->partial, g->dqkv, ln1,
+                        layer_slice(p, m, QKVW, l), NULL, BT, C, 3 * C);
+        layernorm_backward(g->dresidual, layer_slice(d, m, LN1W, l), layer_slice(d, m, LN1B, l), g->partial, g->dC, x,
+                           layer_slice(p, m, LN1W, l), ln1_mean, ln1_rstd, BT, C);
+        if (ready) { ready(ctx, m, l); }
+    }
+    encoder_backward(d[WTE], d[WPE], &m->buckets, g->dresidual, m->tokens, B, T, C);
+    if (ready) { ready(ctx, m, -1); }
+    m->dlogits_ready = 0;
+}
+
+static void gpt2_zero_grads(GPT2* m) {
+    cudaCheck(cudaMemset(m->grads_memory, 0, m->num_parameters * sizeof(floatX)));
+}
+
+static float gpt2_grad_norm(GPT2* m) { return global_norm(m->grads_memory, m->num_parameters, m->acts_grad.norm); }
+
+// ----------------------------------------------------------------------------
+// the optimizer: AdamW state (fp32 m, v) and, in BF16 with -w 1, fp32 master weights
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+} AdamWConfig;
+
+typedef struct {
+    size_t n;
+    float* m;
+    float* v;
+    float* master; // NULL without master weights
+} Optimizer;
+
+// master: keep fp32 master weights, initialised from the fp32 host parameters (ignored in FP32,
+// where the parameters are fp32 already).
+static void optimizer_init(Optimizer* o, const GPT2* m, int master, const float* params) {
+    o->n = m->num_parameters;
+    o->m = (float*)device_alloc(o->n * sizeof(float), NULL);
+    o->v = (float*)device_alloc(o->n * sizeof(float), NULL);
+    o->master = NULL;
+    if (master && sizeof(floatX) != sizeof(float)) {
+        o->master = (float*)device_alloc(o->n * sizeof(float), NULL);
+        cudaCheck(cudaMemcpy(o->master, params, o->n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+}
+
+static void optimizer_free(Optimizer* o) {
+    cudaCheck(cudaFree(o->m));
+    cudaCheck(cudaFree(o->v));
+    if (o->master) { cudaCheck(cudaFree(o->master)); }
+}
+
+// AdamW (t = 1-based step) on every tensor; the stochastic rounding is seeded by seed, t and the tensor.
+static void optimizer_step(Optimizer* o, GPT2* m, const AdamWConfig* h, float grad_scale, int t, uint32_t seed) {
+    float bias1 = 1.0f - powf(h->beta1, (float)t), bias2 = 1.0f - powf(h->beta2, (float)t);
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        float wd = parameter_is_matrix[i] ? h->weight_decay : 0.0f;
+        adamw_update(m->params_memory + off, o->master ? o->master + off : NULL, m->grads_memory + off, o->m + off,
+                     o->v + off, m->sizes[i], h->lr, h->beta1, h->beta2, h->eps, wd, grad_scale, bias1, bias2,
+                     seed + (uint32_t)t * NUM_PARAMETER_TENSORS + (uint32_t)i);
+        off += m->sizes[i];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// training
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Mean loss over the val batches.
+static float evaluate(GPT2* m, DataLoader* val, int batches) {
+    dataloader_reset(val);
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        dataloader_next(val);
+        sum += gpt2_forward(m, val->inputs, val->targets, val->B, val->T, 0.0f);
+    }
+    return (float)(sum / batches);
+}
+
+// Samples gen_tokens tokens after an end-of-text prompt and prints them.
+static void sample_text(GPT2* m, const Tokenizer* tok, int eot, int gen_tokens, Rng* rng) {
+    int T = m->T, V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
+    int* context = (int*)malloc_check((size_t)T * sizeof(int));
+    float* logits = (float*)malloc_check((size_t)Vp * sizeof(float));
+    int len = 1;
+    context[0] = eot;
+    printf("---\n");
+    for (int i = 0; i < gen_tokens; i++) {
+        gpt2_forward(m, context, NULL, 1, len, 0.0f);
+        download_floatX(logits, m->acts.logits + (size_t)(len - 1) * Vp, (size_t)Vp);
+        float maxv = -INFINITY;
+        for (int v = 0; v < V; v++) { if (logits[v] > maxv) { maxv = logits[v]; } }
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) { sum += exp(logits[v] - maxv); }
+        double r = rng_uniform(rng) * sum, acc = 0.0;
+        int next = V - 1;
+        for (int v = 0; v < V; v++) {
+            acc += exp(logits[v] - maxv);
+            if (acc > r) { next = v; break; }
+        }
+        if (tok) { tokenizer_print(tok, next); } else { printf("%d ", next); }
+        if (len == T) { memmove(context, context + 1, (T - 1) * sizeof(int)); len--; }
+        context[len++] = next;
+    }
+    printf("\n---\n");
+    fflush(stdout);
+    free(context);
+    free(logits);
+}
+
+// Model file (v5 in BF16, v3 in FP32), then the optimizer state, then the DONE marker.
+static void save_checkpoint(const char* dir, int step, GPT2* m, Optimizer* o, const DataLoader* train,
+                            const TrainArgs* args, const Rng* rng) {
+    char path[4096];
+    size_t n = m->num_parameters;
+    float* host = (float*)malloc_check(n * sizeof(float) * 3);
+    gpt2_download_params(m, host);
+    checkpoint_path(path, sizeof(path), dir, "model", step, -1);
+    gpt2_write_model(path, &m->config, host, sizeof(floatX) == 4 ? MODEL_VERSION_FP32 : MODEL_VERSION_BF16);
+    float *hm = host, *hv = host + n, *hmaster = host + 2 * n;
+    cudaCheck(cudaMemcpy(hm, o->m, n * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(hv, o->v, n * sizeof(float), cudaMemcpyDeviceToHost));
+    if (o->master) { cudaCheck(cudaMemcpy(hmaster, o->master, n * sizeof(float), cudaMemcpyDeviceToHost)); }
+    TrainState s = {0, 1, 1, 0, args->B, args->T, args->total_batch, step, train->epoch, train->file_pos,
+                    train->row_pos, rng->state, n, o->master != NULL};
+    checkpoint_path(path, sizeof(path), dir, "state", step, 0);
+    state_write(path, &s, hm, hv, o->master ? hmaster : NULL);
+    checkpoint_mark_done(dir, step);
+    free(host);
+}
+
+static void format_eta(char* out, size_t len, double seconds) {
+    int s = (int)(seconds + 0.5);
+    if (s >= 3600) { snprintf(out, len, "%dh%02dm", s / 3600, (s / 60) % 60); }
+    else { snprintf(out, len, "%dm%02ds", s / 60, s % 60); }
+}
+
+#ifndef TESTING
+int main(int argc, char** argv) {
+    TrainArgs args;
+    args_parse(&args, argc, argv, 1);
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        fail("no CUDA GPU found; use ./train_gpt2cpu for CPU training");
+    }
+    args_validate(&args, 1);
+    if (args.zero_stage != 0) { fail("-z %d: ZeRO needs several GPUs; this single-process trainer runs stage 0", args.zero_stage); }
+    Mesh mesh;
+    mesh_init(&mesh, 1, 0, args.dp_shard);
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    cudaCheck(cudaSetDevice(0));
+    matmul_init();
+
+    // the model: a checkpoint to resume, a model file, or a descriptor
+    GPT2Config config;
+    float* params = NULL;
+    int resume_step = args.resume ? checkpoint_latest(args.log_dir) : -1;
+    Tokenizer tokenizer;
+    int have_tokenizer = args.tokenizer[0] != '\0';
+    if (have_tokenizer) { tokenizer_init(&tokenizer, args.tokenizer); }
+    const char* model_source = args.model;
+    char resume_model[4096];
+    if (resume_step >= 0) {
+        checkpoint_path(resume_model, sizeof(resume_model), args.log_dir, "model", resume_step, -1);
+        model_source = resume_model;
+    }
+    struct stat st;
+    if (stat(model_source, &st) == 0) {
+        if (args.vocab_size != 0) { fail("-V %d: applies to descriptor models only, not %s", args.vocab_size, model_source); }
+        params = gpt2_load_model(model_source, &config);
+    } else if (model_source[0] == 'd' && strchr(model_source, '/') == NULL && strchr(model_source, '.') == NULL) {
+        int V = args.vocab_size ? args.vocab_size : (have_tokenizer ? tokenizer.vocab_size : 50257);
+        gpt2_config_from_descriptor(&config, model_source, V, args.max_seq_len);
+        params = (float*)malloc_check(gpt2_num_parameters(&config) * sizeof(float));
+        gpt2_init_parameters(params, &config, (uint64_t)args.seed);
+    } else {
+        fail("-e %s: no such model file", model_source);
+    }
+    if (args.T > config.max_seq_len) {
+        fail("-t %d: larger than the model's max_seq_len %d (%s)", args.T, config.max_seq_len, model_source);
+    }
+    if (have_tokenizer && tokenizer.vocab_size > config.vocab_size) {
+        fail("-tk %s: tokenizer vocab %d is larger than the model's %d", args.tokenizer, tokenizer.vocab_size,
+             config.vocab_size);
+    }
+
+    // batch arithmetic
+    long tokens_per_micro = (long)args.B * args.T;
+    if (args.total_batch == 0) { args.total_batch = (int)tokens_per_micro; }
+    if (args.total_batch % tokens_per_micro != 0) {
+        fail("-d %d: not a multiple of B*T*ranks = %d*%d*%d = %ld", args.total_batch, args.B, args.T, 1,
+             tokens_per_micro);
+    }
+    int grad_accum = (int)(args.total_batch / tokens_per_micro);
+
+    GPT2 model;
+    gpt2_build(&model, &config, params, args.B, args.T, args.recompute);
+    Optimizer opt;
+    optimizer_init(&opt, &model, args.master_weights, params);
+    ShardLayout layout;
+    shard_layout_init(&layout, &config, 1);
+
+    DataLoader train, val;
+    dataloader_init(&train, args.train_pattern, "-i", args.B, args.T, mesh.dp_rank, mesh.dp_degree, grad_accum,
+                    config.vocab_size, args.shuffle, (uint64_t)args.seed);
+    int have_val = args.val_pattern[0] != '\0' && args.val_every > 0;
+    if (have_val) {
+        dataloader_init(&val, args.val_pattern, "-j", args.B, args.T, mesh.dp_rank, mesh.dp_degree, 1,
+                        config.vocab_size, 0, 0);
+    }
+    int max_steps = args.max_steps > 0 ? args.max_steps : (int)dataloader_batches_per_epoch(&train);
+
+    LRSchedule schedule = {schedule_kind_from_name(args.schedule), args.lr, args.warmup, max_steps, args.final_fraction};
+    AdamWConfig adamw = {args.lr, 0.9f, 0.95f, 1e-8f, args.weight_decay};
+    Rng sample_rng;
+    rng_seed(&sample_rng, (uint64_t)args.seed + 1);
+    int start_step = 0;
+    if (resume_step >= 0) {
+        char path[4096];
+        size_t n = model.num_parameters;
+        float* host = (float*)malloc_check(3 * n * sizeof(float));
+        checkpoint_path(path, sizeof(path), args.log_dir, "state", resume_step, 0);
+        TrainState expect = {0, 1, 1, 0, args.B, args.T, args.total_batch, 0, 0, 0, 0, 0, n, opt.master != NULL};
+        TrainState got;
+        state_read(path, &expect, &got, host, host + n, host + 2 * n);
+        cudaCheck(cudaMemcpy(opt.m, host, n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(opt.v, host + n, n * sizeof(float), cudaMemcpyHostToDevice));
+        if (opt.master) { cudaCheck(cudaMemcpy(opt.master, host + 2 * n, n * sizeof(float), cudaMemcpyHostToDevice)); }
+        free(host);
+        start_step = got.step;
+        sample_rng.state = got.rng;
+        dataloader_seek(&train, got.epoch, got.file_pos, got.row_pos);
+    }
+    Logger logger;
+    logger_init(&logger, args.log_dir, 0, resume_step >= 0);
+
+    MemoryBytes mem = memory_bytes_per_rank(&layout, 0, model.num_parameters, sizeof(floatX), sizeof(floatX),
+                                            opt.master != NULL);
+    mem.activations = model.activation_bytes;
+    CommBytes comm = comm_bytes_per_step(&layout, &mesh, 0, grad_accum, model.num_parameters, sizeof(floatX),
+                                         sizeof(floatX));
+    printf("model: %s | L %d | NH %d | C %d | V %d (padded %d) | T_max %d | %zu parameters\n", model_source,
+           config.num_layers, config.num_heads, config.channels, config.vocab_size, config.padded_vocab_size,
+           config.max_seq_len, model.num_parameters);
+    printf("batch: B %d | T %d | ranks %d | grad_accum %d | %d tokens per step | %d steps\n", args.B, args.T, 1,
+           grad_accum, args.total_batch, max_steps);
+    printf("device: %s | precision %s | recompute %d | master weights %s\n", prop.name, PRECISION_NAME,
+           args.recompute, opt.master ? "fp32" : "none");
+    printf("mesh: dp_replicate %d x dp_shard %d | ZeRO stage %d\n", mesh.dp_replicate, mesh.dp_shard, 0);
+    printf("memory per rank: params %zu grads %zu optimizer %zu activations %zu bytes\n", mem.params, mem.grads,
+           mem.optimizer, mem.activations);
+    printf("communication per step: %zu bytes sent per rank (gradients %zu, replicas %zu, parameters %zu, "
+           "scalars %zu)\n", comm.total, comm.grad_reduce, comm.replica, comm.param_gather, comm.scalars);
+    if (resume_step >= 0) { printf("resumed from step %d of %s\n", resume_step, args.log_dir); }
+    fflush(stdout);
+
+    int eot = have_tokenizer ? tokenizer.eot_token : config.vocab_size - 1;
+    double total_time = 0.0;
+    int timed_steps = 0;
+    for (int step = start_step; step <= max_steps; step++) {
+        int last = step == max_steps;
+        if (have_val && (step % args.val_every == 0 || last)) {
+            float val_loss = evaluate(&model, &val, args.val_batches);
+            printf("step %d: val loss %.6f\n", step, val_loss);
+            logger_log_val(&logger, step, val_loss);
+        }
+        if (args.sample_every > 0 && step > 0 && (step % args.sample_every == 0 || last)) {
+            sample_text(&model, have_tokenizer ? &tokenizer : NULL, eot, args.gen_tokens, &sample_rng);
+        }
+        if (last) { break; }
+
+        double t0 = now_seconds();
+        if (args.overfit) { dataloader_reset(&train); }
+        gpt2_zero_grads(&model);
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < grad_accum; micro++) {
+            dataloader_next(&train);
+            loss_sum += gpt2_forward(&model, train.inputs, train.targets, args.B, args.T, 1.0f / grad_accum);
+            gpt2_backward(&model, args.B, args.T, NULL, NULL);
+        }
+        float norm = gpt2_grad_norm(&model);
+        float grad_scale = (args.grad_clip > 0.0f && norm > args.grad_clip) ? args.grad_clip / norm : 1.0f;
+        adamw.lr = schedule_lr(&schedule, step);
+        optimizer_step(&opt, &model, &adamw, grad_scale, step + 1, (uint32_t)args.seed);
+        cudaCheck(cudaDeviceSynchronize());
+        float loss = (float)(loss_sum / grad_accum);
+        double dt = now_seconds() - t0;
+        if (step > start_step) { total_time += dt; timed_steps++; }
+        char eta[32];
+        double avg = timed_steps > 0 ? total_time / timed_steps : dt;
+        format_eta(eta, sizeof(eta), avg * (max_steps - step - 1));
+        printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | eta %s\n", step + 1, max_steps,
+               loss, norm, adamw.lr, dt * 1000.0, args.total_batch / dt, eta);
+        fflush(stdout);
+        logger_log_train(&logger, step + 1, loss, adamw.lr, norm);
+        if (args.checkpoint_every > 0 && (step + 1) % args.checkpoint_every == 0) {
+            save_checkpoint(args.log_dir, step + 1, &model, &opt, &train, &args, &sample_rng);
+        }
+    }
+    if (timed_steps > 0) {
+        printf("average step time: %.1f ms (%.0f tok/s)\n", total_time / timed_steps * 1000.0,
+               args.total_batch / (total_time / timed_steps));
+    }
+    if (args.log_dir[0] != '\0') {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/model_final.bin", args.log_dir);
+        gpt2_download_params(&model, params);
+        gpt2_write_model(path, &model.config, params, sizeof(floatX) == 4 ? MODEL_VERSION_FP32 : MODEL_VERSION_BF16);
+    }
+    logger_free(&logger);
+    dataloader_free(&train);
+    if (have_val) { dataloader_free(&val); }
+    if (have_tokenizer) { tokenizer_free(&tokenizer); }
+    shard_layout_free(&layout);
+    optimizer_free(&opt);
+    gpt2_free(&model);
+    matmul_free();
+    free(params);
+    return 0;
+}
+#endif
