@@ -1,0 +1,2 @@
+// cublasLt.h (emulator): cuBLAS and cuBLASLt live in emu_cublas.h.
+#include "emu_cublas.h"

@@ -1,0 +1,2 @@
+// cublas_v2.h (emulator): cuBLAS and cuBLASLt live in emu_cublas.h.
+#include "emu_cublas.h"

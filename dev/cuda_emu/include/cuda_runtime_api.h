@@ -1,0 +1,2 @@
+// cuda_runtime_api.h (emulator): the CUDA runtime lives in emu_cuda.h.
+#include "emu_cuda.h"

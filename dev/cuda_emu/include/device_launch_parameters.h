@@ -1,0 +1,2 @@
+// device_launch_parameters.h (emulator): the CUDA runtime lives in emu_cuda.h.
+#include "emu_cuda.h"

@@ -1,0 +1,362 @@
+// emu_cuda.h: entry point of the CUDA emulator (force-included by emucc into every .cu file).
+// CUDA keywords as host C++, vector types, dim3, error codes, the runtime API (device memory is host
+// memory, streams and events run synchronously), and the emulated device's properties.
+#ifndef EMU_CUDA_H
+#define EMU_CUDA_H
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cmath>
+#include <chrono>
+#include <map>
+
+#define EMU_CUDA 1
+#ifndef CUDART_VERSION
+#define CUDART_VERSION 12080
+#endif
+
+// ---- keywords ----
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __managed__
+#define __grid_constant__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __cudart_builtin__
+// emucc keeps __shared__ as a token during its rewrite pass and turns it into `static` itself
+// (blocks run one at a time, and all threads of a block share static storage).
+#ifndef EMU_REWRITE_PASS
+#define __shared__ static
+#endif
+
+// ---- vector types (sizes and alignments as in CUDA's vector_types.h) ----
+#define EMU_VEC2(T, N, A) struct __attribute__((aligned(A))) N##2 { T x, y; }; \
+    inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
+#define EMU_VEC3(T, N) struct N##3 { T x, y, z; }; \
+    inline N##3 make_##N##3(T x, T y, T z) { return N##3{x, y, z}; }
+#define EMU_VEC4(T, N, A) struct __attribute__((aligned(A))) N##4 { T x, y, z, w; }; \
+    inline N##4 make_##N##4(T x, T y, T z, T w) { return N##4{x, y, z, w}; }
+#define EMU_VECS(T, N, A2, A4) EMU_VEC2(T, N, A2) EMU_VEC3(T, N) EMU_VEC4(T, N, A4)
+EMU_VECS(float, float, 8, 16)
+EMU_VECS(int, int, 8, 16)
+EMU_VECS(unsigned int, uint, 8, 16)
+EMU_VECS(short, short, 4, 8)
+EMU_VECS(unsigned short, ushort, 4, 8)
+EMU_VECS(signed char, char, 2, 4)
+EMU_VECS(unsigned char, uchar, 2, 4)
+EMU_VEC2(double, double, 16)
+EMU_VEC2(long long, longlong, 16)
+EMU_VEC2(unsigned long long, ulonglong, 16)
+#undef EMU_VEC2
+#undef EMU_VEC3
+#undef EMU_VEC4
+#undef EMU_VECS
+
+struct dim3 {
+    unsigned int x, y, z;
+    constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}
+    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+    constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+
+// ---- errors ----
+enum cudaError_t {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInitializationError = 3,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidSymbol = 13,
+    cudaErrorInvalidMemcpyDirection = 21,
+    cudaErrorInvalidDeviceFunction = 98,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600,
+    cudaErrorLaunchOutOfResources = 701,
+    cudaErrorNotSupported = 801,
+    cudaErrorUnknown = 999,
+};
+typedef cudaError_t cudaError;
+
+namespace emu {
+inline cudaError_t last_error = cudaSuccess;
+inline cudaError_t fail(cudaError_t e) { last_error = e; return e; }
+}
+
+inline cudaError_t cudaGetLastError() { cudaError_t e = emu::last_error; emu::last_error = cudaSuccess; return e; }
+inline cudaError_t cudaPeekAtLastError() { return emu::last_error; }
+inline const char* cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError: return "cudaErrorInitializationError";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidSymbol: return "cudaErrorInvalidSymbol";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    default: return "cudaErrorUnknown";
+    }
+}
+inline const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidSymbol: return "invalid device symbol";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorNotSupported: return "operation not supported";
+    default: return "unknown error";
+    }
+}
+
+// ---- the emulated device ----
+namespace emu {
+constexpr size_t kSmemDefault = 48 * 1024;    // dynamic shared memory per block without opt-in
+constexpr size_t kSmemOptin = 227 * 1024;     // cudaFuncAttributeMaxDynamicSharedMemorySize limit
+constexpr size_t kSmemPerSM = 228 * 1024;
+constexpr size_t kGlobalMem = 80ull << 30;
+constexpr int kMaxThreads = 1024, kNumSMs = 132, kMaxThreadsPerSM = 2048, kMaxBlocksPerSM = 32;
+inline int current_device = 0;
+inline size_t allocated_bytes = 0;
+inline std::map<void*, size_t>& allocations() { static std::map<void*, size_t> m; return m; }
+// One emulated GPU per process, or one per local MPI rank under mpirun (each rank may pick its own).
+inline int device_count() {
+    const char* s = getenv("EMU_DEVICE_COUNT");
+    if (!s) s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int n = s ? atoi(s) : 1;
+    return n > 0 ? n : 1;
+}
+}
+
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin, sharedMemPerMultiprocessor;
+    size_t totalConstMem, memPitch, textureAlignment;
+    int regsPerBlock, regsPerMultiprocessor, warpSize, maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3];
+    int clockRate, memoryClockRate, memoryBusWidth, l2CacheSize, persistingL2CacheMaxSize;
+    int multiProcessorCount, maxThreadsPerMultiProcessor, maxBlocksPerMultiProcessor;
+    int major, minor, integrated, canMapHostMemory, concurrentKernels, ECCEnabled;
+    int pciBusID, pciDeviceID, pciDomainID, asyncEngineCount, unifiedAddressing, managedMemory;
+    int computeMode, cooperativeLaunch;
+};
+
+enum cudaDeviceAttr {
+    cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMaxBlockDimX = 2, cudaDevAttrMaxBlockDimY = 3,
+    cudaDevAttrMaxBlockDimZ = 4, cudaDevAttrMaxGridDimX = 5, cudaDevAttrMaxGridDimY = 6,
+    cudaDevAttrMaxGridDimZ = 7, cudaDevAttrMaxSharedMemoryPerBlock = 8, cudaDevAttrWarpSize = 10,
+    cudaDevAttrMultiProcessorCount = 16, cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76, cudaDevAttrMaxThreadsPerMultiProcessor = 39,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+    cudaDevAttrL2CacheSize = 38,
+};
+
+inline cudaError_t cudaGetDeviceCount(int* n) { *n = emu::device_count(); return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= emu::device_count()) return emu::fail(cudaErrorInvalidDevice);
+    emu::current_device = d;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGetDevice(int* d) { *d = emu::current_device; return cudaSuccess; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+    if (d < 0 || d >= emu::device_count()) return emu::fail(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "CUDA emulator (CPU)");
+    p->totalGlobalMem = emu::kGlobalMem;
+    p->sharedMemPerBlock = emu::kSmemDefault;
+    p->sharedMemPerBlockOptin = emu::kSmemOptin;
+    p->sharedMemPerMultiprocessor = emu::kSmemPerSM;
+    p->totalConstMem = 64 * 1024;
+    p->memPitch = SIZE_MAX;
+    p->textureAlignment = 512;
+    p->regsPerBlock = p->regsPerMultiprocessor = 65536;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = emu::kMaxThreads;
+    p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
+    p->clockRate = 1755000; p->memoryClockRate = 2619000; p->memoryBusWidth = 5120;
+    p->l2CacheSize = 50 * 1024 * 1024;
+    p->multiProcessorCount = emu::kNumSMs;
+    p->maxThreadsPerMultiProcessor = emu::kMaxThreadsPerSM;
+    p->maxBlocksPerMultiProcessor = emu::kMaxBlocksPerSM;
+    p->major = 9; p->minor = 0;
+    p->canMapHostMemory = p->concurrentKernels = p->unifiedAddressing = p->managedMemory = 1;
+    p->pciBusID = d;
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int d) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, d) != cudaSuccess) return cudaErrorInvalidDevice;
+    switch (a) {
+    case cudaDevAttrMaxThreadsPerBlock: *v = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxBlockDimX: *v = p.maxThreadsDim[0]; break;
+    case cudaDevAttrMaxBlockDimY: *v = p.maxThreadsDim[1]; break;
+    case cudaDevAttrMaxBlockDimZ: *v = p.maxThreadsDim[2]; break;
+    case cudaDevAttrMaxGridDimX: *v = p.maxGridSize[0]; break;
+    case cudaDevAttrMaxGridDimY: *v = p.maxGridSize[1]; break;
+    case cudaDevAttrMaxGridDimZ: *v = p.maxGridSize[2]; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = (int)p.sharedMemPerBlock; break;
+    case cudaDevAttrWarpSize: *v = 32; break;
+    case cudaDevAttrMultiProcessorCount: *v = p.multiProcessorCount; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = p.minor; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *v = p.maxThreadsPerMultiProcessor; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)p.sharedMemPerBlockOptin; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = (int)p.sharedMemPerMultiprocessor; break;
+    case cudaDevAttrL2CacheSize: *v = p.l2CacheSize; break;
+    default: return emu::fail(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+inline cudaError_t cudaDriverGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
+inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
+
+// ---- memory: host memory underneath, every allocation tracked ----
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4,
+};
+#define cudaHostAllocDefault 0
+#define cudaHostAllocPortable 1
+#define cudaHostAllocMapped 2
+#define cudaHostAllocWriteCombined 4
+#define cudaMemAttachGlobal 1
+
+inline cudaError_t cudaMalloc(void** p, size_t n) {
+    *p = nullptr;
+    void* q = aligned_alloc(256, (n + 255) / 256 * 256);
+    if (!q) return emu::fail(cudaErrorMemoryAllocation);
+    emu::allocations()[q] = n;
+    emu::allocated_bytes += n;
+    *p = q;
+    return cudaSuccess;
+}
+inline cudaError_t cudaFree(void* p) {
+    if (!p) return cudaSuccess;
+    auto it = emu::allocations().find(p);
+    if (it == emu::allocations().end()) return emu::fail(cudaErrorInvalidValue);
+    emu::allocated_bytes -= it->second;
+    emu::allocations().erase(it);
+    free(p);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMallocHost(void** p, size_t n) { return cudaMalloc(p, n); }
+inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned int) { return cudaMalloc(p, n); }
+inline cudaError_t cudaMallocManaged(void** p, size_t n, unsigned int = cudaMemAttachGlobal) { return cudaMalloc(p, n); }
+inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+template <class T> cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc((void**)p, n); }
+template <class T> cudaError_t cudaMallocHost(T** p, size_t n) { return cudaMallocHost((void**)p, n); }
+template <class T> cudaError_t cudaHostAlloc(T** p, size_t n, unsigned int f) { return cudaHostAlloc((void**)p, n, f); }
+template <class T> cudaError_t cudaMallocManaged(T** p, size_t n, unsigned int f = cudaMemAttachGlobal) {
+    return cudaMallocManaged((void**)p, n, f);
+}
+inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+    *total = emu::kGlobalMem;
+    *free_bytes = emu::kGlobalMem - emu::allocated_bytes;
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    if ((unsigned)kind > cudaMemcpyDefault) return emu::fail(cudaErrorInvalidMemcpyDirection);
+    if (n) memmove(dst, src, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemset(void* p, int v, size_t n) { if (n) memset(p, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                size_t height, cudaMemcpyKind kind) {
+    if (width > dpitch || width > spitch) return emu::fail(cudaErrorInvalidValue);
+    for (size_t r = 0; r < height; r++) {
+        cudaError_t e = cudaMemcpy((char*)dst + r * dpitch, (const char*)src + r * spitch, width, kind);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+template <class T>
+cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t n, size_t offset = 0,
+                               cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
+    if (offset + n > sizeof(T)) return emu::fail(cudaErrorInvalidValue);
+    return cudaMemcpy((char*)&symbol + offset, src, n, kind);
+}
+template <class T>
+cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t n, size_t offset = 0,
+                                 cudaMemcpyKind kind = cudaMemcpyDeviceToHost) {
+    if (offset + n > sizeof(T)) return emu::fail(cudaErrorInvalidValue);
+    return cudaMemcpy(dst, (const char*)&symbol + offset, n, kind);
+}
+template <class T> cudaError_t cudaGetSymbolAddress(void** p, T& symbol) { *p = (void*)&symbol; return cudaSuccess; }
+
+// ---- streams and events: every operation completes before the call returns ----
+struct CUstream_st { int flags; };
+struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded; };
+typedef CUstream_st* cudaStream_t;
+typedef CUevent_st* cudaEvent_t;
+#define cudaStreamDefault 0
+#define cudaStreamNonBlocking 1
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
+#define cudaEventDefault 0
+#define cudaEventBlockingSync 1
+#define cudaEventDisableTiming 2
+
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new CUstream_st{0}; return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int f) { *s = new CUstream_st{(int)f}; return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int f, int) { return cudaStreamCreateWithFlags(s, f); }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int = 0) { return cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st{{}, false}; return cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = 0) {
+    e->t = std::chrono::steady_clock::now();
+    e->recorded = true;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!a->recorded || !b->recorded) return emu::fail(cudaErrorInvalidResourceHandle);
+    *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = 0) {
+    return cudaMemcpy(d, s, n, k);
+}
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = 0) { return cudaMemset(p, v, n); }
+inline cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
+template <class T> cudaError_t cudaMallocAsync(T** p, size_t n, cudaStream_t s) { return cudaMallocAsync((void**)p, n, s); }
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+template <class T>
+cudaError_t cudaMemcpyToSymbolAsync(T& symbol, const void* src, size_t n, size_t offset = 0,
+                                    cudaMemcpyKind kind = cudaMemcpyHostToDevice, cudaStream_t = 0) {
+    return cudaMemcpyToSymbol(symbol, src, n, offset, kind);
+}
+
+#include "emu_launch.h"
+#include "emu_device.h"
+
+#endif

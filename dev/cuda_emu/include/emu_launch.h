@@ -1,0 +1,352 @@
+// emu_launch.h: kernel launches. Blocks of a grid run one after another on the calling OS thread;
+// inside a block every CUDA thread is a ucontext fiber, switched cooperatively at __syncthreads and
+// warp-synchronous operations. Also launch validation (the errors a GPU reports), function
+// attributes, occupancy and cudaLaunchKernelEx. Included by emu_cuda.h.
+#ifndef EMU_LAUNCH_H
+#define EMU_LAUNCH_H
+
+#include <ucontext.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#else
+#define EMU_ASAN 0
+#endif
+
+inline uint3 threadIdx, blockIdx;  // threadIdx is swapped in by the scheduler for the running fiber
+inline dim3 blockDim, gridDim;
+inline constexpr int warpSize = 32;
+
+namespace emu {
+
+enum class State { Ready, Blocked, Done };
+
+struct Fiber {
+    ucontext_t ctx;
+    char* stack = nullptr;
+    size_t stack_size = 0;
+    uint3 tid;
+    State state = State::Ready;
+    void* asan_fake_stack = nullptr;
+};
+
+// Warp-synchronous exchange: each participating lane posts a value and (for shuffles) the lane it
+// reads; the last lane to arrive computes every participant's result and releases them together.
+struct Warp {
+    uint32_t exists = 0;   // lanes present in the block
+    uint32_t alive = 0;    // lanes that have not returned from the kernel
+    uint32_t waiting = 0;  // lanes blocked in a warp operation
+    uint32_t mask[32];
+    uint64_t value[32], result[32];
+    int src[32];
+    uint32_t ballot[32];
+};
+
+struct Block {
+    std::vector<Fiber> fibers;  // pool, reused across blocks and launches
+    std::vector<Warp> warps;
+    int nthreads = 0, alive = 0, current = -1;
+    int bar_arrived = 0, bar_count = 0, bar_result = 0;
+    ucontext_t sched_ctx;
+    const void* sched_stack = nullptr;  // scheduler stack bounds, for AddressSanitizer
+    size_t sched_stack_size = 0;
+    void (*body)(void*) = nullptr;
+    void* body_arg = nullptr;
+    unsigned char* dyn_smem = nullptr;
+};
+inline Block blk;
+
+inline size_t stack_bytes() {
+    const char* s = getenv("EMU_STACK_KB");
+    size_t kb = s ? strtoul(s, nullptr, 10) : 128;  // larger stacks make ASan's swapcontext hook slow
+    return kb * 1024;
+}
+
+inline void die(const char* msg) {
+    fprintf(stderr, "cuda_emu: %s\n", msg);
+    abort();
+}
+
+// Switch from the running fiber back to the scheduler; `dying` for the final switch.
+inline void to_scheduler(bool dying = false) {
+    Fiber& f = blk.fibers[blk.current];
+#if EMU_ASAN
+    __sanitizer_start_switch_fiber(dying ? nullptr : &f.asan_fake_stack, blk.sched_stack, blk.sched_stack_size);
+#endif
+    swapcontext(&f.ctx, &blk.sched_ctx);
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(f.asan_fake_stack, &blk.sched_stack, &blk.sched_stack_size);
+#endif
+}
+
+inline void block_until_ready() {
+    blk.fibers[blk.current].state = State::Blocked;
+    to_scheduler();
+}
+
+// Release the warp lanes whose synchronisation group (their mask, restricted to live lanes) has
+// fully arrived.
+inline void warp_try_release(Warp& w) {
+    for (int l = 0; l < 32; l++) {
+        if (!(w.waiting >> l & 1)) continue;
+        uint32_t group = w.mask[l] & w.alive;
+        if ((w.waiting & group) != group) continue;
+        bool same = true;
+        for (int j = 0; j < 32; j++)
+            if ((group >> j & 1) && (w.mask[j] & w.alive) != group) same = false;
+        if (!same) continue;
+        uint32_t ballot = 0;
+        for (int j = 0; j < 32; j++)
+            if ((group >> j & 1) && w.value[j] != 0) ballot |= 1u << j;
+        int warp_index = (int)(&w - blk.warps.data());
+        for (int j = 0; j < 32; j++) {
+            if (!(group >> j & 1)) continue;
+            int s = w.src[j];
+            w.result[j] = (s >= 0 && s < 32 && (group >> s & 1)) ? w.value[s] : w.value[j];
+            w.ballot[j] = ballot;
+            blk.fibers[warp_index * 32 + j].state = State::Ready;
+        }
+        w.waiting &= ~group;
+    }
+}
+
+// One warp-synchronous step for the calling lane; returns the value of lane `src` (own value when
+// `src` does not take part) and sets *ballot to the lanes of the group whose value was non-zero.
+inline uint64_t warp_exchange(uint32_t mask, uint64_t value, int src, uint32_t* ballot = nullptr) {
+    int t = blk.current;
+    Warp& w = blk.warps[t / 32];
+    int lane = t % 32;
+    if (!(mask >> lane & 1)) die("warp operation called by a lane that is not in its mask");
+    w.mask[lane] = mask;
+    w.value[lane] = value;
+    w.src[lane] = src;
+    w.waiting |= 1u << lane;
+    blk.fibers[t].state = State::Blocked;
+    warp_try_release(w);
+    if (blk.fibers[t].state == State::Blocked) to_scheduler();
+    if (ballot) *ballot = w.ballot[lane];
+    return w.result[lane];
+}
+
+// Wake every thread waiting in __syncthreads (threads blocked in a warp operation stay blocked).
+inline void release_block_barrier() {
+    blk.bar_result = blk.bar_count;
+    blk.bar_arrived = blk.bar_count = 0;
+    for (int i = 0; i < blk.nthreads; i++)
+        if (blk.fibers[i].state == State::Blocked && !(blk.warps[i / 32].waiting >> (i % 32) & 1))
+            blk.fibers[i].state = State::Ready;
+}
+
+// __syncthreads with a predicate count; threads that returned from the kernel count as arrived.
+inline int block_barrier(int pred) {
+    blk.bar_count += pred != 0;
+    if (++blk.bar_arrived < blk.alive) {
+        block_until_ready();
+        return blk.bar_result;
+    }
+    release_block_barrier();
+    return blk.bar_result;
+}
+
+inline void fiber_main() {
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &blk.sched_stack, &blk.sched_stack_size);
+#endif
+    blk.body(blk.body_arg);
+    int t = blk.current;
+    blk.fibers[t].state = State::Done;
+    Warp& w = blk.warps[t / 32];
+    w.alive &= ~(1u << (t % 32));
+    blk.alive--;
+    warp_try_release(w);
+    if (blk.bar_arrived > 0 && blk.bar_arrived == blk.alive) release_block_barrier();
+    to_scheduler(true);
+}
+
+inline void run_block(dim3 block) {
+    int n = (int)(block.x * block.y * block.z);
+    size_t ss = stack_bytes();
+    long page = sysconf(_SC_PAGESIZE);
+    while ((int)blk.fibers.size() < n) {
+        Fiber f;
+        // one guard page below each stack turns a fiber stack overflow into a crash
+        char* m = (char*)mmap(nullptr, ss + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) die("cannot allocate fiber stacks");
+        mprotect(m, page, PROT_NONE);
+        f.stack = m + page;
+        f.stack_size = ss;
+        blk.fibers.push_back(f);
+    }
+    blk.nthreads = blk.alive = n;
+    blk.bar_arrived = blk.bar_count = 0;
+    blk.warps.assign((n + 31) / 32, Warp{});
+    for (int i = 0; i < n; i++) {
+        Warp& w = blk.warps[i / 32];
+        w.exists |= 1u << (i % 32);
+        w.alive = w.exists;
+        Fiber& f = blk.fibers[i];
+        f.tid = uint3{i % block.x, (i / block.x) % block.y, i / (block.x * block.y)};
+        f.state = State::Ready;
+#if EMU_ASAN
+        // a finished fiber leaves its last frames (fiber_main, to_scheduler) poisoned at the stack top
+        size_t top = f.stack_size < 64 * 1024 ? f.stack_size : 64 * 1024;
+        __asan_unpoison_memory_region(f.stack + f.stack_size - top, top);
+#endif
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack;
+        f.ctx.uc_stack.ss_size = f.stack_size;
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, fiber_main, 0);
+    }
+    while (blk.alive > 0) {
+        bool ran = false;
+        for (int i = 0; i < n; i++) {
+            Fiber& f = blk.fibers[i];
+            if (f.state != State::Ready) continue;
+            ran = true;
+            blk.current = i;
+            threadIdx = f.tid;
+            void* fake = nullptr;
+#if EMU_ASAN
+            __sanitizer_start_switch_fiber(&fake, f.stack, f.stack_size);
+#endif
+            swapcontext(&blk.sched_ctx, &f.ctx);
+#if EMU_ASAN
+            __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+        }
+        if (!ran) die("deadlock: threads wait in __syncthreads or a warp operation that not all threads reach");
+    }
+    blk.current = -1;
+}
+
+// ---- launch configuration and validation ----
+struct LaunchConfig {
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+    LaunchConfig(dim3 g, dim3 b, size_t s = 0, cudaStream_t st = 0) : grid(g), block(b), smem(s), stream(st) {}
+};
+
+struct FuncAttrs { int max_dynamic_smem = (int)kSmemDefault; int carveout = -1; };
+inline std::map<const void*, FuncAttrs>& func_attrs() { static std::map<const void*, FuncAttrs> m; return m; }
+inline int max_optin_seen = (int)kSmemDefault;  // limit used for kernels whose address is unknown
+
+// Kernel address when the kernel name can be taken alone (not for templates deduced from arguments):
+// emucc passes a generic lambda whose return type is only valid when `&name` is.
+template <class F> const void* kernel_id(F f) {
+    if constexpr (std::is_invocable_v<F, int>) return f(0);
+    else return nullptr;
+}
+
+inline cudaError_t check_config(const void* kid, const LaunchConfig& c) {
+    const dim3 &g = c.grid, &b = c.block;
+    if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) return cudaErrorInvalidConfiguration;
+    if (b.x > 1024 || b.y > 1024 || b.z > 64 || (uint64_t)b.x * b.y * b.z > (uint64_t)kMaxThreads)
+        return cudaErrorInvalidConfiguration;
+    if (g.x > 2147483647u || g.y > 65535 || g.z > 65535) return cudaErrorInvalidConfiguration;
+    size_t limit = kSmemDefault;
+    if (kid) {
+        auto it = func_attrs().find(kid);
+        if (it != func_attrs().end()) limit = (size_t)it->second.max_dynamic_smem;
+    } else {
+        limit = (size_t)max_optin_seen;
+    }
+    if (c.smem > limit) return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+
+template <class F> void call_body(void* f) { (*(F*)f)(); }
+
+// Run `body` (which calls the kernel) as every thread of every block of the grid.
+template <class F> void launch(const void* kid, const LaunchConfig& c, F body) {
+    cudaError_t e = check_config(kid, c);
+    if (e != cudaSuccess) { fail(e); return; }
+    if (blk.current >= 0) die("kernel launched from device code (dynamic parallelism is not emulated)");
+    std::vector<unsigned char> smem(c.smem);  // exact size, so out-of-bounds accesses are caught by ASan
+    blk.dyn_smem = smem.data();
+    blk.body = &call_body<F>;
+    blk.body_arg = &body;
+    blockDim = c.block;
+    gridDim = c.grid;
+    for (unsigned z = 0; z < c.grid.z; z++)
+        for (unsigned y = 0; y < c.grid.y; y++)
+            for (unsigned x = 0; x < c.grid.x; x++) {
+                blockIdx = uint3{x, y, z};
+                run_block(c.block);
+            }
+    blk.dyn_smem = nullptr;
+}
+
+inline void* dynamic_smem() { return blk.dyn_smem; }
+
+}  // namespace emu
+
+// ---- function attributes, occupancy, cudaLaunchKernelEx ----
+enum cudaFuncAttribute {
+    cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+    cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+};
+enum cudaFuncCache { cudaFuncCachePreferNone = 0, cudaFuncCachePreferShared = 1, cudaFuncCachePreferL1 = 2, cudaFuncCachePreferEqual = 3 };
+enum cudaSharedMemConfig { cudaSharedMemBankSizeDefault = 0, cudaSharedMemBankSizeFourByte = 1, cudaSharedMemBankSizeEightByte = 2 };
+#define cudaSharedmemCarveoutDefault (-1)
+#define cudaSharedmemCarveoutMaxShared 100
+#define cudaSharedmemCarveoutMaxL1 0
+
+inline cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+    if (!func) return emu::fail(cudaErrorInvalidDeviceFunction);
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || (size_t)value > emu::kSmemOptin) return emu::fail(cudaErrorInvalidValue);
+        emu::func_attrs()[func].max_dynamic_smem = value;
+        if (value > emu::max_optin_seen) emu::max_optin_seen = value;
+    } else if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) {
+        if (value < -1 || value > 100) return emu::fail(cudaErrorInvalidValue);
+        emu::func_attrs()[func].carveout = value;
+    } else {
+        return emu::fail(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+template <class... P> cudaError_t cudaFuncSetAttribute(void (*func)(P...), cudaFuncAttribute attr, int value) {
+    return cudaFuncSetAttribute((const void*)func, attr, value);
+}
+template <class... P> cudaError_t cudaFuncSetCacheConfig(void (*)(P...), cudaFuncCache) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSetCacheConfig(cudaFuncCache) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSetSharedMemConfig(cudaSharedMemConfig) { return cudaSuccess; }
+
+// Resident blocks per SM by the emulated device's thread, block and shared-memory limits.
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, int block_size, size_t smem) {
+    if (block_size <= 0 || block_size > emu::kMaxThreads) return emu::fail(cudaErrorInvalidValue);
+    int by_threads = emu::kMaxThreadsPerSM / block_size;
+    int by_smem = smem ? (int)(emu::kSmemPerSM / (smem + 1024)) : emu::kMaxBlocksPerSM;
+    int r = by_threads < by_smem ? by_threads : by_smem;
+    *n = r < emu::kMaxBlocksPerSM ? r : emu::kMaxBlocksPerSM;
+    return cudaSuccess;
+}
+template <class... P>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, void (*f)(P...), int block_size, size_t smem) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, (const void*)f, block_size, smem);
+}
+
+struct cudaLaunchAttribute { int id; int val[16]; };
+struct cudaLaunchConfig_t {
+    dim3 gridDim, blockDim;
+    size_t dynamicSmemBytes;
+    cudaStream_t stream;
+    cudaLaunchAttribute* attrs;
+    unsigned int numAttrs;
+};
+template <class... P, class... A>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* c, void (*kernel)(P...), A&&... args) {
+    emu::launch((const void*)kernel, emu::LaunchConfig(c->gridDim, c->blockDim, c->dynamicSmemBytes, c->stream),
+                [&] { kernel(args...); });
+    return cudaPeekAtLastError();
+}
+
+#endif
