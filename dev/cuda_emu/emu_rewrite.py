@@ -100,14 +100,14 @@ def rewrite_launches(src):
         args = src[j + 1:args_end]
         gap = src[cfg_end + 3:j]  # whitespace (maybe newlines) between >>> and (
         out.append(src[pos:start])
-        out.append("::emu::launch(%s, ::emu::LaunchConfig(%s),%s[=] { %s(%s); })" % (kernel_id(name), cfg, gap, name, args))
+        out.append("::emu::launch(%s, ::emu::LaunchConfig(%s), %s[=] { %s(%s); })" % (kernel_id(name), cfg, gap, name, args))
         pos = args_end + 1
     out.append(src[pos:])
     return "".join(out)
 
 
 EXTERN_SHARED = re.compile(r"\bextern\s+__shared__\s+([^;\[\]]*?)\s*\b(\w+)\s*\[\s*\]\s*;")
-ALIGN = re.compile(r"\b(alignas\s*\([^)]*\)|__attribute__\s*\(\(.*?\)\))\s*")
+ALIGN = re.compile(r"\b(alignas\s*\([^()]*\)|__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\))\s*")
 
 
 def rewrite_extern_shared(m):

@@ -1,0 +1,235 @@
+// test_nccl.cu: every NCCL collective the project uses, on however many ranks mpirun starts
+// (1 to 4 in `make test`), against values computed on the host: all-reduce (sum, avg, max; fp32,
+// bf16, int32; in place and out of place; counts that do not divide evenly, fewer elements than
+// ranks), reduce-scatter (in place too), all-gather (in place too), broadcast from every root,
+// ncclCommSplit, group calls, and under the emulator the bytes each rank passed to MPI.
+// Real CUDA: it also compiles with nvcc (the id is shared over MPI, as multi-GPU programs do).
+#include <mpi.h>
+#include <nccl.h>
+#include <cuda_bf16.h>
+#include <vector>
+#include "check.h"
+
+#define NCCL_CHECK(call)                                                                      \
+    do {                                                                                      \
+        ncclResult_t r_ = (call);                                                             \
+        if (r_ != ncclSuccess) {                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+static int rank_, nranks;
+
+// Small integers: every partial sum is exact in fp32 and bf16, so any reduction order agrees.
+static double value(int r, size_t i) { return (double)((r + 1) * (int)(i % 5) - 3 + r); }
+
+enum Kind { F32, BF16, I32 };
+static size_t elem_size(Kind k) { return k == BF16 ? 2 : 4; }
+static ncclDataType_t nccl_type(Kind k) { return k == F32 ? ncclFloat32 : k == BF16 ? ncclBfloat16 : ncclInt32; }
+
+// Device buffer helpers: write/read doubles as the element type.
+static void put(void* dev, Kind k, const std::vector<double>& v) {
+    std::vector<char> h(v.size() * elem_size(k));
+    for (size_t i = 0; i < v.size(); i++) {
+        if (k == F32) ((float*)h.data())[i] = (float)v[i];
+        else if (k == BF16) ((__nv_bfloat16*)h.data())[i] = __float2bfloat16((float)v[i]);
+        else ((int*)h.data())[i] = (int)v[i];
+    }
+    CUDA_CHECK(cudaMemcpy(dev, h.data(), h.size(), cudaMemcpyHostToDevice));
+}
+static std::vector<double> get(const void* dev, Kind k, size_t n) {
+    std::vector<char> h(n * elem_size(k));
+    CUDA_CHECK(cudaMemcpy(h.data(), dev, h.size(), cudaMemcpyDeviceToHost));
+    std::vector<double> v(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = k == F32 ? ((float*)h.data())[i] : k == BF16 ? __bfloat162float(((__nv_bfloat16*)h.data())[i]) : ((int*)h.data())[i];
+    return v;
+}
+static double reduce_ref(ncclRedOp_t op, Kind k, size_t i) {
+    double s = 0, mx = -1e30;
+    for (int r = 0; r < nranks; r++) { s += value(r, i); mx = value(r, i) > mx ? value(r, i) : mx; }
+    if (op == ncclMax) return mx;
+    if (op == ncclAvg) return k == BF16 ? __bfloat162float(__float2bfloat16((float)s / nranks)) : (float)s / nranks;
+    return s;
+}
+static const char* kname(Kind k) { return k == F32 ? "fp32" : k == BF16 ? "bf16" : "int32"; }
+
+#ifdef EMU_CUDA
+// Bytes this rank hands to MPI in the ring: every chunk but one, in each of the two phases.
+static size_t ring_bytes(size_t count, size_t es, int skip_a, int skip_b) {
+    size_t total = 0;
+    for (int c = 0; c < nranks; c++) {
+        size_t len = count * (c + 1) / nranks - count * c / nranks;
+        if (c != skip_a) total += len * es;
+        if (skip_b >= 0 && c != skip_b) total += len * es;
+    }
+    return total;
+}
+#endif
+
+static void all_reduce(ncclComm_t comm, Kind k, ncclRedOp_t op, size_t count, bool in_place) {
+    void *send, *recv;
+    CUDA_CHECK(cudaMalloc(&send, count * elem_size(k) + 1));
+    CUDA_CHECK(cudaMalloc(&recv, count * elem_size(k) + 1));
+    std::vector<double> mine(count);
+    for (size_t i = 0; i < count; i++) mine[i] = value(rank_, i);
+    put(send, k, mine);
+    if (in_place) recv = send;
+#ifdef EMU_CUDA
+    size_t before = emu_nccl_bytes_sent();
+#endif
+    NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(k), op, comm, 0));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<double> got = get(recv, k, count);
+    int bad = 0;
+    for (size_t i = 0; i < count; i++) bad += !close_to(got[i], reduce_ref(op, k, i), 1e-6);
+    EXPECT(bad == 0, "rank %d all-reduce %s op %d count %zu in_place %d: %d wrong", rank_, kname(k), (int)op, count, in_place, bad);
+#ifdef EMU_CUDA
+    size_t sent = emu_nccl_bytes_sent() - before;
+    size_t want = nranks == 1 ? 0 : ring_bytes(count, elem_size(k), rank_, (rank_ + 1) % nranks);
+    EXPECT(sent == want, "rank %d all-reduce of %zu elements sent %zu bytes, want %zu", rank_, count, sent, want);
+#endif
+    cudaFree(send);
+    if (!in_place) cudaFree(recv);
+}
+
+static void reduce_scatter(ncclComm_t comm, Kind k, ncclRedOp_t op, size_t per_rank, bool in_place) {
+    size_t es = elem_size(k), count = per_rank * nranks;
+    void *send, *recv;
+    CUDA_CHECK(cudaMalloc(&send, count * es));
+    CUDA_CHECK(cudaMalloc(&recv, per_rank * es + 1));
+    std::vector<double> mine(count);
+    for (size_t i = 0; i < count; i++) mine[i] = value(rank_, i);
+    put(send, k, mine);
+    void* out = in_place ? (char*)send + rank_ * per_rank * es : recv;
+#ifdef EMU_CUDA
+    size_t before = emu_nccl_bytes_sent();
+#endif
+    NCCL_CHECK(ncclReduceScatter(send, out, per_rank, nccl_type(k), op, comm, 0));
+    std::vector<double> got = get(out, k, per_rank);
+    int bad = 0;
+    for (size_t i = 0; i < per_rank; i++) bad += !close_to(got[i], reduce_ref(op, k, rank_ * per_rank + i), 1e-6);
+    EXPECT(bad == 0, "rank %d reduce-scatter %s op %d per_rank %zu in_place %d: %d wrong", rank_, kname(k), (int)op, per_rank, in_place, bad);
+#ifdef EMU_CUDA
+    size_t sent = emu_nccl_bytes_sent() - before, want = (size_t)(nranks - 1) * per_rank * es;
+    EXPECT(sent == want, "rank %d reduce-scatter sent %zu bytes, want %zu", rank_, sent, want);
+#endif
+    cudaFree(send);
+    cudaFree(recv);
+}
+
+static void all_gather(ncclComm_t comm, Kind k, size_t per_rank, bool in_place) {
+    size_t es = elem_size(k), count = per_rank * nranks;
+    void *send, *recv;
+    CUDA_CHECK(cudaMalloc(&send, per_rank * es + 1));
+    CUDA_CHECK(cudaMalloc(&recv, count * es));
+    std::vector<double> mine(per_rank);
+    for (size_t i = 0; i < per_rank; i++) mine[i] = value(rank_, i);
+    void* src = in_place ? (char*)recv + rank_ * per_rank * es : send;
+    put(src, k, mine);
+    NCCL_CHECK(ncclAllGather(src, recv, per_rank, nccl_type(k), comm, 0));
+    std::vector<double> got = get(recv, k, count);
+    int bad = 0;
+    for (size_t i = 0; i < count; i++) bad += got[i] != value((int)(i / per_rank), i % per_rank);
+    EXPECT(bad == 0, "rank %d all-gather %s per_rank %zu in_place %d: %d wrong", rank_, kname(k), per_rank, in_place, bad);
+    cudaFree(send);
+    cudaFree(recv);
+}
+
+static void broadcast(ncclComm_t comm, int root, size_t count) {
+    float *send, *recv;
+    CUDA_CHECK(cudaMalloc(&send, count * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&recv, count * sizeof(float)));
+    std::vector<double> mine(count);
+    for (size_t i = 0; i < count; i++) mine[i] = value(rank_, i);
+    put(send, F32, mine);
+    NCCL_CHECK(ncclBroadcast(send, recv, count, ncclFloat32, root, comm, 0));
+    NCCL_CHECK(ncclBcast(send, count, ncclFloat32, root, comm, 0));  // in place
+    std::vector<double> got = get(recv, F32, count), got2 = get(send, F32, count);
+    int bad = 0;
+    for (size_t i = 0; i < count; i++) bad += (got[i] != value(root, i)) + (got2[i] != value(root, i));
+    EXPECT(bad == 0, "rank %d broadcast from %d: %d wrong", rank_, root, bad);
+    cudaFree(send);
+    cudaFree(recv);
+}
+
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    int devices;
+    CUDA_CHECK(cudaGetDeviceCount(&devices));
+    CUDA_CHECK(cudaSetDevice(rank_ % devices));
+    ncclUniqueId id;
+    if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclComm_t comm;
+    NCCL_CHECK(ncclCommInitRank(&comm, nranks, id, rank_));
+    int cr, cn;
+    NCCL_CHECK(ncclCommUserRank(comm, &cr));
+    NCCL_CHECK(ncclCommCount(comm, &cn));
+    EXPECT(cr == rank_ && cn == nranks, "communicator rank %d/%d", cr, cn);
+
+    const size_t counts[] = {1, 2, 7, 12, 1000};  // fewer elements than ranks, uneven and even splits
+    for (size_t count : counts)
+        for (int in_place = 0; in_place < 2; in_place++) {
+            all_reduce(comm, F32, ncclSum, count, in_place);
+            all_reduce(comm, F32, ncclAvg, count, in_place);
+            all_reduce(comm, F32, ncclMax, count, in_place);
+            all_reduce(comm, BF16, ncclSum, count, in_place);
+            all_reduce(comm, BF16, ncclAvg, count, in_place);
+            all_reduce(comm, I32, ncclSum, count, in_place);
+            all_reduce(comm, I32, ncclMax, count, in_place);
+        }
+    for (size_t per_rank : {1, 5, 64})
+        for (int in_place = 0; in_place < 2; in_place++) {
+            reduce_scatter(comm, F32, ncclSum, per_rank, in_place);
+            reduce_scatter(comm, F32, ncclAvg, per_rank, in_place);
+            reduce_scatter(comm, BF16, ncclSum, per_rank, in_place);
+            reduce_scatter(comm, I32, ncclMax, per_rank, in_place);
+            all_gather(comm, F32, per_rank, in_place);
+            all_gather(comm, BF16, per_rank, in_place);
+            all_gather(comm, I32, per_rank, in_place);
+        }
+    for (int root = 0; root < nranks; root++) broadcast(comm, root, 33);
+
+    // group calls around two collectives
+    NCCL_CHECK(ncclGroupStart());
+    all_reduce(comm, F32, ncclSum, 9, false);
+    all_gather(comm, F32, 3, false);
+    NCCL_CHECK(ncclGroupEnd());
+
+    // split into even and odd ranks; the last rank opts out when there are 3 or more
+    bool opt_out = nranks >= 3 && rank_ == nranks - 1;
+    ncclComm_t sub;
+    NCCL_CHECK(ncclCommSplit(comm, opt_out ? NCCL_SPLIT_NOCOLOR : rank_ % 2, rank_, &sub, NULL));
+    if (opt_out) {
+        EXPECT(sub == NULL, "rank %d: NCCL_SPLIT_NOCOLOR gives no communicator", rank_);
+    } else {
+        int sn, sr, want_n = 0, want_r = 0;
+        for (int r = 0; r < nranks; r++)
+            if (r % 2 == rank_ % 2 && !(nranks >= 3 && r == nranks - 1)) want_r += r < rank_, want_n++;
+        NCCL_CHECK(ncclCommCount(sub, &sn));
+        NCCL_CHECK(ncclCommUserRank(sub, &sr));
+        EXPECT(sn == want_n && sr == want_r, "rank %d split: size %d rank %d, want %d %d", rank_, sn, sr, want_n, want_r);
+        int* d;
+        CUDA_CHECK(cudaMalloc(&d, sizeof(int)));
+        CUDA_CHECK(cudaMemcpy(d, &rank_, sizeof(int), cudaMemcpyHostToDevice));
+        NCCL_CHECK(ncclAllReduce(d, d, 1, ncclInt32, ncclSum, sub, 0));
+        int got, want = 0;
+        CUDA_CHECK(cudaMemcpy(&got, d, sizeof(int), cudaMemcpyDeviceToHost));
+        for (int r = 0; r < nranks; r++)
+            if (r % 2 == rank_ % 2 && !(nranks >= 3 && r == nranks - 1)) want += r;
+        EXPECT(got == want, "rank %d sub-communicator sum %d want %d", rank_, got, want);
+        cudaFree(d);
+        NCCL_CHECK(ncclCommDestroy(sub));
+    }
+    NCCL_CHECK(ncclCommDestroy(comm));
+    int failed = g_failures, any;
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    int rc = rank_ == 0 ? finish("test_nccl") : (g_failures != 0);
+    if (rank_ == 0 && any && !g_failures) rc = 1;
+    MPI_Finalize();
+    return rc;
+}

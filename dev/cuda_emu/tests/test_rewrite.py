@@ -1,0 +1,65 @@
+"""test_rewrite.py: emucc's source rewrite (emu_rewrite.py), input -> expected output for each form."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from emu_rewrite import kernel_id, rewrite  # noqa: E402
+
+
+def launch(name, cfg, args, gap=""):
+    return "::emu::launch(%s, ::emu::LaunchConfig(%s), %s[=] { %s(%s); })" % (kernel_id(name), cfg, gap, name, args)
+
+
+class LaunchRewrite(unittest.TestCase):
+    def test_two_argument_config(self):
+        self.assertEqual(rewrite("k<<<g, b>>>(x, y);"), launch("k", "g, b", "x, y") + ";")
+
+    def test_four_argument_config_with_nested_parens(self):
+        src = "k<<<dim3(n / 32, f(a, b)), 256, smem(1, 2), stream>>>(p, max(1, 2), v[i]);"
+        self.assertEqual(rewrite(src), launch("k", "dim3(n / 32, f(a, b)), 256, smem(1, 2), stream", "p, max(1, 2), v[i]") + ";")
+
+    def test_template_kernel(self):
+        src = "  matmul<float, 4><<<grid, block, 0, s>>>(out, in);"
+        self.assertEqual(rewrite(src), "  " + launch("matmul<float, 4>", "grid, block, 0, s", "out, in") + ";")
+
+    def test_qualified_template_kernel_with_nested_template_argument(self):
+        src = "ns::k<std::pair<int, T>, (N > 2)><<<1, 32>>>(a);"
+        self.assertEqual(rewrite(src), launch("ns::k<std::pair<int, T>, (N > 2)>", "1, 32", "a") + ";")
+
+    def test_multiline_arguments_keep_line_count(self):
+        src = "k<<<g, b>>>\n    (a,\n     b);\nnext();"
+        out = rewrite(src)
+        self.assertEqual(out, launch("k", "g, b", "a,\n     b", gap="\n    ") + ";\nnext();")
+        self.assertEqual(out.count("\n"), src.count("\n"))
+
+    def test_no_arguments_and_two_launches(self):
+        src = "a<<<1, 1>>>(); b<<<2, 2>>>(z);"
+        self.assertEqual(rewrite(src), launch("a", "1, 1", "") + "; " + launch("b", "2, 2", "z") + ";")
+
+    def test_string_literals_are_untouched(self):
+        src = 'printf("k<<<1,1>>>() %s", "x\\"<<<");'
+        self.assertEqual(rewrite(src), src)
+
+    def test_launch_without_arguments_is_an_error(self):
+        with self.assertRaises(SyntaxError):
+            rewrite("k<<<1, 1>>>;")
+
+
+class SharedRewrite(unittest.TestCase):
+    def test_extern_shared(self):
+        self.assertEqual(rewrite("extern __shared__ float buf[];"), "float* buf = (float*)::emu::dynamic_smem();")
+
+    def test_extern_shared_with_alignment_attribute(self):
+        src = "extern __shared__ __attribute__((aligned(16))) unsigned char smem[ ];"
+        self.assertEqual(rewrite(src), "unsigned char* smem = (unsigned char*)::emu::dynamic_smem();")
+
+    def test_static_shared(self):
+        self.assertEqual(rewrite("__shared__ float tile[32][33];"), "static float tile[32][33];")
+
+    def test_pragma_unroll_becomes_an_empty_line(self):
+        self.assertEqual(rewrite("#pragma unroll 4\nfor (;;) {}\n#pragma once"), "\nfor (;;) {}\n#pragma once")
+
+
+if __name__ == "__main__":
+    unittest.main()

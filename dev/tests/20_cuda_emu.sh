@@ -1,0 +1,22 @@
+# dev/tests/20_cuda_emu.sh: the CUDA emulator's checks (sourced by dev/run_tests.sh). Each test
+# program compares emulated CUDA with a CPU computation; the ASan builds also catch out-of-bounds
+# accesses in kernels; test_nccl runs as 1 to 4 MPI ranks (1 to 4 emulated GPUs).
+emu_mpirun="mpirun --allow-run-as-root --oversubscribe"
+check emu_build make -s -j2 -f dev/cuda_emu/emu.mk emu-tests
+check emu_rewrite python3 dev/cuda_emu/tests/test_rewrite.py
+check emu_plain_reduction build/cuda_emu/plain_reduction
+for t in test_primitives test_bf16_errors test_cublaslt plain_reduction; do
+    check "emu_${t#test_}_asan" build/cuda_emu/${t}_asan
+done
+check emu_primitives build/cuda_emu/test_primitives
+for n in 1 2 3 4; do
+    check emu_nccl_np$n $emu_mpirun -np $n build/cuda_emu/test_nccl
+done
+# Open MPI's own allocations are reported as leaks, so leak checking is off for the MPI runs
+check emu_nccl_asan_np3 env ASAN_OPTIONS=detect_leaks=0 $emu_mpirun -np 3 -x ASAN_OPTIONS build/cuda_emu/test_nccl_asan
+check emu_asan_catches_oob dev/cuda_emu/tests/expect_asan_report.sh build/cuda_emu/oob_write_asan
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+    check emu_tests_compile_with_nvcc make -s -j2 -f dev/cuda_emu/emu.mk emu-nvcc
+else
+    echo "SKIP emu_tests_compile_with_nvcc: no nvcc on this machine"
+fi
