@@ -3,10 +3,11 @@
 // logits, loss and all 16 gradient tensors of one batch, the losses of 10 AdamW steps, then
 // determinism: the same 10 steps again from the same start give bitwise identical losses and
 // parameters. Exits non-zero on any mismatch.
-//   test_gpt2 MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1]
+//   test_gpt2 MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1] [-k 0|1]
 // -p adds a small error to one gradient tensor before comparing (the test of the test: it must
 // then fail). -b also checks that a bf16 (v5) file of the same model loads onto the device as
-// the fp32 values rounded to bf16. -r and -w as in train_gpt2.
+// the fp32 values rounded to bf16. -r and -w as in train_gpt2. -k 0 stops after the one-batch
+// checks (no training steps).
 #define TESTING
 #include "train_gpt2.cu"
 
@@ -72,23 +73,52 @@ static void train_steps(GPT2* model, Optimizer* opt, const float* params, const 
     dataloader_free(&loader);
 }
 
+// The reference's 10 losses, then the same 10 steps again: bitwise identical losses and parameters.
+static void check_training(GPT2* model, Optimizer* opt, const float* params, const char* losses_path,
+                           const char* data_path, int B, int T) {
+    FILE* lf = fopen_check(losses_path, "r");
+    float ref_losses[TEST_STEPS], losses[TEST_STEPS], again[TEST_STEPS];
+    for (int i = 0; i < TEST_STEPS; i++) {
+        if (fscanf(lf, "%f", &ref_losses[i]) != 1) { fail("%s: fewer than %d losses", losses_path, TEST_STEPS); }
+    }
+    fclose(lf);
+    size_t n = model->num_parameters;
+    float* final1 = (float*)malloc_check(n * sizeof(float));
+    float* final2 = (float*)malloc_check(n * sizeof(float));
+    train_steps(model, opt, params, data_path, B, T, losses, final1);
+    for (int step = 0; step < TEST_STEPS; step++) {
+        char what[64];
+        snprintf(what, sizeof(what), "step %d loss", step + 1);
+        report(what, fabsf(losses[step] - ref_losses[step]), STEP_LOSS_TOL);
+    }
+    train_steps(model, opt, params, data_path, B, T, again, final2);
+    size_t loss_diffs = 0, param_diffs = 0;
+    for (int i = 0; i < TEST_STEPS; i++) { loss_diffs += memcmp(&losses[i], &again[i], sizeof(float)) != 0; }
+    for (size_t i = 0; i < n; i++) { param_diffs += memcmp(&final1[i], &final2[i], sizeof(float)) != 0; }
+    report("rerun losses differ", (float)loss_diffs, 0.0f);
+    report("rerun params differ", (float)param_diffs, 0.0f);
+    free(final1);
+    free(final2);
+}
+
 int main(int argc, char** argv) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
         fail("no CUDA GPU found; use ./test_gpt2cpu for the CPU test");
     }
     if (argc < 5) {
-        fail("usage: %s MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1]",
+        fail("usage: %s MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1] [-k 0|1]",
              argv[0]);
     }
     const char *model_path = argv[1], *state_path = argv[2], *losses_path = argv[3], *data_path = argv[4];
-    int perturb = -1, recompute = 1, master = 1;
+    int perturb = -1, recompute = 1, master = 1, train = 1;
     const char* bf16_path = NULL;
     for (int i = 5; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-p") == 0) { perturb = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "-b") == 0) { bf16_path = argv[i + 1]; }
         else if (strcmp(argv[i], "-r") == 0) { recompute = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "-w") == 0) { master = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-k") == 0) { train = atoi(argv[i + 1]); }
         else { fail("unknown option %s", argv[i]); }
     }
     if (recompute < 0 || recompute > 2 || master < 0 || master > 1) { fail("-r must be 0..2 and -w 0..1"); }
@@ -166,32 +196,12 @@ int main(int argc, char** argv) {
         off += model.sizes[i];
     }
 
-    // training, twice from the same start: the reference's losses, then bitwise repetition
-    FILE* lf = fopen_check(losses_path, "r");
-    float ref_losses[TEST_STEPS], losses[TEST_STEPS], again[TEST_STEPS];
-    for (int i = 0; i < TEST_STEPS; i++) {
-        if (fscanf(lf, "%f", &ref_losses[i]) != 1) { fail("%s: fewer than %d losses", losses_path, TEST_STEPS); }
-    }
-    fclose(lf);
-    float* final1 = (float*)malloc_check(n * sizeof(float));
-    float* final2 = (float*)malloc_check(n * sizeof(float));
-    train_steps(&model, &opt, params, data_path, B, T, losses, final1);
-    for (int step = 0; step < TEST_STEPS; step++) {
-        char what[64];
-        snprintf(what, sizeof(what), "step %d loss", step + 1);
-        report(what, fabsf(losses[step] - ref_losses[step]), STEP_LOSS_TOL);
-    }
-    train_steps(&model, &opt, params, data_path, B, T, again, final2);
-    size_t loss_diffs = 0, param_diffs = 0;
-    for (int i = 0; i < TEST_STEPS; i++) { loss_diffs += memcmp(&losses[i], &again[i], sizeof(float)) != 0; }
-    for (size_t i = 0; i < n; i++) { param_diffs += memcmp(&final1[i], &final2[i], sizeof(float)) != 0; }
-    report("rerun losses differ", (float)loss_diffs, 0.0f);
-    report("rerun params differ", (float)param_diffs, 0.0f);
+    if (train) { check_training(&model, &opt, params, losses_path, data_path, B, T); }
     printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
     optimizer_free(&opt);
     gpt2_free(&model);
     matmul_free();
-    free(params); free(host); free(logits); free(final1); free(final2);
+    free(params); free(host); free(logits);
     free(x); free(y); free(ref_logits); free(ref_grads);
     return failures ? 1 : 0;
 }

@@ -19,9 +19,9 @@ endif
 
 NVCC ?= nvcc
 NVCC_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function
+NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation
 EMUCC := dev/cuda_emu/emucc
-EMUCC_FLAGS := -O1 -Xcompiler -Wall,-Wno-unused-function
+EMUCC_FLAGS := -O1 -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation
 GPU_SOURCES := train_gpt2.cu $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
 GPU_KERNEL_TESTS := $(wildcard dev/gpu_kernels/*.cu)
 
@@ -53,23 +53,34 @@ build/gpu/test_gpt2emu_fp32: test_gpt2.cu $(GPU_SOURCES)
 build/gpu/test_gpt2emu_bf16: test_gpt2.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(EMUCC) $(EMUCC_FLAGS) -o $@ test_gpt2.cu
+build/gpu/train_gpt2emu_bf16: $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(EMUCC) $(EMUCC_FLAGS) -o $@ train_gpt2.cu
+# the kernel tests through the emulator, plain and under AddressSanitizer
+build/gpu/test_kernels_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(EMUCC) $(EMUCC_FLAGS) -DENABLE_FP32 -o $@ dev/gpu_kernels/test_kernels.cu
+build/gpu/test_kernels_asan: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(EMUCC) $(EMUCC_FLAGS) -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $@ dev/gpu_kernels/test_kernels.cu
 
-# nvcc for sm_80 and sm_90 in both precisions; ptxas -v output goes to build/gpu/ptxas_*.log and
-# dev/gpu_kernels/ptxas_report.sh turns it into build/gpu/ptxas_report.txt (fails on any spill).
-gpu-nvcc-check: train_gpt2.cu test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS)
+# nvcc for sm_80 and sm_90: the trainer and its test in both precisions, the kernel tests (FP32
+# only); ptxas -v output goes to build/gpu/ptxas_*.log and dev/gpu_kernels/ptxas_report.sh turns
+# the trainer's into build/gpu/ptxas_report.txt (and fails on any spill).
+GPU_NVCC_UNITS := train_gpt2.cu:BF16 train_gpt2.cu:FP32 test_gpt2.cu:BF16 test_gpt2.cu:FP32 \
+	$(foreach t,$(GPU_KERNEL_TESTS),$(t):FP32)
+gpu-nvcc-check: test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS)
 	@mkdir -p build/gpu
 	@rm -f build/gpu/ptxas_*.log
-	@for src in train_gpt2.cu test_gpt2.cu $(GPU_KERNEL_TESTS); do \
-	  for prec in BF16 FP32; do \
-	    flags=; [ $$prec = FP32 ] && flags=-DENABLE_FP32; \
-	    name=$$(basename $$src .cu)_$$prec; \
-	    echo "$(NVCC) -c $$src ($$prec, sm_80 + sm_90)"; \
-	    $(NVCC) $(NVCC_FLAGS) $$flags -Xptxas -v -c -o build/gpu/$$name.o $$src 2> build/gpu/ptxas_$$name.log \
-	      || { cat build/gpu/ptxas_$$name.log; exit 1; }; \
-	  done; \
+	@for unit in $(GPU_NVCC_UNITS); do \
+	  src=$${unit%:*}; prec=$${unit#*:}; flags=; [ $$prec = FP32 ] && flags=-DENABLE_FP32; \
+	  name=$$(basename $$src .cu)_$$prec; \
+	  echo "$(NVCC) -c $$src ($$prec, sm_80 + sm_90, -Werror all-warnings)"; \
+	  $(NVCC) $(NVCC_FLAGS) $$flags -Xptxas -v -c -o build/gpu/$$name.o $$src 2> build/gpu/ptxas_$$name.log \
+	    || { cat build/gpu/ptxas_$$name.log; exit 1; }; \
 	done
-	@bash dev/gpu_kernels/ptxas_report.sh build/gpu/ptxas_train_gpt2_BF16.log build/gpu/ptxas_train_gpt2_FP32.log > build/gpu/ptxas_report.txt \
-	  || { cat build/gpu/ptxas_report.txt; exit 1; }
+	@bash dev/gpu_kernels/ptxas_report.sh build/gpu/ptxas_train_gpt2_BF16.log build/gpu/ptxas_train_gpt2_FP32.log \
+	  > build/gpu/ptxas_report.txt || { cat build/gpu/ptxas_report.txt; exit 1; }
 	@echo "registers and spills per kernel: build/gpu/ptxas_report.txt"
 
 .PHONY: gpu-nvcc-check

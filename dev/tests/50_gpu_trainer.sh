@@ -1,0 +1,111 @@
+# GPU trainer checks (sourced by dev/run_tests.sh): nvcc builds for sm_80 and sm_90 with the
+# per-kernel register/spill report, the no-GPU message, and, through the CUDA emulator, the test
+# against the PyTorch reference in FP32 and BF16 (with recompute and master-weight variants), two
+# tests of that test (a perturbed gradient, an off-by-one attention mask), 20 steps against the
+# CPU trainer, checkpoint resume, and the kernel tests (also under AddressSanitizer).
+GPU_TMP=build/test_tmp/gpu
+GREF=$GPU_TMP/ref
+GPU_TEST_ARGS="$GREF/model.bin $GREF/state.bin $GREF/losses.txt data/kjv/kjv_val.bin"
+mkdir -p $GPU_TMP
+
+gpu_reference() {
+    mkdir -p $GREF &&
+    /usr/bin/python3 train_gpt2.py --model d2 --channels 64 --heads 4 --vocab 257 --max-seq 64 --seed 1 \
+        --write-model $GREF/model.bin --write-model-bf16 $GREF/model_bf16.bin --data data/kjv/kjv_val.bin \
+        --B 4 --T 32 --write-state $GREF/state.bin --steps 10 --write-losses $GREF/losses.txt
+}
+
+gpu_have_device() { nvidia-smi -L >/dev/null 2>&1; }
+
+# Without a GPU the nvcc-built trainer says so in one line and exits 1.
+gpu_no_gpu_message() {
+    if gpu_have_device; then echo "a GPU is present: nothing to check"; return 0; fi
+    local out rc
+    out=$(./train_gpt2 -x 1 2>&1); rc=$?
+    echo "$out (exit $rc)"
+    [ $rc -eq 1 ] && [ "$out" = "error: no CUDA GPU found; use ./train_gpt2cpu for CPU training" ]
+}
+
+# The test of the test: train_gpt2.cu with the causal mask one key too wide must fail test_gpt2.
+gpu_attention_mutant_fails() {
+    local dir=$GPU_TMP/mutant
+    rm -rf $dir && mkdir -p $dir/llmc && cp train_gpt2.cu test_gpt2.cu $dir/ && cp llmc/* $dir/llmc/ || return 1
+    sed -i 's/t2 <= t; t2 += 32)/t2 <= min(t + 1, T - 1); t2 += 32)/; s/t2 = 0; t2 <= t; t2++)/t2 = 0; t2 <= min(t + 1, T - 1); t2++)/' \
+        $dir/llmc/attention.cuh
+    local changed
+    changed=$(grep -c "min(t + 1, T - 1)" $dir/llmc/attention.cuh)
+    echo "mutated loops: $changed"
+    [ "$changed" -ge 3 ] || { echo "the mutation did not apply"; return 1; }
+    dev/cuda_emu/emucc -O1 -DENABLE_FP32 -o $dir/test_gpt2emu $dir/test_gpt2.cu || return 1
+    if $dir/test_gpt2emu $GPU_TEST_ARGS -k 0; then echo "the broken attention passed"; return 1; fi
+    return 0
+}
+
+# train_gpt2emu (FP32) and train_gpt2cpu from the same model file on the same data: 20 losses within 1e-4.
+gpu_vs_cpu_20_steps() {
+    local flags="-e $GREF/model.bin -i data/kjv/kjv_train.bin -b 4 -t 16 -x 20 -l 1e-3 -u 5 -c 0.1 -v 0 -s 0"
+    rm -rf $GPU_TMP/cmp_gpu $GPU_TMP/cmp_cpu
+    build/gpu/train_gpt2emu_fp32 $flags -o $GPU_TMP/cmp_gpu || return 1
+    ./train_gpt2cpu $flags -o $GPU_TMP/cmp_cpu || return 1
+    python3 - $GPU_TMP/cmp_gpu/main.log $GPU_TMP/cmp_cpu/main.log <<'PY'
+import re, sys
+def losses(path):
+    return {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^s:(\d+) trl:(\S+)", open(path).read(), re.M)}
+g, c = losses(sys.argv[1]), losses(sys.argv[2])
+assert sorted(g) == sorted(c) == list(range(1, 21)), (sorted(g), sorted(c))
+worst = max(abs(g[s] - c[s]) for s in g)
+for s in sorted(g):
+    print("step %2d  gpu %.6f  cpu %.6f  diff %.2e" % (s, g[s], c[s], abs(g[s] - c[s])))
+print("max |gpu - cpu| = %.2e (tolerance 1e-4)" % worst)
+sys.exit(0 if worst <= 1e-4 else 1)
+PY
+}
+
+# A BF16 run checkpointed at step 2 and resumed gives the uninterrupted run's losses for steps 3..4
+# (model file v5, optimizer state with fp32 master weights, stochastic rounding seeded by step).
+gpu_resume_bf16() {
+    local flags="-e $GREF/model.bin -i data/kjv/kjv_train.bin -b 4 -t 16 -x 4 -l 1e-3 -v 0 -s 0"
+    rm -rf $GPU_TMP/res_a $GPU_TMP/res_b && mkdir -p $GPU_TMP/res_b
+    build/gpu/train_gpt2emu_bf16 $flags -n 2 -o $GPU_TMP/res_a >/dev/null || return 1
+    cp $GPU_TMP/res_a/*_00000002* $GPU_TMP/res_b/ || return 1
+    build/gpu/train_gpt2emu_bf16 $flags -y 1 -o $GPU_TMP/res_b | grep "resumed from step 2" || return 1
+    diff <(grep -E "^s:[34] " $GPU_TMP/res_a/main.log) $GPU_TMP/res_b/main.log && cat $GPU_TMP/res_b/main.log
+}
+
+# A descriptor model through the BF16 emulated trainer: validation, sampling with the tokenizer, final model.
+gpu_train_smoke() {
+    rm -rf $GPU_TMP/smoke
+    build/gpu/train_gpt2emu_bf16 -e d1 -sl 32 -b 2 -t 16 -x 3 -v 3 -m 1 -s 3 -g 8 -r 2 -w 0 \
+        -tk data/kjv/kjv_tokenizer.bin -o $GPU_TMP/smoke | tee $GPU_TMP/smoke.out || return 1
+    grep -q "precision BF16 | recompute 2 | master weights none" $GPU_TMP/smoke.out &&
+    grep -q "s:3 tel:" $GPU_TMP/smoke/main.log && [ -s $GPU_TMP/smoke/model_final.bin ]
+}
+
+check gpu_nvcc_sm80_sm90 make -s -f dev/gpu.mk gpu-nvcc-check
+check gpu_ptxas_report cat build/gpu/ptxas_report.txt
+check gpu_nvcc_link make -s -f dev/gpu.mk train_gpt2 test_gpt2
+check gpu_no_gpu_message gpu_no_gpu_message
+if gpu_have_device; then
+    check gpu_reference_for_device gpu_reference
+    check gpu_test_gpt2_on_device ./test_gpt2 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
+fi
+if [ -f dev/cuda_emu/include/cublasLt.h ]; then
+    check gpu_reference gpu_reference
+    check gpu_emu_build bash -c "make -s -f dev/gpu.mk build/gpu/test_gpt2emu_fp32 build/gpu/test_gpt2emu_bf16 \
+        build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/test_kernels_emu build/gpu/test_kernels_asan &&
+        make -s train_gpt2cpu"
+    check gpu_kernel_tests_emu build/gpu/test_kernels_emu
+    check gpu_kernel_tests_asan build/gpu/test_kernels_asan
+    check gpu_test_gpt2emu_fp32 build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
+    check gpu_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
+    check gpu_test_gpt2emu_bf16_r2_w0 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -r 2 -w 0
+    check gpu_test_gpt2emu_fp32_r0_r2 bash -c "build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 0 -k 0 &&
+        build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 2 -k 0"
+    check gpu_test_detects_perturbed_grad bash -c "! build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -p 4 -k 0"
+    check gpu_test_detects_attention_mask_bug gpu_attention_mutant_fails
+    check gpu_emu_vs_cpu_20_steps gpu_vs_cpu_20_steps
+    check gpu_resume_bf16 gpu_resume_bf16
+    check gpu_train_smoke gpu_train_smoke
+else
+    echo "dev/cuda_emu has no cuBLASLt yet: the emulated GPU checks are not registered"
+fi
