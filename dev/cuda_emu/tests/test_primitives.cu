@@ -1,8 +1,8 @@
 // test_primitives.cu: kernels exercising the CUDA primitives the emulator provides, each compared
 // with a CPU computation: block and warp reductions, prefix scans, an atomic histogram, atomics'
-// return values, a shared-memory transpose, every shuffle variant and vote, vector loads, math
-// intrinsics, __constant__ memory, template kernels, 3D indexing, cudaLaunchKernelEx, streams,
-// events and device properties. Real CUDA: it also compiles with nvcc.
+// return values, a shared-memory transpose, every shuffle variant and vote (also in divergent
+// half-warps), vector loads, math intrinsics, __constant__ memory, template kernels, 3D indexing,
+// cudaLaunchKernelEx, streams, events and device properties. Real CUDA: it also compiles with nvcc.
 #include <vector>
 #include <algorithm>
 #include "check.h"
@@ -120,6 +120,14 @@ __global__ void shuffles(int* out, double* dout) {
     __syncwarp();
     o[11] = __syncthreads_count(lane < 4);
     dout[t] = __shfl_sync(0xffffffffu, 0.25 * t, 31 - lane);
+}
+
+// ---- divergent half-warps, each synchronising only its own lanes ----
+__global__ void half_warps(int* out) {
+    int lane = threadIdx.x % 32, v = 10 * lane;
+    if (lane < 16) v = __shfl_xor_sync(0x0000ffffu, v, 1);
+    else v = __shfl_down_sync(0xffff0000u, v, 1, 16);
+    out[threadIdx.x] = v;
 }
 
 // ---- vector types, cache-hinted loads and stores, math intrinsics ----
@@ -335,6 +343,13 @@ int main() {
             };
             for (int k = 0; k < 12; k++) EXPECT(o[k] == want[k], "thread %d shuffle output %d: %d want %d", t, k, o[k], want[k]);
             EXPECT(gd[t] == 0.25 * (w + 31 - lane), "double shuffle thread %d", t);
+        }
+        half_warps<<<1, threads>>>(d);
+        CUDA_CHECK(cudaMemcpy(g.data(), d, threads * sizeof(int), cudaMemcpyDeviceToHost));
+        for (int t = 0; t < threads; t++) {
+            int lane = t % 32;
+            int want = lane < 16 ? 10 * (lane ^ 1) : (lane % 16 + 1 < 16 ? 10 * (lane + 1) : 10 * lane);
+            EXPECT(g[t] == want, "half-warp shuffle thread %d: %d want %d", t, g[t], want);
         }
         cudaFree(d); cudaFree(dd);
     }
