@@ -24,8 +24,6 @@
 #endif
 #define GEMM_NR (2 * GEMM_VW)
 #define GEMM_KC 256                 // depth of a packed block: B micro-panel (KC x NR) stays in L1
-#define GEMM_MC (20 * GEMM_MR)      // rows of a packed A block (MC x KC) kept in L2
-#define GEMM_NC (128 * GEMM_NR)     // columns of a packed B block (KC x NC) kept in L3
 
 typedef float gemm_vec __attribute__((vector_size(GEMM_VW * 4)));
 typedef float gemm_vec_u __attribute__((vector_size(GEMM_VW * 4), aligned(4)));
@@ -110,49 +108,92 @@ static void gemm_pack_b(float* dst, const float* b, size_t rs, size_t cs, int kc
     }
 }
 
-// One thread's pack buffers, allocated on its first GEMM and kept for the life of the thread.
-static _Thread_local float* gemm_pack_buffer;
+#define GEMM_TILE_N (4 * GEMM_NR) // widest column tile of B a task packs
+#define GEMM_TILE_M (8 * GEMM_MR) // tallest row tile of A a task packs
+#define GEMM_SHARED_FLOATS (1 << 20) // budget of the shared packed operand, per round
+
+// Buffers kept across calls (grown by the first calls, so a training step allocates nothing):
+// the shared packed operand, and each thread's packed tile.
+static float* gemm_shared;
+static size_t gemm_shared_floats;
+static _Thread_local float* gemm_tile_buffer;
+
+static float* gemm_alloc(size_t floats) {
+    float* p = (float*)aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+    if (!p) { abort(); }
+    return p;
+}
 
 // c (M, N; row stride ldc) = (accumulate ? c : 0) + A (M, K) B (K, N), A(i, k) = a[i * ars + k * acs],
-// B(k, j) = b[k * brs + j * bcs]. Called outside a parallel region; splits the larger of M, N over
-// the OpenMP threads.
+// B(k, j) = b[k * brs + j * bcs]. Called outside a parallel region. The operand with the smaller
+// free dimension is packed once into a shared buffer (in rounds of at most GEMM_SHARED_FLOATS);
+// the larger free dimension is cut into tiles that threads take dynamically, each packing its slice
+// of the other operand once. A tile's outputs sum the KC blocks in order, whoever computes it.
 static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, const float* b, size_t brs,
                  size_t bcs, float* c, size_t ldc, int accumulate) {
     if (K == 0) {
         if (!accumulate) { for (int i = 0; i < M; i++) { memset(c + i * ldc, 0, (size_t)N * sizeof(float)); } }
         return;
     }
-    #pragma omp parallel
-    {
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int split_n = N >= M;
-        int unit = split_n ? GEMM_NR : GEMM_MR, units = ((split_n ? N : M) + unit - 1) / unit;
-        int u0 = (int)((long)units * t / nt), u1 = (int)((long)units * (t + 1) / nt);
-        int m0 = 0, m1 = M, n0 = 0, n1 = N;
-        if (split_n) { n0 = u0 * unit; n1 = u1 * unit < N ? u1 * unit : N; }
-        else { m0 = u0 * unit; m1 = u1 * unit < M ? u1 * unit : M; }
-        if (m0 < m1 && n0 < n1) {
-            if (!gemm_pack_buffer) {
-                gemm_pack_buffer = (float*)aligned_alloc(64, sizeof(float) * GEMM_KC * (GEMM_MC + GEMM_NC));
-                if (!gemm_pack_buffer) { abort(); }
+    int a_shared = M <= N;
+    int small = a_shared ? M : N, big = a_shared ? N : M;
+    int small_unit = a_shared ? GEMM_MR : GEMM_NR, big_unit = a_shared ? GEMM_NR : GEMM_MR;
+    size_t small_pad = (size_t)(small + small_unit - 1) / small_unit * small_unit;
+    int per_round = (int)(GEMM_SHARED_FLOATS / (small_pad * GEMM_KC));
+    int round_k = GEMM_KC * (per_round > 0 ? per_round : 1);
+    if (round_k > K) { round_k = K; }
+    size_t shared_need = small_pad * (size_t)((round_k + GEMM_KC - 1) / GEMM_KC * GEMM_KC);
+    if (shared_need > gemm_shared_floats) {
+        free(gemm_shared);
+        gemm_shared = gemm_alloc(shared_need);
+        gemm_shared_floats = shared_need;
+    }
+    int nt = omp_get_max_threads();
+    int tile = a_shared ? GEMM_TILE_N : GEMM_TILE_M; // shrink until every thread gets about 4 tiles
+    while (tile > big_unit && (big + tile - 1) / tile < 4 * nt) { tile -= big_unit; }
+    int ntiles = (big + tile - 1) / tile;
+    int small_panels = (int)(small_pad / small_unit);
+    for (int k0 = 0; k0 < K; k0 += round_k) {
+        int kr = K - k0 < round_k ? K - k0 : round_k;
+        int kblocks = (kr + GEMM_KC - 1) / GEMM_KC;
+        #pragma omp parallel
+        {
+            #pragma omp for schedule(static)
+            for (int job = 0; job < kblocks * small_panels; job++) {
+                int kb = job / small_panels, panel = job % small_panels;
+                int pc = k0 + kb * GEMM_KC, kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
+                int first = panel * small_unit, count = small - first < small_unit ? small - first : small_unit;
+                float* dst = gemm_shared + small_pad * (size_t)kb * GEMM_KC + (size_t)first * kc;
+                if (a_shared) { gemm_pack_a(dst, a + (size_t)first * ars + (size_t)pc * acs, ars, acs, count, kc); }
+                else { gemm_pack_b(dst, b + (size_t)pc * brs + (size_t)first * bcs, brs, bcs, kc, count); }
             }
-            float* pa = gemm_pack_buffer;
-            float* pb = gemm_pack_buffer + GEMM_KC * GEMM_MC;
-            for (int jc = n0; jc < n1; jc += GEMM_NC) {
-                int nc = n1 - jc < GEMM_NC ? n1 - jc : GEMM_NC;
-                for (int pc = 0; pc < K; pc += GEMM_KC) {
-                    int kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
+            if (!gemm_tile_buffer) { gemm_tile_buffer = gemm_alloc((size_t)GEMM_KC * (GEMM_TILE_N > GEMM_TILE_M ? GEMM_TILE_N : GEMM_TILE_M)); }
+            float* own = gemm_tile_buffer;
+            #pragma omp for schedule(dynamic, 1)
+            for (int t = 0; t < ntiles; t++) {
+                int first = t * tile, count = big - first < tile ? big - first : tile;
+                for (int kb = 0; kb < kblocks; kb++) {
+                    int pc = k0 + kb * GEMM_KC, kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
                     int acc = accumulate || pc > 0;
-                    gemm_pack_b(pb, b + (size_t)pc * brs + (size_t)jc * bcs, brs, bcs, kc, nc);
-                    for (int ic = m0; ic < m1; ic += GEMM_MC) {
-                        int mc = m1 - ic < GEMM_MC ? m1 - ic : GEMM_MC;
-                        gemm_pack_a(pa, a + (size_t)ic * ars + (size_t)pc * acs, ars, acs, mc, kc);
-                        for (int jr = 0; jr < nc; jr += GEMM_NR) {
-                            int n = nc - jr < GEMM_NR ? nc - jr : GEMM_NR;
-                            for (int ir = 0; ir < mc; ir += GEMM_MR) {
-                                int m = mc - ir < GEMM_MR ? mc - ir : GEMM_MR;
-                                gemm_micro_kernel(kc, pa + (size_t)ir * kc, pb + (size_t)jr * kc,
-                                                  c + (size_t)(ic + ir) * ldc + jc + jr, ldc, m, n, acc);
+                    const float* sh = gemm_shared + small_pad * (size_t)kb * GEMM_KC;
+                    if (a_shared) { // own: B (kc, count) in NR panels; all M rows
+                        gemm_pack_b(own, b + (size_t)pc * brs + (size_t)first * bcs, brs, bcs, kc, count);
+                        for (int jr = 0; jr < count; jr += GEMM_NR) {
+                            int n = count - jr < GEMM_NR ? count - jr : GEMM_NR;
+                            for (int ir = 0; ir < M; ir += GEMM_MR) {
+                                int m = M - ir < GEMM_MR ? M - ir : GEMM_MR;
+                                gemm_micro_kernel(kc, sh + (size_t)ir * kc, own + (size_t)jr * kc,
+                                                  c + (size_t)ir * ldc + first + jr, ldc, m, n, acc);
+                            }
+                        }
+                    } else { // own: A (count, kc) in MR panels; all N columns
+                        gemm_pack_a(own, a + (size_t)first * ars + (size_t)pc * acs, ars, acs, count, kc);
+                        for (int jr = 0; jr < N; jr += GEMM_NR) {
+                            int n = N - jr < GEMM_NR ? N - jr : GEMM_NR;
+                            for (int ir = 0; ir < count; ir += GEMM_MR) {
+                                int m = count - ir < GEMM_MR ? count - ir : GEMM_MR;
+                                gemm_micro_kernel(kc, own + (size_t)ir * kc, sh + (size_t)jr * kc,
+                                                  c + (size_t)(first + ir) * ldc + jr, ldc, m, n, acc);
                             }
                         }
                     }
