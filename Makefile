@@ -38,6 +38,7 @@ test: deps
 	@bash dev/run_tests.sh
 
 -include dev/cuda_emu/emu.mk
+-include dev/gpu.mk
 
 clean:
 	rm -rf build train_gpt2cpu test_gpt2cpu
