@@ -13,12 +13,18 @@ EMU_NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),/usr/local/cuda/bin/nvcc)
 EMU_NVCC_FLAGS := -c -std=c++17 -Werror all-warnings -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 EMU_MPI_INC := $(addprefix -I,$(shell mpicxx --showme:incdirs 2>/dev/null))
 
-emu-tests: $(addprefix $(EMU_BUILD)/,$(EMU_UNIT_TESTS) $(addsuffix _asan,$(EMU_UNIT_TESTS)) oob_write_asan)
+emu-tests: $(addprefix $(EMU_BUILD)/,$(EMU_UNIT_TESTS) $(addsuffix _asan,$(EMU_UNIT_TESTS)) oob_write_asan \
+    test_primitives_ucontext)
 emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write))
 .PHONY: emu-tests emu-nvcc
 
 # test_nccl runs over MPI: -lnccl makes emucc build it with mpicxx
 emu_libs = $(if $(filter test_nccl%,$(notdir $@)),-lnccl)
+
+# the portable ucontext fiber switch (the default on x86-64 is a hand-written one)
+$(EMU_BUILD)/%_ucontext: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)
+	@mkdir -p $(@D)
+	$(EMUCC) $(EMU_CFLAGS) -DEMU_UCONTEXT -o $@ $<
 
 $(EMU_BUILD)/%_asan: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)
 	@mkdir -p $(@D)

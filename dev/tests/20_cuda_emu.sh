@@ -9,6 +9,7 @@ for t in test_primitives test_bf16_errors test_cublaslt plain_reduction; do
     check "emu_${t#test_}_asan" build/cuda_emu/${t}_asan
 done
 check emu_primitives build/cuda_emu/test_primitives
+check emu_primitives_ucontext build/cuda_emu/test_primitives_ucontext
 for n in 1 2 3 4; do
     check emu_nccl_np$n $emu_mpirun -np $n build/cuda_emu/test_nccl
 done

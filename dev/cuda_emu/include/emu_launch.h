@@ -1,5 +1,6 @@
 // emu_launch.h: kernel launches. Blocks of a grid run one after another on the calling OS thread;
-// inside a block every CUDA thread is a ucontext fiber, switched cooperatively at __syncthreads and
+// inside a block every CUDA thread is a fiber (its own stack; a hand-written context switch on
+// x86-64, ucontext elsewhere or with -DEMU_UCONTEXT), switched cooperatively at __syncthreads and
 // warp-synchronous operations. Also launch validation (the errors a GPU reports), function
 // attributes, occupancy and cudaLaunchKernelEx. Included by emu_cuda.h.
 #ifndef EMU_LAUNCH_H
@@ -25,10 +26,72 @@ inline constexpr int warpSize = 32;
 
 namespace emu {
 
+// ---- context switching ----
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
+// emu_ctx_switch(&save, next): push the callee-saved registers and the SSE/x87 control words, store
+// the stack pointer in *save, load `next` and pop the same frame from it. Weak: defined by every
+// translation unit that includes this header.
+extern "C" void emu_ctx_switch(void** save, void* next);
+asm(R"(
+    .text
+    .weak emu_ctx_switch
+    .type emu_ctx_switch, @function
+emu_ctx_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_ctx_switch, .-emu_ctx_switch
+)");
+struct Context { void* sp; };
+// A new context's stack holds the frame emu_ctx_switch pops, returning into `entry` (which never
+// returns) with the stack aligned as after a call.
+inline void ctx_init(Context& c, char* stack, size_t size, void (*entry)()) {
+    uint64_t* top = (uint64_t*)(((uintptr_t)stack + size) & ~(uintptr_t)15);
+    uint64_t* sp = top - 9;
+    memset(sp, 0, 9 * sizeof(uint64_t));
+    uint32_t mxcsr;
+    uint16_t fcw;
+    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fcw));
+    memcpy(sp, &mxcsr, 4);
+    memcpy((char*)sp + 4, &fcw, 2);
+    sp[7] = (uint64_t)(uintptr_t)entry;  // popped by ret; top[-1] is the fake return address of entry
+    c.sp = sp;
+}
+inline void ctx_switch(Context& from, Context& to) { emu_ctx_switch(&from.sp, to.sp); }
+#else
+struct Context { ucontext_t uc; };
+inline void ctx_init(Context& c, char* stack, size_t size, void (*entry)()) {
+    getcontext(&c.uc);
+    c.uc.uc_stack.ss_sp = stack;
+    c.uc.uc_stack.ss_size = size;
+    c.uc.uc_link = nullptr;
+    makecontext(&c.uc, entry, 0);
+}
+inline void ctx_switch(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
 enum class State { Ready, Blocked, Done };
 
 struct Fiber {
-    ucontext_t ctx;
+    Context ctx;
     char* stack = nullptr;
     size_t stack_size = 0;
     uint3 tid;
@@ -53,7 +116,7 @@ struct Block {
     std::vector<Warp> warps;
     int nthreads = 0, alive = 0, current = -1;
     int bar_arrived = 0, bar_count = 0, bar_result = 0;
-    ucontext_t sched_ctx;
+    Context sched_ctx;
     const void* sched_stack = nullptr;  // scheduler stack bounds, for AddressSanitizer
     size_t sched_stack_size = 0;
     void (*body)(void*) = nullptr;
@@ -64,7 +127,7 @@ inline Block blk;
 
 inline size_t stack_bytes() {
     const char* s = getenv("EMU_STACK_KB");
-    size_t kb = s ? strtoul(s, nullptr, 10) : 128;  // larger stacks make ASan's swapcontext hook slow
+    size_t kb = s ? strtoul(s, nullptr, 10) : 128;
     return kb * 1024;
 }
 
@@ -79,7 +142,7 @@ inline void to_scheduler(bool dying = false) {
 #if EMU_ASAN
     __sanitizer_start_switch_fiber(dying ? nullptr : &f.asan_fake_stack, blk.sched_stack, blk.sched_stack_size);
 #endif
-    swapcontext(&f.ctx, &blk.sched_ctx);
+    ctx_switch(f.ctx, blk.sched_ctx);
 #if EMU_ASAN
     __sanitizer_finish_switch_fiber(f.asan_fake_stack, &blk.sched_stack, &blk.sched_stack_size);
 #endif
@@ -198,11 +261,7 @@ inline void run_block(dim3 block) {
         size_t top = f.stack_size < 64 * 1024 ? f.stack_size : 64 * 1024;
         __asan_unpoison_memory_region(f.stack + f.stack_size - top, top);
 #endif
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack;
-        f.ctx.uc_stack.ss_size = f.stack_size;
-        f.ctx.uc_link = nullptr;
-        makecontext(&f.ctx, fiber_main, 0);
+        ctx_init(f.ctx, f.stack, f.stack_size, fiber_main);
     }
     while (blk.alive > 0) {
         bool ran = false;
@@ -216,7 +275,7 @@ inline void run_block(dim3 block) {
 #if EMU_ASAN
             __sanitizer_start_switch_fiber(&fake, f.stack, f.stack_size);
 #endif
-            swapcontext(&blk.sched_ctx, &f.ctx);
+            ctx_switch(blk.sched_ctx, f.ctx);
 #if EMU_ASAN
             __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
