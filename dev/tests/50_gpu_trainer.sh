@@ -41,9 +41,24 @@ gpu_attention_mutant_fails() {
     return 0
 }
 
-# train_gpt2emu (FP32) and train_gpt2cpu from the same model file on the same data: 20 losses within 1e-4.
+# The test of the ASan run: the encoder kernel with its bound check one element too loose must be
+# reported by AddressSanitizer.
+gpu_asan_mutant_fails() {
+    local dir=$GPU_TMP/asan_mutant
+    rm -rf $dir && mkdir -p $dir/llmc $dir/dev/gpu_kernels && cp llmc/* $dir/llmc/ &&
+        cp dev/gpu_kernels/test_kernels.cu $dir/dev/gpu_kernels/ || return 1
+    sed -i 's/if (i >= (size_t)BT \* C) { return; }/if (i > (size_t)BT * C) { return; }/' $dir/llmc/encoder.cuh
+    grep -q "i > (size_t)BT \* C" $dir/llmc/encoder.cuh || { echo "the mutation did not apply"; return 1; }
+    dev/cuda_emu/emucc -O1 -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $dir/test_kernels \
+        $dir/dev/gpu_kernels/test_kernels.cu || return 1
+    if $dir/test_kernels > $dir/out.txt 2>&1; then echo "the overrun passed"; return 1; fi
+    grep "AddressSanitizer" $dir/out.txt
+}
+
+# train_gpt2emu (FP32) and train_gpt2cpu from the same model file on the same data: 20 losses within
+# 1e-4, with two micro-steps of gradient accumulation per step.
 gpu_vs_cpu_20_steps() {
-    local flags="-e $GREF/model.bin -i data/kjv/kjv_train.bin -b 4 -t 16 -x 20 -l 1e-3 -u 5 -c 0.1 -v 0 -s 0"
+    local flags="-e $GREF/model.bin -i data/kjv/kjv_train.bin -b 2 -t 16 -d 64 -x 20 -l 1e-3 -u 5 -c 0.1 -v 0 -s 0"
     rm -rf $GPU_TMP/cmp_gpu $GPU_TMP/cmp_cpu
     build/gpu/train_gpt2emu_fp32 $flags -o $GPU_TMP/cmp_gpu || return 1
     ./train_gpt2cpu $flags -o $GPU_TMP/cmp_cpu || return 1
@@ -85,27 +100,23 @@ check gpu_nvcc_sm80_sm90 make -s -f dev/gpu.mk gpu-nvcc-check
 check gpu_ptxas_report cat build/gpu/ptxas_report.txt
 check gpu_nvcc_link make -s -f dev/gpu.mk train_gpt2 test_gpt2
 check gpu_no_gpu_message gpu_no_gpu_message
+check gpu_reference gpu_reference
 if gpu_have_device; then
-    check gpu_reference_for_device gpu_reference
     check gpu_test_gpt2_on_device ./test_gpt2 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
 fi
-if [ -f dev/cuda_emu/include/cublasLt.h ]; then
-    check gpu_reference gpu_reference
-    check gpu_emu_build bash -c "make -s -f dev/gpu.mk build/gpu/test_gpt2emu_fp32 build/gpu/test_gpt2emu_bf16 \
-        build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/test_kernels_emu build/gpu/test_kernels_asan &&
-        make -s train_gpt2cpu"
-    check gpu_kernel_tests_emu build/gpu/test_kernels_emu
-    check gpu_kernel_tests_asan build/gpu/test_kernels_asan
-    check gpu_test_gpt2emu_fp32 build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
-    check gpu_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
-    check gpu_test_gpt2emu_bf16_r2_w0 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -r 2 -w 0
-    check gpu_test_gpt2emu_fp32_r0_r2 bash -c "build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 0 -k 0 &&
-        build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 2 -k 0"
-    check gpu_test_detects_perturbed_grad bash -c "! build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -p 4 -k 0"
-    check gpu_test_detects_attention_mask_bug gpu_attention_mutant_fails
-    check gpu_emu_vs_cpu_20_steps gpu_vs_cpu_20_steps
-    check gpu_resume_bf16 gpu_resume_bf16
-    check gpu_train_smoke gpu_train_smoke
-else
-    echo "dev/cuda_emu has no cuBLASLt yet: the emulated GPU checks are not registered"
-fi
+check gpu_emu_build bash -c "make -s -f dev/gpu.mk build/gpu/test_gpt2emu_fp32 build/gpu/test_gpt2emu_bf16 \
+    build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/test_kernels_emu build/gpu/test_kernels_asan &&
+    make -s train_gpt2cpu"
+check gpu_kernel_tests_emu build/gpu/test_kernels_emu
+check gpu_kernel_tests_asan build/gpu/test_kernels_asan
+check gpu_asan_detects_kernel_overrun gpu_asan_mutant_fails
+check gpu_test_gpt2emu_fp32 build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
+check gpu_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
+check gpu_test_gpt2emu_bf16_r2_w0 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -r 2 -w 0
+check gpu_test_gpt2emu_fp32_r0_r2 bash -c "build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 0 -k 0 &&
+    build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 2 -k 0"
+check gpu_test_detects_perturbed_grad bash -c "! build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -p 4 -k 0"
+check gpu_test_detects_attention_mask_bug gpu_attention_mutant_fails
+check gpu_emu_vs_cpu_20_steps gpu_vs_cpu_20_steps
+check gpu_resume_bf16 gpu_resume_bf16
+check gpu_train_smoke gpu_train_smoke
