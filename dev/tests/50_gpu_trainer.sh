@@ -87,6 +87,35 @@ gpu_resume_bf16() {
     diff <(grep -E "^s:[34] " $GPU_TMP/res_a/main.log) $GPU_TMP/res_b/main.log && cat $GPU_TMP/res_b/main.log
 }
 
+# Checkpoints cross between the trainers: a CPU checkpoint at step 2 resumed by train_gpt2emu (FP32),
+# and a GPU one resumed by train_gpt2cpu, reproduce the uninterrupted run's steps 3..4 within 1e-4.
+gpu_cpu_checkpoints_cross() {
+    local flags="-e $GREF/model.bin -i data/kjv/kjv_train.bin -b 4 -t 16 -x 4 -l 1e-3 -c 0.1 -v 0 -s 0"
+    local d=$GPU_TMP/cross
+    rm -rf $d && mkdir -p $d/cpu_to_gpu $d/gpu_to_cpu
+    ./train_gpt2cpu $flags -n 2 -o $d/cpu >/dev/null || return 1
+    build/gpu/train_gpt2emu_fp32 $flags -n 2 -o $d/gpu >/dev/null || return 1
+    cp $d/cpu/*_00000002* $d/cpu_to_gpu/ && cp $d/gpu/*_00000002* $d/gpu_to_cpu/ || return 1
+    build/gpu/train_gpt2emu_fp32 $flags -y 1 -o $d/cpu_to_gpu | grep "resumed from step 2" || return 1
+    ./train_gpt2cpu $flags -y 1 -o $d/gpu_to_cpu | grep "resumed from step 2" || return 1
+    python3 - $d <<'PY'
+import re, sys
+d = sys.argv[1]
+def losses(path):
+    return {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^s:(\d+) trl:(\S+)", open(path).read(), re.M)}
+full = losses(d + "/cpu/main.log")
+worst = 0.0
+for run in ("cpu_to_gpu", "gpu_to_cpu"):
+    got = losses(d + "/" + run + "/main.log")
+    assert sorted(got) == [3, 4], (run, sorted(got))
+    for s in got:
+        print("%s step %d: %.6f, uninterrupted %.6f" % (run, s, got[s], full[s]))
+        worst = max(worst, abs(got[s] - full[s]))
+print("max difference %.2e (tolerance 1e-4)" % worst)
+sys.exit(0 if worst <= 1e-4 else 1)
+PY
+}
+
 # A descriptor model through the BF16 emulated trainer: validation, sampling with the tokenizer, final model.
 gpu_train_smoke() {
     rm -rf $GPU_TMP/smoke
@@ -119,4 +148,5 @@ check gpu_test_detects_perturbed_grad bash -c "! build/gpu/test_gpt2emu_bf16 $GP
 check gpu_test_detects_attention_mask_bug gpu_attention_mutant_fails
 check gpu_emu_vs_cpu_20_steps gpu_vs_cpu_20_steps
 check gpu_resume_bf16 gpu_resume_bf16
+check gpu_cpu_checkpoints_cross gpu_cpu_checkpoints_cross
 check gpu_train_smoke gpu_train_smoke
