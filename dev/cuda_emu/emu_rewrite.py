@@ -65,7 +65,7 @@ def kernel_name_start(src, end):
 def kernel_id(name):
     """Expression for the kernel's address, or nullptr where the name alone does not pick one function
     (a template whose arguments are deduced from the call); see emu::kernel_id in emu_launch.h."""
-    return "::emu::kernel_id([](auto t_) -> decltype((void)t_, (const void*)&%s) { return (const void*)&%s; })" % (name, name)
+    return "::emu::kernel_id([&](auto t_) -> decltype(::emu::kernel_address(t_, %s)) { return ::emu::kernel_address(t_, %s); })" % (name, name)
 
 
 def find_launch(src, i):

@@ -297,8 +297,11 @@ struct FuncAttrs { int max_dynamic_smem = (int)kSmemDefault; int carveout = -1; 
 inline std::map<const void*, FuncAttrs>& func_attrs() { static std::map<const void*, FuncAttrs> m; return m; }
 inline int max_optin_seen = (int)kSmemDefault;  // limit used for kernels whose address is unknown
 
-// Kernel address when the kernel name can be taken alone (not for templates deduced from arguments):
-// emucc passes a generic lambda whose return type is only valid when `&name` is.
+// The kernel's address, from what is written before <<<: a kernel, a template-id, or a function
+// pointer variable. emucc passes a generic lambda whose return type calls kernel_address with a
+// dependent first argument, so a name that picks no single function (a template whose arguments
+// are deduced from the call) is a substitution failure and gives nullptr instead of an error.
+template <class X, class... P> const void* kernel_address(X, void (*kernel)(P...)) { return (const void*)kernel; }
 template <class F> const void* kernel_id(F f) {
     if constexpr (std::is_invocable_v<F, int>) return f(0);
     else return nullptr;

@@ -126,6 +126,9 @@ int main() {
     int got = 0;
     CUDA_CHECK(cudaMemcpy(&got, flag, sizeof(int), cudaMemcpyDeviceToHost));
     EXPECT(got == 42, "opted-in kernel ran: %d", got);
+    void (*through_pointer)(int*) = big_smem;  // the opt-in follows the kernel, however it is named
+    through_pointer<<<1, 64, big>>>(flag);
+    EXPECT(cudaGetLastError() == cudaSuccess, "200 KiB after opt-in, launched through a function pointer");
     big_smem<<<1, 64, big + 1>>>(flag);
     EXPECT(cudaGetLastError() == cudaErrorInvalidValue, "above the opted-in size");
     EXPECT(cudaFuncSetAttribute(big_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024) == cudaErrorInvalidValue,
