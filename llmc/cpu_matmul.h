@@ -110,7 +110,9 @@ static void gemm_pack_b(float* dst, const float* b, size_t rs, size_t cs, int kc
 
 #define GEMM_TILE_N (4 * GEMM_NR) // widest column tile of B a task packs
 #define GEMM_TILE_M (8 * GEMM_MR) // tallest row tile of A a task packs
+#ifndef GEMM_SHARED_FLOATS // the kernel test sets a small budget to get several rounds
 #define GEMM_SHARED_FLOATS (1 << 20) // budget of the shared packed operand, per round
+#endif
 
 // Buffers kept across calls (grown by the first calls, so a training step allocates nothing):
 // the shared packed operand, and each thread's packed tile.

@@ -96,18 +96,17 @@ static inline float vf_array_exp_sum(float* y, const float* x, int n, float shif
 
 #define CPU_GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
 
-// s = 0.5 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
-static inline vfloat vf_gelu_sigmoid(vfloat x) {
-    vfloat u = CPU_GELU_SCALE * (x + 0.044715f * x * x * x);
-    return 1.0f / (1.0f + vf_exp(-2.0f * u));
-}
+// exp(-2u), u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 (1 + tanh u) = 1 / (1 + exp(-2u))
+static inline vfloat vf_gelu_exp(vfloat x) { return vf_exp(-2.0f * CPU_GELU_SCALE * (x + 0.044715f * x * x * x)); }
 
-static inline vfloat vf_gelu(vfloat x) { return x * vf_gelu_sigmoid(x); }
+static inline vfloat vf_gelu(vfloat x) { return x / (1.0f + vf_gelu_exp(x)); }
 
-// d gelu / dx = s + x (1 - tanh^2 u) / 2 * du/dx, with 1 - tanh^2 u = 4 s (1 - s)
+// d gelu / dx = s + x (1 - tanh^2 u) / 2 * du/dx with s = 1 / (1 + e), e = exp(-2u):
+// 1 - tanh^2 u = 4 s (1 - s) and 1 - s = e s (no cancellation where s is near 1)
 static inline vfloat vf_gelu_grad(vfloat x) {
-    vfloat s = vf_gelu_sigmoid(x);
-    return s + 2.0f * x * s * (1.0f - s) * CPU_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    vfloat e = vf_gelu_exp(x);
+    vfloat s = 1.0f / (1.0f + e);
+    return s + 2.0f * x * s * (e * s) * CPU_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 #endif
