@@ -111,8 +111,9 @@ ALIGN = re.compile(r"\b(alignas\s*\([^()]*\)|__attribute__\s*\(\((?:[^()]|\([^()
 
 
 def rewrite_extern_shared(m):
-    ctype = ALIGN.sub("", m.group(1)).strip()
-    return "%s* %s = (%s*)::emu::dynamic_smem();" % (ctype, m.group(2), ctype)
+    ctype = " ".join(ALIGN.sub("", m.group(1)).split())
+    newlines = "\n" * m.group(0).count("\n")  # keep the line count of a declaration spanning lines
+    return "%s* %s = (%s*)::emu::dynamic_smem();%s" % (ctype, m.group(2), ctype, newlines)
 
 
 def rewrite(src):

@@ -331,7 +331,8 @@ template <class F> void launch(const void* kid, const LaunchConfig& c, F body) {
     cudaError_t e = check_config(kid, c);
     if (e != cudaSuccess) { fail(e); return; }
     if (blk.current >= 0) die("kernel launched from device code (dynamic parallelism is not emulated)");
-    std::vector<unsigned char> smem(c.smem);  // exact size, so out-of-bounds accesses are caught by ASan
+    // exact size, so ASan catches out-of-bounds accesses; 0xff bytes (NaN, -1) expose reads before writes
+    std::vector<unsigned char> smem(c.smem, 0xff);
     blk.dyn_smem = smem.data();
     blk.body = &call_body<F>;
     blk.body_arg = &body;

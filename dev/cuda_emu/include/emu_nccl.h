@@ -9,6 +9,7 @@
 #ifndef EMU_NCCL_H
 #define EMU_NCCL_H
 #include <mpi.h>
+#include <climits>
 #include <vector>
 #include "emu_cuda.h"
 #include "cuda_bf16.h"
@@ -107,6 +108,7 @@ inline void divide(void* p, size_t n, ncclDataType_t t, int d) {
 }
 
 inline void sendrecv(const void* sbuf, size_t sbytes, int to, void* rbuf, size_t rbytes, int from, MPI_Comm c) {
+    if (sbytes > INT_MAX || rbytes > INT_MAX) die("NCCL emulation: a ring chunk over 2 GiB");
     nccl_bytes += sbytes;
     MPI_Sendrecv(sbuf, (int)sbytes, MPI_BYTE, to, nccl_tag, rbuf, (int)rbytes, MPI_BYTE, from, nccl_tag, c, MPI_STATUS_IGNORE);
 }
@@ -268,6 +270,7 @@ inline ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t c
     size_t bytes = count * emu::nccl_size(t);
     int n = comm->size, pos = (comm->rank - root + n) % n;  // position along the chain
     if (pos == 0 && recvbuff != sendbuff) memmove(recvbuff, sendbuff, bytes);
+    if (bytes > INT_MAX) emu::die("NCCL emulation: a broadcast over 2 GiB");
     if (pos > 0) MPI_Recv(recvbuff, (int)bytes, MPI_BYTE, (comm->rank - 1 + n) % n, emu::nccl_tag, comm->mpi, MPI_STATUS_IGNORE);
     if (pos < n - 1) {
         emu::nccl_bytes += bytes;

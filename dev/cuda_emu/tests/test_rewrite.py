@@ -54,6 +54,9 @@ class SharedRewrite(unittest.TestCase):
         src = "extern __shared__ __attribute__((aligned(16))) unsigned char smem[ ];"
         self.assertEqual(rewrite(src), "unsigned char* smem = (unsigned char*)::emu::dynamic_smem();")
 
+    def test_extern_shared_over_two_lines_keeps_line_count(self):
+        self.assertEqual(rewrite("extern __shared__\n  float4 buf[];"), "float4* buf = (float4*)::emu::dynamic_smem();\n")
+
     def test_static_shared(self):
         self.assertEqual(rewrite("__shared__ float tile[32][33];"), "static float tile[32][33];")
 
