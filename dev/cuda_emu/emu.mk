@@ -14,12 +14,18 @@ EMU_NVCC_FLAGS := -c -std=c++17 -Werror all-warnings -gencode arch=compute_80,co
 EMU_MPI_INC := $(addprefix -I,$(shell mpicxx --showme:incdirs 2>/dev/null))
 
 emu-tests: $(addprefix $(EMU_BUILD)/,$(EMU_UNIT_TESTS) $(addsuffix _asan,$(EMU_UNIT_TESTS)) oob_write_asan \
-    test_primitives_ucontext)
-emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write))
+    test_primitives_ucontext two_units)
+emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write two_units_main two_units_kernels))
 .PHONY: emu-tests emu-nvcc
 
 # test_nccl runs over MPI: -lnccl makes emucc build it with mpicxx
 emu_libs = $(if $(filter test_nccl%,$(notdir $@)),-lnccl)
+
+# several translation units: a .cu compiled separately with -c, a .cu and a .c on the link line
+$(EMU_BUILD)/two_units: $(EMU_DIR)/tests/two_units_main.cu $(EMU_DIR)/tests/two_units_kernels.cu $(EMU_DIR)/tests/c_helper.c $(EMU_DEPS)
+	@mkdir -p $(@D)
+	$(EMUCC) $(EMU_CFLAGS) -c -o $(EMU_BUILD)/two_units_kernels.o $(EMU_DIR)/tests/two_units_kernels.cu
+	$(EMUCC) $(EMU_CFLAGS) -o $@ $(EMU_DIR)/tests/two_units_main.cu $(EMU_DIR)/tests/c_helper.c $(EMU_BUILD)/two_units_kernels.o
 
 # the portable ucontext fiber switch (the default on x86-64 is a hand-written one)
 $(EMU_BUILD)/%_ucontext: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)

@@ -10,6 +10,7 @@ for t in test_primitives test_bf16_errors test_cublaslt plain_reduction; do
 done
 check emu_primitives build/cuda_emu/test_primitives
 check emu_primitives_ucontext build/cuda_emu/test_primitives_ucontext
+check emu_two_units build/cuda_emu/two_units
 for n in 1 2 3 4; do
     check emu_nccl_np$n $emu_mpirun -np $n build/cuda_emu/test_nccl
 done

@@ -4,8 +4,6 @@
 #ifndef EMU_DEVICE_H
 #define EMU_DEVICE_H
 
-#include <climits>
-
 // ---- barriers and warp operations ----
 inline void __syncthreads() { emu::block_barrier(0); }
 inline int __syncthreads_count(int p) { return emu::block_barrier(p); }

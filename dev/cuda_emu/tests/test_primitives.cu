@@ -100,11 +100,11 @@ __global__ void transpose(const float* in, float* out, int rows, int cols) {
         if (x < rows && y + j < cols) out[(y + j) * rows + x] = tile[threadIdx.x][threadIdx.y + j];
 }
 
-// ---- every shuffle variant and vote; 12 outputs per thread ----
+// ---- every shuffle variant, vote and counting barrier; 14 outputs per thread ----
 __global__ void shuffles(int* out, double* dout) {
     int t = threadIdx.x, lane = t % 32;
     int v = 100 * t;
-    int* o = out + 12 * t;
+    int* o = out + 14 * t;
     o[0] = __shfl_sync(0xffffffffu, v, 3);
     o[1] = __shfl_sync(0xffffffffu, v, lane + 5, 8);
     o[2] = __shfl_up_sync(0xffffffffu, v, 1, 16);
@@ -119,6 +119,8 @@ __global__ void shuffles(int* out, double* dout) {
     if (lane < 16) o[10] = __shfl_down_sync(0x0000ffffu, v, 1, 16);  // half-warp mask
     __syncwarp();
     o[11] = __syncthreads_count(lane < 4);
+    o[12] = __syncthreads_and(lane < 31);
+    o[13] = __syncthreads_or(t == 5);
     dout[t] = __shfl_sync(0xffffffffu, 0.25 * t, 31 - lane);
 }
 
@@ -316,7 +318,7 @@ int main() {
         const int threads = 64;
         int* d;
         double* dd;
-        std::vector<int> g(12 * threads);
+        std::vector<int> g(14 * threads);
         std::vector<double> gd(threads);
         CUDA_CHECK(cudaMalloc(&d, g.size() * sizeof(int)));
         CUDA_CHECK(cudaMalloc(&dd, threads * sizeof(double)));
@@ -325,9 +327,9 @@ int main() {
         CUDA_CHECK(cudaMemcpy(g.data(), d, g.size() * sizeof(int), cudaMemcpyDeviceToHost));
         CUDA_CHECK(cudaMemcpy(gd.data(), dd, threads * sizeof(double), cudaMemcpyDeviceToHost));
         for (int t = 0; t < threads; t++) {
-            int lane = t % 32, w = t - lane, *o = &g[12 * t];
+            int lane = t % 32, w = t - lane, *o = &g[14 * t];
             auto val = [&](int l) { return 100 * (w + l); };
-            int want[12] = {
+            int want[14] = {
                 val(3),
                 val((lane & ~7) + ((lane + 5) & 7)),
                 (lane % 16) >= 1 ? val(lane - 1) : val(lane),
@@ -340,8 +342,10 @@ int main() {
                 1,
                 lane < 16 ? ((lane % 16) + 1 < 16 ? val(lane + 1) : val(lane)) : -1,
                 (threads / 32) * 4,
+                0,
+                1,
             };
-            for (int k = 0; k < 12; k++) EXPECT(o[k] == want[k], "thread %d shuffle output %d: %d want %d", t, k, o[k], want[k]);
+            for (int k = 0; k < 14; k++) EXPECT(o[k] == want[k], "thread %d shuffle output %d: %d want %d", t, k, o[k], want[k]);
             EXPECT(gd[t] == 0.25 * (w + 31 - lane), "double shuffle thread %d", t);
         }
         half_warps<<<1, threads>>>(d);
