@@ -58,37 +58,29 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
 }
 
 // Causal self-attention. qkv (B, T, 3C) holds q, k, v; att (B, NH, T, T) keeps the softmax
-// probabilities of the unmasked half (t2 <= t) for backward; out (B, T, C).
+// probabilities of the unmasked half (t2 <= t) for backward; out (B, T, C). Parallel over (b, h);
+// each pair transposes its keys once so that a query row's scores are vectorised over t2.
 static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    #pragma omp parallel for collapse(3) schedule(static)
+    size_t C3 = 3 * (size_t)C;
+    #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
+            const float* base = qkv + (size_t)b * T * C3 + h * hs;
+            int Tp = (T + VEC_W - 1) / VEC_W * VEC_W;
+            float* kt = vf_thread_scratch((size_t)hs * Tp); // kt[i * Tp + t2] = k[t2][i]
+            for (int t2 = 0; t2 < T; t2++) {
+                for (int i = 0; i < hs; i++) { kt[(size_t)i * Tp + t2] = base[t2 * C3 + C + i]; }
+            }
             for (int t = 0; t < T; t++) {
-                const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
                 float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                float maxv = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float s = 0.0f;
-                    #pragma omp simd reduction(+ : s)
-                    for (int i = 0; i < hs; i++) { s += q[i] * k[i]; }
-                    s *= scale;
-                    a[t2] = s;
-                    if (s > maxv) { maxv = s; }
-                }
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxv); sum += a[t2]; }
-                float inv = 1.0f / sum;
+                vf_row_times_matrix(a, base + t * C3, kt, Tp, hs, t + 1, scale);
+                float maxv = vf_array_max(a, t + 1);
+                float inv = 1.0f / vf_array_exp_sum(a, a, t + 1, maxv);
+                #pragma omp simd
                 for (int t2 = 0; t2 <= t; t2++) { a[t2] *= inv; }
-                float* o = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) { o[i] = 0.0f; }
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float w = a[t2];
-                    for (int i = 0; i < hs; i++) { o[i] += w * v[i]; }
-                }
+                vf_weighted_rows(out + ((size_t)b * T + t) * C + h * hs, a, 1, base + 2 * C, C3, t + 1, hs);
             }
         }
     }
@@ -189,40 +181,46 @@ static void gelu_backward(float* dinp, const float* inp, const float* dout, size
 }
 
 // dqkv (B, T, 3C) = attention backward (written). Parallel over (b, h): each pair owns its
-// columns of dqkv. scratch: T floats per thread.
-static void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+// columns of dqkv. att is overwritten with the gradients of the pre-softmax scores. scratch: T
+// floats per thread. Every sum runs over t or t2 in a fixed order, vectorised over the other index.
+static void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att,
                                int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    #pragma omp parallel for collapse(2) schedule(static)
+    size_t C3 = 3 * (size_t)C;
+    #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
+            const float* base = qkv + (size_t)b * T * C3 + h * hs;
+            float* dbase = dqkv + (size_t)b * T * C3 + h * hs;
+            const float* dy = dout + (size_t)b * T * C + h * hs;
+            float* a = att + ((size_t)b * NH + h) * T * T; // a[t * T + t2]
             float* datt = scratch + (size_t)omp_get_thread_num() * T;
-            for (int t = 0; t < T; t++) {
-                float* base = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                for (int i = 0; i < hs; i++) { base[i] = 0.0f; base[C + i] = 0.0f; base[2 * C + i] = 0.0f; }
+            int Tp = (T + VEC_W - 1) / VEC_W * VEC_W;
+            float* vt = vf_thread_scratch((size_t)hs * Tp); // vt[i * Tp + t2] = v[t2][i]
+            for (int t2 = 0; t2 < T; t2++) {
+                for (int i = 0; i < hs; i++) { vt[(size_t)i * Tp + t2] = base[t2 * C3 + 2 * C + i]; }
             }
+            // dv[t2] = sum over t >= t2 of a[t][t2] dy[t]
+            for (int t2 = 0; t2 < T; t2++) {
+                vf_weighted_rows(dbase + t2 * C3 + 2 * C, a + (size_t)t2 * T + t2, T, dy + (size_t)t2 * C, C, T - t2, hs);
+            }
+            // row t: datt = dy[t] . v[t2]; a[t][t2] becomes a (datt - sum a datt) scale
             for (int t = 0; t < T; t++) {
-                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                const float* dy = dout + ((size_t)b * T + t) * C + h * hs;
-                const float* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                float* dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float* at = a + (size_t)t * T;
+                vf_row_times_matrix(datt, dy + (size_t)t * C, vt, Tp, hs, t + 1, 1.0f);
                 float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float* dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float d = 0.0f;
-                    #pragma omp simd reduction(+ : d)
-                    for (int i = 0; i < hs; i++) { d += dy[i] * v[i]; dv[i] += a[t2] * dy[i]; }
-                    datt[t2] = d;
-                    dot += a[t2] * d;
-                }
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float dpre = a[t2] * (datt[t2] - dot) * scale;
-                    const float* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float* dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    for (int i = 0; i < hs; i++) { dq[i] += dpre * k[i]; dk[i] += dpre * q[i]; }
-                }
+                #pragma omp simd reduction(+ : dot)
+                for (int t2 = 0; t2 <= t; t2++) { dot += at[t2] * datt[t2]; }
+                #pragma omp simd
+                for (int t2 = 0; t2 <= t; t2++) { at[t2] = at[t2] * (datt[t2] - dot) * scale; }
+            }
+            // dq[t] = sum over t2 <= t of dpre[t][t2] k[t2]; dk[t2] = sum over t >= t2 of dpre[t][t2] q[t]
+            for (int t = 0; t < T; t++) {
+                vf_weighted_rows(dbase + t * C3, a + (size_t)t * T, 1, base + C, C3, t + 1, hs);
+            }
+            for (int t2 = 0; t2 < T; t2++) {
+                vf_weighted_rows(dbase + t2 * C3 + C, a + (size_t)t2 * T + t2, T, base + t2 * C3, C3, T - t2, hs);
             }
         }
     }

@@ -7,6 +7,7 @@
 #define LLMC_CPU_VECMATH_H
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__AVX512F__)
@@ -20,7 +21,11 @@
 typedef float vfloat __attribute__((vector_size(VEC_W * 4)));
 typedef int vint __attribute__((vector_size(VEC_W * 4)));
 
+typedef float vfloat_u __attribute__((vector_size(VEC_W * 4), aligned(4))); // unaligned access
+
 static inline vfloat vf_splat(float x) { return (vfloat){0} + x; }
+static inline vfloat vf_load(const float* p) { return *(const vfloat_u*)p; }
+static inline void vf_store(float* p, vfloat v) { *(vfloat_u*)p = v; }
 
 // Loads / stores the first n (<= VEC_W) floats; missing lanes read as `fill`.
 static inline vfloat vf_load_n(const float* p, int n, float fill) {
@@ -92,6 +97,79 @@ static inline float vf_array_exp_sum(float* y, const float* x, int n, float shif
         sum += e;
     }
     return vf_hsum(sum);
+}
+
+// s[j] = scale * sum_i x[i] m[i * ld + j] for j < n, i < k: a row vector times a (k, n) matrix,
+// vectorised over j (4 vectors of columns at a time), each s[j] summed in i order. The rows of m
+// must be readable up to n rounded up to VEC_W (the extra columns are never stored).
+static inline void vf_row_times_matrix(float* s, const float* x, const float* m, size_t ld, int k, int n, float scale) {
+    int j = 0;
+    for (; j + 4 * VEC_W <= n; j += 4 * VEC_W) {
+        vfloat a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int i = 0; i < k; i++) {
+            vfloat xi = vf_splat(x[i]);
+            const float* r = m + i * ld + j;
+            a0 += xi * vf_load(r);
+            a1 += xi * vf_load(r + VEC_W);
+            a2 += xi * vf_load(r + 2 * VEC_W);
+            a3 += xi * vf_load(r + 3 * VEC_W);
+        }
+        vf_store(s + j, a0 * scale);
+        vf_store(s + j + VEC_W, a1 * scale);
+        vf_store(s + j + 2 * VEC_W, a2 * scale);
+        vf_store(s + j + 3 * VEC_W, a3 * scale);
+    }
+    for (; j < n; j += VEC_W) {
+        vfloat a0 = {0};
+        for (int i = 0; i < k; i++) { a0 += vf_splat(x[i]) * vf_load(m + i * ld + j); }
+        a0 *= scale;
+        for (int l = 0; l < VEC_W && j + l < n; l++) { s[j + l] = a0[l]; }
+    }
+}
+
+// y[i] = sum_j w[j * ws] m[j * ld + i] for i < k, j < n: a weighted sum of n rows, vectorised over
+// i (up to 4 vectors held in registers), each y[i] summed in j order.
+static inline void vf_weighted_rows(float* y, const float* w, size_t ws, const float* m, size_t ld, int n, int k) {
+    int i = 0;
+    for (; i + 4 * VEC_W <= k; i += 4 * VEC_W) {
+        vfloat a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int j = 0; j < n; j++) {
+            vfloat wj = vf_splat(w[j * ws]);
+            const float* r = m + j * ld + i;
+            a0 += wj * vf_load(r);
+            a1 += wj * vf_load(r + VEC_W);
+            a2 += wj * vf_load(r + 2 * VEC_W);
+            a3 += wj * vf_load(r + 3 * VEC_W);
+        }
+        vf_store(y + i, a0);
+        vf_store(y + i + VEC_W, a1);
+        vf_store(y + i + 2 * VEC_W, a2);
+        vf_store(y + i + 3 * VEC_W, a3);
+    }
+    for (; i + VEC_W <= k; i += VEC_W) {
+        vfloat a0 = {0};
+        for (int j = 0; j < n; j++) { a0 += vf_splat(w[j * ws]) * vf_load(m + j * ld + i); }
+        vf_store(y + i, a0);
+    }
+    if (i < k) {
+        vfloat a0 = {0};
+        for (int j = 0; j < n; j++) { a0 += vf_splat(w[j * ws]) * vf_load_n(m + j * ld + i, k - i, 0.0f); }
+        vf_store_n(y + i, a0, k - i);
+    }
+}
+
+// A buffer of at least `floats` floats owned by the calling thread, kept between calls (grown by
+// the first calls only).
+static _Thread_local float* vf_scratch_buffer;
+static _Thread_local size_t vf_scratch_floats;
+static inline float* vf_thread_scratch(size_t floats) {
+    if (floats > vf_scratch_floats) {
+        free(vf_scratch_buffer);
+        vf_scratch_buffer = (float*)aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+        if (!vf_scratch_buffer) { abort(); }
+        vf_scratch_floats = floats;
+    }
+    return vf_scratch_buffer;
 }
 
 #define CPU_GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
