@@ -116,6 +116,36 @@ sys.exit(0 if worst <= 1e-4 else 1)
 PY
 }
 
+# -r 0|1|2: the activation bytes drop by the closed forms (L-1) B T 4C and (L-1) B T 2C elements;
+# recomputing LayerNorm is exact (-r 1 and -r 2 give the same log in both precisions); GELU is
+# recomputed from the stored pre-activation, the same in FP32, within bf16 rounding in BF16.
+gpu_recompute() {
+    local flags="-e $GREF/model.bin -i data/kjv/kjv_train.bin -b 4 -t 16 -x 3 -v 0 -s 0" prec r
+    for prec in fp32 bf16; do
+        for r in 0 1 2; do
+            rm -rf $GPU_TMP/rc_${prec}_$r
+            build/gpu/train_gpt2emu_$prec $flags -r $r -o $GPU_TMP/rc_${prec}_$r > $GPU_TMP/rc_${prec}_$r.out || return 1
+        done
+    done
+    python3 - $GPU_TMP <<'PY'
+import re, sys
+d = sys.argv[1]
+L, B, T, C = 2, 4, 16, 64
+ok = True
+for prec, size in (("fp32", 4), ("bf16", 2)):
+    act = [int(re.search(r"activations (\d+) bytes", open("%s/rc_%s_%d.out" % (d, prec, r)).read()).group(1)) for r in range(3)]
+    logs = [re.findall(r"trl:(\S+)", open("%s/rc_%s_%d/main.log" % (d, prec, r)).read()) for r in range(3)]
+    want = ((L - 1) * B * T * 4 * C * size, (L - 1) * B * T * 2 * C * size)
+    print(prec, "activation bytes", act, "savings", (act[0] - act[1], act[1] - act[2]), "expected", want)
+    ok &= (act[0] - act[1], act[1] - act[2]) == want
+    print(prec, "losses -r 0/1/2:", logs)
+    ok &= len(logs[0]) == 3 and logs[1] == logs[2]
+    gelu_tol = 0.0 if prec == "fp32" else 1e-3
+    ok &= max(abs(float(a) - float(b)) for a, b in zip(logs[0], logs[1])) <= gelu_tol
+sys.exit(0 if ok else 1)
+PY
+}
+
 # A descriptor model through the BF16 emulated trainer: validation, sampling with the tokenizer, final model.
 gpu_train_smoke() {
     rm -rf $GPU_TMP/smoke
@@ -149,4 +179,5 @@ check gpu_test_detects_attention_mask_bug gpu_attention_mutant_fails
 check gpu_emu_vs_cpu_20_steps gpu_vs_cpu_20_steps
 check gpu_resume_bf16 gpu_resume_bf16
 check gpu_cpu_checkpoints_cross gpu_cpu_checkpoints_cross
+check gpu_recompute gpu_recompute
 check gpu_train_smoke gpu_train_smoke
