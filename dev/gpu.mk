@@ -60,15 +60,18 @@ build/gpu/train_gpt2emu_bf16: $(GPU_SOURCES)
 build/gpu/test_kernels_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(EMUCC) $(EMUCC_FLAGS) -DENABLE_FP32 -o $@ dev/gpu_kernels/test_kernels.cu
+build/gpu/test_bf16_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(EMUCC) $(EMUCC_FLAGS) -o $@ dev/gpu_kernels/test_bf16.cu
 build/gpu/test_kernels_asan: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(EMUCC) $(EMUCC_FLAGS) -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $@ dev/gpu_kernels/test_kernels.cu
 
-# nvcc for sm_80 and sm_90: the trainer and its test in both precisions, the kernel tests (FP32
-# only); ptxas -v output goes to build/gpu/ptxas_*.log and dev/gpu_kernels/ptxas_report.sh turns
+# nvcc for sm_80 and sm_90: the trainer and its test in both precisions, the kernel tests (each in
+# its precision); ptxas -v output goes to build/gpu/ptxas_*.log and dev/gpu_kernels/ptxas_report.sh turns
 # the trainer's into build/gpu/ptxas_report.txt (and fails on any spill).
 GPU_NVCC_UNITS := train_gpt2.cu:BF16 train_gpt2.cu:FP32 test_gpt2.cu:BF16 test_gpt2.cu:FP32 \
-	$(foreach t,$(GPU_KERNEL_TESTS),$(t):FP32)
+	dev/gpu_kernels/test_kernels.cu:FP32 dev/gpu_kernels/test_bf16.cu:BF16
 gpu-nvcc-check: test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS)
 	@mkdir -p build/gpu
 	@rm -f build/gpu/ptxas_*.log

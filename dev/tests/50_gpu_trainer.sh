@@ -2,7 +2,8 @@
 # per-kernel register/spill report, the no-GPU message, and, through the CUDA emulator, the test
 # against the PyTorch reference in FP32 and BF16 (with recompute and master-weight variants), two
 # tests of that test (a perturbed gradient, an off-by-one attention mask), 20 steps against the
-# CPU trainer, checkpoint resume, and the kernel tests (also under AddressSanitizer).
+# CPU trainer, checkpoint resume, recomputation, and the kernel tests (also under AddressSanitizer,
+# and the BF16 stochastic rounding and AdamW).
 GPU_TMP=build/test_tmp/gpu
 GREF=$GPU_TMP/ref
 GPU_TEST_ARGS="$GREF/model.bin $GREF/state.bin $GREF/losses.txt data/kjv/kjv_val.bin"
@@ -164,10 +165,12 @@ if gpu_have_device; then
     check gpu_test_gpt2_on_device ./test_gpt2 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
 fi
 check gpu_emu_build bash -c "make -s -f dev/gpu.mk build/gpu/test_gpt2emu_fp32 build/gpu/test_gpt2emu_bf16 \
-    build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/test_kernels_emu build/gpu/test_kernels_asan &&
+    build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/test_kernels_emu build/gpu/test_kernels_asan \
+    build/gpu/test_bf16_emu &&
     make -s train_gpt2cpu"
 check gpu_kernel_tests_emu build/gpu/test_kernels_emu
 check gpu_kernel_tests_asan build/gpu/test_kernels_asan
+check gpu_bf16_rounding_and_adamw build/gpu/test_bf16_emu
 check gpu_asan_detects_kernel_overrun gpu_asan_mutant_fails
 check gpu_test_gpt2emu_fp32 build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
 check gpu_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
