@@ -20,8 +20,8 @@ endif
 NVCC ?= nvcc
 NVCC_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation
-EMUCC := dev/cuda_emu/emucc
-EMUCC_FLAGS := -O1 -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation
+GPU_EMUCC := dev/cuda_emu/emucc
+GPU_EMUCC_FLAGS := -O1 -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation
 GPU_SOURCES := train_gpt2.cu $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
 GPU_KERNEL_TESTS := $(wildcard dev/gpu_kernels/*.cu)
 
@@ -38,34 +38,34 @@ test_gpt2: test_gpt2.cu $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
 	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ test_gpt2.cu -lcublasLt
 
 train_gpt2emu: $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
-	$(EMUCC) $(EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ train_gpt2.cu -lcublasLt
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ train_gpt2.cu -lcublasLt
 
 test_gpt2emu: test_gpt2.cu $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
-	$(EMUCC) $(EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ test_gpt2.cu -lcublasLt
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ test_gpt2.cu -lcublasLt
 
 # Fixed-precision emulated builds for the tests (they do not touch the root binaries).
 build/gpu/train_gpt2emu_fp32: $(GPU_SOURCES)
 	@mkdir -p build/gpu
-	$(EMUCC) $(EMUCC_FLAGS) -DENABLE_FP32 -o $@ train_gpt2.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ train_gpt2.cu
 build/gpu/test_gpt2emu_fp32: test_gpt2.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
-	$(EMUCC) $(EMUCC_FLAGS) -DENABLE_FP32 -o $@ test_gpt2.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ test_gpt2.cu
 build/gpu/test_gpt2emu_bf16: test_gpt2.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
-	$(EMUCC) $(EMUCC_FLAGS) -o $@ test_gpt2.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ test_gpt2.cu
 build/gpu/train_gpt2emu_bf16: $(GPU_SOURCES)
 	@mkdir -p build/gpu
-	$(EMUCC) $(EMUCC_FLAGS) -o $@ train_gpt2.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ train_gpt2.cu
 # the kernel tests through the emulator, plain and under AddressSanitizer
 build/gpu/test_kernels_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 	@mkdir -p build/gpu
-	$(EMUCC) $(EMUCC_FLAGS) -DENABLE_FP32 -o $@ dev/gpu_kernels/test_kernels.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ dev/gpu_kernels/test_kernels.cu
 build/gpu/test_bf16_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 	@mkdir -p build/gpu
-	$(EMUCC) $(EMUCC_FLAGS) -o $@ dev/gpu_kernels/test_bf16.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ dev/gpu_kernels/test_bf16.cu
 build/gpu/test_kernels_asan: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 	@mkdir -p build/gpu
-	$(EMUCC) $(EMUCC_FLAGS) -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $@ dev/gpu_kernels/test_kernels.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $@ dev/gpu_kernels/test_kernels.cu
 
 # nvcc for sm_80 and sm_90: the trainer and its test in both precisions, the kernel tests (each in
 # its precision); ptxas -v output goes to build/gpu/ptxas_*.log and dev/gpu_kernels/ptxas_report.sh turns
