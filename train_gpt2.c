@@ -573,6 +573,7 @@ static double sum_of_squares(const float* x, size_t n) {
     for (int p = 0; p < 64; p++) {
         size_t i0 = n * p / 64, i1 = n * (p + 1) / 64;
         double s = 0.0;
+        #pragma omp simd reduction(+ : s)
         for (size_t i = i0; i < i1; i++) { s += (double)x[i] * x[i]; }
         parts[p] = s;
     }
