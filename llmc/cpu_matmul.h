@@ -41,7 +41,7 @@ static inline void gemm_micro_kernel(int kc, const float* restrict a, const floa
         const float* ak = a + (size_t)k * GEMM_MR;
         #pragma GCC unroll 16
         for (int i = 0; i < GEMM_MR; i++) {
-            gemm_vec ai = (gemm_vec){0} + ak[i];
+            gemm_vec ai = ak[i] - (gemm_vec){0}; // a broadcast (x - 0 is exactly x, unlike 0 + x for -0)
             acc0[i] += ai * b0;
             acc1[i] += ai * b1;
         }

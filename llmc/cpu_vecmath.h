@@ -23,7 +23,7 @@ typedef int vint __attribute__((vector_size(VEC_W * 4)));
 
 typedef float vfloat_u __attribute__((vector_size(VEC_W * 4), aligned(4))); // unaligned access
 
-static inline vfloat vf_splat(float x) { return (vfloat){0} + x; }
+static inline vfloat vf_splat(float x) { return x - (vfloat){0}; } // a broadcast: x - 0 is exactly x
 static inline vfloat vf_load(const float* p) { return *(const vfloat_u*)p; }
 static inline void vf_store(float* p, vfloat v) { *(vfloat_u*)p = v; }
 
