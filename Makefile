@@ -41,4 +41,4 @@ test: deps
 -include dev/gpu.mk
 
 clean:
-	rm -rf build train_gpt2cpu test_gpt2cpu
+	rm -rf build train_gpt2cpu test_gpt2cpu train_gpt2 test_gpt2 train_gpt2emu test_gpt2emu
