@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""CPU training benchmark: train_gpt2cpu against an eager PyTorch GPT-2 doing the same work.
+
+For each config both sides train the same model size on the same (B, T) from scratch: one step is
+forward, backward, global grad-norm clip and AdamW, fp32, on OMP_NUM_THREADS / torch threads each.
+Runs alternate (C, PyTorch, C, PyTorch, ...) so that a change in machine load hits both. The first
+step of every run is a warm-up and is not timed. Prints per config ms/step (median, min, max over
+all timed steps), tokens/s, achieved GFLOP/s and its share of the peak FLOP/s measured here by
+dev/bench/peak_flops.c, peak RSS of each process (from wait4) and the speed ratio.
+
+FLOPs per step (matmuls only, causal attention counted over the unmasked half):
+    6 B T (12 L C^2 + V C)  +  6 L B T (T + 1) C
+
+    /usr/bin/python3 dev/bench/cpu.py [--rounds 4] [--steps 5] [--threads 2] [--configs 124M,6x384,quickstart]
+    /usr/bin/python3 dev/bench/cpu.py --worker L C NH V B T STEPS   (the PyTorch side, used by the above)
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(ROOT, "build", "bench")
+SYNTH = os.path.join(BUILD, "synth50257.bin")
+KJV = os.path.join(ROOT, "data", "kjv", "kjv_train.bin")
+
+# name: (L, C, NH, V, B, T, trainer model flags, data)
+CONFIGS = {
+    "124M": (12, 768, 12, 50257, 4, 64, ["-e", "d12", "-V", "50257", "-sl", "1024"], SYNTH),
+    "6x384": (6, 384, 6, 50257, 8, 128, ["-e", "d6", "-V", "50257", "-sl", "1024"], SYNTH),
+    "quickstart": (4, 256, 4, 257, 8, 256, ["-e", "d4", "-V", "257", "-sl", "256"], KJV),
+}
+
+
+def step_flops(L, C, V, B, T):
+    return 6 * B * T * (12 * L * C * C + V * C) + 6 * L * B * T * (T + 1) * C
+
+
+# ----------------------------------------------------------------------------------------------
+# the PyTorch side: a standard eager GPT-2 (nn.Module, torch.optim.AdamW)
+
+def worker(L, C, NH, V, B, T, steps):
+    import math
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    torch.manual_seed(1)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+            self.register_buffer("mask", torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1))
+
+        def forward(self, x):
+            Bx, Tx, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(C, dim=-1)
+            q, k, v = [t.view(Bx, Tx, NH, C // NH).transpose(1, 2) for t in (q, k, v)]
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // NH))
+            att = torch.softmax(att.masked_fill(self.mask, float("-inf")), dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(Bx, Tx, C)
+            x = x + self.proj(y)
+            return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+            self.blocks = nn.ModuleList([Block() for _ in range(L)])
+            self.lnf = nn.LayerNorm(C)
+            for p in self.parameters():
+                if p.dim() == 2:
+                    nn.init.normal_(p, std=0.02)
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+            for b in self.blocks:
+                x = b(x)
+            logits = self.lnf(x) @ self.wte.weight.t()
+            return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+
+    model = GPT()
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    other = [p for p in model.parameters() if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+    gen = torch.Generator().manual_seed(1)
+    blas = [line.split()[-1] for line in open("/proc/self/maps") if "blas" in line]
+    print("blas:", sorted(set(blas)), flush=True)
+    for step in range(steps):
+        idx = torch.randint(0, V, (B, T + 1), generator=gen)
+        x, y = idx[:, :-1].contiguous(), idx[:, 1:].contiguous()
+        t0 = time.perf_counter()
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        dt = time.perf_counter() - t0
+        print(f"step {step + 1}/{steps} | loss {loss.item():.6f} | {dt * 1000:.1f} ms", flush=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# the driver
+
+# Debian's torch calls the BLAS through libblas.so.3; the OpenMP build of OpenBLAS shares torch's
+# OpenMP threads (the pthread build, which the alternatives system may prefer, runs its own pool
+# beside them). The worker is started with this directory first on the library path.
+OPENBLAS_OPENMP = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+
+
+def run(cmd, env):
+    """Runs cmd; returns (stdout, peak RSS in bytes)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT, text=True)
+    out = p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{out[-3000:]}")
+    return out, usage.ru_maxrss * 1024
+
+
+def step_times(out, steps):
+    """Per-step ms from 'step i/n | ... | X ms' lines, the warm-up (first) step dropped."""
+    ms = [float(m.group(1)) for m in re.finditer(r"^step +\d+/\d+ \|.*?\| ([0-9.]+) ms", out, re.M)]
+    if len(ms) != steps:
+        sys.exit(f"expected {steps} step lines, found {len(ms)}:\n{out[-3000:]}")
+    return ms[1:]
+
+
+def measure_peak(threads, extra_flags=()):
+    """Best of 3 runs of dev/bench/peak_flops.c built for this machine (plus extra_flags)."""
+    exe = os.path.join(BUILD, "peak_flops")
+    subprocess.run(["gcc", "-O2", "-march=native", *extra_flags, "-fopenmp",
+                    os.path.join(ROOT, "dev/bench/peak_flops.c"), "-o", exe], check=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    best, line = 0.0, ""
+    for _ in range(3):
+        out = subprocess.run([exe], env=env, capture_output=True, text=True, check=True).stdout.strip()
+        g = float(out.split()[0])
+        if g > best:
+            best, line = g, out
+    return best, line
+
+
+def prepare():
+    os.makedirs(BUILD, exist_ok=True)
+    subprocess.run(["make", "-s", "train_gpt2cpu"], cwd=ROOT, check=True)
+    if not os.path.exists(SYNTH):
+        subprocess.run([sys.executable, os.path.join(ROOT, "dev/data/tiny_shard.py"), SYNTH, "--ntok", "300000",
+                        "--vocab", "50257", "--seed", "1"], check=True)
+    if not os.path.exists(KJV):
+        subprocess.run(["bash", os.path.join(ROOT, "dev/data/kjv.sh")], cwd=ROOT, check=True)
+    if not os.path.exists(os.path.join(OPENBLAS_OPENMP, "libblas.so.3")):
+        sys.exit(f"no {OPENBLAS_OPENMP}/libblas.so.3 (apt-get install libopenblas0-openmp): without OpenBLAS "
+                 "Debian's torch uses the reference BLAS and the comparison is meaningless")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=4, help="alternating runs per side and config")
+    ap.add_argument("--steps", type=int, default=5, help="steps per run, the first one untimed")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--configs", default="124M,6x384,quickstart")
+    ap.add_argument("--worker", nargs=7, type=int, metavar=("L", "C", "NH", "V", "B", "T", "STEPS"))
+    args = ap.parse_args()
+    if args.worker:
+        worker(*args.worker)
+        return
+    prepare()
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    print(f"{time.strftime('%Y-%m-%d %H:%M %Z')} | {cpu} | {os.cpu_count()} CPUs | {args.threads} threads | "
+          f"{args.rounds} alternating runs x {args.steps - 1} timed steps per side")
+    peak, peak_line = measure_peak(args.threads)
+    print(f"peak: {peak_line} (the % of peak column uses this)")
+    if "512-bit" in peak_line:
+        print(f"for reference, 256-bit (AVX2) peak: {measure_peak(args.threads, ['-mno-avx512f'])[1]}")
+    print("FLOPs per step = 6 B T (12 L C^2 + V C) + 6 L B T (T + 1) C")
+    rows = []
+    for name in args.configs.split(","):
+        L, C, NH, V, B, T, flags, data = CONFIGS[name]
+        c_cmd = ["./train_gpt2cpu", "-i", data, "-j", "", "-b", str(B), "-t", str(T), "-x", str(args.steps),
+                 "-v", "0", "-s", "0", "-c", "0.1"] + flags
+        t_cmd = [sys.executable, os.path.abspath(__file__), "--worker", *map(str, (L, C, NH, V, B, T, args.steps))]
+        t_env = dict(env, LD_LIBRARY_PATH=OPENBLAS_OPENMP + ":" + env.get("LD_LIBRARY_PATH", ""))
+        res = {"C": ([], []), "PyTorch": ([], [])}
+        for r in range(args.rounds):
+            for side, cmd, side_env in (("C", c_cmd, env), ("PyTorch", t_cmd, t_env)):
+                out, rss = run(cmd, side_env)
+                if side == "PyTorch" and "openblas-openmp/libopenblas" not in out:
+                    sys.exit("the PyTorch worker did not load the OpenMP OpenBLAS:\n" + out[:2000])
+                res[side][0].extend(step_times(out, args.steps))
+                res[side][1].append(rss)
+                print(f"  {name} round {r + 1} {side}: median {statistics.median(res[side][0][-(args.steps - 1):]):.1f} ms",
+                      flush=True)
+        flops = step_flops(L, C, V, B, T)
+        for side in ("C", "PyTorch"):
+            ms, rss = res[side]
+            med = statistics.median(ms)
+            rows.append((name, side, med, min(ms), max(ms), B * T / med * 1000, flops / med / 1e6,
+                         100 * flops / med / 1e6 / peak, max(rss) / 2**20,
+                         statistics.median(res["PyTorch"][0]) / med))
+    print(f"\n| config | side | ms/step median (min-max) | tokens/s | GFLOP/s | % of peak | peak RSS MiB | speed vs PyTorch |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, side, med, lo, hi, tps, gf, pct, rss, ratio in rows:
+        print(f"| {name} | {side} | {med:.0f} ({lo:.0f}-{hi:.0f}) | {tps:.0f} | {gf:.1f} | {pct:.0f}% | {rss:.0f} | "
+              f"{ratio:.2f}x |")
+    print(f"\npeak measured: {peak:.1f} GFLOP/s; FLOPs per step: " +
+          ", ".join(f"{n} {step_flops(*CONFIGS[n][0:2], *CONFIGS[n][3:6]) / 1e9:.1f} G" for n in args.configs.split(",")))
+
+
+if __name__ == "__main__":
+    main()
