@@ -68,19 +68,26 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             const float* base = qkv + (size_t)b * T * C3 + h * hs;
-            int Tp = (T + VEC_W - 1) / VEC_W * VEC_W;
+            int Tp = (T + 2 * VEC_W - 1) / (2 * VEC_W) * (2 * VEC_W); // rows read in blocks of 2 vectors
             float* kt = vf_thread_scratch((size_t)hs * Tp); // kt[i * Tp + t2] = k[t2][i]
             for (int t2 = 0; t2 < T; t2++) {
                 for (int i = 0; i < hs; i++) { kt[(size_t)i * Tp + t2] = base[t2 * C3 + C + i]; }
             }
-            for (int t = 0; t < T; t++) {
-                float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                vf_row_times_matrix(a, base + t * C3, kt, Tp, hs, t + 1, scale);
-                float maxv = vf_array_max(a, t + 1);
-                float inv = 1.0f / vf_array_exp_sum(a, a, t + 1, maxv);
-                #pragma omp simd
-                for (int t2 = 0; t2 <= t; t2++) { a[t2] *= inv; }
-                vf_weighted_rows(out + ((size_t)b * T + t) * C + h * hs, a, 1, base + 2 * C, C3, t + 1, hs);
+            for (int t = 0; t < T; t += 2) { // query rows t and t + 1 (the last may be t alone)
+                int t1 = t + 1 < T ? t + 1 : t;
+                float* a0 = att + (((size_t)b * NH + h) * T + t) * T;
+                float* a1 = att + (((size_t)b * NH + h) * T + t1) * T;
+                vf_rows2_times_matrix(a0, a1, base + t * C3, base + t1 * C3, kt, Tp, hs, t + 1, t1 + 1, scale);
+                for (int r = 0; r < (t1 > t ? 2 : 1); r++) {
+                    float* a = r ? a1 : a0;
+                    int n = (r ? t1 : t) + 1;
+                    float maxv = vf_array_max(a, n);
+                    float inv = 1.0f / vf_array_exp_sum(a, a, n, maxv);
+                    #pragma omp simd
+                    for (int t2 = 0; t2 < n; t2++) { a[t2] *= inv; }
+                }
+                vf_weighted_rows2(out + ((size_t)b * T + t) * C + h * hs, out + ((size_t)b * T + t1) * C + h * hs,
+                                  a0, a1, 1, base + 2 * C, C3, t + 1, t1 + 1, hs);
             }
         }
     }
@@ -181,7 +188,7 @@ static void gelu_backward(float* dinp, const float* inp, const float* dout, size
 }
 
 // dqkv (B, T, 3C) = attention backward (written). Parallel over (b, h): each pair owns its
-// columns of dqkv. att is overwritten with the gradients of the pre-softmax scores. scratch: T
+// columns of dqkv. att is overwritten with the gradients of the pre-softmax scores. scratch: 2T
 // floats per thread. Every sum runs over t or t2 in a fixed order, vectorised over the other index.
 static void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att,
                                int B, int T, int C, int NH) {
@@ -195,32 +202,48 @@ static void attention_backward(float* dqkv, float* scratch, const float* dout, c
             float* dbase = dqkv + (size_t)b * T * C3 + h * hs;
             const float* dy = dout + (size_t)b * T * C + h * hs;
             float* a = att + ((size_t)b * NH + h) * T * T; // a[t * T + t2]
-            float* datt = scratch + (size_t)omp_get_thread_num() * T;
-            int Tp = (T + VEC_W - 1) / VEC_W * VEC_W;
+            float* datt = scratch + (size_t)omp_get_thread_num() * 2 * T;
+            int Tp = (T + 2 * VEC_W - 1) / (2 * VEC_W) * (2 * VEC_W); // rows read in blocks of 2 vectors
             float* vt = vf_thread_scratch((size_t)hs * Tp); // vt[i * Tp + t2] = v[t2][i]
             for (int t2 = 0; t2 < T; t2++) {
                 for (int i = 0; i < hs; i++) { vt[(size_t)i * Tp + t2] = base[t2 * C3 + 2 * C + i]; }
             }
-            // dv[t2] = sum over t >= t2 of a[t][t2] dy[t]
-            for (int t2 = 0; t2 < T; t2++) {
-                vf_weighted_rows(dbase + t2 * C3 + 2 * C, a + (size_t)t2 * T + t2, T, dy + (size_t)t2 * C, C, T - t2, hs);
+            // dv[t2] = sum over t >= t2 of a[t][t2] dy[t], in descending t, two t2 at a time
+            const float* dy_last = dy + (size_t)(T - 1) * C;
+            const float* a_last = a + (size_t)(T - 1) * T;
+            for (int t2 = 0; t2 < T; t2 += 2) {
+                int u2 = t2 + 1 < T ? t2 + 1 : t2;
+                vf_weighted_rows2(dbase + t2 * C3 + 2 * C, dbase + u2 * C3 + 2 * C, a_last + t2, a_last + u2,
+                                  -(ptrdiff_t)T, dy_last, -(ptrdiff_t)C, T - t2, T - u2, hs);
             }
-            // row t: datt = dy[t] . v[t2]; a[t][t2] becomes a (datt - sum a datt) scale
-            for (int t = 0; t < T; t++) {
-                float* at = a + (size_t)t * T;
-                vf_row_times_matrix(datt, dy + (size_t)t * C, vt, Tp, hs, t + 1, 1.0f);
-                float dot = 0.0f;
-                #pragma omp simd reduction(+ : dot)
-                for (int t2 = 0; t2 <= t; t2++) { dot += at[t2] * datt[t2]; }
-                #pragma omp simd
-                for (int t2 = 0; t2 <= t; t2++) { at[t2] = at[t2] * (datt[t2] - dot) * scale; }
+            // rows t, t + 1: datt = dy[t] . v[t2]; a[t][t2] becomes a (datt - sum a datt) scale
+            for (int t = 0; t < T; t += 2) {
+                int t1 = t + 1 < T ? t + 1 : t;
+                vf_rows2_times_matrix(datt, datt + T, dy + (size_t)t * C, dy + (size_t)t1 * C, vt, Tp, hs, t + 1,
+                                      t1 + 1, 1.0f);
+                for (int r = 0; r < (t1 > t ? 2 : 1); r++) {
+                    float* at = a + (size_t)(r ? t1 : t) * T;
+                    const float* d = datt + r * T;
+                    int n = (r ? t1 : t) + 1;
+                    float dot = 0.0f;
+                    #pragma omp simd reduction(+ : dot)
+                    for (int t2 = 0; t2 < n; t2++) { dot += at[t2] * d[t2]; }
+                    #pragma omp simd
+                    for (int t2 = 0; t2 < n; t2++) { at[t2] = at[t2] * (d[t2] - dot) * scale; }
+                }
             }
             // dq[t] = sum over t2 <= t of dpre[t][t2] k[t2]; dk[t2] = sum over t >= t2 of dpre[t][t2] q[t]
-            for (int t = 0; t < T; t++) {
-                vf_weighted_rows(dbase + t * C3, a + (size_t)t * T, 1, base + C, C3, t + 1, hs);
+            // (descending t)
+            for (int t = 0; t < T; t += 2) {
+                int t1 = t + 1 < T ? t + 1 : t;
+                vf_weighted_rows2(dbase + t * C3, dbase + t1 * C3, a + (size_t)t * T, a + (size_t)t1 * T, 1, base + C,
+                                  C3, t + 1, t1 + 1, hs);
             }
-            for (int t2 = 0; t2 < T; t2++) {
-                vf_weighted_rows(dbase + t2 * C3 + C, a + (size_t)t2 * T + t2, T, base + t2 * C3, C3, T - t2, hs);
+            const float* q_last = base + (size_t)(T - 1) * C3;
+            for (int t2 = 0; t2 < T; t2 += 2) {
+                int u2 = t2 + 1 < T ? t2 + 1 : t2;
+                vf_weighted_rows2(dbase + t2 * C3 + C, dbase + u2 * C3 + C, a_last + t2, a_last + u2, -(ptrdiff_t)T,
+                                  q_last, -(ptrdiff_t)C3, T - t2, T - u2, hs);
             }
         }
     }
@@ -288,7 +311,7 @@ typedef struct {
     float* dC;        // (B, T, C)
     float* d4C;       // (B, T, 4C)
     float* dqkv;      // (B, T, 3C)
-    float* datt_rows; // T per thread
+    float* datt_rows; // 2T per thread
 } ActivationGrads;
 
 typedef struct {
@@ -352,7 +375,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, float* params, int B, 
     float* p = m->acts_memory;
     for (int i = 0; i < 19; i++) { *ptrs[i] = p; p += sizes[i]; }
     size_t BT = (size_t)B * T, C = config->channels;
-    size_t grad_floats = BT * C * 2 + BT * 4 * C + BT * 3 * C + (size_t)omp_get_max_threads() * T;
+    size_t grad_floats = BT * C * 2 + BT * 4 * C + BT * 3 * C + (size_t)omp_get_max_threads() * 2 * T;
     m->acts_grad_memory = (float*)calloc_check(grad_floats, sizeof(float));
     m->acts_grad.dresidual = m->acts_grad_memory;
     m->acts_grad.dC = m->acts_grad.dresidual + BT * C;
@@ -543,9 +566,10 @@ static void dp_reduce_scatter_unit(DataParallel* dp, int u) {
 // every micro-step (and then clears the one-layer slot for the next layer).
 static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     DataParallel* dp = (DataParallel*)ctx;
-    if (dp->zero_stage == 0 || (dp->zero_stage == 1 && !dp->last_micro_step)) { return; }
-    int first = layer >= 0 ? layer * UNITS_PER_LAYER : UNITS_PER_LAYER * dp->layout.num_layers;
-    for (int u = first; u < first + (layer >= 0 ? UNITS_PER_LAYER : 4); u++) { dp_reduce_scatter_unit(dp, u); }
+    if (!zero_reduces_in_micro_step(dp->zero_stage, dp->last_micro_step)) { return; }
+    int first, count;
+    layer_units(&dp->layout, layer, &first, &count);
+    for (int u = first; u < first + count; u++) { dp_reduce_scatter_unit(dp, u); }
     if (dp->zero_stage == 2 && layer >= 0) {
         memset(dp->unit_grads[first], 0, dp->layout.layer_elements * sizeof(float));
     }
@@ -627,8 +651,8 @@ static void dp_optimizer_step(DataParallel* dp, GPT2* m, const AdamWConfig* h, f
     int s = dp->shard.rank;
     for (int u = 0; u < dp->layout.num_units; u++) {
         const ShardUnit* unit = &dp->layout.units[u];
-        size_t first = (size_t)s * unit->slice;
-        size_t count = first >= unit->size ? 0 : (unit->size - first < unit->slice ? unit->size - first : unit->slice);
+        size_t first;
+        size_t count = unit_owned(unit, s, &first);
         float wd = parameter_is_matrix[unit->tensor] ? h->weight_decay : 0.0f;
         float* p = m->params_memory + unit->offset;
         adamw_update(p + first, dp->shard_grads + unit->shard_offset, dp->opt_m + unit->shard_offset,
@@ -824,7 +848,7 @@ int main(int argc, char** argv) {
     Logger logger;
     logger_init(&logger, args.log_dir, rank, resume_step >= 0);
 
-    MemoryBytes mem = memory_bytes_per_rank(&dp.layout, zero, model.num_parameters, 4, 4, 0);
+    MemoryBytes mem = memory_bytes_per_rank(&dp.layout, zero, model.num_parameters, 4, 4, 0, 1);
     mem.activations = model.activation_bytes;
     CommBytes comm = comm_bytes_per_step(&dp.layout, mesh, zero, grad_accum, model.num_parameters, 4, 4);
     if (rank == 0) {

@@ -29,11 +29,15 @@ static inline void vf_store(float* p, vfloat v) { *(vfloat_u*)p = v; }
 
 // Loads / stores the first n (<= VEC_W) floats; missing lanes read as `fill`.
 static inline vfloat vf_load_n(const float* p, int n, float fill) {
+    if (n == VEC_W) { return vf_load(p); }
     vfloat v = vf_splat(fill);
     memcpy(&v, p, (size_t)n * sizeof(float));
     return v;
 }
-static inline void vf_store_n(float* p, vfloat v, int n) { memcpy(p, &v, (size_t)n * sizeof(float)); }
+static inline void vf_store_n(float* p, vfloat v, int n) {
+    if (n == VEC_W) { vf_store(p, v); }
+    else { memcpy(p, &v, (size_t)n * sizeof(float)); }
+}
 
 // lane-wise selects through the all-ones / all-zeros masks that vector comparisons give
 static inline vfloat vf_select(vint mask, vfloat a, vfloat b) { return (vfloat)(((vint)a & mask) | ((vint)b & ~mask)); }
@@ -99,62 +103,70 @@ static inline float vf_array_exp_sum(float* y, const float* x, int n, float shif
     return vf_hsum(sum);
 }
 
-// s[j] = scale * sum_i x[i] m[i * ld + j] for j < n, i < k: a row vector times a (k, n) matrix,
-// vectorised over j (4 vectors of columns at a time), each s[j] summed in i order. The rows of m
-// must be readable up to n rounded up to VEC_W (the extra columns are never stored).
-static inline void vf_row_times_matrix(float* s, const float* x, const float* m, size_t ld, int k, int n, float scale) {
-    int j = 0;
-    for (; j + 4 * VEC_W <= n; j += 4 * VEC_W) {
-        vfloat a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+// Attention's products, two rows at a time so that every matrix row loaded serves two FMAs per
+// element; every output sums its terms in a fixed order.
+
+// s0[j] (j < n0) and s1[j] (j < n1) = scale * sum_i x0[i] (resp. x1[i]) m[i * ld + j]. Rows of m must
+// be readable up to max(n0, n1) rounded up to 2 VEC_W.
+static inline void vf_rows2_times_matrix(float* s0, float* s1, const float* x0, const float* x1, const float* m,
+                                         size_t ld, int k, int n0, int n1, float scale) {
+    int n = n0 > n1 ? n0 : n1, j = 0;
+    for (; j < n; j += 2 * VEC_W) {
+        vfloat a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0};
         for (int i = 0; i < k; i++) {
-            vfloat xi = vf_splat(x[i]);
+            vfloat u = vf_splat(x0[i]), v = vf_splat(x1[i]);
             const float* r = m + i * ld + j;
-            a0 += xi * vf_load(r);
-            a1 += xi * vf_load(r + VEC_W);
-            a2 += xi * vf_load(r + 2 * VEC_W);
-            a3 += xi * vf_load(r + 3 * VEC_W);
+            vfloat m0 = vf_load(r), m1 = vf_load(r + VEC_W);
+            a0 += u * m0;
+            a1 += u * m1;
+            b0 += v * m0;
+            b1 += v * m1;
         }
-        vf_store(s + j, a0 * scale);
-        vf_store(s + j + VEC_W, a1 * scale);
-        vf_store(s + j + 2 * VEC_W, a2 * scale);
-        vf_store(s + j + 3 * VEC_W, a3 * scale);
-    }
-    for (; j < n; j += VEC_W) {
-        vfloat a0 = {0};
-        for (int i = 0; i < k; i++) { a0 += vf_splat(x[i]) * vf_load(m + i * ld + j); }
-        a0 *= scale;
-        for (int l = 0; l < VEC_W && j + l < n; l++) { s[j + l] = a0[l]; }
+        a0 *= scale; a1 *= scale; b0 *= scale; b1 *= scale;
+        for (int l = 0; l < VEC_W; l++) {
+            if (j + l < n0) { s0[j + l] = a0[l]; }
+            if (j + VEC_W + l < n0) { s0[j + VEC_W + l] = a1[l]; }
+            if (j + l < n1) { s1[j + l] = b0[l]; }
+            if (j + VEC_W + l < n1) { s1[j + VEC_W + l] = b1[l]; }
+        }
     }
 }
 
-// y[i] = sum_j w[j * ws] m[j * ld + i] for i < k, j < n: a weighted sum of n rows, vectorised over
-// i (up to 4 vectors held in registers), each y[i] summed in j order.
-static inline void vf_weighted_rows(float* y, const float* w, size_t ws, const float* m, size_t ld, int n, int k) {
-    int i = 0;
-    for (; i + 4 * VEC_W <= k; i += 4 * VEC_W) {
-        vfloat a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-        for (int j = 0; j < n; j++) {
-            vfloat wj = vf_splat(w[j * ws]);
-            const float* r = m + j * ld + i;
-            a0 += wj * vf_load(r);
-            a1 += wj * vf_load(r + VEC_W);
-            a2 += wj * vf_load(r + 2 * VEC_W);
-            a3 += wj * vf_load(r + 3 * VEC_W);
+// y0[i] = sum_{j < n0} w0[j * ws] m[j * ld + i] and y1[i] likewise with w1, n1 (i < k); strides may be
+// negative, to sum rows in descending order.
+static inline void vf_weighted_rows2(float* y0, float* y1, const float* w0, const float* w1, ptrdiff_t ws,
+                                     const float* m, ptrdiff_t ld, int n0, int n1, int k) {
+    int shared = n0 < n1 ? n0 : n1;
+    for (int i = 0; i < k; i += 2 * VEC_W) {
+        int c = k - i < 2 * VEC_W ? k - i : 2 * VEC_W; // columns in this block
+        vfloat a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0};
+        if (c == 2 * VEC_W) {
+            for (int j = 0; j < shared; j++) {
+                vfloat u = vf_splat(w0[j * ws]), v = vf_splat(w1[j * ws]);
+                const float* r = m + j * ld + i;
+                vfloat m0 = vf_load(r), m1 = vf_load(r + VEC_W);
+                a0 += u * m0; a1 += u * m1; b0 += v * m0; b1 += v * m1;
+            }
+            for (int j = shared; j < n0; j++) {
+                vfloat u = vf_splat(w0[j * ws]);
+                a0 += u * vf_load(m + j * ld + i); a1 += u * vf_load(m + j * ld + i + VEC_W);
+            }
+            for (int j = shared; j < n1; j++) {
+                vfloat v = vf_splat(w1[j * ws]);
+                b0 += v * vf_load(m + j * ld + i); b1 += v * vf_load(m + j * ld + i + VEC_W);
+            }
+            vf_store(y0 + i, a0); vf_store(y0 + i + VEC_W, a1);
+            vf_store(y1 + i, b0); vf_store(y1 + i + VEC_W, b1);
+        } else {
+            int c0 = c < VEC_W ? c : VEC_W, c1 = c - c0;
+            for (int j = 0; j < n0 || j < n1; j++) {
+                vfloat m0 = vf_load_n(m + j * ld + i, c0, 0.0f), m1 = vf_load_n(m + j * ld + i + c0, c1, 0.0f);
+                if (j < n0) { vfloat u = vf_splat(w0[j * ws]); a0 += u * m0; a1 += u * m1; }
+                if (j < n1) { vfloat v = vf_splat(w1[j * ws]); b0 += v * m0; b1 += v * m1; }
+            }
+            vf_store_n(y0 + i, a0, c0); vf_store_n(y0 + i + c0, a1, c1);
+            vf_store_n(y1 + i, b0, c0); vf_store_n(y1 + i + c0, b1, c1);
         }
-        vf_store(y + i, a0);
-        vf_store(y + i + VEC_W, a1);
-        vf_store(y + i + 2 * VEC_W, a2);
-        vf_store(y + i + 3 * VEC_W, a3);
-    }
-    for (; i + VEC_W <= k; i += VEC_W) {
-        vfloat a0 = {0};
-        for (int j = 0; j < n; j++) { a0 += vf_splat(w[j * ws]) * vf_load(m + j * ld + i); }
-        vf_store(y + i, a0);
-    }
-    if (i < k) {
-        vfloat a0 = {0};
-        for (int j = 0; j < n; j++) { a0 += vf_splat(w[j * ws]) * vf_load_n(m + j * ld + i, k - i, 0.0f); }
-        vf_store_n(y + i, a0, k - i);
     }
 }
 
