@@ -73,7 +73,13 @@ static void gemm_pack_a(float* dst, const float* a, size_t rs, size_t cs, int mc
         int rows = mc - p < GEMM_MR ? mc - p : GEMM_MR;
         float* d = dst + (size_t)p * kc;
         if (rows < GEMM_MR) { memset(d, 0, (size_t)kc * GEMM_MR * sizeof(float)); }
-        if (cs == 1) {
+        if (cs == 1 && rows == GEMM_MR) { // rows contiguous: read MR rows side by side, write sequentially
+            const float* src = a + (size_t)p * rs;
+            for (int k = 0; k < kc; k++) {
+                #pragma GCC unroll 16
+                for (int i = 0; i < GEMM_MR; i++) { d[(size_t)k * GEMM_MR + i] = src[(size_t)i * rs + k]; }
+            }
+        } else if (cs == 1) {
             for (int i = 0; i < rows; i++) {
                 const float* src = a + (size_t)(p + i) * rs;
                 for (int k = 0; k < kc; k++) { d[(size_t)k * GEMM_MR + i] = src[k]; }
@@ -98,6 +104,12 @@ static void gemm_pack_b(float* dst, const float* b, size_t rs, size_t cs, int kc
             for (int k = 0; k < kc; k++) {
                 const float* src = b + (size_t)k * rs + p;
                 for (int j = 0; j < cols; j++) { d[(size_t)k * GEMM_NR + j] = src[j]; }
+            }
+        } else if (rs == 1 && cols == GEMM_NR) { // columns contiguous: read NR columns side by side
+            const float* src = b + (size_t)p * cs;
+            for (int k = 0; k < kc; k++) {
+                #pragma GCC unroll 32
+                for (int j = 0; j < GEMM_NR; j++) { d[(size_t)k * GEMM_NR + j] = src[(size_t)j * cs + k]; }
             }
         } else {
             for (int j = 0; j < cols; j++) {
