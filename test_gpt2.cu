@@ -28,6 +28,9 @@
 
 static int failures = 0;
 
+// The norm of the (single-process) gradient, as the trainer's stage 0 computes it.
+static float gpt2_grad_norm(GPT2* m) { return global_norm(m->grads_memory, m->num_parameters, m->acts_grad.norm); }
+
 static void report(const char* what, float err, float tol) {
     int ok = err <= tol;
     printf("%-4s %-22s error %.3e (tolerance %.0e)\n", ok ? "ok" : "FAIL", what, err, tol);
@@ -155,7 +158,7 @@ int main(int argc, char** argv) {
         GPT2Config c16;
         float* p16 = gpt2_load_model(bf16_path, &c16);
         GPT2 m16;
-        gpt2_build(&m16, &c16, p16, 1, 1, recompute);
+        gpt2_build(&m16, &c16, p16, 1, 1, recompute, 0, 1);
         gpt2_download_params(&m16, host);
         size_t mismatches = 0;
         for (size_t i = 0; i < n; i++) { mismatches += host[i] != bf16_to_float(float_to_bf16(params[i])); }
@@ -165,9 +168,9 @@ int main(int argc, char** argv) {
     }
 
     GPT2 model;
-    gpt2_build(&model, &config, params, B, T, recompute);
+    gpt2_build(&model, &config, params, B, T, recompute, 0, 1);
     Optimizer opt;
-    optimizer_init(&opt, &model, master, params);
+    optimizer_init(&opt, model.num_parameters, master, params);
 
     // one batch: logits, loss, gradients
     float loss = gpt2_forward(&model, x, y, B, T, 0.0f);

@@ -566,9 +566,10 @@ static void dp_reduce_scatter_unit(DataParallel* dp, int u) {
 // every micro-step (and then clears the one-layer slot for the next layer).
 static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     DataParallel* dp = (DataParallel*)ctx;
-    if (dp->zero_stage == 0 || (dp->zero_stage == 1 && !dp->last_micro_step)) { return; }
-    int first = layer >= 0 ? layer * UNITS_PER_LAYER : UNITS_PER_LAYER * dp->layout.num_layers;
-    for (int u = first; u < first + (layer >= 0 ? UNITS_PER_LAYER : 4); u++) { dp_reduce_scatter_unit(dp, u); }
+    if (!zero_reduces_in_micro_step(dp->zero_stage, dp->last_micro_step)) { return; }
+    int first, count;
+    layer_units(&dp->layout, layer, &first, &count);
+    for (int u = first; u < first + count; u++) { dp_reduce_scatter_unit(dp, u); }
     if (dp->zero_stage == 2 && layer >= 0) {
         memset(dp->unit_grads[first], 0, dp->layout.layer_elements * sizeof(float));
     }
@@ -650,8 +651,8 @@ static void dp_optimizer_step(DataParallel* dp, GPT2* m, const AdamWConfig* h, f
     int s = dp->shard.rank;
     for (int u = 0; u < dp->layout.num_units; u++) {
         const ShardUnit* unit = &dp->layout.units[u];
-        size_t first = (size_t)s * unit->slice;
-        size_t count = first >= unit->size ? 0 : (unit->size - first < unit->slice ? unit->size - first : unit->slice);
+        size_t first;
+        size_t count = unit_owned(unit, s, &first);
         float wd = parameter_is_matrix[unit->tensor] ? h->weight_decay : 0.0f;
         float* p = m->params_memory + unit->offset;
         adamw_update(p + first, dp->shard_grads + unit->shard_offset, dp->opt_m + unit->shard_offset,
@@ -847,7 +848,7 @@ int main(int argc, char** argv) {
     Logger logger;
     logger_init(&logger, args.log_dir, rank, resume_step >= 0);
 
-    MemoryBytes mem = memory_bytes_per_rank(&dp.layout, zero, model.num_parameters, 4, 4, 0);
+    MemoryBytes mem = memory_bytes_per_rank(&dp.layout, zero, model.num_parameters, 4, 4, 0, 1);
     mem.activations = model.activation_bytes;
     CommBytes comm = comm_bytes_per_step(&dp.layout, mesh, zero, grad_accum, model.num_parameters, 4, 4);
     if (rank == 0) {

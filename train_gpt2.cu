@@ -4,8 +4,10 @@
 // state and (-w 1) fp32 master weights, stochastic rounding of the bf16 parameters.
 // PRECISION=FP32 (-DENABLE_FP32): fp32 throughout, for tight testing against the CPU.
 // Memory: -r 0|1|2 recomputes nothing, GELU, or GELU and both LayerNorms in backward.
-// This is the single-process core (model, forward, backward, optimizer); backward reports each
-// finished layer through a GradsReadyFn hook where a distributed layer can start reducing.
+// Several GPUs and nodes: data parallel over NCCL with ZeRO stages 0, 1, 2 and hybrid meshes, the
+// CPU trainer's semantics (DESIGN.md sections 3-5) through the shared layout and step logic of
+// llmc/mesh.h; backward reports each finished layer through a GradsReadyFn hook, and the layer's
+// reduce-scatter then runs on a communication stream while backward goes on.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,7 @@
 #include "llmc/classifier.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/adamw.cuh"
+#include "llmc/multi_gpu.cuh"
 
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
 
@@ -107,6 +110,8 @@ typedef struct {
     floatX* params[NUM_PARAMETER_TENSORS];
     floatX* grads_memory;
     floatX* grads[NUM_PARAMETER_TENSORS];
+    int grad_layers;       // layers of per-layer gradients held: L, or (ZeRO 2) slots used in turn
+    size_t grads_elements; // of grads_memory (padded)
     int B, T;      // the largest micro-batch the buffers hold
     int recompute; // -r
     Activations acts;
@@ -123,6 +128,11 @@ static floatX* layer_slice(floatX* const* tensors, const GPT2* m, int i, int l) 
     return tensors[i] + (size_t)l * (m->sizes[i] / m->config.num_layers);
 }
 
+// Where layer l's gradient of per-layer tensor i lives (slot l % grad_layers).
+static floatX* grad_slice(const GPT2* m, int i, int l) {
+    return m->grads[i] + (size_t)(l % m->grad_layers) * (m->sizes[i] / m->config.num_layers);
+}
+
 static void point_tensors(floatX** tensors, floatX* base, const size_t* sizes) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { tensors[i] = base; base += sizes[i]; }
 }
@@ -136,15 +146,24 @@ static void* device_alloc(size_t bytes, size_t* total) {
 }
 
 // Builds the model on the device from fp32 host parameters (converted to floatX).
-static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, int B, int T, int recompute) {
+// grad_layers: 0 for gradients of every layer, else that many layer slots used in turn (ZeRO 2);
+// the gradient block is padded to a multiple of grads_padding (the stage-0 all-reduce).
+static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, int B, int T, int recompute,
+                       int grad_layers, size_t grads_padding) {
     m->config = *config;
     m->num_parameters = gpt2_num_parameters(config);
     gpt2_parameter_sizes(config, m->sizes);
     size_t n = m->num_parameters;
+    m->grad_layers = grad_layers > 0 && grad_layers < config->num_layers ? grad_layers : config->num_layers;
+    size_t grad_sizes[NUM_PARAMETER_TENSORS];
+    GPT2Config held = *config;
+    held.num_layers = m->grad_layers;
+    gpt2_parameter_sizes(&held, grad_sizes);
+    m->grads_elements = round_up(gpt2_num_parameters(&held), grads_padding);
     m->params_memory = (floatX*)device_alloc(n * sizeof(floatX), NULL);
-    m->grads_memory = (floatX*)device_alloc(n * sizeof(floatX), NULL);
+    m->grads_memory = (floatX*)device_alloc(m->grads_elements * sizeof(floatX), NULL);
     point_tensors(m->params, m->params_memory, m->sizes);
-    point_tensors(m->grads, m->grads_memory, m->sizes);
+    point_tensors(m->grads, m->grads_memory, grad_sizes);
     upload_floatX(m->params_memory, params, n);
     m->B = B;
     m->T = T;
@@ -206,11 +225,11 @@ static void gpt2_free(GPT2* m) {
 // The model's parameters as fp32 on the host (n floats).
 static void gpt2_download_params(const GPT2* m, float* out) { download_floatX(out, m->params_memory, m->num_parameters); }
 
-// Forward pass over a (B, T) micro-batch (B, T no larger than built for). With targets,
-// returns the mean loss; without, -1 (logits only). dloss > 0 makes it the forward of a
-// training micro-step: the classifier then also turns the logits into dlogits for
+// Forward pass over a (B, T) micro-batch (B, T no larger than built for), leaving the per-token
+// losses on the device (acts.losses) when there are targets. dloss > 0 makes it the forward of
+// a training micro-step: the classifier then also turns the logits into dlogits for
 // gpt2_backward, weighting this micro-batch's mean loss by dloss (1 / grad_accum).
-static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
+static void gpt2_forward_device(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
     const GPT2Config* c = &m->config;
     int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
     if (B > m->B || T > m->T) { fail("forward of B %d T %d on a model built for B %d T %d", B, T, m->B, m->T); }
@@ -253,10 +272,17 @@ static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     }
     matmul_forward(a->logits, a->lnf, p[WTE], NULL, BT, C, Vp);
     m->dlogits_ready = 0;
-    if (!targets) { return -1.0f; }
+    if (!targets) { return; }
     fused_classifier(a->logits, a->losses, a->targets, dloss / (float)BT, dloss > 0.0f, BT, V, Vp);
     m->dlogits_ready = dloss > 0.0f;
-    cudaCheck(cudaMemcpy(m->losses_host, a->losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+// gpt2_forward_device, then (with targets) the mean loss on the host; without targets, -1.
+static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
+    gpt2_forward_device(m, inputs, targets, B, T, dloss);
+    if (!targets) { return -1.0f; }
+    int BT = B * T;
+    cudaCheck(cudaMemcpy(m->losses_host, m->acts.losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost));
     double sum = 0.0;
     for (int i = 0; i < BT; i++) { sum += m->losses_host[i]; }
     return (float)(sum / BT);
@@ -301,22 +327,22 @@ static void gpt2_backward(GPT2* m, int B, int T, GradsReadyFn ready, void* ctx) 
                                        layer_slice(p, m, LN2B, l), BT, C);
         }
         // the residual gradient feeds the MLP projection directly; GELU's gradient is its epilogue
-        matmul_backward(g->d4C, layer_slice(d, m, FCPROJW, l), layer_slice(d, m, FCPROJB, l), g->partial, g->dresidual,
+        matmul_backward(g->d4C, grad_slice(m, FCPROJW, l), grad_slice(m, FCPROJB, l), g->partial, g->dresidual,
                         fch_gelu, layer_slice(p, m, FCPROJW, l), fch, BT, 4 * C, C);
-        matmul_backward(g->dC, layer_slice(d, m, FCW, l), layer_slice(d, m, FCB, l), g->partial, g->d4C, ln2,
+        matmul_backward(g->dC, grad_slice(m, FCW, l), grad_slice(m, FCB, l), g->partial, g->d4C, ln2,
                         layer_slice(p, m, FCW, l), NULL, BT, C, 4 * C);
-        layernorm_backward(g->dresidual, layer_slice(d, m, LN2W, l), layer_slice(d, m, LN2B, l), g->partial, g->dC,
+        layernorm_backward(g->dresidual, grad_slice(m, LN2W, l), grad_slice(m, LN2B, l), g->partial, g->dC,
                            res2, layer_slice(p, m, LN2W, l), ln2_mean, ln2_rstd, BT, C);
-        matmul_backward(g->dC, layer_slice(d, m, ATTPROJW, l), layer_slice(d, m, ATTPROJB, l), g->partial,
+        matmul_backward(g->dC, grad_slice(m, ATTPROJW, l), grad_slice(m, ATTPROJB, l), g->partial,
                         g->dresidual, atty, layer_slice(p, m, ATTPROJW, l), NULL, BT, C, C);
         attention_backward(g->dqkv, g->dpre, g->dC, qkv, att, B, T, C, NH);
         if (m->recompute >= 2) {
             residual_layernorm_forward(ln1, ln1_mean, ln1_rstd, NULL, x, NULL, layer_slice(p, m, LN1W, l),
                                        layer_slice(p, m, LN1B, l), BT, C);
         }
-        matmul_backward(g->dC, layer_slice(d, m, QKVW, l), layer_slice(d, m, QKVB, l), g->partial, g->dqkv, ln1,
+        matmul_backward(g->dC, grad_slice(m, QKVW, l), grad_slice(m, QKVB, l), g->partial, g->dqkv, ln1,
                         layer_slice(p, m, QKVW, l), NULL, BT, C, 3 * C);
-        layernorm_backward(g->dresidual, layer_slice(d, m, LN1W, l), layer_slice(d, m, LN1B, l), g->partial, g->dC, x,
+        layernorm_backward(g->dresidual, grad_slice(m, LN1W, l), grad_slice(m, LN1B, l), g->partial, g->dC, x,
                            layer_slice(p, m, LN1W, l), ln1_mean, ln1_rstd, BT, C);
         if (ready) { ready(ctx, m, l); }
     }
@@ -326,10 +352,8 @@ static void gpt2_backward(GPT2* m, int B, int T, GradsReadyFn ready, void* ctx) 
 }
 
 static void gpt2_zero_grads(GPT2* m) {
-    cudaCheck(cudaMemset(m->grads_memory, 0, m->num_parameters * sizeof(floatX)));
+    cudaCheck(cudaMemset(m->grads_memory, 0, m->grads_elements * sizeof(floatX)));
 }
-
-static float gpt2_grad_norm(GPT2* m) { return global_norm(m->grads_memory, m->num_parameters, m->acts_grad.norm); }
 
 // ----------------------------------------------------------------------------
 // the optimizer: AdamW state (fp32 m, v) and, in BF16 with -w 1, fp32 master weights
@@ -345,10 +369,11 @@ typedef struct {
     float* master; // NULL without master weights
 } Optimizer;
 
-// master: keep fp32 master weights, initialised from the fp32 host parameters (ignored in FP32,
-// where the parameters are fp32 already).
-static void optimizer_init(Optimizer* o, const GPT2* m, int master, const float* params) {
-    o->n = m->num_parameters;
+// State for n parameters (all of them, or a rank's ZeRO shard). master: keep fp32 master
+// weights, initialised from init (n fp32 host values; ignored in FP32, where the parameters are
+// fp32 already).
+static void optimizer_init(Optimizer* o, size_t n, int master, const float* params) {
+    o->n = n;
     o->m = (float*)device_alloc(o->n * sizeof(float), NULL);
     o->v = (float*)device_alloc(o->n * sizeof(float), NULL);
     o->master = NULL;
@@ -378,6 +403,229 @@ static void optimizer_step(Optimizer* o, GPT2* m, const AdamWConfig* h, float gr
 }
 
 // ----------------------------------------------------------------------------
+// data parallelism over NCCL (DESIGN.md sections 3-5), the CPU trainer's semantics
+// Compute (forward, backward, optimizer) runs on the legacy default stream 0. Stages 1 and 2
+// reduce-scatter each layer's gradients on comm_stream (non-blocking, so it overlaps stream 0)
+// as soon as backward reports the layer, ordered after it by an event; each slice is added to
+// an fp32 shard accumulator. Stage 2 keeps two layer slots of gradients: layer l's slot is
+// cleared on comm_stream once reduced, and backward waits for that before layer l-2 reuses it.
+// After the last micro-step the replicas all-reduce the shard (comm_stream), stream 0 waits for
+// it (the norm needs every slice), updates this rank's slices and all-gathers the parameters
+// on stream 0, after the update. Stage 0 all-reduces the full gradient after backward.
+
+typedef struct {
+    Mesh mesh;
+    ShardLayout layout;
+    int zero_stage;
+    int last_micro_step;       // set by the training loop: 1 during the step's last backward
+    ncclComm_t world, shard, replica;
+    cudaStream_t comm_stream;
+    cudaEvent_t grads_ready;   // stream 0: a layer's gradients are complete
+    cudaEvent_t comm_done;     // comm_stream: every reduction queued so far
+    cudaEvent_t slot_free[2];  // comm_stream, stage 2: a layer slot was reduced and cleared
+    cudaEvent_t host_event;    // for wait_device
+    size_t owned;              // elements of m, v (and master weights) on this rank
+    float* shard_grads;        // stages 1, 2: reduced fp32 slices, padded to a multiple of dp_replicate
+    floatX* unit_pad;          // a unit padded to S slices (for units S does not divide)
+    floatX* slice_recv;        // one reduce-scattered slice
+    float* loss;               // world floats: [0] the loss being summed, the rest 0 (ring padding)
+    float* norm;               // dp_shard floats ([0] the squared norm), then NORM_BLOCKS of scratch
+} DataParallel;
+
+static void dp_init(DataParallel* dp, ncclComm_t world, int rank, int world_size, const GPT2Config* c, int zero_stage,
+                    int dp_shard) {
+    Mesh* mesh = &dp->mesh;
+    mesh_init(mesh, world_size, rank, dp_shard);
+    dp->zero_stage = zero_stage;
+    dp->last_micro_step = 0;
+    dp->world = world;
+    ncclCheck(ncclCommSplit(world, mesh->replicate_idx, mesh->shard_idx, &dp->shard, NULL));
+    ncclCheck(ncclCommSplit(world, mesh->shard_idx, mesh->replicate_idx, &dp->replica, NULL));
+    watch_comm(dp->shard);
+    watch_comm(dp->replica);
+    shard_layout_init(&dp->layout, c, mesh->dp_shard);
+    dp->owned = zero_stage == 0 ? gpt2_num_parameters(c) : dp->layout.shard_elements;
+    cudaCheck(cudaStreamCreateWithFlags(&dp->comm_stream, cudaStreamNonBlocking));
+    cudaEvent_t* events[] = {&dp->grads_ready, &dp->comm_done, &dp->slot_free[0], &dp->slot_free[1], &dp->host_event};
+    for (int i = 0; i < 5; i++) { cudaCheck(cudaEventCreateWithFlags(events[i], cudaEventDisableTiming)); }
+    dp->shard_grads = NULL;
+    dp->unit_pad = NULL;
+    dp->slice_recv = NULL;
+    if (zero_stage != 0) {
+        dp->shard_grads = (float*)device_alloc(round_up(dp->layout.shard_elements, mesh->dp_replicate) * sizeof(float), NULL);
+        dp->unit_pad = (floatX*)device_alloc(dp->layout.max_padded * sizeof(floatX), NULL);
+        dp->slice_recv = (floatX*)device_alloc(dp->layout.max_padded / mesh->dp_shard * sizeof(floatX), NULL);
+    }
+    dp->loss = (float*)device_alloc(mesh->world * sizeof(float), NULL);
+    dp->norm = (float*)device_alloc((mesh->dp_shard + NORM_BLOCKS) * sizeof(float), NULL);
+}
+
+static void dp_free(DataParallel* dp) {
+    void* bufs[] = {dp->shard_grads, dp->unit_pad, dp->slice_recv, dp->loss, dp->norm};
+    for (int i = 0; i < 5; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
+    cudaEvent_t events[] = {dp->grads_ready, dp->comm_done, dp->slot_free[0], dp->slot_free[1], dp->host_event};
+    for (int i = 0; i < 5; i++) { cudaCheck(cudaEventDestroy(events[i])); }
+    cudaCheck(cudaStreamDestroy(dp->comm_stream));
+    ncclCheck(ncclCommDestroy(dp->shard));
+    ncclCheck(ncclCommDestroy(dp->replica));
+    shard_layout_free(&dp->layout);
+}
+
+// Where a unit's full gradient lives.
+static floatX* unit_grad(const GPT2* m, const ShardUnit* u) {
+    return u->layer >= 0 ? grad_slice(m, u->tensor, u->layer) : m->grads[u->tensor];
+}
+
+// On comm_stream: reduce-scatters unit u over the shard group (in floatX) and adds this rank's
+// slice of the sum into the fp32 shard accumulator.
+static void dp_reduce_scatter_unit(DataParallel* dp, GPT2* m, int u) {
+    const ShardUnit* unit = &dp->layout.units[u];
+    int S = dp->mesh.dp_shard;
+    cudaStream_t cs = dp->comm_stream;
+    const floatX* send = unit_grad(m, unit);
+    if (unit->size != unit->slice * S) {
+        cudaCheck(cudaMemcpyAsync(dp->unit_pad, send, unit->size * sizeof(floatX), cudaMemcpyDeviceToDevice, cs));
+        cudaCheck(cudaMemsetAsync(dp->unit_pad + unit->size, 0, (unit->slice * S - unit->size) * sizeof(floatX), cs));
+        send = dp->unit_pad;
+    }
+    ncclCheck(ncclReduceScatter(send, dp->slice_recv, unit->slice, ncclFloatX, ncclSum, dp->shard, cs));
+    accumulate(dp->shard_grads + unit->shard_offset, dp->slice_recv, unit->slice, cs);
+}
+
+// Before a micro-step's backward writes gradients: stream 0 waits for the reductions still
+// reading (and, in stage 2, clearing) them. The forward before it overlaps them.
+static void dp_backward_begin(DataParallel* dp) {
+    cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0));
+}
+
+// Backward hook (GradsReadyFn): the layer's reduce-scatters go onto comm_stream when this stage
+// reduces in this micro-step (llmc/mesh.h).
+static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
+    DataParallel* dp = (DataParallel*)ctx;
+    if (!zero_reduces_in_micro_step(dp->zero_stage, dp->last_micro_step)) { return; }
+    cudaStream_t cs = dp->comm_stream;
+    cudaCheck(cudaEventRecord(dp->grads_ready, 0));
+    cudaCheck(cudaStreamWaitEvent(cs, dp->grads_ready, 0));
+    int first, count;
+    layer_units(&dp->layout, layer, &first, &count);
+    for (int u = first; u < first + count; u++) { dp_reduce_scatter_unit(dp, m, u); }
+    if (dp->zero_stage == 2) {
+        for (int u = first; u < first + count; u++) {
+            const ShardUnit* unit = &dp->layout.units[u];
+            cudaCheck(cudaMemsetAsync(unit_grad(m, unit), 0, unit->size * sizeof(floatX), cs));
+        }
+        if (layer >= 0) {
+            cudaCheck(cudaEventRecord(dp->slot_free[layer % m->grad_layers], cs));
+            // the next layer down reuses the slot of the layer above this one
+            if (layer > 0) { cudaCheck(cudaStreamWaitEvent(0, dp->slot_free[(layer - 1) % m->grad_layers], 0)); }
+        }
+    }
+    cudaCheck(cudaEventRecord(dp->comm_done, cs));
+}
+
+// After the last micro-step: the reduction finished across ranks and averaged over the world.
+static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
+    int W = dp->mesh.world;
+    if (dp->zero_stage == 0) {
+        if (W > 1) {
+            ncclCheck(ncclAllReduce(m->grads_memory, m->grads_memory, m->grads_elements, ncclFloatX, ncclAvg, dp->world, 0));
+        }
+        return;
+    }
+    cudaStream_t cs = dp->comm_stream;
+    if (dp->mesh.dp_replicate > 1) {
+        size_t padded = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
+        ncclCheck(ncclAllReduce(dp->shard_grads, dp->shard_grads, padded, ncclFloat, ncclSum, dp->replica, cs));
+    }
+    scale(dp->shard_grads, dp->layout.shard_elements, 1.0f / (float)W, cs);
+    cudaCheck(cudaEventRecord(dp->comm_done, cs));
+    cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0));
+}
+
+// The norm of the full averaged gradient (stages 1, 2: the slices' squares summed over the
+// shard group only; the replicas hold copies). The step's one host wait before the update.
+static float dp_grad_norm(DataParallel* dp, GPT2* m) {
+    int S = dp->mesh.dp_shard;
+    if (dp->zero_stage == 0) {
+        sum_of_squares(dp->norm, m->grads_memory, m->num_parameters, dp->norm + S);
+    } else {
+        sum_of_squares(dp->norm, dp->shard_grads, dp->layout.shard_elements, dp->norm + S);
+        if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->shard, 0)); }
+    }
+    wait_device(0, dp->host_event, "the gradient norm");
+    float sq;
+    cudaCheck(cudaMemcpy(&sq, dp->norm, sizeof(float), cudaMemcpyDeviceToHost));
+    return sqrtf(sq);
+}
+
+// AdamW (t = 1-based step) on what this rank owns, then (stages 1, 2) the parameter all-gather,
+// all on stream 0. Each slice draws the stochastic-rounding bits its whole tensor would.
+static void dp_optimizer_step(DataParallel* dp, GPT2* m, Optimizer* o, const AdamWConfig* h, float grad_scale, int t,
+                              uint32_t seed) {
+    if (dp->zero_stage == 0) {
+        optimizer_step(o, m, h, grad_scale, t, seed);
+        return;
+    }
+    float bias1 = 1.0f - powf(h->beta1, (float)t), bias2 = 1.0f - powf(h->beta2, (float)t);
+    int s = dp->mesh.shard_idx, S = dp->mesh.dp_shard;
+    for (int u = 0; u < dp->layout.num_units; u++) {
+        const ShardUnit* unit = &dp->layout.units[u];
+        size_t first;
+        size_t count = unit_owned(unit, s, &first);
+        size_t so = unit->shard_offset, in_tensor = (unit->layer >= 0 ? unit->layer * unit->size : 0) + first;
+        float wd = parameter_is_matrix[unit->tensor] ? h->weight_decay : 0.0f;
+        floatX* p = m->params_memory + unit->offset;
+        adamw_update(p + first, o->master ? o->master + so : NULL, dp->shard_grads + so, o->m + so, o->v + so, count,
+                     h->lr, h->beta1, h->beta2, h->eps, wd, grad_scale, bias1, bias2,
+                     seed + (uint32_t)t * NUM_PARAMETER_TENSORS + (uint32_t)unit->tensor, in_tensor);
+        if (unit->size == unit->slice * S) {
+            ncclCheck(ncclAllGather(p + first, p, unit->slice, ncclFloatX, dp->shard, 0));
+        } else {
+            floatX* mine = dp->unit_pad + first;
+            cudaCheck(cudaMemcpyAsync(mine, p + first, count * sizeof(floatX), cudaMemcpyDeviceToDevice, 0));
+            cudaCheck(cudaMemsetAsync(mine + count, 0, (unit->slice - count) * sizeof(floatX), 0));
+            ncclCheck(ncclAllGather(mine, dp->unit_pad, unit->slice, ncclFloatX, dp->shard, 0));
+            cudaCheck(cudaMemcpyAsync(p, dp->unit_pad, unit->size * sizeof(floatX), cudaMemcpyDeviceToDevice, 0));
+        }
+    }
+}
+
+static void dp_zero_shard_grads(DataParallel* dp) {
+    if (dp->shard_grads) {
+        size_t n = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
+        cudaCheck(cudaMemsetAsync(dp->shard_grads, 0, n * sizeof(float), 0));
+    }
+}
+
+// The mean of the per-rank values summed into dp->loss[0], over every rank: one all-reduce and
+// one host wait.
+static float dp_mean_over_world(DataParallel* dp, const char* what) {
+    int W = dp->mesh.world;
+    if (W > 1) { ncclCheck(ncclAllReduce(dp->loss, dp->loss, W, ncclFloat, ncclSum, dp->world, 0)); }
+    wait_device(0, dp->host_event, what);
+    float sum;
+    cudaCheck(cudaMemcpy(&sum, dp->loss, sizeof(float), cudaMemcpyDeviceToHost));
+    return sum / (float)W;
+}
+
+// The owned parameters as fp32 host values: everything (stage 0) or this rank's slices, in the
+// shard layout, padding 0 (the master weights' initial values).
+static float* dp_owned_values(const DataParallel* dp, const float* params) {
+    float* out = (float*)calloc_check(dp->owned, sizeof(float));
+    if (dp->zero_stage == 0) {
+        memcpy(out, params, dp->owned * sizeof(float));
+        return out;
+    }
+    for (int u = 0; u < dp->layout.num_units; u++) {
+        const ShardUnit* unit = &dp->layout.units[u];
+        size_t first;
+        size_t count = unit_owned(unit, dp->mesh.shard_idx, &first);
+        memcpy(out + unit->shard_offset, params + unit->offset + first, count * sizeof(float));
+    }
+    return out;
+}
+
+// ----------------------------------------------------------------------------
 // training
 
 static double now_seconds(void) {
@@ -386,15 +634,16 @@ static double now_seconds(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-// Mean loss over the val batches.
-static float evaluate(GPT2* m, DataLoader* val, int batches) {
+// Mean loss over the val batches, all-reduced over every rank (summed on the device).
+static float evaluate(GPT2* m, DataLoader* val, int batches, DataParallel* dp) {
     dataloader_reset(val);
-    double sum = 0.0;
+    cudaCheck(cudaMemsetAsync(dp->loss, 0, dp->mesh.world * sizeof(float), 0));
     for (int i = 0; i < batches; i++) {
         dataloader_next(val);
-        sum += gpt2_forward(m, val->inputs, val->targets, val->B, val->T, 0.0f);
+        gpt2_forward_device(m, val->inputs, val->targets, val->B, val->T, 0.0f);
+        loss_accumulate(dp->loss, m->acts.losses, val->B * val->T, 1.0f / (float)batches);
     }
-    return (float)(sum / batches);
+    return dp_mean_over_world(dp, "the validation loss");
 }
 
 // Samples gen_tokens tokens after an end-of-text prompt and prints them.
@@ -428,25 +677,33 @@ static void sample_text(GPT2* m, const Tokenizer* tok, int eot, int gen_tokens, 
     free(logits);
 }
 
-// Model file (v5 in BF16, v3 in FP32), then the optimizer state, then the DONE marker.
-static void save_checkpoint(const char* dir, int step, GPT2* m, Optimizer* o, const DataLoader* train,
-                            const TrainArgs* args, const Rng* rng) {
+// Rank 0 writes the model file (v5 in BF16, v3 in FP32); every rank its optimizer state (its
+// shard in stages 1, 2); after a barrier (an all-reduce), rank 0 the DONE marker.
+static void save_checkpoint(const char* dir, int step, GPT2* m, Optimizer* o, DataParallel* dp,
+                            const DataLoader* train, const TrainArgs* args, const Rng* rng) {
     char path[4096];
-    size_t n = m->num_parameters;
+    size_t n = o->n;
+    const Mesh* mesh = &dp->mesh;
+    if (mesh->rank == 0) {
+        float* params = (float*)malloc_check(m->num_parameters * sizeof(float));
+        gpt2_download_params(m, params);
+        checkpoint_path(path, sizeof(path), dir, "model", step, -1);
+        gpt2_write_model(path, &m->config, params, sizeof(floatX) == 4 ? MODEL_VERSION_FP32 : MODEL_VERSION_BF16);
+        free(params);
+    }
     float* host = (float*)malloc_check(n * sizeof(float) * 3);
-    gpt2_download_params(m, host);
-    checkpoint_path(path, sizeof(path), dir, "model", step, -1);
-    gpt2_write_model(path, &m->config, host, sizeof(floatX) == 4 ? MODEL_VERSION_FP32 : MODEL_VERSION_BF16);
     float *hm = host, *hv = host + n, *hmaster = host + 2 * n;
     cudaCheck(cudaMemcpy(hm, o->m, n * sizeof(float), cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(hv, o->v, n * sizeof(float), cudaMemcpyDeviceToHost));
     if (o->master) { cudaCheck(cudaMemcpy(hmaster, o->master, n * sizeof(float), cudaMemcpyDeviceToHost)); }
-    TrainState s = {0, 1, 1, 0, args->B, args->T, args->total_batch, step, train->epoch, train->file_pos,
-                    train->row_pos, rng->state, n, o->master != NULL};
-    checkpoint_path(path, sizeof(path), dir, "state", step, 0);
+    TrainState s = {mesh->rank, mesh->world, mesh->dp_shard, dp->zero_stage, args->B, args->T, args->total_batch, step,
+                    train->epoch, train->file_pos, train->row_pos, rng->state, n, o->master != NULL};
+    checkpoint_path(path, sizeof(path), dir, "state", step, mesh->rank);
     state_write(path, &s, hm, hv, o->master ? hmaster : NULL);
-    checkpoint_mark_done(dir, step);
     free(host);
+    cudaCheck(cudaMemsetAsync(dp->loss, 0, mesh->world * sizeof(float), 0));
+    dp_mean_over_world(dp, "the checkpoint barrier");
+    if (mesh->rank == 0) { checkpoint_mark_done(dir, step); }
 }
 
 static void format_eta(char* out, size_t len, double seconds) {
@@ -464,12 +721,21 @@ int main(int argc, char** argv) {
         fail("no CUDA GPU found; use ./train_gpt2cpu for CPU training");
     }
     args_validate(&args, 1);
-    if (args.zero_stage != 0) { fail("-z %d: ZeRO needs several GPUs; this single-process trainer runs stage 0", args.zero_stage); }
-    Mesh mesh;
-    mesh_init(&mesh, 1, 0, args.dp_shard);
+
+    // processes: ranks, this rank's GPU (= its local rank), the NCCL communicators
+    ProcessInfo proc;
+    process_info_init(&proc, args.init_method, &argc, &argv);
+    if (proc.world > 1) { fail_rank = proc.rank; }
+    fail_abort_all = abort_all_ranks;
+    if (proc.local_rank >= devices) {
+        fail("local rank %d needs GPU %d, but this node shows %d GPUs", proc.local_rank, proc.local_rank, devices);
+    }
+    cudaCheck(cudaSetDevice(proc.local_rank));
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    cudaCheck(cudaSetDevice(0));
+    cudaCheck(cudaGetDeviceProperties(&prop, proc.local_rank));
+    ncclComm_t world_comm = nccl_world_init(&proc, args.init_method, args.init_path, args.server_ip, args.server_port);
+    watch_comm(world_comm);
+    int world = proc.world, rank = proc.rank, zero = args.zero_stage;
     matmul_init();
 
     // the model: a checkpoint to resume, a model file, or a descriptor
@@ -506,27 +772,31 @@ int main(int argc, char** argv) {
     }
 
     // batch arithmetic
-    long tokens_per_micro = (long)args.B * args.T;
+    long tokens_per_micro = (long)args.B * args.T * world;
     if (args.total_batch == 0) { args.total_batch = (int)tokens_per_micro; }
     if (args.total_batch % tokens_per_micro != 0) {
-        fail("-d %d: not a multiple of B*T*ranks = %d*%d*%d = %ld", args.total_batch, args.B, args.T, 1,
+        fail("-d %d: not a multiple of B*T*ranks = %d*%d*%d = %ld", args.total_batch, args.B, args.T, world,
              tokens_per_micro);
     }
     int grad_accum = (int)(args.total_batch / tokens_per_micro);
 
+    DataParallel dp;
+    dp_init(&dp, world_comm, rank, world, &config, zero, args.dp_shard);
+    const Mesh* mesh = &dp.mesh;
     GPT2 model;
-    gpt2_build(&model, &config, params, args.B, args.T, args.recompute);
+    gpt2_build(&model, &config, params, args.B, args.T, args.recompute, zero == 2 ? 2 : 0,
+               zero == 0 ? (size_t)world : 1);
     Optimizer opt;
-    optimizer_init(&opt, &model, args.master_weights, params);
-    ShardLayout layout;
-    shard_layout_init(&layout, &config, 1);
+    float* owned_init = dp_owned_values(&dp, params);
+    optimizer_init(&opt, dp.owned, args.master_weights, owned_init);
+    free(owned_init);
 
     DataLoader train, val;
-    dataloader_init(&train, args.train_pattern, "-i", args.B, args.T, mesh.dp_rank, mesh.dp_degree, grad_accum,
+    dataloader_init(&train, args.train_pattern, "-i", args.B, args.T, mesh->dp_rank, mesh->dp_degree, grad_accum,
                     config.vocab_size, args.shuffle, (uint64_t)args.seed);
     int have_val = args.val_pattern[0] != '\0' && args.val_every > 0;
     if (have_val) {
-        dataloader_init(&val, args.val_pattern, "-j", args.B, args.T, mesh.dp_rank, mesh.dp_degree, 1,
+        dataloader_init(&val, args.val_pattern, "-j", args.B, args.T, mesh->dp_rank, mesh->dp_degree, 1,
                         config.vocab_size, 0, 0);
     }
     int max_steps = args.max_steps > 0 ? args.max_steps : (int)dataloader_batches_per_epoch(&train);
@@ -538,10 +808,11 @@ int main(int argc, char** argv) {
     int start_step = 0;
     if (resume_step >= 0) {
         char path[4096];
-        size_t n = model.num_parameters;
+        size_t n = opt.n;
         float* host = (float*)malloc_check(3 * n * sizeof(float));
-        checkpoint_path(path, sizeof(path), args.log_dir, "state", resume_step, 0);
-        TrainState expect = {0, 1, 1, 0, args.B, args.T, args.total_batch, 0, 0, 0, 0, 0, n, opt.master != NULL};
+        checkpoint_path(path, sizeof(path), args.log_dir, "state", resume_step, rank);
+        TrainState expect = {rank, world, mesh->dp_shard, zero, args.B, args.T, args.total_batch, 0, 0, 0, 0, 0, n,
+                             opt.master != NULL};
         TrainState got;
         state_read(path, &expect, &got, host, host + n, host + 2 * n);
         cudaCheck(cudaMemcpy(opt.m, host, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -553,76 +824,100 @@ int main(int argc, char** argv) {
         dataloader_seek(&train, got.epoch, got.file_pos, got.row_pos);
     }
     Logger logger;
-    logger_init(&logger, args.log_dir, 0, resume_step >= 0);
+    logger_init(&logger, args.log_dir, rank, resume_step >= 0);
 
-    MemoryBytes mem = memory_bytes_per_rank(&layout, 0, model.num_parameters, sizeof(floatX), sizeof(floatX),
-                                            opt.master != NULL);
+    MemoryBytes mem = memory_bytes_per_rank(&dp.layout, zero, model.num_parameters, sizeof(floatX), sizeof(floatX),
+                                            opt.master != NULL, model.grad_layers);
     mem.activations = model.activation_bytes;
-    CommBytes comm = comm_bytes_per_step(&layout, &mesh, 0, grad_accum, model.num_parameters, sizeof(floatX),
+    CommBytes comm = comm_bytes_per_step(&dp.layout, mesh, zero, grad_accum, model.num_parameters, sizeof(floatX),
                                          sizeof(floatX));
-    printf("model: %s | L %d | NH %d | C %d | V %d (padded %d) | T_max %d | %zu parameters\n", model_source,
-           config.num_layers, config.num_heads, config.channels, config.vocab_size, config.padded_vocab_size,
-           config.max_seq_len, model.num_parameters);
-    printf("batch: B %d | T %d | ranks %d | grad_accum %d | %d tokens per step | %d steps\n", args.B, args.T, 1,
-           grad_accum, args.total_batch, max_steps);
-    printf("device: %s | precision %s | recompute %d | master weights %s\n", prop.name, PRECISION_NAME,
-           args.recompute, opt.master ? "fp32" : "none");
-    printf("mesh: dp_replicate %d x dp_shard %d | ZeRO stage %d\n", mesh.dp_replicate, mesh.dp_shard, 0);
-    printf("memory per rank: params %zu grads %zu optimizer %zu activations %zu bytes\n", mem.params, mem.grads,
-           mem.optimizer, mem.activations);
-    printf("communication per step: %zu bytes sent per rank (gradients %zu, replicas %zu, parameters %zu, "
-           "scalars %zu)\n", comm.total, comm.grad_reduce, comm.replica, comm.param_gather, comm.scalars);
-    if (resume_step >= 0) { printf("resumed from step %d of %s\n", resume_step, args.log_dir); }
-    fflush(stdout);
+    if (rank == 0) {
+        printf("model: %s | L %d | NH %d | C %d | V %d (padded %d) | T_max %d | %zu parameters\n", model_source,
+               config.num_layers, config.num_heads, config.channels, config.vocab_size, config.padded_vocab_size,
+               config.max_seq_len, model.num_parameters);
+        printf("batch: B %d | T %d | ranks %d | grad_accum %d | %d tokens per step | %d steps\n", args.B, args.T,
+               world, grad_accum, args.total_batch, max_steps);
+        printf("start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU = local rank\n", args.init_method,
+               proc.source, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+        printf("device: %s | precision %s | recompute %d | master weights %s\n", prop.name, PRECISION_NAME,
+               args.recompute, opt.master ? "fp32" : "none");
+        printf("mesh: dp_replicate %d x dp_shard %d | ZeRO stage %d\n", mesh->dp_replicate, mesh->dp_shard, zero);
+        printf("memory per rank: params %zu grads %zu optimizer %zu activations %zu bytes\n", mem.params, mem.grads,
+               mem.optimizer, mem.activations);
+        printf("communication per step: %zu bytes sent per rank (gradients %zu, replicas %zu, parameters %zu, "
+               "scalars %zu)\n", comm.total, comm.grad_reduce, comm.replica, comm.param_gather, comm.scalars);
+        if (resume_step >= 0) { printf("resumed from step %d of %s\n", resume_step, args.log_dir); }
+        fflush(stdout);
+    }
 
     int eot = have_tokenizer ? tokenizer.eot_token : config.vocab_size - 1;
     double total_time = 0.0;
     int timed_steps = 0;
+#ifdef EMU_CUDA
+    size_t step_bytes = 0;
+#endif
     for (int step = start_step; step <= max_steps; step++) {
         int last = step == max_steps;
         if (have_val && (step % args.val_every == 0 || last)) {
-            float val_loss = evaluate(&model, &val, args.val_batches);
-            printf("step %d: val loss %.6f\n", step, val_loss);
+            float val_loss = evaluate(&model, &val, args.val_batches, &dp);
+            if (rank == 0) { printf("step %d: val loss %.6f\n", step, val_loss); }
             logger_log_val(&logger, step, val_loss);
         }
-        if (args.sample_every > 0 && step > 0 && (step % args.sample_every == 0 || last)) {
+        if (rank == 0 && args.sample_every > 0 && step > 0 && (step % args.sample_every == 0 || last)) {
             sample_text(&model, have_tokenizer ? &tokenizer : NULL, eot, args.gen_tokens, &sample_rng);
         }
         if (last) { break; }
 
         double t0 = now_seconds();
+#ifdef EMU_CUDA
+        size_t bytes_before = emu_nccl_bytes_sent();
+#endif
         if (args.overfit) { dataloader_reset(&train); }
         gpt2_zero_grads(&model);
-        double loss_sum = 0.0;
+        dp_zero_shard_grads(&dp);
+        cudaCheck(cudaMemsetAsync(dp.loss, 0, world * sizeof(float), 0));
         for (int micro = 0; micro < grad_accum; micro++) {
             dataloader_next(&train);
-            loss_sum += gpt2_forward(&model, train.inputs, train.targets, args.B, args.T, 1.0f / grad_accum);
-            gpt2_backward(&model, args.B, args.T, NULL, NULL);
+            gpt2_forward_device(&model, train.inputs, train.targets, args.B, args.T, 1.0f / grad_accum);
+            loss_accumulate(dp.loss, model.acts.losses, args.B * args.T, 1.0f / grad_accum);
+            dp.last_micro_step = micro == grad_accum - 1;
+            dp_backward_begin(&dp);
+            gpt2_backward(&model, args.B, args.T, dp_grads_ready, &dp);
         }
-        float norm = gpt2_grad_norm(&model);
+        dp_finish_gradients(&dp, &model);
+        float norm = dp_grad_norm(&dp, &model);
         float grad_scale = (args.grad_clip > 0.0f && norm > args.grad_clip) ? args.grad_clip / norm : 1.0f;
         adamw.lr = schedule_lr(&schedule, step);
-        optimizer_step(&opt, &model, &adamw, grad_scale, step + 1, (uint32_t)args.seed);
-        cudaCheck(cudaDeviceSynchronize());
-        float loss = (float)(loss_sum / grad_accum);
+        dp_optimizer_step(&dp, &model, &opt, &adamw, grad_scale, step + 1, (uint32_t)args.seed);
+        float loss = dp_mean_over_world(&dp, "the step's loss");
+#ifdef EMU_CUDA
+        step_bytes = emu_nccl_bytes_sent() - bytes_before;
+#endif
         double dt = now_seconds() - t0;
         if (step > start_step) { total_time += dt; timed_steps++; }
-        char eta[32];
-        double avg = timed_steps > 0 ? total_time / timed_steps : dt;
-        format_eta(eta, sizeof(eta), avg * (max_steps - step - 1));
-        printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | eta %s\n", step + 1, max_steps,
-               loss, norm, adamw.lr, dt * 1000.0, args.total_batch / dt, eta);
-        fflush(stdout);
+        if (rank == 0) {
+            char eta[32];
+            double avg = timed_steps > 0 ? total_time / timed_steps : dt;
+            format_eta(eta, sizeof(eta), avg * (max_steps - step - 1));
+            printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | eta %s\n", step + 1,
+                   max_steps, loss, norm, adamw.lr, dt * 1000.0, args.total_batch / dt, eta);
+            fflush(stdout);
+        }
         logger_log_train(&logger, step + 1, loss, adamw.lr, norm);
         if (args.checkpoint_every > 0 && (step + 1) % args.checkpoint_every == 0) {
-            save_checkpoint(args.log_dir, step + 1, &model, &opt, &train, &args, &sample_rng);
+            save_checkpoint(args.log_dir, step + 1, &model, &opt, &dp, &train, &args, &sample_rng);
         }
     }
-    if (timed_steps > 0) {
-        printf("average step time: %.1f ms (%.0f tok/s)\n", total_time / timed_steps * 1000.0,
-               args.total_batch / (total_time / timed_steps));
+    if (rank == 0) {
+        if (timed_steps > 0) {
+            printf("average step time: %.1f ms (%.0f tok/s)\n", total_time / timed_steps * 1000.0,
+                   args.total_batch / (total_time / timed_steps));
+        }
+#ifdef EMU_CUDA
+        printf("communication measured: %zu bytes sent per rank in the last step\n", step_bytes);
+#endif
     }
-    if (args.log_dir[0] != '\0') {
+    if (args.log_dir[0] != '\0' && rank == 0) {
         char path[4096];
         snprintf(path, sizeof(path), "%s/model_final.bin", args.log_dir);
         gpt2_download_params(&model, params);
@@ -632,11 +927,14 @@ int main(int argc, char** argv) {
     dataloader_free(&train);
     if (have_val) { dataloader_free(&val); }
     if (have_tokenizer) { tokenizer_free(&tokenizer); }
-    shard_layout_free(&layout);
     optimizer_free(&opt);
     gpt2_free(&model);
+    dp_free(&dp);
+    ncclCheck(ncclCommDestroy(world_comm));
+    num_watched_comms = 0;
     matmul_free();
     free(params);
+    if (proc.use_mpi) { MPI_Finalize(); }
     return 0;
 }
 #endif

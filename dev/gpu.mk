@@ -19,7 +19,10 @@ endif
 
 NVCC ?= nvcc
 NVCC_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation
+NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation \
+	$(shell mpicc --showme:incdirs | sed 's/\([^ ]*\)/-I\1/g')
+# the multi-GPU trainer links NCCL (the CUDA toolkit's) and Open MPI (-pi mpi start-up)
+GPU_LIBS := -lcublasLt -lnccl $(shell mpicc --showme:libdirs | sed 's/\([^ ]*\)/-L\1/g') -lmpi
 GPU_EMUCC := dev/cuda_emu/emucc
 GPU_EMUCC_FLAGS := -O1 -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation
 GPU_SOURCES := train_gpt2.cu $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
@@ -32,30 +35,30 @@ build/gpu/precision_$(PRECISION):
 	@touch $@
 
 train_gpt2: $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
-	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ train_gpt2.cu -lcublasLt
+	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ train_gpt2.cu $(GPU_LIBS)
 
 test_gpt2: test_gpt2.cu $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
-	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ test_gpt2.cu -lcublasLt
+	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ test_gpt2.cu $(GPU_LIBS)
 
 train_gpt2emu: $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ train_gpt2.cu -lcublasLt
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ train_gpt2.cu -lnccl
 
 test_gpt2emu: test_gpt2.cu $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ test_gpt2.cu -lcublasLt
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ test_gpt2.cu -lnccl
 
 # Fixed-precision emulated builds for the tests (they do not touch the root binaries).
 build/gpu/train_gpt2emu_fp32: $(GPU_SOURCES)
 	@mkdir -p build/gpu
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ train_gpt2.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ train_gpt2.cu -lnccl
 build/gpu/test_gpt2emu_fp32: test_gpt2.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ test_gpt2.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ test_gpt2.cu -lnccl
 build/gpu/test_gpt2emu_bf16: test_gpt2.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ test_gpt2.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ test_gpt2.cu -lnccl
 build/gpu/train_gpt2emu_bf16: $(GPU_SOURCES)
 	@mkdir -p build/gpu
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ train_gpt2.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ train_gpt2.cu -lnccl
 # the kernel tests through the emulator, plain and under AddressSanitizer
 build/gpu/test_kernels_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 	@mkdir -p build/gpu

@@ -92,7 +92,10 @@ def unit_sizes():
     return layer * L + [VP * C, TMAX * C, C, C]
 
 
-def expected(world, shard, stage, ga):
+def expected(world, shard, stage, ga, gb=4, pb=4, master=False, slots=1):
+    """Printed memory and communication per rank. gb, pb: bytes per gradient / parameter element
+    on the wire and in memory (2 for bf16); master: fp32 master copies of the owned parameters;
+    slots: layers of full gradients stage 2 keeps (the GPU trainer double-buffers: 2)."""
     units = unit_sizes()
     n = sum(units)
     rep = world // shard
@@ -101,15 +104,15 @@ def expected(world, shard, stage, ga):
     ar = lambda count, g: 2 * (g - 1) * math.ceil(count / g)
     comm = ar(1, world) * 4
     if stage == 0:
-        comm += ar(n, world) * 4
+        comm += ar(n, world) * gb
     else:
-        rs = sum((shard - 1) * s for s in slices) * 4
-        comm += rs * (1 if stage == 1 else ga) + ar(shard_elems, rep) * 4 + rs + ar(1, shard) * 4
+        rs = sum((shard - 1) * s for s in slices)
+        comm += rs * gb * (1 if stage == 1 else ga) + ar(shard_elems, rep) * 4 + rs * pb + ar(1, shard) * 4
     owned = n if stage == 0 else shard_elems
     layer_elems = sum(units[:12])
-    grads = {0: n * 4, 1: n * 4 + shard_elems * 4,
-             2: (VP * C + TMAX * C + 2 * C + layer_elems) * 4 + shard_elems * 4}[stage]
-    return {"params": n * 4, "grads": grads, "optimizer": 2 * owned * 4, "comm": comm}
+    grads = {0: n * gb, 1: n * gb + shard_elems * 4,
+             2: (VP * C + TMAX * C + 2 * C + slots * layer_elems) * gb + shard_elems * 4}[stage]
+    return {"params": n * pb + (owned * 4 if master else 0), "grads": grads, "optimizer": 2 * owned * 4, "comm": comm}
 
 
 def printed(stdout):

@@ -40,4 +40,18 @@ static void fused_classifier(floatX* logits, float* losses, const int* targets, 
     cudaLaunchCheck();
 }
 
+// acc[0] += weight * (mean of losses[0..N)): one block in a fixed order (deterministic), so
+// a step's loss stays on the device until the step's one all-reduce.
+__global__ void loss_accumulate_kernel(float* acc, const float* losses, int N, float weight) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) { s += losses[i]; }
+    s = block_sum(s);
+    if (threadIdx.x == 0) { acc[0] += s / (float)N * weight; }
+}
+
+static void loss_accumulate(float* acc, const float* losses, int N, float weight) {
+    loss_accumulate_kernel<<<1, CLASSIFIER_THREADS>>>(acc, losses, N, weight);
+    cudaLaunchCheck();
+}
+
 #endif

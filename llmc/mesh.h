@@ -96,6 +96,30 @@ static void shard_layout_init(ShardLayout* s, const GPT2Config* c, int S) {
 static void shard_layout_free(ShardLayout* s) { free(s->units); }
 
 // ----------------------------------------------------------------------------
+// Step logic both trainers follow (DESIGN.md section 4).
+
+// Whether backward reduce-scatters each finished layer in this micro-step: stage 1 on the
+// step's last micro-step only, stage 2 on every one, stage 0 never (it all-reduces afterwards).
+static int zero_reduces_in_micro_step(int zero_stage, int last_micro_step) {
+    return zero_stage == 2 || (zero_stage == 1 && last_micro_step);
+}
+
+// The units whose gradients are complete when backward reports `layer`: that layer's 12
+// tensors, or (layer -1, reported last) wte, wpe, lnfw and lnfb.
+static void layer_units(const ShardLayout* s, int layer, int* first, int* count) {
+    *first = layer >= 0 ? layer * UNITS_PER_LAYER : UNITS_PER_LAYER * s->num_layers;
+    *count = layer >= 0 ? UNITS_PER_LAYER : 4;
+}
+
+// The elements of a unit that shard rank s owns: [*first, *first + return value). The last
+// ranks' slices may be short or empty (the padding).
+static size_t unit_owned(const ShardUnit* u, int s, size_t* first) {
+    *first = (size_t)s * u->slice;
+    if (*first >= u->size) { return 0; }
+    return u->size - *first < u->slice ? u->size - *first : u->slice;
+}
+
+// ----------------------------------------------------------------------------
 // Closed forms. Collectives are rings: on a group of G ranks, a reduce-scatter or an
 // all-gather of G slices of k elements sends (G-1) k elements per rank, and an all-reduce of
 // n elements (padded to G ceil(n/G)) sends 2 (G-1) ceil(n/G).
@@ -142,10 +166,11 @@ typedef struct {
 } MemoryBytes;
 
 // Per-rank bytes for parameters (param_bytes each, plus fp32 master copies when master is
-// set), gradients, and optimizer state (fp32 m and v) for the chosen stage. Activations are
-// the trainer's own count.
+// set), gradients, and optimizer state (fp32 m and v) for the chosen stage. Stage 2 keeps
+// layer_slots layers of full gradients (1 on the CPU; 2 on the GPU, where one layer is being
+// reduced while the next is computed). Activations are the trainer's own count.
 static MemoryBytes memory_bytes_per_rank(const ShardLayout* s, int zero_stage, size_t num_parameters,
-                                         size_t param_bytes, size_t grad_bytes, int master) {
+                                         size_t param_bytes, size_t grad_bytes, int master, int layer_slots) {
     MemoryBytes mb = {0, 0, 0, 0};
     size_t owned = zero_stage == 0 ? num_parameters : s->shard_elements;
     mb.params = num_parameters * param_bytes + (master ? owned * 4 : 0);
@@ -155,7 +180,7 @@ static MemoryBytes memory_bytes_per_rank(const ShardLayout* s, int zero_stage, s
     } else if (zero_stage == 1) {
         mb.grads = num_parameters * grad_bytes + s->shard_elements * 4;
     } else {
-        mb.grads = (s->global_elements + s->layer_elements) * grad_bytes + s->shard_elements * 4;
+        mb.grads = (s->global_elements + layer_slots * s->layer_elements) * grad_bytes + s->shard_elements * 4;
     }
     return mb;
 }

@@ -37,7 +37,7 @@ gpu_attention_mutant_fails() {
     changed=$(grep -c "min(t + 1, T - 1)" $dir/llmc/attention.cuh)
     echo "mutated loops: $changed"
     [ "$changed" -ge 3 ] || { echo "the mutation did not apply"; return 1; }
-    dev/cuda_emu/emucc -O1 -DENABLE_FP32 -o $dir/test_gpt2emu $dir/test_gpt2.cu || return 1
+    dev/cuda_emu/emucc -O1 -DENABLE_FP32 -o $dir/test_gpt2emu $dir/test_gpt2.cu -lnccl || return 1
     if $dir/test_gpt2emu $GPU_TEST_ARGS -k 0; then echo "the broken attention passed"; return 1; fi
     return 0
 }
