@@ -114,3 +114,13 @@ expect_error bad_schedule "-k steep: unknown schedule" $CPU $TINY -i $B/ok.bin -
 expect_error bad_descriptor "-e x12: no such model file" $CPU -e x12
 expect_error gpu_flag_on_cpu "-r is a flag of the GPU trainer" $CPU -r 1
 expect_error vocab_with_file "-V 300: applies to descriptor models only" $CPU -e $REF/model.bin -V 300
+
+# -a 1 trains on one batch over and over: its loss must fall from ln(257) = 5.55 to near zero
+overfit_one_batch() {
+    $CPU -e d2 -V 257 -sl 64 -b 2 -t 32 -i data/kjv/kjv_val.bin -j "" -s 0 -x 40 -l 3e-3 -a 1 -k constant \
+        -o build/overfit >/dev/null || return 1
+    tail -n 1 build/overfit/main.log
+    awk -F'trl:' '/trl:/ { split($2, f, " "); loss = f[1] } END { exit !(loss < 0.05) }' build/overfit/main.log
+}
+check overfit_one_batch overfit_one_batch
+check lr_schedules /usr/bin/python3 dev/test_schedules.py $CPU
