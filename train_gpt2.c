@@ -7,8 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include "llmc/utils.h"
 #include "llmc/rng.h"
 #include "llmc/gpt2_model.h"
@@ -18,6 +16,9 @@
 #include "llmc/schedulers.h"
 #include "llmc/logger.h"
 #include "llmc/mesh.h"
+#include "llmc/run_setup.h"
+#include "llmc/sampler.h"
+#include "llmc/progress.h"
 #include "llmc/comm_mpi.h"
 #include "llmc/checkpoint.h"
 #include "llmc/cpu_matmul.h"
@@ -684,12 +685,6 @@ static void dp_free(DataParallel* dp) {
 // ----------------------------------------------------------------------------
 // training
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 // Mean loss over the val batches, all-reduced over every rank.
 static float evaluate(GPT2* m, DataLoader* val, int batches, DataParallel* dp) {
     dataloader_reset(val);
@@ -701,33 +696,12 @@ static float evaluate(GPT2* m, DataLoader* val, int batches, DataParallel* dp) {
     return all_reduce_sum_scalar(&dp->world, (float)(sum / batches)) / dp->mesh.world;
 }
 
-// Samples gen_tokens tokens after an end-of-text prompt and prints them (rank 0).
-static void sample_text(GPT2* m, const Tokenizer* tok, int eot, int gen_tokens, Rng* rng) {
-    int T = m->T, V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
-    int* context = (int*)malloc_check((size_t)T * sizeof(int));
-    int len = 1;
-    context[0] = eot;
-    printf("---\n");
-    for (int i = 0; i < gen_tokens; i++) {
-        gpt2_forward(m, context, NULL, 1, len);
-        const float* logits = m->acts.logits + (size_t)(len - 1) * Vp;
-        float maxv = -INFINITY;
-        for (int v = 0; v < V; v++) { if (logits[v] > maxv) { maxv = logits[v]; } }
-        double sum = 0.0;
-        for (int v = 0; v < V; v++) { sum += exp(logits[v] - maxv); }
-        double r = rng_uniform(rng) * sum, acc = 0.0;
-        int next = V - 1;
-        for (int v = 0; v < V; v++) {
-            acc += exp(logits[v] - maxv);
-            if (acc > r) { next = v; break; }
-        }
-        if (tok) { tokenizer_print(tok, next); } else { printf("%d ", next); }
-        if (len == T) { memmove(context, context + 1, (T - 1) * sizeof(int)); len--; }
-        context[len++] = next;
-    }
-    printf("\n---\n");
-    fflush(stdout);
-    free(context);
+// Sampling's next-token logits (llmc/sampler.h): a forward of the context, batch 1.
+static void next_logits(void* ctx, const int* context, int len, float* logits) {
+    GPT2* m = (GPT2*)ctx;
+    gpt2_forward(m, context, NULL, 1, len);
+    memcpy(logits, m->acts.logits + (size_t)(len - 1) * m->config.padded_vocab_size,
+           (size_t)m->config.vocab_size * sizeof(float));
 }
 
 static void mpi_abort_all(void) {
@@ -751,12 +725,6 @@ static void save_checkpoint(const char* dir, int step, GPT2* m, DataParallel* dp
     if (dp->mesh.rank == 0) { checkpoint_mark_done(dir, step); }
 }
 
-static void format_eta(char* out, size_t len, double seconds) {
-    int s = (int)(seconds + 0.5);
-    if (s >= 3600) { snprintf(out, len, "%dh%02dm", s / 3600, (s / 60) % 60); }
-    else { snprintf(out, len, "%dm%02ds", s / 60, s % 60); }
-}
-
 #ifndef TESTING
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
@@ -772,45 +740,14 @@ int main(int argc, char** argv) {
 
     // the model: a checkpoint to resume, a model file, or a descriptor
     GPT2Config config;
-    float* params = NULL;
     int resume_step = args.resume ? checkpoint_latest(args.log_dir) : -1;
     Tokenizer tokenizer;
     int have_tokenizer = args.tokenizer[0] != '\0';
     if (have_tokenizer) { tokenizer_init(&tokenizer, args.tokenizer); }
-    const char* model_source = args.model;
-    char resume_model[4096];
-    if (resume_step >= 0) {
-        checkpoint_path(resume_model, sizeof(resume_model), args.log_dir, "model", resume_step, -1);
-        model_source = resume_model;
-    }
-    struct stat st;
-    if (stat(model_source, &st) == 0) {
-        if (args.vocab_size != 0 && resume_step < 0) { fail("-V %d: applies to descriptor models only, not %s", args.vocab_size, model_source); }
-        params = gpt2_load_model(model_source, &config);
-    } else if (model_source[0] == 'd' && strchr(model_source, '/') == NULL && strchr(model_source, '.') == NULL) {
-        int V = args.vocab_size ? args.vocab_size : (have_tokenizer ? tokenizer.vocab_size : 50257);
-        gpt2_config_from_descriptor(&config, model_source, V, args.max_seq_len);
-        params = (float*)malloc_check(gpt2_num_parameters(&config) * sizeof(float));
-        gpt2_init_parameters(params, &config, (uint64_t)args.seed);
-    } else {
-        fail("-e %s: no such model file", model_source);
-    }
-    if (args.T > config.max_seq_len) {
-        fail("-t %d: larger than the model's max_seq_len %d (%s)", args.T, config.max_seq_len, model_source);
-    }
-    if (have_tokenizer && tokenizer.vocab_size > config.vocab_size) {
-        fail("-tk %s: tokenizer vocab %d is larger than the model's %d", args.tokenizer, tokenizer.vocab_size,
-             config.vocab_size);
-    }
-
-    // batch arithmetic
-    long tokens_per_micro = (long)args.B * args.T * world;
-    if (args.total_batch == 0) { args.total_batch = (int)tokens_per_micro; }
-    if (args.total_batch % tokens_per_micro != 0) {
-        fail("-d %d: not a multiple of B*T*ranks = %d*%d*%d = %ld", args.total_batch, args.B, args.T, world,
-             tokens_per_micro);
-    }
-    int grad_accum = (int)(args.total_batch / tokens_per_micro);
+    char model_source[4096];
+    float* params = model_load_for_run(&args, resume_step, have_tokenizer ? tokenizer.vocab_size : 0, &config,
+                                       model_source, sizeof(model_source));
+    int grad_accum = args_grad_accum(&args, world);
 
     GPT2 model;
     int zero = args.zero_stage;
@@ -820,14 +757,8 @@ int main(int argc, char** argv) {
     const Mesh* mesh = &dp.mesh;
 
     DataLoader train, val;
-    dataloader_init(&train, args.train_pattern, "-i", args.B, args.T, mesh->dp_rank, mesh->dp_degree, grad_accum,
-                    config.vocab_size, args.shuffle, (uint64_t)args.seed);
-    int have_val = args.val_pattern[0] != '\0' && args.val_every > 0;
-    if (have_val) {
-        dataloader_init(&val, args.val_pattern, "-j", args.B, args.T, mesh->dp_rank, mesh->dp_degree, 1,
-                        config.vocab_size, 0, 0);
-    }
-    int max_steps = args.max_steps > 0 ? args.max_steps : (int)dataloader_batches_per_epoch(&train);
+    int max_steps;
+    int have_val = dataloaders_for_run(&args, mesh, grad_accum, config.vocab_size, &train, &val, &max_steps);
 
     LRSchedule schedule = {schedule_kind_from_name(args.schedule), args.lr, args.warmup, max_steps, args.final_fraction};
     AdamWConfig adamw = {args.lr, 0.9f, 0.95f, 1e-8f, args.weight_decay};
@@ -852,23 +783,16 @@ int main(int argc, char** argv) {
     mem.activations = model.activation_bytes;
     CommBytes comm = comm_bytes_per_step(&dp.layout, mesh, zero, grad_accum, model.num_parameters, 4, 4);
     if (rank == 0) {
-        printf("model: %s | L %d | NH %d | C %d | V %d (padded %d) | T_max %d | %zu parameters\n", model_source,
-               config.num_layers, config.num_heads, config.channels, config.vocab_size, config.padded_vocab_size,
-               config.max_seq_len, model.num_parameters);
+        progress_model(model_source, &config, model.num_parameters);
         printf("batch: B %d | T %d | ranks %d | grad_accum %d | %d tokens per step | %d steps | %d threads per rank\n",
                args.B, args.T, world, grad_accum, args.total_batch, max_steps, omp_get_max_threads());
-        printf("mesh: dp_replicate %d x dp_shard %d | ZeRO stage %d\n", mesh->dp_replicate, mesh->dp_shard, zero);
-        printf("memory per rank: params %zu grads %zu optimizer %zu activations %zu bytes\n", mem.params, mem.grads,
-               mem.optimizer, mem.activations);
-        printf("communication per step: %zu bytes sent per rank (gradients %zu, replicas %zu, parameters %zu, "
-               "scalars %zu)\n", comm.total, comm.grad_reduce, comm.replica, comm.param_gather, comm.scalars);
+        progress_accounting(mesh, zero, &mem, &comm);
         if (resume_step >= 0) { printf("resumed from step %d of %s\n", resume_step, args.log_dir); }
         fflush(stdout);
     }
 
     int eot = have_tokenizer ? tokenizer.eot_token : config.vocab_size - 1;
-    double total_time = 0.0;
-    int timed_steps = 0;
+    StepTimes times = {0.0, 0, start_step};
     size_t step_bytes = 0;
     for (int step = start_step; step <= max_steps; step++) {
         int last = step == max_steps;
@@ -878,7 +802,8 @@ int main(int argc, char** argv) {
             logger_log_val(&logger, step, val_loss);
         }
         if (rank == 0 && args.sample_every > 0 && step > 0 && (step % args.sample_every == 0 || last)) {
-            sample_text(&model, have_tokenizer ? &tokenizer : NULL, eot, args.gen_tokens, &sample_rng);
+            sample_text(next_logits, &model, model.T, config.vocab_size, have_tokenizer ? &tokenizer : NULL, eot,
+                        args.gen_tokens, &sample_rng);
         }
         if (last) { break; }
 
@@ -902,25 +827,14 @@ int main(int argc, char** argv) {
         float loss = all_reduce_sum_scalar(&dp.world, (float)(loss_sum / grad_accum)) / world;
         step_bytes = comm_bytes_sent - bytes_before;
         double dt = now_seconds() - t0;
-        if (step > start_step) { total_time += dt; timed_steps++; }
-        if (rank == 0) {
-            char eta[32];
-            double avg = timed_steps > 0 ? total_time / timed_steps : dt;
-            format_eta(eta, sizeof(eta), avg * (max_steps - step - 1));
-            printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | eta %s\n", step + 1,
-                   max_steps, loss, norm, adamw.lr, dt * 1000.0, args.total_batch / dt, eta);
-            fflush(stdout);
-        }
+        progress_step(&times, step, max_steps, dt, loss, norm, adamw.lr, args.total_batch, rank == 0);
         logger_log_train(&logger, step + 1, loss, adamw.lr, norm);
         if (args.checkpoint_every > 0 && (step + 1) % args.checkpoint_every == 0) {
             save_checkpoint(args.log_dir, step + 1, &model, &dp, &train, &args, &sample_rng);
         }
     }
     if (rank == 0) {
-        if (timed_steps > 0) {
-            printf("average step time: %.1f ms (%.0f tok/s)\n", total_time / timed_steps * 1000.0,
-                   args.total_batch / (total_time / timed_steps));
-        }
+        progress_summary(&times, args.total_batch);
         printf("communication measured: %zu bytes sent per rank in the last step\n", step_bytes);
     }
     if (args.log_dir[0] != '\0' && rank == 0) {

@@ -231,4 +231,16 @@ static void args_validate(const TrainArgs* a, int gpu) {
     }
 }
 
+// The batch arithmetic: tokens per step (-d, 0 = one micro-batch on every rank) must be a
+// multiple of B*T*ranks; returns the micro-steps per step (grad_accum) and fills in -d.
+static int args_grad_accum(TrainArgs* a, int ranks) {
+    long tokens_per_micro = (long)a->B * a->T * ranks;
+    if (a->total_batch == 0) { a->total_batch = (int)tokens_per_micro; }
+    if (a->total_batch % tokens_per_micro != 0) {
+        fail("-d %d: not a multiple of B*T*ranks = %d*%d*%d = %ld", a->total_batch, a->B, a->T, ranks,
+             tokens_per_micro);
+    }
+    return (int)(a->total_batch / tokens_per_micro);
+}
+
 #endif

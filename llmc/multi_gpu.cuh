@@ -30,12 +30,6 @@ static void nccl_check(ncclResult_t r, const char* what, const char* file, int l
 #define ncclFloatX ncclBfloat16
 #endif
 
-static double wall_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 // Seconds any rank waits for its peers (start-up rendezvous, a collective) before it gives up:
 // TRAIN_GPT2_TIMEOUT, default 600.
 static double peer_timeout_s(void) {
@@ -114,7 +108,7 @@ static void nccl_id_via_fs(ncclUniqueId* id, int rank, const char* dir) {
         commit_tmp(f, tmp, path);
         return;
     }
-    double deadline = wall_seconds() + peer_timeout_s();
+    double deadline = now_seconds() + peer_timeout_s();
     for (;;) {
         FILE* f = fopen(path, "rb");
         if (f) {
@@ -122,7 +116,7 @@ static void nccl_id_via_fs(ncclUniqueId* id, int rank, const char* dir) {
             fclose(f);
             if (got == 1) { return; }
         }
-        if (wall_seconds() > deadline) {
+        if (now_seconds() > deadline) {
             fail("-pi fs: no NCCL id from rank 0 at %s within %.0f s", path, peer_timeout_s());
         }
         usleep(10000);
@@ -145,7 +139,7 @@ static struct sockaddr_in tcp_address(const char* host, int port) {
 // Waits until fd is ready for events or the deadline passes (then fails with what).
 static void poll_until(int fd, short events, double deadline, const char* what) {
     for (;;) {
-        double left = deadline - wall_seconds();
+        double left = deadline - now_seconds();
         if (left <= 0.0) { fail("%s: timed out after %.0f s", what, peer_timeout_s()); }
         struct pollfd p = {fd, events, 0};
         int r = poll(&p, 1, (int)(left * 1000.0) + 1);
@@ -157,7 +151,7 @@ static void poll_until(int fd, short events, double deadline, const char* what) 
 // -pi tcp: rank 0 listens on -pp (every interface) and sends the id to world-1 connections; the
 // others connect to -ps:-pp (retrying until rank 0 listens) and read it.
 static void nccl_id_via_tcp(ncclUniqueId* id, int rank, int world, const char* host, int port) {
-    double deadline = wall_seconds() + peer_timeout_s();
+    double deadline = now_seconds() + peer_timeout_s();
     char what[512];
     snprintf(what, sizeof(what), "-pi tcp: rendezvous on %s:%d", host, port);
     if (rank == 0) {
@@ -197,7 +191,7 @@ static void nccl_id_via_tcp(ncclUniqueId* id, int rank, int world, const char* h
             return;
         }
         if (c >= 0) { close(c); }
-        if (wall_seconds() > deadline) { fail("%s: rank 0 did not answer within %.0f s", what, peer_timeout_s()); }
+        if (now_seconds() > deadline) { fail("%s: rank 0 did not answer within %.0f s", what, peer_timeout_s()); }
         usleep(50000);
     }
 }
@@ -253,7 +247,7 @@ static void abort_all_ranks(void) {
 // after TRAIN_GPT2_TIMEOUT seconds.
 static void wait_device(cudaStream_t stream, cudaEvent_t ev, const char* what) {
     cudaCheck(cudaEventRecord(ev, stream));
-    double deadline = wall_seconds() + peer_timeout_s();
+    double deadline = now_seconds() + peer_timeout_s();
     for (;;) {
         cudaError_t q = cudaEventQuery(ev);
         if (q == cudaSuccess) { return; }
@@ -265,7 +259,7 @@ static void wait_device(cudaStream_t stream, cudaEvent_t ev, const char* what) {
                 fail("NCCL error while waiting for %s: %s", what, ncclGetErrorString(r));
             }
         }
-        if (wall_seconds() > deadline) {
+        if (now_seconds() > deadline) {
             fail("waited %.0f s for %s: a peer has died or hangs", peer_timeout_s(), what);
         }
         usleep(50);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 // Set by the trainer once the process mesh is known. When fail_abort_all is set, fail()
 // calls it (an MPI_Abort, say) so that one failing rank stops every rank.
@@ -98,5 +99,12 @@ static void make_dirs(const char* path) {
 
 static size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 static size_t ceil_div(size_t n, size_t d) { return (n + d - 1) / d; }
+
+// Monotonic wall-clock seconds.
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 #endif
