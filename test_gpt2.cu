@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
         GPT2Config c16;
         float* p16 = gpt2_load_model(bf16_path, &c16);
         GPT2 m16;
-        gpt2_build(&m16, &c16, p16, 1, 1, recompute, 0, 1);
+        gpt2_build(&m16, &c16, p16, 1, 1, recompute, c16.num_layers, 1);
         gpt2_download_params(&m16, host);
         size_t mismatches = 0;
         for (size_t i = 0; i < n; i++) { mismatches += host[i] != bf16_to_float(float_to_bf16(params[i])); }
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
     }
 
     GPT2 model;
-    gpt2_build(&model, &config, params, B, T, recompute, 0, 1);
+    gpt2_build(&model, &config, params, B, T, recompute, config.num_layers, 1);
     Optimizer opt;
     optimizer_init(&opt, model.num_parameters, master, params);
 

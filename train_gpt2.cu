@@ -12,8 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include "llmc/utils.h"
 #include "llmc/rng.h"
 #include "llmc/gpt2_model.h"
@@ -23,6 +21,9 @@
 #include "llmc/schedulers.h"
 #include "llmc/logger.h"
 #include "llmc/mesh.h"
+#include "llmc/run_setup.h"
+#include "llmc/sampler.h"
+#include "llmc/progress.h"
 #include "llmc/checkpoint.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/encoder.cuh"
@@ -137,16 +138,54 @@ static void point_tensors(floatX** tensors, floatX* base, const size_t* sizes) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { tensors[i] = base; base += sizes[i]; }
 }
 
-static void* device_alloc(size_t bytes, size_t* total) {
+static void* device_alloc(size_t bytes) {
     void* p;
     cudaCheck(cudaMalloc(&p, bytes));
     cudaCheck(cudaMemset(p, 0, bytes));
-    if (total) { *total += bytes; }
     return p;
 }
 
+#define NUM_ACT_BUFFERS 29
+
+// Bytes of each activation buffer of a (B, T) micro-batch (the order of activation_buffer_slots);
+// returns the total, which gpt2_build allocates and the start-up accounting reports.
+static size_t activation_buffer_bytes(const GPT2Config* config, int B, int T, int recompute,
+                                      size_t bytes[NUM_ACT_BUFFERS]) {
+    size_t L = config->num_layers, C = config->channels, NH = config->num_heads, BT = (size_t)B * T;
+    size_t Lln = recompute >= 2 ? 1 : L, Lgelu = recompute >= 1 ? 1 : L, X = sizeof(floatX), F = sizeof(float);
+    size_t b[NUM_ACT_BUFFERS] = {
+        BT * C * X, Lln * BT * C * X, L * BT * F, L * BT * F, L * BT * 3 * C * X, L * BT * C * X,
+        L * B * NH * T * T * X, L * BT * C * X, Lln * BT * C * X, L * BT * F, L * BT * F, L * BT * 4 * C * X,
+        Lgelu * BT * 4 * C * X, L * BT * C * X, BT * C * X, BT * F, BT * F, BT * config->padded_vocab_size * X,
+        BT * F, BT * C * X, BT * sizeof(int), BT * sizeof(int),
+        // gradients and scratch
+        BT * C * X, BT * C * X, BT * 4 * C * X, BT * 3 * C * X, B * NH * T * T * F,
+        (size_t)colsum_chunks((int)BT) * 4 * C * F, (NORM_BLOCKS + 1) * F};
+    size_t total = 0;
+    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { bytes[i] = b[i]; total += b[i]; }
+    return total;
+}
+
+static void activation_buffer_slots(GPT2* m, void** slots[NUM_ACT_BUFFERS]) {
+    Activations* a = &m->acts;
+    ActivationGrads* g = &m->acts_grad;
+    void** s[NUM_ACT_BUFFERS] = {
+        (void**)&a->encoded, (void**)&a->ln1, (void**)&a->ln1_mean, (void**)&a->ln1_rstd, (void**)&a->qkv,
+        (void**)&a->atty, (void**)&a->att, (void**)&a->residual2, (void**)&a->ln2, (void**)&a->ln2_mean,
+        (void**)&a->ln2_rstd, (void**)&a->fch, (void**)&a->fch_gelu, (void**)&a->residual3, (void**)&a->lnf,
+        (void**)&a->lnf_mean, (void**)&a->lnf_rstd, (void**)&a->logits, (void**)&a->losses, (void**)&a->proj,
+        (void**)&a->inputs, (void**)&a->targets, (void**)&g->dresidual, (void**)&g->dC, (void**)&g->d4C,
+        (void**)&g->dqkv, (void**)&g->dpre, (void**)&g->partial, (void**)&g->norm};
+    memcpy(slots, s, sizeof(s));
+}
+
+// Layers of full gradients a rank holds: all of them, or two slots in turn in ZeRO stage 2.
+static int grad_layers_for_stage(int zero_stage, int num_layers) {
+    return zero_stage == 2 && num_layers > 2 ? 2 : num_layers;
+}
+
 // Builds the model on the device from fp32 host parameters (converted to floatX).
-// grad_layers: 0 for gradients of every layer, else that many layer slots used in turn (ZeRO 2);
+// grad_layers: layers of gradients held (grad_layers_for_stage), slots used in turn when < L;
 // the gradient block is padded to a multiple of grads_padding (the stage-0 all-reduce).
 static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, int B, int T, int recompute,
                        int grad_layers, size_t grads_padding) {
@@ -154,55 +193,26 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, i
     m->num_parameters = gpt2_num_parameters(config);
     gpt2_parameter_sizes(config, m->sizes);
     size_t n = m->num_parameters;
-    m->grad_layers = grad_layers > 0 && grad_layers < config->num_layers ? grad_layers : config->num_layers;
+    m->grad_layers = grad_layers;
     size_t grad_sizes[NUM_PARAMETER_TENSORS];
     GPT2Config held = *config;
     held.num_layers = m->grad_layers;
     gpt2_parameter_sizes(&held, grad_sizes);
     m->grads_elements = round_up(gpt2_num_parameters(&held), grads_padding);
-    m->params_memory = (floatX*)device_alloc(n * sizeof(floatX), NULL);
-    m->grads_memory = (floatX*)device_alloc(m->grads_elements * sizeof(floatX), NULL);
+    m->params_memory = (floatX*)device_alloc(n * sizeof(floatX));
+    m->grads_memory = (floatX*)device_alloc(m->grads_elements * sizeof(floatX));
     point_tensors(m->params, m->params_memory, m->sizes);
     point_tensors(m->grads, m->grads_memory, grad_sizes);
     upload_floatX(m->params_memory, params, n);
     m->B = B;
     m->T = T;
     m->recompute = recompute;
-    size_t L = config->num_layers, C = config->channels, NH = config->num_heads, BT = (size_t)B * T;
-    size_t Lln = recompute >= 2 ? 1 : L, Lgelu = recompute >= 1 ? 1 : L, X = sizeof(floatX), F = sizeof(float);
-    size_t* tot = &m->activation_bytes;
-    *tot = 0;
-    Activations* a = &m->acts;
-    a->encoded = (floatX*)device_alloc(BT * C * X, tot);
-    a->ln1 = (floatX*)device_alloc(Lln * BT * C * X, tot);
-    a->ln1_mean = (float*)device_alloc(L * BT * F, tot);
-    a->ln1_rstd = (float*)device_alloc(L * BT * F, tot);
-    a->qkv = (floatX*)device_alloc(L * BT * 3 * C * X, tot);
-    a->atty = (floatX*)device_alloc(L * BT * C * X, tot);
-    a->att = (floatX*)device_alloc(L * B * NH * T * T * X, tot);
-    a->residual2 = (floatX*)device_alloc(L * BT * C * X, tot);
-    a->ln2 = (floatX*)device_alloc(Lln * BT * C * X, tot);
-    a->ln2_mean = (float*)device_alloc(L * BT * F, tot);
-    a->ln2_rstd = (float*)device_alloc(L * BT * F, tot);
-    a->fch = (floatX*)device_alloc(L * BT * 4 * C * X, tot);
-    a->fch_gelu = (floatX*)device_alloc(Lgelu * BT * 4 * C * X, tot);
-    a->residual3 = (floatX*)device_alloc(L * BT * C * X, tot);
-    a->lnf = (floatX*)device_alloc(BT * C * X, tot);
-    a->lnf_mean = (float*)device_alloc(BT * F, tot);
-    a->lnf_rstd = (float*)device_alloc(BT * F, tot);
-    a->logits = (floatX*)device_alloc(BT * config->padded_vocab_size * X, tot);
-    a->losses = (float*)device_alloc(BT * F, tot);
-    a->proj = (floatX*)device_alloc(BT * C * X, tot);
-    a->inputs = (int*)device_alloc(BT * sizeof(int), tot);
-    a->targets = (int*)device_alloc(BT * sizeof(int), tot);
-    ActivationGrads* g = &m->acts_grad;
-    g->dresidual = (floatX*)device_alloc(BT * C * X, tot);
-    g->dC = (floatX*)device_alloc(BT * C * X, tot);
-    g->d4C = (floatX*)device_alloc(BT * 4 * C * X, tot);
-    g->dqkv = (floatX*)device_alloc(BT * 3 * C * X, tot);
-    g->dpre = (float*)device_alloc(B * NH * T * T * F, tot);
-    g->partial = (float*)device_alloc((size_t)colsum_chunks((int)BT) * 4 * C * F, tot);
-    g->norm = (float*)device_alloc((NORM_BLOCKS + 1) * F, tot);
+    size_t bytes[NUM_ACT_BUFFERS];
+    m->activation_bytes = activation_buffer_bytes(config, B, T, recompute, bytes);
+    void** slots[NUM_ACT_BUFFERS];
+    activation_buffer_slots(m, slots);
+    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { *slots[i] = device_alloc(bytes[i]); }
+    size_t BT = (size_t)B * T;
     m->tokens = (int*)malloc_check(BT * sizeof(int));
     m->losses_host = (float*)malloc_check(BT * sizeof(float));
     encoder_buckets_init(&m->buckets, (int)BT, config->vocab_size);
@@ -210,13 +220,11 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, i
 }
 
 static void gpt2_free(GPT2* m) {
-    void* bufs[] = {m->params_memory, m->grads_memory, m->acts.encoded, m->acts.ln1, m->acts.ln1_mean,
-                    m->acts.ln1_rstd, m->acts.qkv, m->acts.atty, m->acts.att, m->acts.residual2, m->acts.ln2,
-                    m->acts.ln2_mean, m->acts.ln2_rstd, m->acts.fch, m->acts.fch_gelu, m->acts.residual3,
-                    m->acts.lnf, m->acts.lnf_mean, m->acts.lnf_rstd, m->acts.logits, m->acts.losses, m->acts.proj,
-                    m->acts.inputs, m->acts.targets, m->acts_grad.dresidual, m->acts_grad.dC, m->acts_grad.d4C,
-                    m->acts_grad.dqkv, m->acts_grad.dpre, m->acts_grad.partial, m->acts_grad.norm};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { cudaCheck(cudaFree(bufs[i])); }
+    cudaCheck(cudaFree(m->params_memory));
+    cudaCheck(cudaFree(m->grads_memory));
+    void** slots[NUM_ACT_BUFFERS];
+    activation_buffer_slots(m, slots);
+    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { cudaCheck(cudaFree(*slots[i])); }
     encoder_buckets_free(&m->buckets);
     free(m->tokens);
     free(m->losses_host);
@@ -374,11 +382,11 @@ typedef struct {
 // fp32 already).
 static void optimizer_init(Optimizer* o, size_t n, int master, const float* params) {
     o->n = n;
-    o->m = (float*)device_alloc(o->n * sizeof(float), NULL);
-    o->v = (float*)device_alloc(o->n * sizeof(float), NULL);
+    o->m = (float*)device_alloc(o->n * sizeof(float));
+    o->v = (float*)device_alloc(o->n * sizeof(float));
     o->master = NULL;
     if (master && sizeof(floatX) != sizeof(float)) {
-        o->master = (float*)device_alloc(o->n * sizeof(float), NULL);
+        o->master = (float*)device_alloc(o->n * sizeof(float));
         cudaCheck(cudaMemcpy(o->master, params, o->n * sizeof(float), cudaMemcpyHostToDevice));
     }
 }
@@ -452,12 +460,12 @@ static void dp_init(DataParallel* dp, ncclComm_t world, int rank, int world_size
     dp->unit_pad = NULL;
     dp->slice_recv = NULL;
     if (zero_stage != 0) {
-        dp->shard_grads = (float*)device_alloc(round_up(dp->layout.shard_elements, mesh->dp_replicate) * sizeof(float), NULL);
-        dp->unit_pad = (floatX*)device_alloc(dp->layout.max_padded * sizeof(floatX), NULL);
-        dp->slice_recv = (floatX*)device_alloc(dp->layout.max_padded / mesh->dp_shard * sizeof(floatX), NULL);
+        dp->shard_grads = (float*)device_alloc(round_up(dp->layout.shard_elements, mesh->dp_replicate) * sizeof(float));
+        dp->unit_pad = (floatX*)device_alloc(dp->layout.max_padded * sizeof(floatX));
+        dp->slice_recv = (floatX*)device_alloc(dp->layout.max_padded / mesh->dp_shard * sizeof(floatX));
     }
-    dp->loss = (float*)device_alloc(mesh->world * sizeof(float), NULL);
-    dp->norm = (float*)device_alloc((mesh->dp_shard + NORM_BLOCKS) * sizeof(float), NULL);
+    dp->loss = (float*)device_alloc(mesh->world * sizeof(float));
+    dp->norm = (float*)device_alloc((mesh->dp_shard + NORM_BLOCKS) * sizeof(float));
 }
 
 static void dp_free(DataParallel* dp) {
@@ -628,12 +636,6 @@ static float* dp_owned_values(const DataParallel* dp, const float* params) {
 // ----------------------------------------------------------------------------
 // training
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 // Mean loss over the val batches, all-reduced over every rank (summed on the device).
 static float evaluate(GPT2* m, DataLoader* val, int batches, DataParallel* dp) {
     dataloader_reset(val);
@@ -646,35 +648,12 @@ static float evaluate(GPT2* m, DataLoader* val, int batches, DataParallel* dp) {
     return dp_mean_over_world(dp, "the validation loss");
 }
 
-// Samples gen_tokens tokens after an end-of-text prompt and prints them.
-static void sample_text(GPT2* m, const Tokenizer* tok, int eot, int gen_tokens, Rng* rng) {
-    int T = m->T, V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
-    int* context = (int*)malloc_check((size_t)T * sizeof(int));
-    float* logits = (float*)malloc_check((size_t)Vp * sizeof(float));
-    int len = 1;
-    context[0] = eot;
-    printf("---\n");
-    for (int i = 0; i < gen_tokens; i++) {
-        gpt2_forward(m, context, NULL, 1, len, 0.0f);
-        download_floatX(logits, m->acts.logits + (size_t)(len - 1) * Vp, (size_t)Vp);
-        float maxv = -INFINITY;
-        for (int v = 0; v < V; v++) { if (logits[v] > maxv) { maxv = logits[v]; } }
-        double sum = 0.0;
-        for (int v = 0; v < V; v++) { sum += exp(logits[v] - maxv); }
-        double r = rng_uniform(rng) * sum, acc = 0.0;
-        int next = V - 1;
-        for (int v = 0; v < V; v++) {
-            acc += exp(logits[v] - maxv);
-            if (acc > r) { next = v; break; }
-        }
-        if (tok) { tokenizer_print(tok, next); } else { printf("%d ", next); }
-        if (len == T) { memmove(context, context + 1, (T - 1) * sizeof(int)); len--; }
-        context[len++] = next;
-    }
-    printf("\n---\n");
-    fflush(stdout);
-    free(context);
-    free(logits);
+// Sampling's next-token logits (llmc/sampler.h): a forward of the context, batch 1.
+static void next_logits(void* ctx, const int* context, int len, float* logits) {
+    GPT2* m = (GPT2*)ctx;
+    gpt2_forward(m, context, NULL, 1, len, 0.0f);
+    download_floatX(logits, m->acts.logits + (size_t)(len - 1) * m->config.padded_vocab_size,
+                    (size_t)m->config.vocab_size);
 }
 
 // Rank 0 writes the model file (v5 in BF16, v3 in FP32); every rank its optimizer state (its
@@ -706,12 +685,6 @@ static void save_checkpoint(const char* dir, int step, GPT2* m, Optimizer* o, Da
     if (mesh->rank == 0) { checkpoint_mark_done(dir, step); }
 }
 
-static void format_eta(char* out, size_t len, double seconds) {
-    int s = (int)(seconds + 0.5);
-    if (s >= 3600) { snprintf(out, len, "%dh%02dm", s / 3600, (s / 60) % 60); }
-    else { snprintf(out, len, "%dm%02ds", s / 60, s % 60); }
-}
-
 #ifndef TESTING
 int main(int argc, char** argv) {
     TrainArgs args;
@@ -740,66 +713,29 @@ int main(int argc, char** argv) {
 
     // the model: a checkpoint to resume, a model file, or a descriptor
     GPT2Config config;
-    float* params = NULL;
     int resume_step = args.resume ? checkpoint_latest(args.log_dir) : -1;
     Tokenizer tokenizer;
     int have_tokenizer = args.tokenizer[0] != '\0';
     if (have_tokenizer) { tokenizer_init(&tokenizer, args.tokenizer); }
-    const char* model_source = args.model;
-    char resume_model[4096];
-    if (resume_step >= 0) {
-        checkpoint_path(resume_model, sizeof(resume_model), args.log_dir, "model", resume_step, -1);
-        model_source = resume_model;
-    }
-    struct stat st;
-    if (stat(model_source, &st) == 0) {
-        if (args.vocab_size != 0) { fail("-V %d: applies to descriptor models only, not %s", args.vocab_size, model_source); }
-        params = gpt2_load_model(model_source, &config);
-    } else if (model_source[0] == 'd' && strchr(model_source, '/') == NULL && strchr(model_source, '.') == NULL) {
-        int V = args.vocab_size ? args.vocab_size : (have_tokenizer ? tokenizer.vocab_size : 50257);
-        gpt2_config_from_descriptor(&config, model_source, V, args.max_seq_len);
-        params = (float*)malloc_check(gpt2_num_parameters(&config) * sizeof(float));
-        gpt2_init_parameters(params, &config, (uint64_t)args.seed);
-    } else {
-        fail("-e %s: no such model file", model_source);
-    }
-    if (args.T > config.max_seq_len) {
-        fail("-t %d: larger than the model's max_seq_len %d (%s)", args.T, config.max_seq_len, model_source);
-    }
-    if (have_tokenizer && tokenizer.vocab_size > config.vocab_size) {
-        fail("-tk %s: tokenizer vocab %d is larger than the model's %d", args.tokenizer, tokenizer.vocab_size,
-             config.vocab_size);
-    }
-
-    // batch arithmetic
-    long tokens_per_micro = (long)args.B * args.T * world;
-    if (args.total_batch == 0) { args.total_batch = (int)tokens_per_micro; }
-    if (args.total_batch % tokens_per_micro != 0) {
-        fail("-d %d: not a multiple of B*T*ranks = %d*%d*%d = %ld", args.total_batch, args.B, args.T, world,
-             tokens_per_micro);
-    }
-    int grad_accum = (int)(args.total_batch / tokens_per_micro);
+    char model_source[4096];
+    float* params = model_load_for_run(&args, resume_step, have_tokenizer ? tokenizer.vocab_size : 0, &config,
+                                       model_source, sizeof(model_source));
+    int grad_accum = args_grad_accum(&args, world);
 
     DataParallel dp;
     dp_init(&dp, world_comm, rank, world, &config, zero, args.dp_shard);
     const Mesh* mesh = &dp.mesh;
     GPT2 model;
-    gpt2_build(&model, &config, params, args.B, args.T, args.recompute, zero == 2 ? 2 : 0,
-               zero == 0 ? (size_t)world : 1);
+    gpt2_build(&model, &config, params, args.B, args.T, args.recompute,
+               grad_layers_for_stage(zero, config.num_layers), zero == 0 ? (size_t)world : 1);
     Optimizer opt;
     float* owned_init = dp_owned_values(&dp, params);
     optimizer_init(&opt, dp.owned, args.master_weights, owned_init);
     free(owned_init);
 
     DataLoader train, val;
-    dataloader_init(&train, args.train_pattern, "-i", args.B, args.T, mesh->dp_rank, mesh->dp_degree, grad_accum,
-                    config.vocab_size, args.shuffle, (uint64_t)args.seed);
-    int have_val = args.val_pattern[0] != '\0' && args.val_every > 0;
-    if (have_val) {
-        dataloader_init(&val, args.val_pattern, "-j", args.B, args.T, mesh->dp_rank, mesh->dp_degree, 1,
-                        config.vocab_size, 0, 0);
-    }
-    int max_steps = args.max_steps > 0 ? args.max_steps : (int)dataloader_batches_per_epoch(&train);
+    int max_steps;
+    int have_val = dataloaders_for_run(&args, mesh, grad_accum, config.vocab_size, &train, &val, &max_steps);
 
     LRSchedule schedule = {schedule_kind_from_name(args.schedule), args.lr, args.warmup, max_steps, args.final_fraction};
     AdamWConfig adamw = {args.lr, 0.9f, 0.95f, 1e-8f, args.weight_decay};
@@ -832,27 +768,20 @@ int main(int argc, char** argv) {
     CommBytes comm = comm_bytes_per_step(&dp.layout, mesh, zero, grad_accum, model.num_parameters, sizeof(floatX),
                                          sizeof(floatX));
     if (rank == 0) {
-        printf("model: %s | L %d | NH %d | C %d | V %d (padded %d) | T_max %d | %zu parameters\n", model_source,
-               config.num_layers, config.num_heads, config.channels, config.vocab_size, config.padded_vocab_size,
-               config.max_seq_len, model.num_parameters);
+        progress_model(model_source, &config, model.num_parameters);
         printf("batch: B %d | T %d | ranks %d | grad_accum %d | %d tokens per step | %d steps\n", args.B, args.T,
                world, grad_accum, args.total_batch, max_steps);
         printf("start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU = local rank\n", args.init_method,
                proc.source, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
         printf("device: %s | precision %s | recompute %d | master weights %s\n", prop.name, PRECISION_NAME,
                args.recompute, opt.master ? "fp32" : "none");
-        printf("mesh: dp_replicate %d x dp_shard %d | ZeRO stage %d\n", mesh->dp_replicate, mesh->dp_shard, zero);
-        printf("memory per rank: params %zu grads %zu optimizer %zu activations %zu bytes\n", mem.params, mem.grads,
-               mem.optimizer, mem.activations);
-        printf("communication per step: %zu bytes sent per rank (gradients %zu, replicas %zu, parameters %zu, "
-               "scalars %zu)\n", comm.total, comm.grad_reduce, comm.replica, comm.param_gather, comm.scalars);
+        progress_accounting(mesh, zero, &mem, &comm);
         if (resume_step >= 0) { printf("resumed from step %d of %s\n", resume_step, args.log_dir); }
         fflush(stdout);
     }
 
     int eot = have_tokenizer ? tokenizer.eot_token : config.vocab_size - 1;
-    double total_time = 0.0;
-    int timed_steps = 0;
+    StepTimes times = {0.0, 0, start_step};
 #ifdef EMU_CUDA
     size_t step_bytes = 0;
 #endif
@@ -864,7 +793,8 @@ int main(int argc, char** argv) {
             logger_log_val(&logger, step, val_loss);
         }
         if (rank == 0 && args.sample_every > 0 && step > 0 && (step % args.sample_every == 0 || last)) {
-            sample_text(&model, have_tokenizer ? &tokenizer : NULL, eot, args.gen_tokens, &sample_rng);
+            sample_text(next_logits, &model, model.T, config.vocab_size, have_tokenizer ? &tokenizer : NULL, eot,
+                        args.gen_tokens, &sample_rng);
         }
         if (last) { break; }
 
@@ -894,25 +824,14 @@ int main(int argc, char** argv) {
         step_bytes = emu_nccl_bytes_sent() - bytes_before;
 #endif
         double dt = now_seconds() - t0;
-        if (step > start_step) { total_time += dt; timed_steps++; }
-        if (rank == 0) {
-            char eta[32];
-            double avg = timed_steps > 0 ? total_time / timed_steps : dt;
-            format_eta(eta, sizeof(eta), avg * (max_steps - step - 1));
-            printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | eta %s\n", step + 1,
-                   max_steps, loss, norm, adamw.lr, dt * 1000.0, args.total_batch / dt, eta);
-            fflush(stdout);
-        }
+        progress_step(&times, step, max_steps, dt, loss, norm, adamw.lr, args.total_batch, rank == 0);
         logger_log_train(&logger, step + 1, loss, adamw.lr, norm);
         if (args.checkpoint_every > 0 && (step + 1) % args.checkpoint_every == 0) {
             save_checkpoint(args.log_dir, step + 1, &model, &opt, &dp, &train, &args, &sample_rng);
         }
     }
     if (rank == 0) {
-        if (timed_steps > 0) {
-            printf("average step time: %.1f ms (%.0f tok/s)\n", total_time / timed_steps * 1000.0,
-                   args.total_batch / (total_time / timed_steps));
-        }
+        progress_summary(&times, args.total_batch);
 #ifdef EMU_CUDA
         printf("communication measured: %zu bytes sent per rank in the last step\n", step_bytes);
 #endif

@@ -59,6 +59,10 @@ build/gpu/test_gpt2emu_bf16: test_gpt2.cu $(GPU_SOURCES)
 build/gpu/train_gpt2emu_bf16: $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ train_gpt2.cu -lnccl
+# the per-rank memory report for large shapes (dev/gpu_memory.cu), BF16 as the trainer's default
+build/gpu/gpu_memory_bf16: dev/gpu_memory.cu $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ dev/gpu_memory.cu -lnccl
 # the kernel tests through the emulator, plain and under AddressSanitizer
 build/gpu/test_kernels_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 	@mkdir -p build/gpu
