@@ -96,7 +96,19 @@ static void gemm_pack_a(float* dst, const float* a, size_t rs, size_t cs, int mc
 // Packs B(k0 .. k0+kc, j0 .. j0+nc) into NR-column panels (k-major, zero columns past nc).
 // B(k, j) = b[k * rs + j * cs].
 static void gemm_pack_b(float* dst, const float* b, size_t rs, size_t cs, int kc, int nc) {
-    for (int p = 0; p < nc; p += GEMM_NR) {
+    int full = nc / GEMM_NR * GEMM_NR; // columns in full panels
+    if (cs == 1 && full > 0) { // rows contiguous: each row's full panels in one sequential read
+        for (int k = 0; k < kc; k++) {
+            const float* src = b + (size_t)k * rs;
+            if (k + 8 < kc) { // rows come from memory: ask for the one 8 ahead
+                for (int j = 0; j < full; j += 16) { __builtin_prefetch(src + 8 * rs + j); }
+            }
+            for (int p = 0; p < full; p += GEMM_NR) {
+                memcpy(dst + (size_t)p * kc + (size_t)k * GEMM_NR, src + p, GEMM_NR * sizeof(float));
+            }
+        }
+    }
+    for (int p = cs == 1 ? full : 0; p < nc; p += GEMM_NR) {
         int cols = nc - p < GEMM_NR ? nc - p : GEMM_NR;
         float* d = dst + (size_t)p * kc;
         if (cols < GEMM_NR) { memset(d, 0, (size_t)kc * GEMM_NR * sizeof(float)); }
