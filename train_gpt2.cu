@@ -808,6 +808,9 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMemsetAsync(dp.loss, 0, world * sizeof(float), 0));
         for (int micro = 0; micro < grad_accum; micro++) {
             dataloader_next(&train);
+            // the forward's input copy waits for stream 0 (and so for the reductions it waits on)
+            // anyway; waiting here first bounds that wait and checks NCCL's errors
+            wait_device(0, dp.host_event, "the previous micro-step");
             gpt2_forward_device(&model, train.inputs, train.targets, args.B, args.T, 1.0f / grad_accum);
             loss_accumulate(dp.loss, model.acts.losses, args.B * args.T, 1.0f / grad_accum);
             dp.last_micro_step = micro == grad_accum - 1;
