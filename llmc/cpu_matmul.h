@@ -69,7 +69,19 @@ static inline void gemm_micro_kernel(int kc, const float* restrict a, const floa
 // Packs A(i0 .. i0+mc, k0 .. k0+kc) into MR-row panels (k-major within a panel, zero rows past mc).
 // A(i, k) = a[i * rs + k * cs].
 static void gemm_pack_a(float* dst, const float* a, size_t rs, size_t cs, int mc, int kc) {
-    for (int p = 0; p < mc; p += GEMM_MR) {
+    int full = mc / GEMM_MR * GEMM_MR; // rows in full panels
+    if (rs == 1 && cs != 1 && full > 0) { // columns contiguous: each k's full panels in one sequential read
+        for (int k = 0; k < kc; k++) {
+            const float* src = a + (size_t)k * cs;
+            if (k + 8 < kc) { // columns come from memory: ask for the one 8 ahead
+                for (int i = 0; i < full; i += 16) { __builtin_prefetch(src + 8 * cs + i); }
+            }
+            for (int p = 0; p < full; p += GEMM_MR) {
+                memcpy(dst + (size_t)p * kc + (size_t)k * GEMM_MR, src + p, GEMM_MR * sizeof(float));
+            }
+        }
+    }
+    for (int p = rs == 1 && cs != 1 ? full : 0; p < mc; p += GEMM_MR) {
         int rows = mc - p < GEMM_MR ? mc - p : GEMM_MR;
         float* d = dst + (size_t)p * kc;
         if (rows < GEMM_MR) { memset(d, 0, (size_t)kc * GEMM_MR * sizeof(float)); }
