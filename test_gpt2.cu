@@ -10,6 +10,7 @@
 // checks (no training steps).
 #define TESTING
 #include "train_gpt2.cu"
+#include "llmc/debug_state.h"
 
 // Tolerances. FP32: fp32 rounding across different summation orders. BF16: bf16 parameters
 // and activations (8 bits of mantissa) against the fp32 reference; measured margins in README.
@@ -26,31 +27,8 @@
 #endif
 #define TEST_STEPS 10
 
-static int failures = 0;
-
 // The norm of the (single-process) gradient, as the trainer's stage 0 computes it.
 static float gpt2_grad_norm(GPT2* m) { return global_norm(m->grads_memory, m->num_parameters, m->acts_grad.norm); }
-
-static void report(const char* what, float err, float tol) {
-    int ok = err <= tol;
-    printf("%-4s %-22s error %.3e (tolerance %.0e)\n", ok ? "ok" : "FAIL", what, err, tol);
-    if (!ok) { failures++; }
-}
-
-static float max_abs(const float* x, size_t n) {
-    float m = 0.0f;
-    for (size_t i = 0; i < n; i++) { if (fabsf(x[i]) > m) { m = fabsf(x[i]); } }
-    return m;
-}
-
-static float max_abs_diff(const float* a, const float* b, size_t n) {
-    float m = 0.0f;
-    for (size_t i = 0; i < n; i++) {
-        float d = fabsf(a[i] - b[i]);
-        if (!(d <= m)) { m = d; } // NaN propagates as a failure
-    }
-    return m;
-}
 
 // 10 AdamW steps with the reference's hyperparameters (constant lr 1e-4, no weight decay,
 // clip 1.0) from the given parameters and a fresh optimizer; losses out, final parameters to final_params.
@@ -79,12 +57,8 @@ static void train_steps(GPT2* model, Optimizer* opt, const float* params, const 
 // The reference's 10 losses, then the same 10 steps again: bitwise identical losses and parameters.
 static void check_training(GPT2* model, Optimizer* opt, const float* params, const char* losses_path,
                            const char* data_path, int B, int T) {
-    FILE* lf = fopen_check(losses_path, "r");
     float ref_losses[TEST_STEPS], losses[TEST_STEPS], again[TEST_STEPS];
-    for (int i = 0; i < TEST_STEPS; i++) {
-        if (fscanf(lf, "%f", &ref_losses[i]) != 1) { fail("%s: fewer than %d losses", losses_path, TEST_STEPS); }
-    }
-    fclose(lf);
+    read_reference_losses(losses_path, ref_losses, TEST_STEPS);
     size_t n = model->num_parameters;
     float* final1 = (float*)malloc_check(n * sizeof(float));
     float* final2 = (float*)malloc_check(n * sizeof(float));
@@ -92,14 +66,14 @@ static void check_training(GPT2* model, Optimizer* opt, const float* params, con
     for (int step = 0; step < TEST_STEPS; step++) {
         char what[64];
         snprintf(what, sizeof(what), "step %d loss", step + 1);
-        report(what, fabsf(losses[step] - ref_losses[step]), STEP_LOSS_TOL);
+        check_report(what, fabsf(losses[step] - ref_losses[step]), STEP_LOSS_TOL);
     }
     train_steps(model, opt, params, data_path, B, T, again, final2);
     size_t loss_diffs = 0, param_diffs = 0;
     for (int i = 0; i < TEST_STEPS; i++) { loss_diffs += memcmp(&losses[i], &again[i], sizeof(float)) != 0; }
     for (size_t i = 0; i < n; i++) { param_diffs += memcmp(&final1[i], &final2[i], sizeof(float)) != 0; }
-    report("rerun losses differ", (float)loss_diffs, 0.0f);
-    report("rerun params differ", (float)param_diffs, 0.0f);
+    check_report("rerun losses differ", (float)loss_diffs, 0.0f);
+    check_report("rerun params differ", (float)param_diffs, 0.0f);
     free(final1);
     free(final2);
 }
@@ -131,24 +105,10 @@ int main(int argc, char** argv) {
     GPT2Config config;
     float* params = gpt2_load_model(model_path, &config);
 
-    FILE* f = fopen_check(state_path, "rb");
-    int header[256];
-    fread_check(header, sizeof(int), 256, f, state_path, "state header");
-    if (header[0] != 20240327 || header[1] != 2) { fail("%s: bad debug state magic/version %d %d", state_path, header[0], header[1]); }
-    int B = header[2], T = header[3];
-    size_t BT = (size_t)B * T, V = config.vocab_size, Vp = config.padded_vocab_size;
-    int* x = (int*)malloc_check(BT * sizeof(int));
-    int* y = (int*)malloc_check(BT * sizeof(int));
-    float* ref_logits = (float*)malloc_check(BT * V * sizeof(float));
-    float ref_loss;
-    size_t n = gpt2_num_parameters(&config);
-    float* ref_grads = (float*)malloc_check(n * sizeof(float));
-    fread_check(x, sizeof(int), BT, f, state_path, "x");
-    fread_check(y, sizeof(int), BT, f, state_path, "y");
-    fread_check(ref_logits, sizeof(float), BT * V, f, state_path, "logits");
-    fread_check(&ref_loss, sizeof(float), 1, f, state_path, "loss");
-    fread_check(ref_grads, sizeof(float), n, f, state_path, "grads");
-    fclose(f);
+    DebugState ref;
+    debug_state_read(&ref, state_path, &config);
+    int B = ref.B, T = ref.T;
+    size_t BT = (size_t)B * T, Vp = config.padded_vocab_size, n = gpt2_num_parameters(&config);
     printf("precision %s | recompute %d | master weights %d\n", PRECISION_NAME, recompute, master);
     printf("model L %d C %d NH %d V %d | batch B %d T %d | %zu parameters\n", config.num_layers, config.channels,
            config.num_heads, config.vocab_size, B, T, n);
@@ -160,9 +120,7 @@ int main(int argc, char** argv) {
         GPT2 m16;
         gpt2_build(&m16, &c16, p16, 1, 1, recompute, c16.num_layers, 1);
         gpt2_download_params(&m16, host);
-        size_t mismatches = 0;
-        for (size_t i = 0; i < n; i++) { mismatches += host[i] != bf16_to_float(float_to_bf16(params[i])); }
-        report("bf16 file == rounded", (float)mismatches, 0.0f);
+        check_bf16_copy(host, params, n);
         gpt2_free(&m16);
         free(p16);
     }
@@ -173,38 +131,24 @@ int main(int argc, char** argv) {
     optimizer_init(&opt, model.num_parameters, master, params);
 
     // one batch: logits, loss, gradients
-    float loss = gpt2_forward(&model, x, y, B, T, 0.0f);
+    float loss = gpt2_forward(&model, ref.x, ref.y, B, T, 0.0f);
     float* logits = (float*)malloc_check(BT * Vp * sizeof(float));
     download_floatX(logits, model.acts.logits, BT * Vp);
-    float logit_err = 0.0f;
-    for (size_t bt = 0; bt < BT; bt++) {
-        float e = max_abs_diff(logits + bt * Vp, ref_logits + bt * V, V);
-        if (!(e <= logit_err)) { logit_err = e; }
-    }
-    report("logits", logit_err, LOGITS_TOL);
-    report("loss", fabsf(loss - ref_loss), LOSS_TOL);
-    printf("     loss CUDA %.6f PyTorch %.6f\n", loss, ref_loss);
+    check_logits(logits, (int)Vp, &ref, config.vocab_size, LOGITS_TOL);
+    check_report("loss", fabsf(loss - ref.loss), LOSS_TOL);
+    printf("     loss CUDA %.6f PyTorch %.6f\n", loss, ref.loss);
     gpt2_zero_grads(&model);
-    gpt2_forward(&model, x, y, B, T, 1.0f);
+    gpt2_forward(&model, ref.x, ref.y, B, T, 1.0f);
     gpt2_backward(&model, B, T, NULL, NULL);
     download_floatX(host, model.grads_memory, n);
-    size_t off = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        float* g = host + off;
-        if (i == perturb) { g[model.sizes[i] / 2] += 10.0f * GRAD_REL_TOL * max_abs(ref_grads + off, model.sizes[i]); }
-        float scale = max_abs(ref_grads + off, model.sizes[i]);
-        char what[64];
-        snprintf(what, sizeof(what), "grad %s", parameter_names[i]);
-        report(what, max_abs_diff(g, ref_grads + off, model.sizes[i]) / (scale > 0.0f ? scale : 1.0f), GRAD_REL_TOL);
-        off += model.sizes[i];
-    }
+    check_gradients(host, &ref, &config, perturb, GRAD_REL_TOL);
 
     if (train) { check_training(&model, &opt, params, losses_path, data_path, B, T); }
-    printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
+    printf("%s: %d failures\n", check_failures ? "FAILED" : "passed", check_failures);
     optimizer_free(&opt);
     gpt2_free(&model);
     matmul_free();
     free(params); free(host); free(logits);
-    free(x); free(y); free(ref_logits); free(ref_grads);
-    return failures ? 1 : 0;
+    debug_state_free(&ref);
+    return check_failures ? 1 : 0;
 }
