@@ -397,40 +397,49 @@ static void gpt2_free(GPT2* m) {
     free(m->targets);
 }
 
+// One layer's slices of the saved activations (layer slabs are spaced for the built B, T).
+typedef struct {
+    const float* x; // the layer's input: the embeddings or the previous layer's output
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+} LayerActivations;
+
+static LayerActivations layer_activations(const GPT2* m, int l) {
+    const Activations* a = &m->acts;
+    size_t C = m->config.channels, NH = m->config.num_heads, stride = (size_t)m->B * m->T;
+    LayerActivations la = {
+        l == 0 ? a->encoded : a->residual3 + (l - 1) * stride * C,
+        a->ln1 + l * stride * C, a->ln1_mean + l * stride, a->ln1_rstd + l * stride, a->qkv + l * stride * 3 * C,
+        a->atty + l * stride * C, a->att + l * stride * NH * m->T, a->residual2 + l * stride * C,
+        a->ln2 + l * stride * C, a->ln2_mean + l * stride, a->ln2_rstd + l * stride, a->fch + l * stride * 4 * C,
+        a->fch_gelu + l * stride * 4 * C, a->residual3 + l * stride * C};
+    return la;
+}
+
 // Forward pass over a (B, T) micro-batch (B, T no larger than built for). With targets,
 // returns the mean loss; without, -1 (logits only).
 static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {
     const GPT2Config* c = &m->config;
     int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
-    size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T; // layer slabs are spaced for the built size
+    size_t BT = (size_t)B * T;
     memcpy(m->tokens, inputs, BT * sizeof(int));
     if (targets) { memcpy(m->targets, targets, BT * sizeof(int)); }
     Activations* a = &m->acts;
     encoder_forward(a->encoded, inputs, m->params.wte, m->params.wpe, B, T, C);
     for (int l = 0; l < L; l++) {
         LayerTensors w = layer_tensors(&m->params, C, l);
-        const float* x = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride * C;
-        float* ln1 = a->ln1 + l * stride * C;
-        float* qkv = a->qkv + l * stride * 3 * C;
-        float* atty = a->atty + l * stride * C;
-        float* att = a->att + l * stride * NH * m->T;
-        float* res2 = a->residual2 + l * stride * C;
-        float* ln2 = a->ln2 + l * stride * C;
-        float* fch = a->fch + l * stride * 4 * C;
-        float* fch_gelu = a->fch_gelu + l * stride * 4 * C;
-        float* res3 = a->residual3 + l * stride * C;
-        layernorm_forward(ln1, a->ln1_mean + l * stride, a->ln1_rstd + l * stride, x, w.ln1w, w.ln1b, (int)BT, C);
-        matmul_forward(qkv, ln1, w.qkvw, w.qkvb, (int)BT, C, 3 * C);
-        attention_forward(atty, att, qkv, B, T, C, NH);
-        matmul_forward(res2, atty, w.attprojw, w.attprojb, (int)BT, C, C);
-        residual_add(res2, x, BT * C);
-        layernorm_forward(ln2, a->ln2_mean + l * stride, a->ln2_rstd + l * stride, res2, w.ln2w, w.ln2b, (int)BT, C);
-        matmul_forward(fch, ln2, w.fcw, w.fcb, (int)BT, C, 4 * C);
-        gelu_forward(fch_gelu, fch, BT * 4 * C);
-        matmul_forward(res3, fch_gelu, w.fcprojw, w.fcprojb, (int)BT, 4 * C, C);
-        residual_add(res3, res2, BT * C);
+        LayerActivations la = layer_activations(m, l);
+        layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.x, w.ln1w, w.ln1b, (int)BT, C);
+        matmul_forward(la.qkv, la.ln1, w.qkvw, w.qkvb, (int)BT, C, 3 * C);
+        attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
+        matmul_forward(la.res2, la.atty, w.attprojw, w.attprojb, (int)BT, C, C);
+        residual_add(la.res2, la.x, BT * C);
+        layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, w.ln2w, w.ln2b, (int)BT, C);
+        matmul_forward(la.fch, la.ln2, w.fcw, w.fcb, (int)BT, C, 4 * C);
+        gelu_forward(la.fch_gelu, la.fch, BT * 4 * C);
+        matmul_forward(la.res3, la.fch_gelu, w.fcprojw, w.fcprojb, (int)BT, 4 * C, C);
+        residual_add(la.res3, la.res2, BT * C);
     }
-    const float* last = a->residual3 + (L - 1) * stride * C;
+    const float* last = layer_activations(m, L - 1).res3;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, m->params.lnfw, m->params.lnfb, (int)BT, C);
     matmul_forward(a->logits, a->lnf, m->params.wte, NULL, (int)BT, C, Vp);
     if (!targets) { return -1.0f; }
@@ -449,38 +458,28 @@ typedef void (*GradsReadyFn)(void* ctx, GPT2* m, int layer);
 static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready, void* ctx) {
     const GPT2Config* c = &m->config;
     int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
-    size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T;
+    size_t BT = (size_t)B * T;
     Activations* a = &m->acts;
     ActivationGrads* g = &m->acts_grad;
     crossentropy_softmax_backward(a->logits, m->targets, dloss / (float)BT, (int)BT, V, Vp);
     matmul_backward(g->dC, m->grads.wte, NULL, a->logits, a->lnf, m->params.wte, (int)BT, C, Vp);
     memset(g->dresidual, 0, BT * C * sizeof(float));
-    const float* last = a->residual3 + (L - 1) * stride * C;
+    const float* last = layer_activations(m, L - 1).res3;
     layernorm_backward(g->dresidual, m->grads.lnfw, m->grads.lnfb, g->dC, last, m->params.lnfw, a->lnf_mean,
                        a->lnf_rstd, (int)BT, C);
     for (int l = L - 1; l >= 0; l--) {
         LayerTensors w = layer_tensors(&m->params, C, l);
         LayerTensors dw = layer_tensors(&m->grads, C, m->grads_one_layer ? 0 : l);
-        const float* x = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride * C;
-        float* ln1 = a->ln1 + l * stride * C;
-        float* qkv = a->qkv + l * stride * 3 * C;
-        float* atty = a->atty + l * stride * C;
-        float* att = a->att + l * stride * NH * m->T;
-        float* res2 = a->residual2 + l * stride * C;
-        float* ln2 = a->ln2 + l * stride * C;
-        float* fch = a->fch + l * stride * 4 * C;
-        float* fch_gelu = a->fch_gelu + l * stride * 4 * C;
+        LayerActivations la = layer_activations(m, l);
         // the residual gradient feeds the MLP projection directly
-        matmul_backward(g->d4C, dw.fcprojw, dw.fcprojb, g->dresidual, fch_gelu, w.fcprojw, (int)BT, 4 * C, C);
-        gelu_backward(g->d4C, fch, g->d4C, BT * 4 * C);
-        matmul_backward(g->dC, dw.fcw, dw.fcb, g->d4C, ln2, w.fcw, (int)BT, C, 4 * C);
-        layernorm_backward(g->dresidual, dw.ln2w, dw.ln2b, g->dC, res2, w.ln2w, a->ln2_mean + l * stride,
-                           a->ln2_rstd + l * stride, (int)BT, C);
-        matmul_backward(g->dC, dw.attprojw, dw.attprojb, g->dresidual, atty, w.attprojw, (int)BT, C, C);
-        attention_backward(g->dqkv, g->datt_rows, g->dC, qkv, att, B, T, C, NH);
-        matmul_backward(g->dC, dw.qkvw, dw.qkvb, g->dqkv, ln1, w.qkvw, (int)BT, C, 3 * C);
-        layernorm_backward(g->dresidual, dw.ln1w, dw.ln1b, g->dC, x, w.ln1w, a->ln1_mean + l * stride,
-                           a->ln1_rstd + l * stride, (int)BT, C);
+        matmul_backward(g->d4C, dw.fcprojw, dw.fcprojb, g->dresidual, la.fch_gelu, w.fcprojw, (int)BT, 4 * C, C);
+        gelu_backward(g->d4C, la.fch, g->d4C, BT * 4 * C);
+        matmul_backward(g->dC, dw.fcw, dw.fcb, g->d4C, la.ln2, w.fcw, (int)BT, C, 4 * C);
+        layernorm_backward(g->dresidual, dw.ln2w, dw.ln2b, g->dC, la.res2, w.ln2w, la.ln2_mean, la.ln2_rstd, (int)BT, C);
+        matmul_backward(g->dC, dw.attprojw, dw.attprojb, g->dresidual, la.atty, w.attprojw, (int)BT, C, C);
+        attention_backward(g->dqkv, g->datt_rows, g->dC, la.qkv, la.att, B, T, C, NH);
+        matmul_backward(g->dC, dw.qkvw, dw.qkvb, g->dqkv, la.ln1, w.qkvw, (int)BT, C, 3 * C);
+        layernorm_backward(g->dresidual, dw.ln1w, dw.ln1b, g->dC, la.x, w.ln1w, la.ln1_mean, la.ln1_rstd, (int)BT, C);
         if (ready) { ready(ctx, m, l); }
     }
     encoder_backward(m->grads.wte, m->grads.wpe, g->dresidual, m->tokens, B, T, C);
