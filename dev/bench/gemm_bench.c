@@ -1,7 +1,7 @@
 // GEMM micro-benchmark: llmc/cpu_matmul.h against OpenBLAS cblas_sgemm on the trainer's shapes
 // (GPT-2 124M, 256 tokens), forward and both backward products. Prints GFLOP/s of each.
-//   gcc -O3 -march=native -fopenmp -Illmc dev/bench/gemm_bench.c -o build/gemm_bench \
-//       -L/usr/lib/x86_64-linux-gnu/openblas-openmp -l:libopenblas.so.0 -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp
+//   gcc -O3 -march=native -fopenmp -Illmc dev/bench/gemm_bench.c -o build/gemm_bench
+//     (one line)  -L/usr/lib/x86_64-linux-gnu/openblas-openmp -l:libopenblas.so.0 -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp
 #include <cblas.h>
 #include <stdio.h>
 #include "cpu_matmul.h"
