@@ -74,6 +74,7 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
             for (int t2 = 0; t2 < T; t2++) {
                 for (int i = 0; i < hs; i++) { kt[(size_t)i * Tp + t2] = base[t2 * C3 + C + i]; }
             }
+            for (int i = 0; i < hs; i++) { memset(kt + (size_t)i * Tp + T, 0, (size_t)(Tp - T) * sizeof(float)); }
             for (int t = 0; t < T; t += 2) { // query rows t and t + 1 (the last may be t alone)
                 int t1 = t + 1 < T ? t + 1 : t;
                 float* a0 = att + (((size_t)b * NH + h) * T + t) * T;
@@ -209,6 +210,7 @@ static void attention_backward(float* dqkv, float* scratch, const float* dout, c
             for (int t2 = 0; t2 < T; t2++) {
                 for (int i = 0; i < hs; i++) { vt[(size_t)i * Tp + t2] = base[t2 * C3 + 2 * C + i]; }
             }
+            for (int i = 0; i < hs; i++) { memset(vt + (size_t)i * Tp + T, 0, (size_t)(Tp - T) * sizeof(float)); }
             // dv[t2] = sum over t >= t2 of a[t][t2] dy[t], in descending t, two t2 at a time
             const float* dy_last = dy + (size_t)(T - 1) * C;
             const float* a_last = a + (size_t)(T - 1) * T;
