@@ -26,9 +26,9 @@ data/kjv/kjv_train.bin: dev/data/kjv.sh
 
 data-kjv: deps data/kjv/kjv_train.bin
 
-# The quick start: a 4-layer, 256-channel byte-level model on the King James Bible.
+# The quick start: a 6-layer, 384-channel byte-level model on the King James Bible.
 QUICKSTART_FLAGS := -i data/kjv/kjv_train.bin -j data/kjv/kjv_val.bin -tk data/kjv/kjv_tokenizer.bin \
-	-e d4 -sl 256 -b 8 -t 256 -x 300 -l 1e-3 -u 20 -q 0.1 -k cosine -c 0.1 -v 50 -m 16 -s 100 -g 200 \
+	-e d6 -sl 256 -b 8 -t 256 -x 600 -l 1e-3 -u 30 -q 0.1 -k cosine -c 0.1 -v 100 -m 16 -s 200 -g 200 \
 	-o log_quickstart
 quickstart: deps data/kjv/kjv_train.bin train_gpt2cpu
 	./train_gpt2cpu $(QUICKSTART_FLAGS)
