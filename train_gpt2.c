@@ -137,10 +137,11 @@ static void crossentropy_softmax_backward(float* logits, const int* targets, flo
     }
 }
 
-// dinp += LayerNorm backward; dweight, dbias += their gradients (reduced per channel, so every
-// channel sums its rows in a fixed order).
+// dinp += LayerNorm backward; dweight, dbias = (accumulate ? themselves : 0) + their gradients
+// (reduced per channel, so every channel sums its rows in a fixed order).
 static void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                               const float* weight, const float* mean, const float* rstd, int N, int C) {
+                               const float* weight, const float* mean, const float* rstd, int N, int C,
+                               int accumulate) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* dy = dout + (size_t)n * C;
@@ -167,6 +168,10 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
     #pragma omp parallel for schedule(static)
     for (int part = 0; part < nthreads; part++) {
         int c0 = (int)((long)C * part / nthreads), c1 = (int)((long)C * (part + 1) / nthreads);
+        if (!accumulate) {
+            memset(dweight + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+            memset(dbias + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+        }
         for (int n = 0; n < N; n++) {
             const float* dy = dout + (size_t)n * C;
             const float* x = inp + (size_t)n * C;
@@ -325,6 +330,7 @@ typedef struct {
     float* grads_memory;    // stage 0, 1: all gradients; stage 2: wte, wpe, lnf + one layer
     ParameterTensors grads; // stage 2: the per-layer pointers all point at the one-layer slot
     int grads_one_layer;    // 1 in stage 2
+    int grads_stale;        // set by gpt2_zero_grads: the next backward writes the gradients, not adds
     int B, T;               // the largest micro-batch the buffers hold
     float* acts_memory;
     Activations acts;
@@ -354,6 +360,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, float* params, int B, 
     m->params_memory = params;
     gpt2_point_parameters(&m->params, config, params);
     m->grads_one_layer = one_layer_grads;
+    m->grads_stale = 0;
     if (!one_layer_grads) {
         size_t n = round_up(m->num_parameters, grads_padding);
         m->grads_memory = (float*)calloc_check(n, sizeof(float));
@@ -455,7 +462,8 @@ static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
 // wpe, lnfw, lnfb), so the distributed layer can reduce them while the rest of backward runs.
 typedef void (*GradsReadyFn)(void* ctx, GPT2* m, int layer);
 
-// Backward of the last forward (same B, T), accumulating into the parameter gradients.
+// Backward of the last forward (same B, T), accumulating into the parameter gradients (after
+// gpt2_zero_grads: writing every element, the tensors' first kernel stores and the rest add).
 // dloss: the weight of this micro-batch's mean loss in the step's objective (1 / grad_accum).
 static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready, void* ctx) {
     const GPT2Config* c = &m->config;
@@ -463,36 +471,40 @@ static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready
     size_t BT = (size_t)B * T;
     Activations* a = &m->acts;
     ActivationGrads* g = &m->acts_grad;
+    int acc = !m->grads_stale;
+    m->grads_stale = 0; // before the hooks, which may mark the gradients stale for the next backward
     crossentropy_softmax_backward(a->logits, m->targets, dloss / (float)BT, (int)BT, V, Vp);
-    matmul_backward(g->dC, m->grads.wte, NULL, a->logits, a->lnf, m->params.wte, (int)BT, C, Vp);
+    matmul_backward(g->dC, m->grads.wte, NULL, a->logits, a->lnf, m->params.wte, (int)BT, C, Vp, acc);
     memset(g->dresidual, 0, BT * C * sizeof(float));
     const float* last = layer_activations(m, L - 1).res3;
     layernorm_backward(g->dresidual, m->grads.lnfw, m->grads.lnfb, g->dC, last, m->params.lnfw, a->lnf_mean,
-                       a->lnf_rstd, (int)BT, C);
+                       a->lnf_rstd, (int)BT, C, acc);
     for (int l = L - 1; l >= 0; l--) {
         LayerTensors w = layer_tensors(&m->params, C, l);
         LayerTensors dw = layer_tensors(&m->grads, C, m->grads_one_layer ? 0 : l);
         LayerActivations la = layer_activations(m, l);
         // the residual gradient feeds the MLP projection directly
-        matmul_backward(g->d4C, dw.fcprojw, dw.fcprojb, g->dresidual, la.fch_gelu, w.fcprojw, (int)BT, 4 * C, C);
+        matmul_backward(g->d4C, dw.fcprojw, dw.fcprojb, g->dresidual, la.fch_gelu, w.fcprojw, (int)BT, 4 * C, C,
+                        acc);
         gelu_backward(g->d4C, la.fch, g->d4C, BT * 4 * C);
-        matmul_backward(g->dC, dw.fcw, dw.fcb, g->d4C, la.ln2, w.fcw, (int)BT, C, 4 * C);
-        layernorm_backward(g->dresidual, dw.ln2w, dw.ln2b, g->dC, la.res2, w.ln2w, la.ln2_mean, la.ln2_rstd, (int)BT, C);
-        matmul_backward(g->dC, dw.attprojw, dw.attprojb, g->dresidual, la.atty, w.attprojw, (int)BT, C, C);
+        matmul_backward(g->dC, dw.fcw, dw.fcb, g->d4C, la.ln2, w.fcw, (int)BT, C, 4 * C, acc);
+        layernorm_backward(g->dresidual, dw.ln2w, dw.ln2b, g->dC, la.res2, w.ln2w, la.ln2_mean, la.ln2_rstd, (int)BT, C,
+                           acc);
+        matmul_backward(g->dC, dw.attprojw, dw.attprojb, g->dresidual, la.atty, w.attprojw, (int)BT, C, C, acc);
         attention_backward(g->dqkv, g->datt_rows, g->dC, la.qkv, la.att, B, T, C, NH);
-        matmul_backward(g->dC, dw.qkvw, dw.qkvb, g->dqkv, la.ln1, w.qkvw, (int)BT, C, 3 * C);
-        layernorm_backward(g->dresidual, dw.ln1w, dw.ln1b, g->dC, la.x, w.ln1w, la.ln1_mean, la.ln1_rstd, (int)BT, C);
+        matmul_backward(g->dC, dw.qkvw, dw.qkvb, g->dqkv, la.ln1, w.qkvw, (int)BT, C, 3 * C, acc);
+        layernorm_backward(g->dresidual, dw.ln1w, dw.ln1b, g->dC, la.x, w.ln1w, la.ln1_mean, la.ln1_rstd, (int)BT, C,
+                           acc);
         if (ready) { ready(ctx, m, l); }
     }
+    // wte already holds the classifier's gradient; wpe rows from T on get nothing
+    if (!acc) { memset(m->grads.wpe, 0, (size_t)c->max_seq_len * C * sizeof(float)); }
     encoder_backward(m->grads.wte, m->grads.wpe, g->dresidual, m->tokens, B, T, C);
     if (ready) { ready(ctx, m, -1); }
 }
 
-static void gpt2_zero_grads(GPT2* m) {
-    GPT2Config one = m->config;
-    if (m->grads_one_layer) { one.num_layers = 1; }
-    memset(m->grads_memory, 0, gpt2_num_parameters(&one) * sizeof(float));
-}
+// Zeroes the gradients lazily: the next backward overwrites them (no pass over the memory).
+static void gpt2_zero_grads(GPT2* m) { m->grads_stale = 1; }
 
 // ----------------------------------------------------------------------------
 // data parallelism (DESIGN.md sections 3 and 4)
@@ -565,21 +577,20 @@ static void dp_reduce_scatter_unit(DataParallel* dp, int u) {
 }
 
 // Backward hook: stage 1 reduce-scatters a finished layer on the last micro-step, stage 2 on
-// every micro-step (and then clears the one-layer slot for the next layer).
+// every micro-step. Stage 2 then marks its gradients zero for the next micro-step, so every
+// backward writes (not adds) each layer into the one-layer slot.
 static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     DataParallel* dp = (DataParallel*)ctx;
     if (!zero_reduces_in_micro_step(dp->zero_stage, dp->last_micro_step)) { return; }
     int first, count;
     layer_units(&dp->layout, layer, &first, &count);
     for (int u = first; u < first + count; u++) { dp_reduce_scatter_unit(dp, u); }
-    if (dp->zero_stage == 2 && layer >= 0) {
-        memset(dp->unit_grads[first], 0, dp->layout.layer_elements * sizeof(float));
-    }
     if (dp->zero_stage == 2 && layer < 0) { gpt2_zero_grads(m); }
 }
 
 // After the last micro-step: finish the reduction across ranks and average over the world.
 static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
+    if (dp->mesh.world == 1) { return; } // nothing to reduce, and the average is the gradient itself
     float inv = 1.0f / (float)dp->mesh.world;
     if (dp->zero_stage == 0) {
         size_t padded = round_up(m->num_parameters, dp->world.size);

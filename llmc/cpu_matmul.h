@@ -250,17 +250,18 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
     gemm(N, OC, C, inp, C, 1, weight, 1, C, out, OC, bias != NULL);
 }
 
-// dinp (N, C) = dout @ weight (written); dweight (OC, C) += dout^T @ inp; dbias (OC) += column
-// sums of dout (dbias may be NULL).
+// dinp (N, C) = dout @ weight (written); dweight (OC, C) = (accumulate ? dweight : 0) + dout^T @ inp;
+// dbias (OC) likewise with the column sums of dout (dbias may be NULL).
 static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int N, int C, int OC) {
+                            const float* weight, int N, int C, int OC, int accumulate) {
     gemm(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, 0);
-    gemm(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, 1);
+    gemm(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, accumulate);
     if (dbias) {
         #pragma omp parallel
         {
             int nt = omp_get_num_threads(), t = omp_get_thread_num();
             int o0 = (int)((long)OC * t / nt), o1 = (int)((long)OC * (t + 1) / nt);
+            if (!accumulate) { memset(dbias + o0, 0, (size_t)(o1 - o0) * sizeof(float)); }
             for (int n = 0; n < N; n++) {
                 const float* g = dout + (size_t)n * OC;
                 for (int o = o0; o < o1; o++) { dbias[o] += g[o]; }

@@ -37,7 +37,7 @@ static double rel_err(const float* got, const double* want, const double* scale,
     return worst;
 }
 
-static void test_matmul(int N, int C, int OC, int with_bias) {
+static void test_matmul(int N, int C, int OC, int with_bias, int accumulate) {
     float *inp = rnd_array((size_t)N * C), *w = rnd_array((size_t)OC * C), *bias = rnd_array(OC);
     float *dout = rnd_array((size_t)N * OC), *out = rnd_array((size_t)N * OC), *dinp = rnd_array((size_t)N * C);
     float *dw = rnd_array((size_t)OC * C), *db = rnd_array(OC);
@@ -63,18 +63,18 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     }
     for (int o = 0; o < OC; o++) {
         for (int c = 0; c < C; c++) {
-            double s = dw[o * C + c], a = fabs(dw[o * C + c]);
+            double s = accumulate ? dw[o * C + c] : 0.0, a = accumulate ? fabs(dw[o * C + c]) : 0.0;
             for (int n = 0; n < N; n++) { s += (double)dout[n * OC + o] * inp[n * C + c]; a += fabs((double)dout[n * OC + o] * inp[n * C + c]); }
             wdw[o * C + c] = s;
             sdw[o * C + c] = a;
         }
-        double s = db[o], a = fabs(db[o]);
+        double s = accumulate ? db[o] : 0.0, a = accumulate ? fabs(db[o]) : 0.0;
         for (int n = 0; n < N; n++) { s += dout[n * OC + o]; a += fabs(dout[n * OC + o]); }
         wdb[o] = s;
         sdb[o] = a;
     }
     matmul_forward(out, inp, w, with_bias ? bias : NULL, N, C, OC);
-    matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, accumulate);
     char what[128];
     double e;
     const double tol = 1e-6; // fp32 sums of up to a few hundred terms stay far below this
@@ -82,9 +82,9 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     e = rel_err(out, want, scale, (size_t)N * OC); expect(e < tol, what, e);
     snprintf(what, sizeof(what), "matmul N %d C %d OC %d: dinp", N, C, OC);
     e = rel_err(dinp, wdi, sdi, (size_t)N * C); expect(e < tol, what, e);
-    snprintf(what, sizeof(what), "matmul N %d C %d OC %d: dweight (+=)", N, C, OC);
+    snprintf(what, sizeof(what), "matmul N %d C %d OC %d: dweight (%s)", N, C, OC, accumulate ? "+=" : "=");
     e = rel_err(dw, wdw, sdw, (size_t)OC * C); expect(e < tol, what, e);
-    snprintf(what, sizeof(what), "matmul N %d C %d OC %d: dbias (+=)", N, C, OC);
+    snprintf(what, sizeof(what), "matmul N %d C %d OC %d: dbias (%s)", N, C, OC, accumulate ? "+=" : "=");
     e = rel_err(db, wdb, sdb, OC); expect(e < tol, what, e);
     free(inp); free(w); free(bias); free(dout); free(out); free(dinp); free(dw); free(db);
     free(want); free(scale); free(wdw); free(sdw); free(wdi); free(sdi); free(wdb); free(sdb);
@@ -142,8 +142,8 @@ int main(void) {
     omp_set_num_threads(2);
     int shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {13, 37, 100}, {100, 37, 13}, {37, 300, 65}, {65, 300, 37},
                        {256, 64, 257}, {130, 520, 200}, {33, 96, 1000}, {1000, 96, 33}};
-    for (int i = 0; i < 10; i++) { test_matmul(shapes[i][0], shapes[i][1], shapes[i][2], i % 2); }
-    test_matmul(29, 17, 31, 0);
+    for (int i = 0; i < 10; i++) { test_matmul(shapes[i][0], shapes[i][1], shapes[i][2], i % 2, i / 2 % 2); }
+    test_matmul(29, 17, 31, 0, 1);
     test_thread_independence(100, 300, 530);
     test_thread_independence(300, 100, 530);
     test_vecmath();
