@@ -42,3 +42,8 @@ test: deps
 
 clean:
 	rm -rf build train_gpt2cpu test_gpt2cpu train_gpt2 test_gpt2 train_gpt2emu test_gpt2emu
+
+# `make` also builds the GPU trainer where nvcc is installed.
+ifneq ($(shell command -v $(NVCC) 2>/dev/null),)
+all: train_gpt2
+endif
