@@ -20,6 +20,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+# the file writers shared with the data scripts
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "data"))
+from data_common import header_bytes, write_atomic  # noqa: E402
+
 MODEL_MAGIC, SHARD_MAGIC, STATE_MAGIC = 20240326, 20240520, 20240327
 HEADER_INTS = 256
 HEADER_BYTES = 4 * HEADER_INTS
@@ -186,32 +190,8 @@ def bf16_bits_to_fp32(b):
 # ----------------------------------------------------------------------------------------------
 # files
 
-def write_atomic(path, chunks):
-    """Write byte chunks to a temporary file in the same directory, then rename onto path."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_" + os.path.basename(path), dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for c in chunks:
-                f.write(c)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)      # mkstemp makes 0600; give the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def header(*ints):
-    h = np.zeros(HEADER_INTS, dtype="<i4")
-    h[:len(ints)] = ints
-    return h.tobytes()
-
-
 def write_model(path, P, cfg, bf16=False):
-    h = header(MODEL_MAGIC, 5 if bf16 else 3, cfg["T_max"], cfg["V"], cfg["L"], cfg["NH"],
+    h = header_bytes(MODEL_MAGIC, 5 if bf16 else 3, cfg["T_max"], cfg["V"], cfg["L"], cfg["NH"],
                cfg["C"], cfg["Vp"])
     chunks = [h]
     for n in PARAM_NAMES:
@@ -289,7 +269,7 @@ def batches(tokens, B, T, path="data"):
 
 
 def write_state(path, x, y, logits, loss, grads):
-    chunks = [header(STATE_MAGIC, 2, x.shape[0], x.shape[1]),
+    chunks = [header_bytes(STATE_MAGIC, 2, x.shape[0], x.shape[1]),
               x.numpy().astype("<i4").tobytes(), y.numpy().astype("<i4").tobytes(),
               logits.numpy().astype("<f4").tobytes(),
               np.array([float(loss)], dtype="<f4").tobytes()]
@@ -438,9 +418,9 @@ def selftest():
         rejected(raw[:4] + struct.pack("<i", 4) + raw[8:], load_model, "model with bad version")
         rejected(raw[:-2], load_model, "truncated model")
         toks = np.array([1, 2, 12, 0, 5], dtype="<u2")
-        good = header(SHARD_MAGIC, 1, 5) + toks.tobytes()
+        good = header_bytes(SHARD_MAGIC, 1, 5) + toks.tobytes()
         expect(np.array_equal(load_shard(write_tmp(d, good), 13), toks), "shard round trip")
-        rejected(header(SHARD_MAGIC + 1, 1, 5) + toks.tobytes(), lambda p: load_shard(p, 13), "shard with bad magic")
+        rejected(header_bytes(SHARD_MAGIC + 1, 1, 5) + toks.tobytes(), lambda p: load_shard(p, 13), "shard with bad magic")
         rejected(good[:-2], lambda p: load_shard(p, 13), "truncated shard")
         rejected(good, lambda p: load_shard(p, 12), "shard token >= vocab")
 
