@@ -233,6 +233,36 @@ static void gpt2_free(GPT2* m) {
 // The model's parameters as fp32 on the host (n floats).
 static void gpt2_download_params(const GPT2* m, float* out) { download_floatX(out, m->params_memory, m->num_parameters); }
 
+// One layer's slices of the saved activations. Layer slabs are spaced for the built B, T; with
+// recomputation the LayerNorm (-r 2) and GELU (-r 1) outputs share one slab for all layers.
+typedef struct {
+    const floatX* x; // the layer's input: the embeddings or the previous layer's output
+    floatX *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fch_gelu, *res3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+} LayerActivations;
+
+static LayerActivations layer_activations(const GPT2* m, int l) {
+    const Activations* a = &m->acts;
+    size_t C = m->config.channels, NH = m->config.num_heads, stride = (size_t)m->B * m->T;
+    size_t ln_stride = m->recompute >= 2 ? 0 : stride, gelu_stride = m->recompute >= 1 ? 0 : stride;
+    LayerActivations la;
+    la.x = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride * C;
+    la.ln1 = a->ln1 + l * ln_stride * C;
+    la.qkv = a->qkv + l * stride * 3 * C;
+    la.atty = a->atty + l * stride * C;
+    la.att = a->att + l * stride * NH * m->T;
+    la.res2 = a->residual2 + l * stride * C;
+    la.ln2 = a->ln2 + l * ln_stride * C;
+    la.fch = a->fch + l * stride * 4 * C;
+    la.fch_gelu = a->fch_gelu + l * gelu_stride * 4 * C;
+    la.res3 = a->residual3 + l * stride * C;
+    la.ln1_mean = a->ln1_mean + l * stride;
+    la.ln1_rstd = a->ln1_rstd + l * stride;
+    la.ln2_mean = a->ln2_mean + l * stride;
+    la.ln2_rstd = a->ln2_rstd + l * stride;
+    return la;
+}
+
 // Forward pass over a (B, T) micro-batch (B, T no larger than built for), leaving the per-token
 // losses on the device (acts.losses) when there are targets. dloss > 0 makes it the forward of
 // a training micro-step: the classifier then also turns the logits into dlogits for
@@ -242,8 +272,6 @@ static void gpt2_forward_device(GPT2* m, const int* inputs, const int* targets, 
     int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
     if (B > m->B || T > m->T) { fail("forward of B %d T %d on a model built for B %d T %d", B, T, m->B, m->T); }
     int BT = B * T;
-    size_t stride = (size_t)m->B * m->T; // layer slabs are spaced for the built size
-    size_t ln_stride = m->recompute >= 2 ? 0 : stride, gelu_stride = m->recompute >= 1 ? 0 : stride;
     Activations* a = &m->acts;
     memcpy(m->tokens, inputs, (size_t)BT * sizeof(int));
     cudaCheck(cudaMemcpy(a->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
@@ -252,30 +280,24 @@ static void gpt2_forward_device(GPT2* m, const int* inputs, const int* targets, 
     encoder_forward(a->encoded, a->inputs, p[WTE], p[WPE], B, T, C);
     residual_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, NULL, a->encoded, NULL, p[LN1W], p[LN1B], BT, C);
     for (int l = 0; l < L; l++) {
-        const floatX* x = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride * C;
-        floatX* ln1 = a->ln1 + l * ln_stride * C;
-        floatX* qkv = a->qkv + l * stride * 3 * C;
-        floatX* atty = a->atty + l * stride * C;
-        floatX* att = a->att + l * stride * NH * m->T;
-        floatX* res2 = a->residual2 + l * stride * C;
-        floatX* ln2 = a->ln2 + l * ln_stride * C;
-        floatX* fch = a->fch + l * stride * 4 * C;
-        floatX* fch_gelu = a->fch_gelu + l * gelu_stride * 4 * C;
-        floatX* res3 = a->residual3 + l * stride * C;
-        matmul_forward(qkv, ln1, layer_slice(p, m, QKVW, l), layer_slice(p, m, QKVB, l), BT, C, 3 * C);
-        attention_forward(atty, att, qkv, B, T, C, NH);
-        matmul_forward(a->proj, atty, layer_slice(p, m, ATTPROJW, l), layer_slice(p, m, ATTPROJB, l), BT, C, C);
-        residual_layernorm_forward(ln2, a->ln2_mean + l * stride, a->ln2_rstd + l * stride, res2, x, a->proj,
+        LayerActivations la = layer_activations(m, l);
+        matmul_forward(la.qkv, la.ln1, layer_slice(p, m, QKVW, l), layer_slice(p, m, QKVB, l), BT, C, 3 * C);
+        attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
+        matmul_forward(a->proj, la.atty, layer_slice(p, m, ATTPROJW, l), layer_slice(p, m, ATTPROJB, l), BT, C, C);
+        residual_layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, la.x, a->proj,
                                    layer_slice(p, m, LN2W, l), layer_slice(p, m, LN2B, l), BT, C);
-        matmul_forward_gelu(fch_gelu, fch, ln2, layer_slice(p, m, FCW, l), layer_slice(p, m, FCB, l), BT, C, 4 * C);
-        matmul_forward(a->proj, fch_gelu, layer_slice(p, m, FCPROJW, l), layer_slice(p, m, FCPROJB, l), BT, 4 * C, C);
+        matmul_forward_gelu(la.fch_gelu, la.fch, la.ln2, layer_slice(p, m, FCW, l), layer_slice(p, m, FCB, l), BT, C,
+                            4 * C);
+        matmul_forward(a->proj, la.fch_gelu, layer_slice(p, m, FCPROJW, l), layer_slice(p, m, FCPROJB, l), BT, 4 * C,
+                       C);
         // the residual add fused with the next LayerNorm: the next layer's ln1, or lnf
         if (l + 1 < L) {
-            residual_layernorm_forward(a->ln1 + (l + 1) * ln_stride * C, a->ln1_mean + (l + 1) * stride,
-                                       a->ln1_rstd + (l + 1) * stride, res3, res2, a->proj,
+            LayerActivations next = layer_activations(m, l + 1);
+            residual_layernorm_forward(next.ln1, next.ln1_mean, next.ln1_rstd, la.res3, la.res2, a->proj,
                                        layer_slice(p, m, LN1W, l + 1), layer_slice(p, m, LN1B, l + 1), BT, C);
         } else {
-            residual_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, res3, res2, a->proj, p[LNFW], p[LNFB], BT, C);
+            residual_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, la.res3, la.res2, a->proj, p[LNFW], p[LNFB],
+                                       BT, C);
         }
     }
     matmul_forward(a->logits, a->lnf, p[WTE], NULL, BT, C, Vp);
@@ -306,52 +328,40 @@ static void gpt2_backward(GPT2* m, int B, int T, GradsReadyFn ready, void* ctx) 
     const GPT2Config* c = &m->config;
     int L = c->num_layers, NH = c->num_heads, C = c->channels, Vp = c->padded_vocab_size;
     int BT = B * T;
-    size_t stride = (size_t)m->B * m->T;
-    size_t ln_stride = m->recompute >= 2 ? 0 : stride, gelu_stride = m->recompute >= 1 ? 0 : stride;
     Activations* a = &m->acts;
     ActivationGrads* g = &m->acts_grad;
     floatX* const* p = m->params;
     floatX* const* d = m->grads;
     matmul_backward(g->dC, d[WTE], NULL, NULL, a->logits, a->lnf, p[WTE], NULL, BT, C, Vp);
     cudaCheck(cudaMemset(g->dresidual, 0, (size_t)BT * C * sizeof(floatX)));
-    const floatX* last = a->residual3 + (L - 1) * stride * C;
+    const floatX* last = layer_activations(m, L - 1).res3;
     layernorm_backward(g->dresidual, d[LNFW], d[LNFB], g->partial, g->dC, last, p[LNFW], a->lnf_mean, a->lnf_rstd,
                        BT, C);
     for (int l = L - 1; l >= 0; l--) {
-        const floatX* x = l == 0 ? a->encoded : a->residual3 + (l - 1) * stride * C;
-        floatX* ln1 = a->ln1 + l * ln_stride * C;
-        floatX* qkv = a->qkv + l * stride * 3 * C;
-        floatX* atty = a->atty + l * stride * C;
-        floatX* att = a->att + l * stride * NH * m->T;
-        floatX* res2 = a->residual2 + l * stride * C;
-        floatX* ln2 = a->ln2 + l * ln_stride * C;
-        floatX* fch = a->fch + l * stride * 4 * C;
-        floatX* fch_gelu = a->fch_gelu + l * gelu_stride * 4 * C;
-        float *ln1_mean = a->ln1_mean + l * stride, *ln1_rstd = a->ln1_rstd + l * stride;
-        float *ln2_mean = a->ln2_mean + l * stride, *ln2_rstd = a->ln2_rstd + l * stride;
-        if (m->recompute >= 1) { gelu_forward(fch_gelu, fch, (size_t)BT * 4 * C); }
+        LayerActivations la = layer_activations(m, l);
+        if (m->recompute >= 1) { gelu_forward(la.fch_gelu, la.fch, (size_t)BT * 4 * C); }
         if (m->recompute >= 2) {
-            residual_layernorm_forward(ln2, ln2_mean, ln2_rstd, NULL, res2, NULL, layer_slice(p, m, LN2W, l),
+            residual_layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, NULL, la.res2, NULL, layer_slice(p, m, LN2W, l),
                                        layer_slice(p, m, LN2B, l), BT, C);
         }
         // the residual gradient feeds the MLP projection directly; GELU's gradient is its epilogue
         matmul_backward(g->d4C, grad_slice(m, FCPROJW, l), grad_slice(m, FCPROJB, l), g->partial, g->dresidual,
-                        fch_gelu, layer_slice(p, m, FCPROJW, l), fch, BT, 4 * C, C);
-        matmul_backward(g->dC, grad_slice(m, FCW, l), grad_slice(m, FCB, l), g->partial, g->d4C, ln2,
+                        la.fch_gelu, layer_slice(p, m, FCPROJW, l), la.fch, BT, 4 * C, C);
+        matmul_backward(g->dC, grad_slice(m, FCW, l), grad_slice(m, FCB, l), g->partial, g->d4C, la.ln2,
                         layer_slice(p, m, FCW, l), NULL, BT, C, 4 * C);
         layernorm_backward(g->dresidual, grad_slice(m, LN2W, l), grad_slice(m, LN2B, l), g->partial, g->dC,
-                           res2, layer_slice(p, m, LN2W, l), ln2_mean, ln2_rstd, BT, C);
+                           la.res2, layer_slice(p, m, LN2W, l), la.ln2_mean, la.ln2_rstd, BT, C);
         matmul_backward(g->dC, grad_slice(m, ATTPROJW, l), grad_slice(m, ATTPROJB, l), g->partial,
-                        g->dresidual, atty, layer_slice(p, m, ATTPROJW, l), NULL, BT, C, C);
-        attention_backward(g->dqkv, g->dpre, g->dC, qkv, att, B, T, C, NH);
+                        g->dresidual, la.atty, layer_slice(p, m, ATTPROJW, l), NULL, BT, C, C);
+        attention_backward(g->dqkv, g->dpre, g->dC, la.qkv, la.att, B, T, C, NH);
         if (m->recompute >= 2) {
-            residual_layernorm_forward(ln1, ln1_mean, ln1_rstd, NULL, x, NULL, layer_slice(p, m, LN1W, l),
+            residual_layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, NULL, la.x, NULL, layer_slice(p, m, LN1W, l),
                                        layer_slice(p, m, LN1B, l), BT, C);
         }
-        matmul_backward(g->dC, grad_slice(m, QKVW, l), grad_slice(m, QKVB, l), g->partial, g->dqkv, ln1,
+        matmul_backward(g->dC, grad_slice(m, QKVW, l), grad_slice(m, QKVB, l), g->partial, g->dqkv, la.ln1,
                         layer_slice(p, m, QKVW, l), NULL, BT, C, 3 * C);
-        layernorm_backward(g->dresidual, grad_slice(m, LN1W, l), grad_slice(m, LN1B, l), g->partial, g->dC, x,
-                           layer_slice(p, m, LN1W, l), ln1_mean, ln1_rstd, BT, C);
+        layernorm_backward(g->dresidual, grad_slice(m, LN1W, l), grad_slice(m, LN1B, l), g->partial, g->dC, la.x,
+                           layer_slice(p, m, LN1W, l), la.ln1_mean, la.ln1_rstd, BT, C);
         if (ready) { ready(ctx, m, l); }
     }
     encoder_backward(d[WTE], d[WPE], &m->buckets, g->dresidual, m->tokens, B, T, C);
