@@ -13,14 +13,12 @@
 #include "llmc/args.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
-#include "llmc/schedulers.h"
-#include "llmc/logger.h"
 #include "llmc/mesh.h"
-#include "llmc/run_setup.h"
-#include "llmc/sampler.h"
-#include "llmc/progress.h"
 #include "llmc/comm_mpi.h"
 #include "llmc/checkpoint.h"
+#include "llmc/optimizer.h"
+#include "llmc/train_loop.h"
+#include "llmc/activation_table.h"
 #include "llmc/cpu_matmul.h"
 #include "llmc/cpu_vecmath.h"
 
@@ -290,37 +288,17 @@ static LayerTensors layer_tensors(const ParameterTensors* p, int C, int l) {
     return t;
 }
 
-// Saved forward activations for a (B, T) micro-batch; per-layer tensors have a leading L.
-typedef struct {
-    float* encoded;   // (B, T, C)
-    float* ln1;       // (L, B, T, C)
-    float* ln1_mean;  // (L, B, T)
-    float* ln1_rstd;  // (L, B, T)
-    float* qkv;       // (L, B, T, 3C)
-    float* atty;      // (L, B, T, C)
-    float* att;       // (L, B, NH, T, T)
-    float* residual2; // (L, B, T, C)
-    float* ln2;       // (L, B, T, C)
-    float* ln2_mean;  // (L, B, T)
-    float* ln2_rstd;  // (L, B, T)
-    float* fch;       // (L, B, T, 4C)
-    float* fch_gelu;  // (L, B, T, 4C)
-    float* residual3; // (L, B, T, C)
-    float* lnf;       // (B, T, C)
-    float* lnf_mean;  // (B, T)
-    float* lnf_rstd;  // (B, T)
-    float* logits;    // (B, T, Vp); dlogits after backward
-    float* losses;    // (B, T)
-} Activations;
-
-// Gradient buffers for activations, reused by every layer.
-typedef struct {
-    float* dresidual; // (B, T, C): gradient of the residual stream
-    float* dC;        // (B, T, C)
-    float* d4C;       // (B, T, 4C)
-    float* dqkv;      // (B, T, 3C)
-    float* datt_rows; // 2T per thread
-} ActivationGrads;
+// The CPU trainer's activation table (llmc/activation_table.h): the shared rows in fp32, plus
+// attention's probabilities, the token ids and the per-thread scratch of attention's backward.
+#define ACTIVATIONS(X)                                                                              \
+    GPT2_ACTIVATIONS(X, float)                                                                      \
+    X(att, float, LAYERS, B * NH * T * T)     /* (L, B, NH, T, T) attention probabilities */        \
+    X(tokens, int, ONE, BT)                   /* (B, T) inputs of the last forward */               \
+    X(targets, int, ONE, BT)                  /* (B, T) its next-token ids */
+#define ACTIVATION_GRADS(X)                                                                         \
+    GPT2_ACTIVATION_GRADS(X, float)                                                                 \
+    X(datt_rows, float, ONE, threads * 2 * T) /* 2T per OpenMP thread: one row of scores */
+DEFINE_ACTIVATION_STRUCTS
 
 typedef struct {
     GPT2Config config;
@@ -332,24 +310,12 @@ typedef struct {
     int grads_one_layer;    // 1 in stage 2
     int grads_stale;        // set by gpt2_zero_grads: the next backward writes the gradients, not adds
     int B, T;               // the largest micro-batch the buffers hold
-    float* acts_memory;
     Activations acts;
-    float* acts_grad_memory;
     ActivationGrads acts_grad;
     size_t activation_bytes;
-    int* tokens;  // (B, T) inputs of the last forward
-    int* targets; // (B, T)
 } GPT2;
 
-static size_t activation_floats(const GPT2Config* c, int B, int T, size_t sizes[19]) {
-    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T;
-    size_t s[19] = {BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C, L * B * NH * T * T,
-                    L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C, L * BT * 4 * C, L * BT * C,
-                    BT * C, BT, BT, BT * (size_t)c->padded_vocab_size, BT};
-    size_t total = 0;
-    for (int i = 0; i < 19; i++) { sizes[i] = s[i]; total += s[i]; }
-    return total;
-}
+DEFINE_ACTIVATION_BUFFERS
 
 // Builds the model's buffers. grads_padding: the gradient block is padded to a multiple of it
 // (the world size, for the stage-0 all-reduce). one_layer_grads: stage 2's layout.
@@ -375,35 +341,17 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, float* params, int B, 
     }
     m->B = B;
     m->T = T;
-    size_t sizes[19];
-    size_t total = activation_floats(config, B, T, sizes);
-    m->acts_memory = (float*)calloc_check(total, sizeof(float));
-    float** ptrs[19] = {&m->acts.encoded, &m->acts.ln1, &m->acts.ln1_mean, &m->acts.ln1_rstd, &m->acts.qkv,
-                        &m->acts.atty, &m->acts.att, &m->acts.residual2, &m->acts.ln2, &m->acts.ln2_mean,
-                        &m->acts.ln2_rstd, &m->acts.fch, &m->acts.fch_gelu, &m->acts.residual3, &m->acts.lnf,
-                        &m->acts.lnf_mean, &m->acts.lnf_rstd, &m->acts.logits, &m->acts.losses};
-    float* p = m->acts_memory;
-    for (int i = 0; i < 19; i++) { *ptrs[i] = p; p += sizes[i]; }
-    size_t BT = (size_t)B * T, C = config->channels;
-    size_t grad_floats = BT * C * 2 + BT * 4 * C + BT * 3 * C + (size_t)omp_get_max_threads() * 2 * T;
-    m->acts_grad_memory = (float*)calloc_check(grad_floats, sizeof(float));
-    m->acts_grad.dresidual = m->acts_grad_memory;
-    m->acts_grad.dC = m->acts_grad.dresidual + BT * C;
-    m->acts_grad.d4C = m->acts_grad.dC + BT * C;
-    m->acts_grad.dqkv = m->acts_grad.d4C + BT * 4 * C;
-    m->acts_grad.datt_rows = m->acts_grad.dqkv + BT * 3 * C;
-    m->activation_bytes = (total + grad_floats) * sizeof(float) + 2 * BT * sizeof(int);
-    m->tokens = (int*)malloc_check(BT * sizeof(int));
-    m->targets = (int*)malloc_check(BT * sizeof(int));
+    ActBuffer bufs[NUM_ACT_BUFFERS];
+    m->activation_bytes = activation_buffers(m, act_shape(config, B, T, 0, omp_get_max_threads()), bufs);
+    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { *bufs[i].slot = calloc_check(bufs[i].bytes, 1); }
 }
 
 static void gpt2_free(GPT2* m) {
     free(m->params_memory);
     free(m->grads_memory);
-    free(m->acts_memory);
-    free(m->acts_grad_memory);
-    free(m->tokens);
-    free(m->targets);
+    ActBuffer bufs[NUM_ACT_BUFFERS];
+    activation_buffers(m, act_shape(&m->config, m->B, m->T, 0, omp_get_max_threads()), bufs);
+    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { free(*bufs[i].slot); }
 }
 
 // One layer's slices of the saved activations (layer slabs are spaced for the built B, T).
@@ -430,8 +378,8 @@ static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     const GPT2Config* c = &m->config;
     int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T;
-    memcpy(m->tokens, inputs, BT * sizeof(int));
-    if (targets) { memcpy(m->targets, targets, BT * sizeof(int)); }
+    memcpy(m->acts.tokens, inputs, BT * sizeof(int));
+    if (targets) { memcpy(m->acts.targets, targets, BT * sizeof(int)); }
     Activations* a = &m->acts;
     encoder_forward(a->encoded, inputs, m->params.wte, m->params.wpe, B, T, C);
     for (int l = 0; l < L; l++) {
@@ -473,7 +421,7 @@ static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready
     ActivationGrads* g = &m->acts_grad;
     int acc = !m->grads_stale;
     m->grads_stale = 0; // before the hooks, which may mark the gradients stale for the next backward
-    crossentropy_softmax_backward(a->logits, m->targets, dloss / (float)BT, (int)BT, V, Vp);
+    crossentropy_softmax_backward(a->logits, a->targets, dloss / (float)BT, (int)BT, V, Vp);
     matmul_backward(g->dC, m->grads.wte, NULL, a->logits, a->lnf, m->params.wte, (int)BT, C, Vp, acc);
     memset(g->dresidual, 0, BT * C * sizeof(float));
     const float* last = layer_activations(m, L - 1).res3;
@@ -499,7 +447,7 @@ static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready
     }
     // wte already holds the classifier's gradient; wpe rows from T on get nothing
     if (!acc) { memset(m->grads.wpe, 0, (size_t)c->max_seq_len * C * sizeof(float)); }
-    encoder_backward(m->grads.wte, m->grads.wpe, g->dresidual, m->tokens, B, T, C);
+    encoder_backward(m->grads.wte, m->grads.wpe, g->dresidual, m->acts.tokens, B, T, C);
     if (ready) { ready(ctx, m, -1); }
 }
 
@@ -626,10 +574,6 @@ static float dp_grad_norm(DataParallel* dp, GPT2* m) {
     return sqrtf(all_reduce_sum_scalar(&dp->shard, local));
 }
 
-typedef struct {
-    float lr, beta1, beta2, eps, weight_decay;
-} AdamWConfig;
-
 static void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float grad_scale,
                          float weight_decay, const AdamWConfig* h, float bias1, float bias2) {
     // the hyperparameters in locals: stores through the float pointers cannot alias them, so the
@@ -649,12 +593,13 @@ static void adamw_update(float* params, const float* grads, float* m, float* v, 
 
 // AdamW (t = 1-based step) on what this rank owns, then (stages 1, 2) the parameter all-gather.
 static void dp_optimizer_step(DataParallel* dp, GPT2* m, const AdamWConfig* h, float grad_scale, int t) {
-    float bias1 = 1.0f - powf(h->beta1, (float)t), bias2 = 1.0f - powf(h->beta2, (float)t);
+    float bias1, bias2;
+    adamw_bias_corrections(h, t, &bias1, &bias2);
     if (dp->zero_stage == 0) {
         size_t sizes[NUM_PARAMETER_TENSORS], off = 0;
         gpt2_parameter_sizes(&m->config, sizes);
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-            float wd = parameter_is_matrix[i] ? h->weight_decay : 0.0f;
+            float wd = adamw_weight_decay(h, i);
             adamw_update(m->params_memory + off, m->grads_memory + off, dp->opt_m + off, dp->opt_v + off, sizes[i],
                          grad_scale, wd, h, bias1, bias2);
             off += sizes[i];
@@ -666,7 +611,7 @@ static void dp_optimizer_step(DataParallel* dp, GPT2* m, const AdamWConfig* h, f
         const ShardUnit* unit = &dp->layout.units[u];
         size_t first;
         size_t count = unit_owned(unit, s, &first);
-        float wd = parameter_is_matrix[unit->tensor] ? h->weight_decay : 0.0f;
+        float wd = adamw_weight_decay(h, unit->tensor);
         float* p = m->params_memory + unit->offset;
         adamw_update(p + first, dp->shard_grads + unit->shard_offset, dp->opt_m + unit->shard_offset,
                      dp->opt_v + unit->shard_offset, count, grad_scale, wd, h, bias1, bias2);
@@ -695,46 +640,98 @@ static void dp_free(DataParallel* dp) {
 }
 
 // ----------------------------------------------------------------------------
-// training
+// training: the CPU trainer's side of llmc/train_loop.h
+
+typedef struct {
+    GPT2 model;
+    DataParallel dp;
+    double loss_sum; // this step's micro-batch mean losses
+    int micro_steps; // and how many there were
+} CpuTrainer;
+
+static CpuTrainer* cpu_of(void* ctx) { return (CpuTrainer*)ctx; }
+
+static void cpu_begin_step(void* ctx) {
+    CpuTrainer* c = cpu_of(ctx);
+    gpt2_zero_grads(&c->model);
+    dp_zero_shard_grads(&c->dp);
+    c->loss_sum = 0.0;
+    c->micro_steps = 0;
+}
+
+static void cpu_micro_step(void* ctx, const int* inputs, const int* targets, int B, int T, float dloss, int last) {
+    CpuTrainer* c = cpu_of(ctx);
+    c->loss_sum += gpt2_forward(&c->model, inputs, targets, B, T);
+    c->micro_steps++;
+    c->dp.last_micro_step = last;
+    gpt2_backward(&c->model, B, T, dloss, dp_grads_ready, &c->dp);
+}
+
+static float cpu_reduce_gradients(void* ctx) {
+    dp_finish_gradients(&cpu_of(ctx)->dp, &cpu_of(ctx)->model);
+    return dp_grad_norm(&cpu_of(ctx)->dp, &cpu_of(ctx)->model);
+}
+
+static void cpu_update(void* ctx, const AdamWConfig* h, float grad_scale, int t) {
+    dp_optimizer_step(&cpu_of(ctx)->dp, &cpu_of(ctx)->model, h, grad_scale, t);
+}
+
+static float cpu_step_loss(void* ctx) {
+    CpuTrainer* c = cpu_of(ctx);
+    return all_reduce_sum_scalar(&c->dp.world, (float)(c->loss_sum / c->micro_steps)) / c->dp.mesh.world;
+}
 
 // Mean loss over the val batches, all-reduced over every rank.
-static float evaluate(GPT2* m, DataLoader* val, int batches, DataParallel* dp) {
+static float cpu_evaluate(void* ctx, DataLoader* val, int batches) {
+    CpuTrainer* c = cpu_of(ctx);
     dataloader_reset(val);
     double sum = 0.0;
     for (int i = 0; i < batches; i++) {
         dataloader_next(val);
-        sum += gpt2_forward(m, val->inputs, val->targets, val->B, val->T);
+        sum += gpt2_forward(&c->model, val->inputs, val->targets, val->B, val->T);
     }
-    return all_reduce_sum_scalar(&dp->world, (float)(sum / batches)) / dp->mesh.world;
+    return all_reduce_sum_scalar(&c->dp.world, (float)(sum / batches)) / c->dp.mesh.world;
 }
 
 // Sampling's next-token logits (llmc/sampler.h): a forward of the context, batch 1.
-static void next_logits(void* ctx, const int* context, int len, float* logits) {
-    GPT2* m = (GPT2*)ctx;
+static void cpu_next_logits(void* ctx, const int* context, int len, float* logits) {
+    GPT2* m = &cpu_of(ctx)->model;
     gpt2_forward(m, context, NULL, 1, len);
     memcpy(logits, m->acts.logits + (size_t)(len - 1) * m->config.padded_vocab_size,
            (size_t)m->config.vocab_size * sizeof(float));
 }
 
+static void cpu_write_model(void* ctx, const char* path) {
+    GPT2* m = &cpu_of(ctx)->model;
+    gpt2_write_model(path, &m->config, m->params_memory, MODEL_VERSION_FP32);
+}
+
+static void cpu_write_state(void* ctx, const char* path, const TrainState* s) {
+    state_write(path, s, cpu_of(ctx)->dp.opt_m, cpu_of(ctx)->dp.opt_v, NULL);
+}
+
+static void cpu_read_state(void* ctx, const char* path, const TrainState* expect, TrainState* got) {
+    state_read(path, expect, got, cpu_of(ctx)->dp.opt_m, cpu_of(ctx)->dp.opt_v, NULL);
+}
+
+static void cpu_barrier(void* ctx) {
+    (void)ctx;
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static size_t cpu_comm_bytes_sent(void* ctx) {
+    (void)ctx;
+    return comm_bytes_sent;
+}
+
+static const TrainerOps cpu_trainer_ops = {cpu_begin_step, cpu_micro_step, cpu_reduce_gradients, cpu_update,
+                                           cpu_step_loss, cpu_evaluate, cpu_next_logits, cpu_write_model,
+                                           cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent};
+
 static void mpi_abort_all(void) {
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (world > 1) { MPI_Abort(MPI_COMM_WORLD, 1); }
-}
-
-static void save_checkpoint(const char* dir, int step, GPT2* m, DataParallel* dp, const DataLoader* train,
-                            const TrainArgs* args, const Rng* rng) {
-    char path[4096];
-    if (dp->mesh.rank == 0) {
-        checkpoint_path(path, sizeof(path), dir, "model", step, -1);
-        gpt2_write_model(path, &m->config, m->params_memory, MODEL_VERSION_FP32);
-    }
-    TrainState s = {dp->mesh.rank, dp->mesh.world, dp->mesh.dp_shard, dp->zero_stage, args->B, args->T,
-                    args->total_batch, step, train->epoch, train->file_pos, train->row_pos, rng->state, dp->owned, 0};
-    checkpoint_path(path, sizeof(path), dir, "state", step, dp->mesh.rank);
-    state_write(path, &s, dp->opt_m, dp->opt_v, NULL);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (dp->mesh.rank == 0) { checkpoint_mark_done(dir, step); }
 }
 
 #ifndef TESTING
@@ -750,116 +747,27 @@ int main(int argc, char** argv) {
     args_parse(&args, argc, argv, 0);
     args_validate(&args, 0);
 
-    // the model: a checkpoint to resume, a model file, or a descriptor
-    GPT2Config config;
-    int resume_step = args.resume ? checkpoint_latest(args.log_dir) : -1;
-    Tokenizer tokenizer;
-    int have_tokenizer = args.tokenizer[0] != '\0';
-    if (have_tokenizer) { tokenizer_init(&tokenizer, args.tokenizer); }
-    char model_source[4096];
-    float* params = model_load_for_run(&args, resume_step, have_tokenizer ? tokenizer.vocab_size : 0, &config,
-                                       model_source, sizeof(model_source));
-    int grad_accum = args_grad_accum(&args, world);
-
-    GPT2 model;
+    TrainRun run;
+    float* params = run_load_model(&run, &args, world, rank);
+    CpuTrainer cpu;
     int zero = args.zero_stage;
-    gpt2_build(&model, &config, params, args.B, args.T, (size_t)world, zero == 2);
-    DataParallel dp;
-    dp_init(&dp, &model, zero, grad_accum, args.dp_shard);
-    const Mesh* mesh = &dp.mesh;
+    gpt2_build(&cpu.model, &run.config, params, args.B, args.T, (size_t)world, zero == 2);
+    dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard);
+    run_prepare(&run, &cpu.dp.mesh, zero, cpu.dp.owned, 0, &cpu_trainer_ops, &cpu);
 
-    DataLoader train, val;
-    int max_steps;
-    int have_val = dataloaders_for_run(&args, mesh, grad_accum, config.vocab_size, &train, &val, &max_steps);
+    MemoryBytes mem = memory_bytes_per_rank(&cpu.dp.layout, zero, cpu.model.num_parameters, 4, 4, 0, 1);
+    mem.activations = cpu.model.activation_bytes;
+    CommBytes comm = comm_bytes_per_step(&cpu.dp.layout, &cpu.dp.mesh, zero, run.grad_accum,
+                                         cpu.model.num_parameters, 4, 4);
+    char extra[128];
+    snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank\n", omp_get_max_threads());
+    run_print_start(&run, cpu.model.num_parameters, &mem, &comm, extra);
 
-    LRSchedule schedule = {schedule_kind_from_name(args.schedule), args.lr, args.warmup, max_steps, args.final_fraction};
-    AdamWConfig adamw = {args.lr, 0.9f, 0.95f, 1e-8f, args.weight_decay};
-    Rng sample_rng;
-    rng_seed(&sample_rng, (uint64_t)args.seed + 1);
-    int start_step = 0;
-    if (resume_step >= 0) {
-        char path[4096];
-        checkpoint_path(path, sizeof(path), args.log_dir, "state", resume_step, rank);
-        TrainState expect = {rank, world, mesh->dp_shard, zero, args.B, args.T, args.total_batch, 0, 0, 0, 0, 0,
-                             dp.owned, 0};
-        TrainState got;
-        state_read(path, &expect, &got, dp.opt_m, dp.opt_v, NULL);
-        start_step = got.step;
-        sample_rng.state = got.rng;
-        dataloader_seek(&train, got.epoch, got.file_pos, got.row_pos);
-    }
-    Logger logger;
-    logger_init(&logger, args.log_dir, rank, resume_step >= 0);
+    run_train(&run, &cpu_trainer_ops, &cpu);
 
-    MemoryBytes mem = memory_bytes_per_rank(&dp.layout, zero, model.num_parameters, 4, 4, 0, 1);
-    mem.activations = model.activation_bytes;
-    CommBytes comm = comm_bytes_per_step(&dp.layout, mesh, zero, grad_accum, model.num_parameters, 4, 4);
-    if (rank == 0) {
-        progress_model(model_source, &config, model.num_parameters);
-        printf("batch: B %d | T %d | ranks %d | grad_accum %d | %d tokens per step | %d steps | %d threads per rank\n",
-               args.B, args.T, world, grad_accum, args.total_batch, max_steps, omp_get_max_threads());
-        progress_accounting(mesh, zero, &mem, &comm);
-        if (resume_step >= 0) { printf("resumed from step %d of %s\n", resume_step, args.log_dir); }
-        fflush(stdout);
-    }
-
-    int eot = have_tokenizer ? tokenizer.eot_token : config.vocab_size - 1;
-    StepTimes times = {0.0, 0, start_step};
-    size_t step_bytes = 0;
-    for (int step = start_step; step <= max_steps; step++) {
-        int last = step == max_steps;
-        if (have_val && (step % args.val_every == 0 || last)) {
-            float val_loss = evaluate(&model, &val, args.val_batches, &dp);
-            if (rank == 0) { printf("step %d: val loss %.6f\n", step, val_loss); }
-            logger_log_val(&logger, step, val_loss);
-        }
-        if (rank == 0 && args.sample_every > 0 && step > 0 && (step % args.sample_every == 0 || last)) {
-            sample_text(next_logits, &model, model.T, config.vocab_size, have_tokenizer ? &tokenizer : NULL, eot,
-                        args.gen_tokens, &sample_rng);
-        }
-        if (last) { break; }
-
-        double t0 = now_seconds();
-        size_t bytes_before = comm_bytes_sent;
-        if (args.overfit) { dataloader_reset(&train); }
-        gpt2_zero_grads(&model);
-        dp_zero_shard_grads(&dp);
-        double loss_sum = 0.0;
-        for (int micro = 0; micro < grad_accum; micro++) {
-            dataloader_next(&train);
-            loss_sum += gpt2_forward(&model, train.inputs, train.targets, args.B, args.T);
-            dp.last_micro_step = micro == grad_accum - 1;
-            gpt2_backward(&model, args.B, args.T, 1.0f / grad_accum, dp_grads_ready, &dp);
-        }
-        dp_finish_gradients(&dp, &model);
-        float norm = dp_grad_norm(&dp, &model);
-        float grad_scale = (args.grad_clip > 0.0f && norm > args.grad_clip) ? args.grad_clip / norm : 1.0f;
-        adamw.lr = schedule_lr(&schedule, step);
-        dp_optimizer_step(&dp, &model, &adamw, grad_scale, step + 1);
-        float loss = all_reduce_sum_scalar(&dp.world, (float)(loss_sum / grad_accum)) / world;
-        step_bytes = comm_bytes_sent - bytes_before;
-        double dt = now_seconds() - t0;
-        progress_step(&times, step, max_steps, dt, loss, norm, adamw.lr, args.total_batch, rank == 0);
-        logger_log_train(&logger, step + 1, loss, adamw.lr, norm);
-        if (args.checkpoint_every > 0 && (step + 1) % args.checkpoint_every == 0) {
-            save_checkpoint(args.log_dir, step + 1, &model, &dp, &train, &args, &sample_rng);
-        }
-    }
-    if (rank == 0) {
-        progress_summary(&times, args.total_batch);
-        printf("communication measured: %zu bytes sent per rank in the last step\n", step_bytes);
-    }
-    if (args.log_dir[0] != '\0' && rank == 0) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/model_final.bin", args.log_dir);
-        gpt2_write_model(path, &model.config, model.params_memory, MODEL_VERSION_FP32);
-    }
-    logger_free(&logger);
-    dataloader_free(&train);
-    if (have_val) { dataloader_free(&val); }
-    if (have_tokenizer) { tokenizer_free(&tokenizer); }
-    dp_free(&dp);
-    gpt2_free(&model);
+    run_free(&run);
+    dp_free(&cpu.dp);
+    gpt2_free(&cpu.model);
     MPI_Finalize();
     return 0;
 }

@@ -18,13 +18,11 @@
 #include "llmc/args.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
-#include "llmc/schedulers.h"
-#include "llmc/logger.h"
 #include "llmc/mesh.h"
-#include "llmc/run_setup.h"
-#include "llmc/sampler.h"
-#include "llmc/progress.h"
 #include "llmc/checkpoint.h"
+#include "llmc/optimizer.h"
+#include "llmc/train_loop.h"
+#include "llmc/activation_table.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/encoder.cuh"
 #include "llmc/layernorm.cuh"
@@ -33,7 +31,10 @@
 #include "llmc/classifier.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/adamw.cuh"
-#include "llmc/multi_gpu.cuh"
+#include "llmc/process_info.h"
+#include "llmc/nccl_setup.cuh"
+#include "llmc/device_wait.cuh"
+#include "llmc/shard_kernels.cuh"
 
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
 
@@ -65,43 +66,20 @@ static void download_floatX(float* dst, const floatX* src, size_t n) {
 // ----------------------------------------------------------------------------
 // the model
 
-// Saved forward activations for a (B, T) micro-batch; per-layer tensors have a leading L
-// (a single slot where -r recomputes them in backward).
-typedef struct {
-    floatX* encoded;   // (B, T, C)
-    floatX* ln1;       // (L or 1, B, T, C)
-    float* ln1_mean;   // (L, B, T)
-    float* ln1_rstd;   // (L, B, T)
-    floatX* qkv;       // (L, B, T, 3C)
-    floatX* atty;      // (L, B, T, C)
-    floatX* att;       // (L, B, NH, T, T)
-    floatX* residual2; // (L, B, T, C)
-    floatX* ln2;       // (L or 1, B, T, C)
-    float* ln2_mean;   // (L, B, T)
-    float* ln2_rstd;   // (L, B, T)
-    floatX* fch;       // (L, B, T, 4C) before GELU
-    floatX* fch_gelu;  // (L or 1, B, T, 4C)
-    floatX* residual3; // (L, B, T, C)
-    floatX* lnf;       // (B, T, C)
-    float* lnf_mean;   // (B, T)
-    float* lnf_rstd;   // (B, T)
-    floatX* logits;    // (B, T, Vp); dlogits after a training forward
-    float* losses;     // (B, T)
-    floatX* proj;      // (B, T, C): a projection's output before its residual add
-    int* inputs;       // (B, T)
-    int* targets;      // (B, T)
-} Activations;
-
-// Gradient buffers for activations, reused by every layer, and scratch.
-typedef struct {
-    floatX* dresidual; // (B, T, C)
-    floatX* dC;        // (B, T, C)
-    floatX* d4C;       // (B, T, 4C)
-    floatX* dqkv;      // (B, T, 3C)
-    float* dpre;       // (B, NH, T, T): attention score gradients
-    float* partial;    // column-sum chunks: colsum_chunks(B T) * 4C
-    float* norm;       // NORM_BLOCKS + 1
-} ActivationGrads;
+// The GPU trainer's activation table (llmc/activation_table.h): the shared rows in floatX, plus
+// attention's probabilities, a projection's output, the token ids, and backward's scratch.
+#define ACTIVATIONS(X)                                                                              \
+    GPT2_ACTIVATIONS(X, floatX)                                                                     \
+    X(att, floatX, LAYERS, B * NH * T * T)    /* (L, B, NH, T, T) attention probabilities */        \
+    X(proj, floatX, ONE, BT * C)              /* (B, T, C) a projection before its residual add */  \
+    X(inputs, int, ONE, BT)                   /* (B, T) token ids */                                \
+    X(targets, int, ONE, BT)                  /* (B, T) next-token ids */
+#define ACTIVATION_GRADS(X)                                                                         \
+    GPT2_ACTIVATION_GRADS(X, floatX)                                                                \
+    X(dpre, float, ONE, B * NH * T * T)       /* (B, NH, T, T) attention score gradients */         \
+    X(partial, float, ONE, colsum_chunks((int)BT) * 4 * C) /* column-sum chunks */                  \
+    X(norm, float, ONE, NORM_BLOCKS + 1)      /* the grad norm's block sums */
+DEFINE_ACTIVATION_STRUCTS
 
 typedef struct {
     GPT2Config config;
@@ -145,39 +123,7 @@ static void* device_alloc(size_t bytes) {
     return p;
 }
 
-#define NUM_ACT_BUFFERS 29
-
-// Bytes of each activation buffer of a (B, T) micro-batch (the order of activation_buffer_slots);
-// returns the total, which gpt2_build allocates and the start-up accounting reports.
-static size_t activation_buffer_bytes(const GPT2Config* config, int B, int T, int recompute,
-                                      size_t bytes[NUM_ACT_BUFFERS]) {
-    size_t L = config->num_layers, C = config->channels, NH = config->num_heads, BT = (size_t)B * T;
-    size_t Lln = recompute >= 2 ? 1 : L, Lgelu = recompute >= 1 ? 1 : L, X = sizeof(floatX), F = sizeof(float);
-    size_t b[NUM_ACT_BUFFERS] = {
-        BT * C * X, Lln * BT * C * X, L * BT * F, L * BT * F, L * BT * 3 * C * X, L * BT * C * X,
-        L * B * NH * T * T * X, L * BT * C * X, Lln * BT * C * X, L * BT * F, L * BT * F, L * BT * 4 * C * X,
-        Lgelu * BT * 4 * C * X, L * BT * C * X, BT * C * X, BT * F, BT * F, BT * config->padded_vocab_size * X,
-        BT * F, BT * C * X, BT * sizeof(int), BT * sizeof(int),
-        // gradients and scratch
-        BT * C * X, BT * C * X, BT * 4 * C * X, BT * 3 * C * X, B * NH * T * T * F,
-        (size_t)colsum_chunks((int)BT) * 4 * C * F, (NORM_BLOCKS + 1) * F};
-    size_t total = 0;
-    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { bytes[i] = b[i]; total += b[i]; }
-    return total;
-}
-
-static void activation_buffer_slots(GPT2* m, void** slots[NUM_ACT_BUFFERS]) {
-    Activations* a = &m->acts;
-    ActivationGrads* g = &m->acts_grad;
-    void** s[NUM_ACT_BUFFERS] = {
-        (void**)&a->encoded, (void**)&a->ln1, (void**)&a->ln1_mean, (void**)&a->ln1_rstd, (void**)&a->qkv,
-        (void**)&a->atty, (void**)&a->att, (void**)&a->residual2, (void**)&a->ln2, (void**)&a->ln2_mean,
-        (void**)&a->ln2_rstd, (void**)&a->fch, (void**)&a->fch_gelu, (void**)&a->residual3, (void**)&a->lnf,
-        (void**)&a->lnf_mean, (void**)&a->lnf_rstd, (void**)&a->logits, (void**)&a->losses, (void**)&a->proj,
-        (void**)&a->inputs, (void**)&a->targets, (void**)&g->dresidual, (void**)&g->dC, (void**)&g->d4C,
-        (void**)&g->dqkv, (void**)&g->dpre, (void**)&g->partial, (void**)&g->norm};
-    memcpy(slots, s, sizeof(s));
-}
+DEFINE_ACTIVATION_BUFFERS
 
 // Layers of full gradients a rank holds: all of them, or two slots in turn in ZeRO stage 2.
 static int grad_layers_for_stage(int zero_stage, int num_layers) {
@@ -207,11 +153,9 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, i
     m->B = B;
     m->T = T;
     m->recompute = recompute;
-    size_t bytes[NUM_ACT_BUFFERS];
-    m->activation_bytes = activation_buffer_bytes(config, B, T, recompute, bytes);
-    void** slots[NUM_ACT_BUFFERS];
-    activation_buffer_slots(m, slots);
-    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { *slots[i] = device_alloc(bytes[i]); }
+    ActBuffer bufs[NUM_ACT_BUFFERS];
+    m->activation_bytes = activation_buffers(m, act_shape(config, B, T, recompute, 1), bufs);
+    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { *bufs[i].slot = device_alloc(bufs[i].bytes); }
     size_t BT = (size_t)B * T;
     m->tokens = (int*)malloc_check(BT * sizeof(int));
     m->losses_host = (float*)malloc_check(BT * sizeof(float));
@@ -222,9 +166,9 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, i
 static void gpt2_free(GPT2* m) {
     cudaCheck(cudaFree(m->params_memory));
     cudaCheck(cudaFree(m->grads_memory));
-    void** slots[NUM_ACT_BUFFERS];
-    activation_buffer_slots(m, slots);
-    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { cudaCheck(cudaFree(*slots[i])); }
+    ActBuffer bufs[NUM_ACT_BUFFERS];
+    activation_buffers(m, act_shape(&m->config, m->B, m->T, m->recompute, 1), bufs);
+    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { cudaCheck(cudaFree(*bufs[i].slot)); }
     encoder_buckets_free(&m->buckets);
     free(m->tokens);
     free(m->losses_host);
@@ -377,10 +321,6 @@ static void gpt2_zero_grads(GPT2* m) {
 // the optimizer: AdamW state (fp32 m, v) and, in BF16 with -w 1, fp32 master weights
 
 typedef struct {
-    float lr, beta1, beta2, eps, weight_decay;
-} AdamWConfig;
-
-typedef struct {
     size_t n;
     float* m;
     float* v;
@@ -409,10 +349,11 @@ static void optimizer_free(Optimizer* o) {
 
 // AdamW (t = 1-based step) on every tensor; the stochastic rounding is seeded by seed, t and the tensor.
 static void optimizer_step(Optimizer* o, GPT2* m, const AdamWConfig* h, float grad_scale, int t, uint32_t seed) {
-    float bias1 = 1.0f - powf(h->beta1, (float)t), bias2 = 1.0f - powf(h->beta2, (float)t);
+    float bias1, bias2;
+    adamw_bias_corrections(h, t, &bias1, &bias2);
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        float wd = parameter_is_matrix[i] ? h->weight_decay : 0.0f;
+        float wd = adamw_weight_decay(h, i);
         adamw_update(m->params_memory + off, o->master ? o->master + off : NULL, m->grads_memory + off, o->m + off,
                      o->v + off, m->sizes[i], h->lr, h->beta1, h->beta2, h->eps, wd, grad_scale, bias1, bias2,
                      seed + (uint32_t)t * NUM_PARAMETER_TENSORS + (uint32_t)i);
@@ -584,14 +525,15 @@ static void dp_optimizer_step(DataParallel* dp, GPT2* m, Optimizer* o, const Ada
         optimizer_step(o, m, h, grad_scale, t, seed);
         return;
     }
-    float bias1 = 1.0f - powf(h->beta1, (float)t), bias2 = 1.0f - powf(h->beta2, (float)t);
+    float bias1, bias2;
+    adamw_bias_corrections(h, t, &bias1, &bias2);
     int s = dp->mesh.shard_idx, S = dp->mesh.dp_shard;
     for (int u = 0; u < dp->layout.num_units; u++) {
         const ShardUnit* unit = &dp->layout.units[u];
         size_t first;
         size_t count = unit_owned(unit, s, &first);
         size_t so = unit->shard_offset, in_tensor = (unit->layer >= 0 ? unit->layer * unit->size : 0) + first;
-        float wd = parameter_is_matrix[unit->tensor] ? h->weight_decay : 0.0f;
+        float wd = adamw_weight_decay(h, unit->tensor);
         floatX* p = m->params_memory + unit->offset;
         adamw_update(p + first, o->master ? o->master + so : NULL, dp->shard_grads + so, o->m + so, o->v + so, count,
                      h->lr, h->beta1, h->beta2, h->eps, wd, grad_scale, bias1, bias2,
@@ -644,56 +586,121 @@ static float* dp_owned_values(const DataParallel* dp, const float* params) {
 }
 
 // ----------------------------------------------------------------------------
-// training
+// training: the GPU trainer's side of llmc/train_loop.h
+
+typedef struct {
+    GPT2 model;
+    DataParallel dp;
+    Optimizer opt;
+    uint32_t seed; // stochastic rounding (-rs)
+} GpuTrainer;
+
+static void gpu_begin_step(void* ctx) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    gpt2_zero_grads(&g->model);
+    dp_zero_shard_grads(&g->dp);
+    cudaCheck(cudaMemsetAsync(g->dp.loss, 0, g->dp.mesh.world * sizeof(float), 0));
+}
+
+static void gpu_micro_step(void* ctx, const int* inputs, const int* targets, int B, int T, float dloss, int last) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    // the forward's input copy waits for stream 0 (and so for the reductions it waits on)
+    // anyway; waiting here first bounds that wait and checks NCCL's errors
+    wait_device(0, g->dp.host_event, "the previous micro-step");
+    gpt2_forward_device(&g->model, inputs, targets, B, T, dloss);
+    loss_accumulate(g->dp.loss, g->model.acts.losses, B * T, dloss);
+    g->dp.last_micro_step = last;
+    dp_backward_begin(&g->dp);
+    gpt2_backward(&g->model, B, T, dp_grads_ready, &g->dp);
+}
+
+static float gpu_reduce_gradients(void* ctx) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    dp_finish_gradients(&g->dp, &g->model);
+    return dp_grad_norm(&g->dp, &g->model);
+}
+
+static void gpu_update(void* ctx, const AdamWConfig* h, float grad_scale, int t) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    dp_optimizer_step(&g->dp, &g->model, &g->opt, h, grad_scale, t, g->seed);
+}
+
+static float gpu_step_loss(void* ctx) { return dp_mean_over_world(&((GpuTrainer*)ctx)->dp, "the step's loss"); }
 
 // Mean loss over the val batches, all-reduced over every rank (summed on the device).
-static float evaluate(GPT2* m, DataLoader* val, int batches, DataParallel* dp) {
+static float gpu_evaluate(void* ctx, DataLoader* val, int batches) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
     dataloader_reset(val);
-    cudaCheck(cudaMemsetAsync(dp->loss, 0, dp->mesh.world * sizeof(float), 0));
+    cudaCheck(cudaMemsetAsync(g->dp.loss, 0, g->dp.mesh.world * sizeof(float), 0));
     for (int i = 0; i < batches; i++) {
         dataloader_next(val);
-        gpt2_forward_device(m, val->inputs, val->targets, val->B, val->T, 0.0f);
-        loss_accumulate(dp->loss, m->acts.losses, val->B * val->T, 1.0f / (float)batches);
+        gpt2_forward_device(&g->model, val->inputs, val->targets, val->B, val->T, 0.0f);
+        loss_accumulate(g->dp.loss, g->model.acts.losses, val->B * val->T, 1.0f / (float)batches);
     }
-    return dp_mean_over_world(dp, "the validation loss");
+    return dp_mean_over_world(&g->dp, "the validation loss");
 }
 
 // Sampling's next-token logits (llmc/sampler.h): a forward of the context, batch 1.
-static void next_logits(void* ctx, const int* context, int len, float* logits) {
-    GPT2* m = (GPT2*)ctx;
+static void gpu_next_logits(void* ctx, const int* context, int len, float* logits) {
+    GPT2* m = &((GpuTrainer*)ctx)->model;
     gpt2_forward(m, context, NULL, 1, len, 0.0f);
     download_floatX(logits, m->acts.logits + (size_t)(len - 1) * m->config.padded_vocab_size,
                     (size_t)m->config.vocab_size);
 }
 
-// Rank 0 writes the model file (v5 in BF16, v3 in FP32); every rank its optimizer state (its
-// shard in stages 1, 2); after a barrier (an all-reduce), rank 0 the DONE marker.
-static void save_checkpoint(const char* dir, int step, GPT2* m, Optimizer* o, DataParallel* dp,
-                            const DataLoader* train, const TrainArgs* args, const Rng* rng) {
-    char path[4096];
-    size_t n = o->n;
-    const Mesh* mesh = &dp->mesh;
-    if (mesh->rank == 0) {
-        float* params = (float*)malloc_check(m->num_parameters * sizeof(float));
-        gpt2_download_params(m, params);
-        checkpoint_path(path, sizeof(path), dir, "model", step, -1);
-        gpt2_write_model(path, &m->config, params, sizeof(floatX) == 4 ? MODEL_VERSION_FP32 : MODEL_VERSION_BF16);
-        free(params);
-    }
-    float* host = (float*)malloc_check(n * sizeof(float) * 3);
-    float *hm = host, *hv = host + n, *hmaster = host + 2 * n;
-    cudaCheck(cudaMemcpy(hm, o->m, n * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(hv, o->v, n * sizeof(float), cudaMemcpyDeviceToHost));
-    if (o->master) { cudaCheck(cudaMemcpy(hmaster, o->master, n * sizeof(float), cudaMemcpyDeviceToHost)); }
-    TrainState s = {mesh->rank, mesh->world, mesh->dp_shard, dp->zero_stage, args->B, args->T, args->total_batch, step,
-                    train->epoch, train->file_pos, train->row_pos, rng->state, n, o->master != NULL};
-    checkpoint_path(path, sizeof(path), dir, "state", step, mesh->rank);
-    state_write(path, &s, hm, hv, o->master ? hmaster : NULL);
-    free(host);
-    cudaCheck(cudaMemsetAsync(dp->loss, 0, mesh->world * sizeof(float), 0));
-    dp_mean_over_world(dp, "the checkpoint barrier");
-    if (mesh->rank == 0) { checkpoint_mark_done(dir, step); }
+// The model file: v5 (bf16) in BF16, v3 (fp32) in FP32.
+static void gpu_write_model(void* ctx, const char* path) {
+    GPT2* m = &((GpuTrainer*)ctx)->model;
+    float* params = (float*)malloc_check(m->num_parameters * sizeof(float));
+    gpt2_download_params(m, params);
+    gpt2_write_model(path, &m->config, params, sizeof(floatX) == 4 ? MODEL_VERSION_FP32 : MODEL_VERSION_BF16);
+    free(params);
 }
+
+// This rank's m, v (and master weights) through a host copy.
+static void gpu_write_state(void* ctx, const char* path, const TrainState* s) {
+    Optimizer* o = &((GpuTrainer*)ctx)->opt;
+    size_t n = o->n;
+    float* host = (float*)malloc_check(n * sizeof(float) * 3);
+    cudaCheck(cudaMemcpy(host, o->m, n * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(host + n, o->v, n * sizeof(float), cudaMemcpyDeviceToHost));
+    if (o->master) { cudaCheck(cudaMemcpy(host + 2 * n, o->master, n * sizeof(float), cudaMemcpyDeviceToHost)); }
+    state_write(path, s, host, host + n, o->master ? host + 2 * n : NULL);
+    free(host);
+}
+
+static void gpu_read_state(void* ctx, const char* path, const TrainState* expect, TrainState* got) {
+    Optimizer* o = &((GpuTrainer*)ctx)->opt;
+    size_t n = o->n;
+    float* host = (float*)malloc_check(3 * n * sizeof(float));
+    state_read(path, expect, got, host, host + n, host + 2 * n);
+    cudaCheck(cudaMemcpy(o->m, host, n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(o->v, host + n, n * sizeof(float), cudaMemcpyHostToDevice));
+    if (o->master) { cudaCheck(cudaMemcpy(o->master, host + 2 * n, n * sizeof(float), cudaMemcpyHostToDevice)); }
+    free(host);
+}
+
+// An all-reduce of the (zeroed) loss slots: returns once every rank got there.
+static void gpu_barrier(void* ctx) {
+    DataParallel* dp = &((GpuTrainer*)ctx)->dp;
+    cudaCheck(cudaMemsetAsync(dp->loss, 0, dp->mesh.world * sizeof(float), 0));
+    dp_mean_over_world(dp, "the checkpoint barrier");
+}
+
+#ifdef EMU_CUDA
+// The emulated NCCL counts what it sends; a real one does not say.
+static size_t gpu_comm_bytes_sent(void* ctx) {
+    (void)ctx;
+    return emu_nccl_bytes_sent();
+}
+#define GPU_COMM_BYTES_SENT gpu_comm_bytes_sent
+#else
+#define GPU_COMM_BYTES_SENT NULL
+#endif
+
+static const TrainerOps gpu_trainer_ops = {gpu_begin_step, gpu_micro_step, gpu_reduce_gradients, gpu_update,
+                                           gpu_step_loss, gpu_evaluate, gpu_next_logits, gpu_write_model,
+                                           gpu_write_state, gpu_read_state, gpu_barrier, GPU_COMM_BYTES_SENT};
 
 #ifndef TESTING
 int main(int argc, char** argv) {
@@ -721,151 +728,41 @@ int main(int argc, char** argv) {
     int world = proc.world, rank = proc.rank, zero = args.zero_stage;
     matmul_init();
 
-    // the model: a checkpoint to resume, a model file, or a descriptor
-    GPT2Config config;
-    int resume_step = args.resume ? checkpoint_latest(args.log_dir) : -1;
-    Tokenizer tokenizer;
-    int have_tokenizer = args.tokenizer[0] != '\0';
-    if (have_tokenizer) { tokenizer_init(&tokenizer, args.tokenizer); }
-    char model_source[4096];
-    float* params = model_load_for_run(&args, resume_step, have_tokenizer ? tokenizer.vocab_size : 0, &config,
-                                       model_source, sizeof(model_source));
-    int grad_accum = args_grad_accum(&args, world);
-
-    DataParallel dp;
-    dp_init(&dp, world_comm, rank, world, &config, zero, args.dp_shard);
-    const Mesh* mesh = &dp.mesh;
-    GPT2 model;
-    gpt2_build(&model, &config, params, args.B, args.T, args.recompute,
-               grad_layers_for_stage(zero, config.num_layers), zero == 0 ? (size_t)world : 1);
-    Optimizer opt;
-    float* owned_init = dp_owned_values(&dp, params);
-    optimizer_init(&opt, dp.owned, args.master_weights, owned_init);
+    TrainRun run;
+    float* params = run_load_model(&run, &args, world, rank);
+    GpuTrainer gpu;
+    gpu.seed = (uint32_t)args.seed;
+    dp_init(&gpu.dp, world_comm, rank, world, &run.config, zero, args.dp_shard);
+    gpt2_build(&gpu.model, &run.config, params, args.B, args.T, args.recompute,
+               grad_layers_for_stage(zero, run.config.num_layers), zero == 0 ? (size_t)world : 1);
+    float* owned_init = dp_owned_values(&gpu.dp, params);
+    optimizer_init(&gpu.opt, gpu.dp.owned, args.master_weights, owned_init);
     free(owned_init);
+    free(params);
+    run_prepare(&run, &gpu.dp.mesh, zero, gpu.opt.n, gpu.opt.master != NULL, &gpu_trainer_ops, &gpu);
 
-    DataLoader train, val;
-    int max_steps;
-    int have_val = dataloaders_for_run(&args, mesh, grad_accum, config.vocab_size, &train, &val, &max_steps);
+    MemoryBytes mem = memory_bytes_per_rank(&gpu.dp.layout, zero, gpu.model.num_parameters, sizeof(floatX),
+                                            sizeof(floatX), gpu.opt.master != NULL, gpu.model.grad_layers);
+    mem.activations = gpu.model.activation_bytes;
+    CommBytes comm = comm_bytes_per_step(&gpu.dp.layout, &gpu.dp.mesh, zero, run.grad_accum,
+                                         gpu.model.num_parameters, sizeof(floatX), sizeof(floatX));
+    char extra[512];
+    snprintf(extra, sizeof(extra),
+             "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU = local rank\n"
+             "device: %s | precision %s | recompute %d | master weights %s\n",
+             args.init_method, proc.source, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, prop.name, PRECISION_NAME,
+             args.recompute, gpu.opt.master ? "fp32" : "none");
+    run_print_start(&run, gpu.model.num_parameters, &mem, &comm, extra);
 
-    LRSchedule schedule = {schedule_kind_from_name(args.schedule), args.lr, args.warmup, max_steps, args.final_fraction};
-    AdamWConfig adamw = {args.lr, 0.9f, 0.95f, 1e-8f, args.weight_decay};
-    Rng sample_rng;
-    rng_seed(&sample_rng, (uint64_t)args.seed + 1);
-    int start_step = 0;
-    if (resume_step >= 0) {
-        char path[4096];
-        size_t n = opt.n;
-        float* host = (float*)malloc_check(3 * n * sizeof(float));
-        checkpoint_path(path, sizeof(path), args.log_dir, "state", resume_step, rank);
-        TrainState expect = {rank, world, mesh->dp_shard, zero, args.B, args.T, args.total_batch, 0, 0, 0, 0, 0, n,
-                             opt.master != NULL};
-        TrainState got;
-        state_read(path, &expect, &got, host, host + n, host + 2 * n);
-        cudaCheck(cudaMemcpy(opt.m, host, n * sizeof(float), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(opt.v, host + n, n * sizeof(float), cudaMemcpyHostToDevice));
-        if (opt.master) { cudaCheck(cudaMemcpy(opt.master, host + 2 * n, n * sizeof(float), cudaMemcpyHostToDevice)); }
-        free(host);
-        start_step = got.step;
-        sample_rng.state = got.rng;
-        dataloader_seek(&train, got.epoch, got.file_pos, got.row_pos);
-    }
-    Logger logger;
-    logger_init(&logger, args.log_dir, rank, resume_step >= 0);
+    run_train(&run, &gpu_trainer_ops, &gpu);
 
-    MemoryBytes mem = memory_bytes_per_rank(&dp.layout, zero, model.num_parameters, sizeof(floatX), sizeof(floatX),
-                                            opt.master != NULL, model.grad_layers);
-    mem.activations = model.activation_bytes;
-    CommBytes comm = comm_bytes_per_step(&dp.layout, mesh, zero, grad_accum, model.num_parameters, sizeof(floatX),
-                                         sizeof(floatX));
-    if (rank == 0) {
-        progress_model(model_source, &config, model.num_parameters);
-        printf("batch: B %d | T %d | ranks %d | grad_accum %d | %d tokens per step | %d steps\n", args.B, args.T,
-               world, grad_accum, args.total_batch, max_steps);
-        printf("start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU = local rank\n", args.init_method,
-               proc.source, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
-        printf("device: %s | precision %s | recompute %d | master weights %s\n", prop.name, PRECISION_NAME,
-               args.recompute, opt.master ? "fp32" : "none");
-        progress_accounting(mesh, zero, &mem, &comm);
-        if (resume_step >= 0) { printf("resumed from step %d of %s\n", resume_step, args.log_dir); }
-        fflush(stdout);
-    }
-
-    int eot = have_tokenizer ? tokenizer.eot_token : config.vocab_size - 1;
-    StepTimes times = {0.0, 0, start_step};
-#ifdef EMU_CUDA
-    size_t step_bytes = 0;
-#endif
-    for (int step = start_step; step <= max_steps; step++) {
-        int last = step == max_steps;
-        if (have_val && (step % args.val_every == 0 || last)) {
-            float val_loss = evaluate(&model, &val, args.val_batches, &dp);
-            if (rank == 0) { printf("step %d: val loss %.6f\n", step, val_loss); }
-            logger_log_val(&logger, step, val_loss);
-        }
-        if (rank == 0 && args.sample_every > 0 && step > 0 && (step % args.sample_every == 0 || last)) {
-            sample_text(next_logits, &model, model.T, config.vocab_size, have_tokenizer ? &tokenizer : NULL, eot,
-                        args.gen_tokens, &sample_rng);
-        }
-        if (last) { break; }
-
-        double t0 = now_seconds();
-#ifdef EMU_CUDA
-        size_t bytes_before = emu_nccl_bytes_sent();
-#endif
-        if (args.overfit) { dataloader_reset(&train); }
-        gpt2_zero_grads(&model);
-        dp_zero_shard_grads(&dp);
-        cudaCheck(cudaMemsetAsync(dp.loss, 0, world * sizeof(float), 0));
-        for (int micro = 0; micro < grad_accum; micro++) {
-            dataloader_next(&train);
-            // the forward's input copy waits for stream 0 (and so for the reductions it waits on)
-            // anyway; waiting here first bounds that wait and checks NCCL's errors
-            wait_device(0, dp.host_event, "the previous micro-step");
-            gpt2_forward_device(&model, train.inputs, train.targets, args.B, args.T, 1.0f / grad_accum);
-            loss_accumulate(dp.loss, model.acts.losses, args.B * args.T, 1.0f / grad_accum);
-            dp.last_micro_step = micro == grad_accum - 1;
-            dp_backward_begin(&dp);
-            gpt2_backward(&model, args.B, args.T, dp_grads_ready, &dp);
-        }
-        dp_finish_gradients(&dp, &model);
-        float norm = dp_grad_norm(&dp, &model);
-        float grad_scale = (args.grad_clip > 0.0f && norm > args.grad_clip) ? args.grad_clip / norm : 1.0f;
-        adamw.lr = schedule_lr(&schedule, step);
-        dp_optimizer_step(&dp, &model, &opt, &adamw, grad_scale, step + 1, (uint32_t)args.seed);
-        float loss = dp_mean_over_world(&dp, "the step's loss");
-#ifdef EMU_CUDA
-        step_bytes = emu_nccl_bytes_sent() - bytes_before;
-#endif
-        double dt = now_seconds() - t0;
-        progress_step(&times, step, max_steps, dt, loss, norm, adamw.lr, args.total_batch, rank == 0);
-        logger_log_train(&logger, step + 1, loss, adamw.lr, norm);
-        if (args.checkpoint_every > 0 && (step + 1) % args.checkpoint_every == 0) {
-            save_checkpoint(args.log_dir, step + 1, &model, &opt, &dp, &train, &args, &sample_rng);
-        }
-    }
-    if (rank == 0) {
-        progress_summary(&times, args.total_batch);
-#ifdef EMU_CUDA
-        printf("communication measured: %zu bytes sent per rank in the last step\n", step_bytes);
-#endif
-    }
-    if (args.log_dir[0] != '\0' && rank == 0) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/model_final.bin", args.log_dir);
-        gpt2_download_params(&model, params);
-        gpt2_write_model(path, &model.config, params, sizeof(floatX) == 4 ? MODEL_VERSION_FP32 : MODEL_VERSION_BF16);
-    }
-    logger_free(&logger);
-    dataloader_free(&train);
-    if (have_val) { dataloader_free(&val); }
-    if (have_tokenizer) { tokenizer_free(&tokenizer); }
-    optimizer_free(&opt);
-    gpt2_free(&model);
-    dp_free(&dp);
+    run_free(&run);
+    optimizer_free(&gpu.opt);
+    gpt2_free(&gpu.model);
+    dp_free(&gpu.dp);
     ncclCheck(ncclCommDestroy(world_comm));
     num_watched_comms = 0;
     matmul_free();
-    free(params);
     if (proc.use_mpi) { MPI_Finalize(); }
     return 0;
 }

@@ -1,6 +1,6 @@
 // gpu_memory: the per-rank memory the CUDA trainer reports at start ("memory per rank: ..."),
 // for shapes too large to start here: the same closed forms (llmc/mesh.h) and activation
-// buffer sizes (train_gpt2.cu) the trainer prints, without allocating anything. Used for the
+// buffer sizes (train_gpt2.cu's activation table) the trainer prints, without allocating anything. Used for the
 // numbers quoted in scripts/run_gpt2_*.sh; dev/test_multi_gpu.py checks it against the trainer.
 //   gpu_memory DESCRIPTOR VOCAB T_MAX B T WORLD DP_SHARD ZERO RECOMPUTE MASTER
 #define TESTING
@@ -19,15 +19,20 @@ int main(int argc, char** argv) {
     mesh_init(&mesh, world, 0, atoi(argv[7]));
     ShardLayout layout;
     shard_layout_init(&layout, &config, mesh.dp_shard);
-    size_t n = gpt2_num_parameters(&config), bytes[NUM_ACT_BUFFERS];
+    size_t n = gpt2_num_parameters(&config);
+    ActBuffer bufs[NUM_ACT_BUFFERS];
     MemoryBytes mem = memory_bytes_per_rank(&layout, zero, n, sizeof(floatX), sizeof(floatX), master,
                                             grad_layers_for_stage(zero, config.num_layers));
-    mem.activations = activation_buffer_bytes(&config, B, T, recompute, bytes);
+    mem.activations = activation_buffers(NULL, act_shape(&config, B, T, recompute, 1), bufs);
     printf("%s %zu parameters, %s, B %d T %d, %d ranks (dp_shard %d), ZeRO %d, -r %d, master %s\n", argv[1], n,
            PRECISION_NAME, B, T, world, mesh.dp_shard, zero, recompute, master ? "fp32" : "none");
     printf("memory per rank: params %zu grads %zu optimizer %zu activations %zu bytes\n", mem.params, mem.grads,
            mem.optimizer, mem.activations);
     printf("total %.2f GiB per rank\n", (mem.params + mem.grads + mem.optimizer + mem.activations) / 1073741824.0);
+    printf("activation buffers (train_gpt2.cu's table):\n");
+    for (int i = 0; i < NUM_ACT_BUFFERS; i++) {
+        printf("  %-10s %14zu bytes %6.2f GiB\n", bufs[i].name, bufs[i].bytes, bufs[i].bytes / 1073741824.0);
+    }
     shard_layout_free(&layout);
     return 0;
 }

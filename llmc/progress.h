@@ -8,6 +8,7 @@
 #include "utils.h"
 #include "gpt2_model.h"
 #include "mesh.h"
+#include "accounting.h"
 
 typedef struct {
     double total;   // seconds of the timed steps

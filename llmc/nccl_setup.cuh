@@ -1,11 +1,8 @@
-// Multi-GPU plumbing of the CUDA trainer: which rank this process is (Open MPI, or the
-// environment under slurm's srun / torchrun-style launchers), the NCCL unique id handed from
-// rank 0 to the others (-pi mpi: MPI_Bcast; -pi fs: a file in a shared directory; -pi tcp: a
-// rendezvous on rank 0's host and port), the NCCL error checks, a host wait that polls NCCL's
-// asynchronous errors with a deadline (a dead peer ends the job instead of hanging it), and the
-// small kernels of the sharded gradient path.
-#ifndef LLMC_MULTI_GPU_CUH
-#define LLMC_MULTI_GPU_CUH
+// NCCL set-up of the CUDA trainer: the error check, the floatX wire type, and the world
+// communicator, whose unique id rank 0 creates and hands to the others (-pi mpi: MPI_Bcast; -pi fs:
+// a file in a shared directory; -pi tcp: a rendezvous on rank 0's host and port).
+#ifndef LLMC_NCCL_SETUP_CUH
+#define LLMC_NCCL_SETUP_CUH
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "cuda_common.cuh"
+#include "process_info.h"
 
 #define ncclCheck(call) nccl_check((call), #call, __FILE__, __LINE__)
 static void nccl_check(ncclResult_t r, const char* what, const char* file, int line) {
@@ -30,62 +28,6 @@ static void nccl_check(ncclResult_t r, const char* what, const char* file, int l
 #define ncclFloatX ncclBfloat16
 #endif
 
-// Seconds any rank waits for its peers (start-up rendezvous, a collective) before it gives up:
-// TRAIN_GPT2_TIMEOUT, default 600.
-static double peer_timeout_s(void) {
-    const char* s = getenv("TRAIN_GPT2_TIMEOUT");
-    double t = s ? atof(s) : 600.0;
-    return t > 0.0 ? t : 600.0;
-}
-
-typedef struct {
-    int rank, world, local_rank;
-    int use_mpi;         // -pi mpi: MPI_Init was called here
-    const char* source;  // where rank and world came from
-} ProcessInfo;
-
-// The first of the environment variables names[] that is set, as an int; fallback if none is.
-static int env_first_int(const char* const* names, int n, int fallback, const char** which) {
-    for (int i = 0; i < n; i++) {
-        const char* v = getenv(names[i]);
-        if (v && *v) {
-            if (which) { *which = names[i]; }
-            return atoi(v);
-        }
-    }
-    return fallback;
-}
-
-// -pi mpi: ranks from MPI (the local rank = the rank among the processes sharing this node).
-// -pi fs | tcp: from SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID, else Open MPI's
-// OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, else RANK / WORLD_SIZE / LOCAL_RANK, else a single
-// process.
-static void process_info_init(ProcessInfo* p, const char* method, int* argc, char*** argv) {
-    p->use_mpi = strcmp(method, "mpi") == 0;
-    if (p->use_mpi) {
-        MPI_Init(argc, argv);
-        MPI_Comm_rank(MPI_COMM_WORLD, &p->rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &p->world);
-        MPI_Comm node;
-        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, p->rank, MPI_INFO_NULL, &node);
-        MPI_Comm_rank(node, &p->local_rank);
-        MPI_Comm_free(&node);
-        p->source = "MPI";
-        return;
-    }
-    static const char* rank_vars[] = {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK"};
-    static const char* world_vars[] = {"SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"};
-    static const char* local_vars[] = {"SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"};
-    p->source = "no launcher variables (one process)";
-    p->rank = env_first_int(rank_vars, 3, 0, &p->source);
-    p->world = env_first_int(world_vars, 3, 1, NULL);
-    p->local_rank = env_first_int(local_vars, 3, 0, NULL);
-    if (p->world < 1 || p->rank < 0 || p->rank >= p->world) {
-        fail("-pi %s: rank %d of world %d from %s is not a valid rank", method, p->rank, p->world, p->source);
-    }
-}
-
-// ----------------------------------------------------------------------------
 // the NCCL id: rank 0 creates it, every other rank receives it
 
 // -pi fs: <dir>/nccl_id_<job>, written under a temporary name and renamed, so a reader never sees
@@ -218,80 +160,6 @@ static ncclComm_t nccl_world_init(const ProcessInfo* p, const char* method, cons
         remove(path);
     }
     return comm;
-}
-
-// ----------------------------------------------------------------------------
-// waiting for the device without waiting forever
-
-#define MAX_WATCHED_COMMS 3
-static ncclComm_t watched_comms[MAX_WATCHED_COMMS];
-static int num_watched_comms = 0;
-
-static void watch_comm(ncclComm_t c) {
-    if (c && num_watched_comms < MAX_WATCHED_COMMS) { watched_comms[num_watched_comms++] = c; }
-}
-
-// fail()'s way of ending every rank: MPI_Abort where MPI is up; otherwise abort the NCCL
-// communicators, so that the peers' pending collectives report an error instead of hanging
-// (their wait_device then fails too, and the launcher sees the non-zero exits).
-static void abort_all_ranks(void) {
-    int mpi = 0;
-    MPI_Initialized(&mpi);
-    if (mpi) { MPI_Abort(MPI_COMM_WORLD, 1); }
-    for (int i = 0; i < num_watched_comms; i++) { ncclCommAbort(watched_comms[i]); }
-    num_watched_comms = 0;
-}
-
-// Blocks until everything issued so far on stream has run. Polls the event and the
-// communicators' asynchronous errors; fails (naming what it waited for) on an NCCL error or
-// after TRAIN_GPT2_TIMEOUT seconds.
-static void wait_device(cudaStream_t stream, cudaEvent_t ev, const char* what) {
-    cudaCheck(cudaEventRecord(ev, stream));
-    double deadline = now_seconds() + peer_timeout_s();
-    for (;;) {
-        cudaError_t q = cudaEventQuery(ev);
-        if (q == cudaSuccess) { return; }
-        if (q != cudaErrorNotReady) { cudaCheck(q); }
-        for (int i = 0; i < num_watched_comms; i++) {
-            ncclResult_t r;
-            ncclCheck(ncclCommGetAsyncError(watched_comms[i], &r));
-            if (r != ncclSuccess && r != ncclInProgress) {
-                fail("NCCL error while waiting for %s: %s", what, ncclGetErrorString(r));
-            }
-        }
-        if (now_seconds() > deadline) {
-            fail("waited %.0f s for %s: a peer has died or hangs", peer_timeout_s(), what);
-        }
-        usleep(50);
-    }
-}
-
-// ----------------------------------------------------------------------------
-// kernels of the sharded gradient path
-
-// acc[i] += x[i]: a reduce-scattered floatX slice into the fp32 shard accumulator.
-__global__ void accumulate_kernel(float* acc, const floatX* x, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        acc[i] += to_f(x[i]);
-    }
-}
-
-static void accumulate(float* acc, const floatX* x, size_t n, cudaStream_t stream) {
-    unsigned int blocks = ceil_div_u(n, 256);
-    accumulate_kernel<<<blocks > 4096 ? 4096 : blocks, 256, 0, stream>>>(acc, x, n);
-    cudaLaunchCheck();
-}
-
-__global__ void scale_kernel(float* x, size_t n, float s) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        x[i] *= s;
-    }
-}
-
-static void scale(float* x, size_t n, float s, cudaStream_t stream) {
-    unsigned int blocks = ceil_div_u(n, 256);
-    scale_kernel<<<blocks > 4096 ? 4096 : blocks, 256, 0, stream>>>(x, n, s);
-    cudaLaunchCheck();
 }
 
 #endif

@@ -1,0 +1,76 @@
+// Byte accounting, closed forms of what a rank holds and sends for a mesh and ZeRO stage: the
+// memory per rank (parameters, gradients, optimizer state) and the bytes communicated per
+// optimizer step. The trainers print them at start; the tests compare them with what the
+// communication layer really sent. The formulas are derived in docs/distributed.md.
+#ifndef LLMC_ACCOUNTING_H
+#define LLMC_ACCOUNTING_H
+
+#include "utils.h"
+#include "mesh.h"
+
+// Closed forms. Collectives are rings: on a group of G ranks, a reduce-scatter or an
+// all-gather of G slices of k elements sends (G-1) k elements per rank, and an all-reduce of
+// n elements (padded to G ceil(n/G)) sends 2 (G-1) ceil(n/G).
+
+static size_t ring_reduce_scatter_elements(size_t slice, int G) { return (size_t)(G - 1) * slice; }
+static size_t ring_all_gather_elements(size_t slice, int G) { return (size_t)(G - 1) * slice; }
+static size_t ring_all_reduce_elements(size_t n, int G) { return 2 * (size_t)(G - 1) * ceil_div(n, G); }
+
+typedef struct {
+    size_t grad_reduce; // gradient reduce-scatters / all-reduces within the shard group or world
+    size_t replica;     // all-reduce of the gradient shard across replicas
+    size_t param_gather;// all-gather of the updated parameters
+    size_t scalars;     // loss and grad-norm all-reduces
+    size_t total;
+} CommBytes;
+
+// Bytes each rank sends per optimizer step. grad_bytes: bytes per gradient element on the
+// wire (4 for fp32, 2 for bf16); param_bytes likewise for the parameter all-gather.
+static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int zero_stage, int grad_accum,
+                                     size_t num_parameters, size_t grad_bytes, size_t param_bytes) {
+    CommBytes b = {0, 0, 0, 0, 0};
+    int S = m->dp_shard, R = m->dp_replicate, W = m->world;
+    b.scalars = ring_all_reduce_elements(1, W) * 4; // the step's loss, over all ranks
+    if (zero_stage == 0) {
+        b.grad_reduce = ring_all_reduce_elements(num_parameters, W) * grad_bytes;
+    } else {
+        size_t rs = 0, ag = 0;
+        for (int u = 0; u < s->num_units; u++) {
+            rs += ring_reduce_scatter_elements(s->units[u].slice, S);
+            ag += ring_all_gather_elements(s->units[u].slice, S);
+        }
+        int reduce_scatters = zero_stage == 1 ? 1 : grad_accum;
+        b.grad_reduce = rs * reduce_scatters * grad_bytes;
+        b.replica = ring_all_reduce_elements(s->shard_elements, R) * 4; // fp32 shard accumulator
+        b.param_gather = ag * param_bytes;
+        b.scalars += ring_all_reduce_elements(1, S) * 4;                // squared norm over the shard group
+    }
+    b.total = b.grad_reduce + b.replica + b.param_gather + b.scalars;
+    return b;
+}
+
+typedef struct {
+    size_t params, grads, optimizer, activations;
+} MemoryBytes;
+
+// Per-rank bytes for parameters (param_bytes each, plus fp32 master copies when master is
+// set), gradients, and optimizer state (fp32 m and v) for the chosen stage. Stage 2 keeps
+// layer_slots layers of full gradients (1 on the CPU; 2 on the GPU, where one layer is being
+// reduced while the next is computed). Activations are the trainer's own count.
+static MemoryBytes memory_bytes_per_rank(const ShardLayout* s, int zero_stage, size_t num_parameters,
+                                         size_t param_bytes, size_t grad_bytes, int master, int layer_slots) {
+    MemoryBytes mb = {0, 0, 0, 0};
+    size_t owned = zero_stage == 0 ? num_parameters : s->shard_elements;
+    mb.params = num_parameters * param_bytes + (master ? owned * 4 : 0);
+    mb.optimizer = 2 * owned * 4;
+    if (zero_stage == 0) {
+        mb.grads = num_parameters * grad_bytes;
+    } else if (zero_stage == 1) {
+        mb.grads = num_parameters * grad_bytes + s->shard_elements * 4;
+    } else {
+        mb.grads = (s->global_elements + layer_slots * s->layer_elements) * grad_bytes + s->shard_elements * 4;
+    }
+    return mb;
+}
+
+#endif

@@ -1,0 +1,56 @@
+// Waiting for the device without waiting forever: the communicators to watch, a host wait that
+// polls NCCL's asynchronous errors with a deadline (a dead peer ends the job instead of hanging
+// it), and fail()'s way of ending every rank.
+#ifndef LLMC_DEVICE_WAIT_CUH
+#define LLMC_DEVICE_WAIT_CUH
+
+#include <unistd.h>
+#include "cuda_common.cuh"
+#include "nccl_setup.cuh"
+
+// waiting for the device without waiting forever
+
+#define MAX_WATCHED_COMMS 3
+static ncclComm_t watched_comms[MAX_WATCHED_COMMS];
+static int num_watched_comms = 0;
+
+static void watch_comm(ncclComm_t c) {
+    if (c && num_watched_comms < MAX_WATCHED_COMMS) { watched_comms[num_watched_comms++] = c; }
+}
+
+// fail()'s way of ending every rank: MPI_Abort where MPI is up; otherwise abort the NCCL
+// communicators, so that the peers' pending collectives report an error instead of hanging
+// (their wait_device then fails too, and the launcher sees the non-zero exits).
+static void abort_all_ranks(void) {
+    int mpi = 0;
+    MPI_Initialized(&mpi);
+    if (mpi) { MPI_Abort(MPI_COMM_WORLD, 1); }
+    for (int i = 0; i < num_watched_comms; i++) { ncclCommAbort(watched_comms[i]); }
+    num_watched_comms = 0;
+}
+
+// Blocks until everything issued so far on stream has run. Polls the event and the
+// communicators' asynchronous errors; fails (naming what it waited for) on an NCCL error or
+// after TRAIN_GPT2_TIMEOUT seconds.
+static void wait_device(cudaStream_t stream, cudaEvent_t ev, const char* what) {
+    cudaCheck(cudaEventRecord(ev, stream));
+    double deadline = now_seconds() + peer_timeout_s();
+    for (;;) {
+        cudaError_t q = cudaEventQuery(ev);
+        if (q == cudaSuccess) { return; }
+        if (q != cudaErrorNotReady) { cudaCheck(q); }
+        for (int i = 0; i < num_watched_comms; i++) {
+            ncclResult_t r;
+            ncclCheck(ncclCommGetAsyncError(watched_comms[i], &r));
+            if (r != ncclSuccess && r != ncclInProgress) {
+                fail("NCCL error while waiting for %s: %s", what, ncclGetErrorString(r));
+            }
+        }
+        if (now_seconds() > deadline) {
+            fail("waited %.0f s for %s: a peer has died or hangs", peer_timeout_s(), what);
+        }
+        usleep(50);
+    }
+}
+
+#endif
