@@ -12,6 +12,15 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#ifdef FUZZING
+// Fuzz harnesses (dev/fuzz) point fail_jump at their jmp_buf: fail() then keeps the message
+// in fail_message and longjmps back instead of ending the process, so that a reader's error
+// path can be exercised millions of times in one process. Never defined in the trainers.
+#include <setjmp.h>
+static jmp_buf* fail_jump = NULL;
+static char fail_message[1024];
+#endif
+
 // Set by the trainer once the process mesh is known. When fail_abort_all is set, fail()
 // calls it (an MPI_Abort, say) so that one failing rank stops every rank.
 static int fail_rank = -1;
@@ -23,6 +32,12 @@ static void fail(const char* fmt, ...) {
     va_start(args, fmt);
     vsnprintf(msg, sizeof(msg), fmt, args);
     va_end(args);
+#ifdef FUZZING
+    if (fail_jump) {
+        snprintf(fail_message, sizeof(fail_message), "%s", msg);
+        longjmp(*fail_jump, 1);
+    }
+#endif
     if (fail_rank >= 0) {
         fprintf(stderr, "error: rank %d: %s\n", fail_rank, msg);
     } else {
