@@ -111,17 +111,27 @@ static void dataloader_next_file(DataLoader* d) {
     dataloader_load_file(d);
 }
 
-// Puts the loader at a given position (a fresh start is epoch 0, file 0, row 0).
+// Puts the loader at a given position (a fresh start is epoch 0, file 0, row 0). A position
+// from a checkpoint must fit the data, which it need not when the data files changed since.
 static void dataloader_seek(DataLoader* d, int epoch, int file_pos, long row_pos) {
+    if (epoch < 0 || file_pos < 0 || file_pos >= d->num_files || row_pos < 0) {
+        fail("data position (epoch %d, file %d, row %ld) is outside the %d data files (changed since the checkpoint?)",
+             epoch, file_pos, row_pos, d->num_files);
+    }
     d->epoch = epoch;
     dataloader_order_files(d);
     d->file_pos = file_pos;
     d->row_pos = row_pos;
     d->micro_step = 0;
-    if (dataloader_rows_in(d, d->file_tokens[d->file_order[file_pos]]) < dataloader_rows_per_batch(d)) {
+    long rows = dataloader_rows_in(d, d->file_tokens[d->file_order[file_pos]]);
+    if (rows < dataloader_rows_per_batch(d)) {
         d->file_pos--;
         dataloader_next_file(d);
         return;
+    }
+    if (row_pos + dataloader_rows_per_batch(d) > rows) {
+        fail("%s: data position row %ld is past its %ld rows of %d+1 tokens (changed since the checkpoint?)",
+             d->files.gl_pathv[d->file_order[file_pos]], row_pos, rows, d->T);
     }
     dataloader_load_file(d);
 }
