@@ -77,6 +77,10 @@ static void dataloader_load_file(DataLoader* d) {
     if (d->loaded_file != file) {
         FILE* f = fopen_check(path, "rb");
         long ntok = shard_read_header(f, path);
+        if (ntok != d->file_tokens[file]) {
+            fail("%s: now holds %ld tokens, %ld when training started (changed during the run)", path, ntok,
+                 d->file_tokens[file]);
+        }
         fread_check(d->tokens, sizeof(uint16_t), (size_t)ntok, f, path, "tokens");
         fclose(f);
         for (long i = 0; i < ntok; i++) {
