@@ -106,6 +106,13 @@ static void gpt2_check_config(const GPT2Config* c, const char* source) {
         fail("%s: padded vocab size %d must be a multiple of 128 and >= vocab size %d", source,
              c->padded_vocab_size, c->vocab_size);
     }
+    // at most 2^40 parameters, so that no size computed from the config wraps around
+    double C = c->channels;
+    double n = ((double)c->padded_vocab_size + c->max_seq_len + 2.0) * C + c->num_layers * (12.0 * C * C + 13.0 * C);
+    if (n > 1099511627776.0) {
+        fail("%s: model config (T_max %d, V %d, L %d, C %d) has %.3g parameters, more than 2^40", source,
+             c->max_seq_len, c->padded_vocab_size, c->num_layers, c->channels, n);
+    }
 }
 
 // "dN": N layers; GPT-2's widths for 12/24/36/48, else 64*N channels with N heads.
