@@ -23,8 +23,10 @@ static void tokenizer_init(Tokenizer* t, const char* path) {
     if (header[1] != TOKENIZER_VERSION) { fail("%s: unsupported tokenizer version %d (expected %d)", path, header[1], TOKENIZER_VERSION); }
     t->vocab_size = header[2];
     t->eot_token = header[3];
-    if (t->vocab_size <= 0 || t->eot_token < 0 || t->eot_token >= t->vocab_size) {
-        fail("%s: bad tokenizer header (vocab %d, end-of-text %d)", path, t->vocab_size, t->eot_token);
+    long room = (file_size_of(f) - 1024) / 2; // each token takes at least 2 bytes
+    if (t->vocab_size <= 0 || t->eot_token < 0 || t->eot_token >= t->vocab_size || t->vocab_size > room) {
+        fail("%s: bad tokenizer header (vocab %d, end-of-text %d) for a file of %ld bytes", path, t->vocab_size,
+             t->eot_token, file_size_of(f));
     }
     t->tokens = (char**)malloc_check(t->vocab_size * sizeof(char*));
     for (int i = 0; i < t->vocab_size; i++) {
