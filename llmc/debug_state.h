@@ -33,10 +33,15 @@ static void debug_state_read(DebugState* s, const char* path, const GPT2Config* 
     s->B = header[2];
     s->T = header[3];
     size_t BT = (size_t)s->B * s->T, V = c->vocab_size, n = gpt2_num_parameters(c);
+    long size = file_size_of(f);
+    // B and T come from the file: bounded by its size first, so that the sum below cannot wrap
+    if (s->B <= 0 || s->T <= 0 || BT > (size_t)size / (2 * sizeof(int) + V * sizeof(float))) {
+        fail("%s: B %d, T %d do not fit a file of %ld bytes", path, s->B, s->T, size);
+    }
     long expected = 1024 + (long)(2 * BT * sizeof(int) + (BT * V + 1 + n) * sizeof(float));
-    if (s->B <= 0 || s->T <= 0 || file_size_of(f) != expected) {
-        fail("%s: size %ld disagrees with B %d, T %d and the model (%ld bytes expected)", path, file_size_of(f),
-             s->B, s->T, expected);
+    if (size != expected) {
+        fail("%s: size %ld disagrees with B %d, T %d and the model (%ld bytes expected)", path, size, s->B, s->T,
+             expected);
     }
     s->x = (int*)malloc_check(BT * sizeof(int));
     s->y = (int*)malloc_check(BT * sizeof(int));
