@@ -235,6 +235,10 @@ static void args_validate(const TrainArgs* a, int gpu) {
 // multiple of B*T*ranks; returns the micro-steps per step (grad_accum) and fills in -d.
 static int args_grad_accum(TrainArgs* a, int ranks) {
     long tokens_per_micro = (long)a->B * a->T * ranks;
+    if (tokens_per_micro > 2147483647L) {
+        fail("-b %d -t %d: %ld tokens per micro-step on %d ranks, more than -d can count (2^31-1)", a->B, a->T,
+             tokens_per_micro, ranks);
+    }
     if (a->total_batch == 0) { a->total_batch = (int)tokens_per_micro; }
     if (a->total_batch % tokens_per_micro != 0) {
         fail("-d %d: not a multiple of B*T*ranks = %d*%d*%d = %ld", a->total_batch, a->B, a->T, ranks,
