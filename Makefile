@@ -2,6 +2,7 @@
 #   make quickstart   installs what is missing, prepares data/kjv, trains a small model on the CPU,
 #                     prints samples and the val loss, plots the loss curve
 #   make test         installs what is missing, builds everything and runs every test
+#   make fuzz         fuzzes every file reader and the flag parser (FUZZ_SECONDS each, default 60)
 CC := mpicc
 CFLAGS := -O3 -march=native -fopenmp -fno-math-errno -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
 LDLIBS := -lm
@@ -39,6 +40,7 @@ test: deps
 
 -include dev/cuda_emu/emu.mk
 -include dev/gpu.mk
+-include dev/fuzz/fuzz.mk
 
 clean:
 	rm -rf build train_gpt2cpu test_gpt2cpu train_gpt2 test_gpt2 train_gpt2emu test_gpt2emu
