@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK((unsigned __int128)(size - SETTINGS) == 1024 + 8 * BT + 4 * (BT * c->vocab_size + 1 + n));
         size_t bt = (size_t)BT;
         volatile float sink = s->loss + s->logits[bt * c->vocab_size - 1] + s->grads[n - 1];
-        volatile int isink = s->x[bt - 1] + s->y[bt - 1];
+        volatile int isink = s->x[bt - 1] ^ s->y[bt - 1];
         (void)sink;
         (void)isink;
         debug_state_free(&call.s);

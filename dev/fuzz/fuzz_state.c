@@ -53,12 +53,12 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     e.row_pos = 0;
     e.rng = 0;
     if (flip & 1) { e.rank ^= 1; }
-    if (flip & 2) { e.world++; }
-    if (flip & 4) { e.dp_shard++; }
-    if (flip & 8) { e.zero_stage = (e.zero_stage + 1) % 3; }
-    if (flip & 16) { e.B++; }
-    if (flip & 32) { e.total_batch *= 2; }
-    if (flip & 64) { e.owned++; }
+    if (flip & 2) { e.world ^= 2; }
+    if (flip & 4) { e.dp_shard ^= 1; }
+    if (flip & 8) { e.zero_stage ^= 3; }
+    if (flip & 16) { e.B ^= 1; }
+    if (flip & 32) { e.total_batch ^= 64; }
+    if (flip & 64) { e.owned ^= 1; }
     if (flip & 128) { e.has_master = !e.has_master; }
     if (e.owned > MAX_OWNED) { e.owned = MAX_OWNED; } // the run's own size: it never matches such a file
     // what a run allocates for itself, from its own expectation
