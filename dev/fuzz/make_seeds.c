@@ -111,7 +111,9 @@ static void state_seeds(void) {
     snprintf(path, sizeof(path), "%s/tmp_state.bin", out_dir);
     float m[5] = {1, 2, 3, 4, 5}, v[5] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f}, master[5] = {-1, -2, -3, -4, -5};
     for (int has_master = 0; has_master <= 1; has_master++) {
-        TrainState s = {1, 2, 2, 1, 4, 8, 64, 17, 1, 0, 40, 0x1234567890abcdefull, 5, has_master};
+        TrainState s = {.rank = 1, .world = 2, .dp_shard = 2, .zero_stage = 1, .B = 4, .T = 8, .total_batch = 64,
+                        .step = 17, .epoch = 1, .file_pos = 0, .row_pos = 40, .rng = 0x1234567890abcdefull,
+                        .owned = 5, .has_master = has_master};
         state_write(path, &s, m, v, master);
         Buf b = read_all(path);
         unsigned char same_layout = 0;

@@ -5,7 +5,8 @@
 #                                           build/fuzz/corpus/HARNESS and is kept
 #   dev/fuzz/run.sh runs N [HARNESS...]     each runs its seeds, then N mutated inputs from a
 #                                           fixed random seed (make test), in a scratch corpus
-#   dev/fuzz/run.sh planted N               the planted-bug harness must crash within N inputs
+#   dev/fuzz/run.sh planted N               the planted-bug harnesses (an out-of-bounds read, a
+#                                           leak) must be caught within N inputs
 # Crash, leak and hang reproducers go to build/fuzz/crashes/HARNESS-*; rerun one with
 # build/fuzz/fuzz_HARNESS FILE (FUZZ_VERBOSE=1 prints why each input was refused).
 set -u
@@ -38,17 +39,25 @@ run_one() { # name binary corpus-dir extra-options...
 }
 
 status=0
-if [ "$mode" = planted ]; then
-    mkdir -p "$out/scratch/shard_planted"
-    run_one shard_planted "$out/planted_shard" "$out/scratch/shard_planted" -seed=1 -runs="$amount"
-    rc=$?
-    if [ $rc -ne 0 ] && grep -q 'ERROR: AddressSanitizer: \(heap-buffer-overflow\|SEGV\)' "$out/logs/shard_planted.log"; then
-        echo "planted bug found"
-        rm -f "$out"/crashes/shard_planted-*
-        exit 0
+# planted NAME PATTERN: build/fuzz/planted_NAME must fail within $amount inputs with PATTERN
+planted() {
+    local name=$1 pattern=$2
+    mkdir -p "$out/scratch/${name}_planted"
+    run_one "${name}_planted" "$out/planted_$name" "$out/scratch/${name}_planted" -seed=1 -runs="$amount"
+    local rc=$?
+    rm -f "$out"/crashes/"${name}"_planted-*
+    if [ $rc -ne 0 ] && grep -q "$pattern" "$out/logs/${name}_planted.log"; then
+        echo "planted bug in $name found"
+        return 0
     fi
-    echo "planted bug NOT found within $amount inputs"
-    exit 1
+    echo "planted bug in $name NOT found within $amount inputs"
+    return 1
+}
+
+if [ "$mode" = planted ]; then
+    planted shard 'ERROR: AddressSanitizer: \(heap-buffer-overflow\|SEGV\)' || status=1
+    planted tokenizer 'fuzz: tokenizer_init left 1 blocks' || status=1
+    exit $status
 fi
 for h in $harnesses; do
     if [ "$mode" = seconds ]; then
