@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include "utils.h"
 
 #if defined(__AVX512F__)
 #define GEMM_VW 16
@@ -157,9 +158,7 @@ static size_t gemm_shared_floats;
 static _Thread_local float* gemm_tile_buffer;
 
 static float* gemm_alloc(size_t floats) {
-    float* p = (float*)aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-    if (!p) { abort(); }
-    return p;
+    return (float*)aligned_alloc_check(floats * sizeof(float), "a matmul packing buffer");
 }
 
 // c (M, N; row stride ldc) = (accumulate ? c : 0) + A (M, K) B (K, N), A(i, k) = a[i * ars + k * acs],

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include "utils.h"
 
 #if defined(__AVX512F__)
 #define VEC_W 16
@@ -177,8 +178,7 @@ static _Thread_local size_t vf_scratch_floats;
 static inline float* vf_thread_scratch(size_t floats) {
     if (floats > vf_scratch_floats) {
         free(vf_scratch_buffer);
-        vf_scratch_buffer = (float*)aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-        if (!vf_scratch_buffer) { abort(); }
+        vf_scratch_buffer = (float*)aligned_alloc_check(floats * sizeof(float), "a thread's attention scratch");
         vf_scratch_floats = floats;
     }
     return vf_scratch_buffer;

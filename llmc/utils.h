@@ -115,6 +115,13 @@ static void make_dirs(const char* path) {
 static size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 static size_t ceil_div(size_t n, size_t d) { return (n + d - 1) / d; }
 
+// 64-byte aligned memory for vector loads, or fail() naming what it was for.
+static void* aligned_alloc_check(size_t bytes, const char* what) {
+    void* p = aligned_alloc(64, round_up(bytes == 0 ? 1 : bytes, 64));
+    if (p == NULL) { fail("out of memory allocating %zu aligned bytes for %s", bytes, what); }
+    return p;
+}
+
 // Monotonic wall-clock seconds.
 static double now_seconds(void) {
     struct timespec ts;
