@@ -3,21 +3,36 @@
 #                     prints samples and the val loss, plots the loss curve
 #   make test         installs what is missing, builds everything and runs every test
 #   make fuzz         fuzzes every file reader and the flag parser (FUZZ_SECONDS each, default 60)
-CC := mpicc
+#   make CC=... NVCC=...   other compilers (CC defaults to mpicc; without Open MPI, to cc with
+#                     -DNO_MPI: single-process CPU trainers, see llmc/mpi_single.h)
+ifeq ($(origin CC),default)
+CC := $(if $(shell command -v mpicc 2>/dev/null),mpicc,cc)
+endif
+# A compiler that is not an MPI wrapper builds the single-process CPU trainers.
+CPU_MPI := $(if $(findstring mpi,$(notdir $(firstword $(CC)))),mpi,single)
+CPU_MPI_FLAGS := $(if $(filter single,$(CPU_MPI)),-DNO_MPI)
+CPU_MPI_NOTE := $(if $(filter single,$(CPU_MPI)),@echo "note: no Open MPI (mpicc): building single-process CPU trainers with $(CC); make deps installs it")
 CFLAGS := -O3 -march=native -fopenmp -fno-math-errno -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
 LDLIBS := -lm
 PYTHON := /usr/bin/python3
 LLMC_HEADERS := $(wildcard llmc/*.h)
 
-.PHONY: all deps data-kjv quickstart test clean
+.PHONY: all deps data-kjv quickstart quickstart-run test clean
 
 all: train_gpt2cpu test_gpt2cpu
 
-train_gpt2cpu: train_gpt2.c $(LLMC_HEADERS)
-	$(CC) $(CFLAGS) -o $@ train_gpt2.c $(LDLIBS)
+# A stamp per MPI flavour: installing Open MPI later rebuilds the CPU binaries.
+build/cpu/mpi_$(CPU_MPI):
+	@mkdir -p build/cpu
+	@rm -f build/cpu/mpi_*
+	@touch $@
 
-test_gpt2cpu: test_gpt2.c train_gpt2.c $(LLMC_HEADERS)
-	$(CC) $(CFLAGS) -o $@ test_gpt2.c $(LDLIBS)
+train_gpt2cpu: train_gpt2.c $(LLMC_HEADERS) build/cpu/mpi_$(CPU_MPI)
+	$(CPU_MPI_NOTE)
+	$(CC) $(CFLAGS) $(CPU_MPI_FLAGS) -o $@ train_gpt2.c $(LDLIBS)
+
+test_gpt2cpu: test_gpt2.c train_gpt2.c $(LLMC_HEADERS) build/cpu/mpi_$(CPU_MPI)
+	$(CC) $(CFLAGS) $(CPU_MPI_FLAGS) -o $@ test_gpt2.c $(LDLIBS)
 
 deps:
 	@bash dev/install_deps.sh
@@ -31,7 +46,10 @@ data-kjv: deps data/kjv/kjv_train.bin
 QUICKSTART_FLAGS := -i data/kjv/kjv_train.bin -j data/kjv/kjv_val.bin -tk data/kjv/kjv_tokenizer.bin \
 	-e d6 -sl 256 -b 8 -t 256 -x 600 -l 1e-3 -u 30 -q 0.1 -k cosine -c 0.1 -v 100 -m 16 -s 200 -g 200 \
 	-o log_quickstart
-quickstart: deps data/kjv/kjv_train.bin train_gpt2cpu
+# deps first, then a fresh make that sees what deps installed (mpicc)
+quickstart: deps
+	@$(MAKE) --no-print-directory quickstart-run
+quickstart-run: data/kjv/kjv_train.bin train_gpt2cpu
 	./train_gpt2cpu $(QUICKSTART_FLAGS)
 	$(PYTHON) scripts/plot_loss.py log_quickstart/main.log log_quickstart/loss.png
 
@@ -45,7 +63,14 @@ test: deps
 clean:
 	rm -rf build train_gpt2cpu test_gpt2cpu train_gpt2 test_gpt2 train_gpt2emu test_gpt2emu
 
-# `make` also builds the GPU trainer where nvcc is installed.
+# `make` also builds the GPU trainer where nvcc is installed (it needs Open MPI too).
 ifneq ($(shell command -v $(NVCC) 2>/dev/null),)
+ifeq ($(GPU_MPICC),)
+all: gpu-needs-mpi
+gpu-needs-mpi:
+	@echo "note: nvcc found but no Open MPI (mpicc): train_gpt2 not built; make deps installs it"
+.PHONY: gpu-needs-mpi
+else
 all: train_gpt2
+endif
 endif

@@ -2,7 +2,6 @@
 // ZeRO stages 0, 1 and 2 and hybrid (dp_replicate x dp_shard) meshes. The numerical reference
 // for the CUDA trainer. Layers are plain loops; matmuls live in llmc/cpu_matmul.h.
 #include <math.h>
-#include <mpi.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -19,10 +19,16 @@ endif
 
 NVCC ?= nvcc
 NVCC_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation \
-	$(shell mpicc --showme:incdirs | sed 's/\([^ ]*\)/-I\1/g')
+# Open MPI's include and library directories: asked of mpicc only when an nvcc recipe runs (=, not
+# :=), so parsing this file prints nothing before make deps has installed it.
+GPU_MPICC := $(shell command -v mpicc 2>/dev/null)
+GPU_NEED_MPI = $(if $(GPU_MPICC),,$(error $@ needs Open MPI (mpicc) for its -pi mpi start-up: run make deps))
+GPU_MPI_INC = $(addprefix -I,$(shell $(GPU_MPICC) --showme:incdirs))
+GPU_MPI_LIB = $(addprefix -L,$(shell $(GPU_MPICC) --showme:libdirs))
+NVCC_FLAGS = -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation \
+	$(GPU_NEED_MPI) $(GPU_MPI_INC)
 # the multi-GPU trainer links NCCL (the CUDA toolkit's) and Open MPI (-pi mpi start-up)
-GPU_LIBS := -lcublasLt -lnccl $(shell mpicc --showme:libdirs | sed 's/\([^ ]*\)/-L\1/g') -lmpi
+GPU_LIBS = -lcublasLt -lnccl $(GPU_MPI_LIB) -lmpi
 GPU_EMUCC := dev/cuda_emu/emucc
 GPU_EMUCC_FLAGS := -O1 -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation
 GPU_SOURCES := train_gpt2.cu $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)

@@ -1,0 +1,49 @@
+// A single-process stand-in for the few MPI calls the CPU trainer makes, used when it is built
+// without Open MPI (-DNO_MPI, which the Makefile sets when mpicc is missing): a world of one rank.
+// A build without MPI refuses to start as one of several ranks (slurm, a launcher) rather than
+// silently training the same model once per process.
+#ifndef LLMC_MPI_SINGLE_H
+#define LLMC_MPI_SINGLE_H
+
+#include <stdlib.h>
+#include "utils.h"
+
+typedef int MPI_Comm;
+#define MPI_COMM_WORLD 0
+#define MPI_FLOAT 0
+#define MPI_STATUS_IGNORE NULL
+
+static int MPI_Init(int* argc, char*** argv) {
+    (void)argc;
+    (void)argv;
+    static const char* world_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"};
+    for (int i = 0; i < 4; i++) {
+        const char* v = getenv(world_vars[i]);
+        if (v && atoi(v) > 1) {
+            fail("%s=%s but this binary was built without MPI (one process only): install Open MPI "
+                 "(make deps) and rebuild", world_vars[i], v);
+        }
+    }
+    return 0;
+}
+static int MPI_Finalize(void) { return 0; }
+static int MPI_Comm_size(MPI_Comm comm, int* size) { (void)comm; *size = 1; return 0; }
+static int MPI_Comm_rank(MPI_Comm comm, int* rank) { (void)comm; *rank = 0; return 0; }
+static int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm* out) {
+    (void)color;
+    (void)key;
+    *out = comm;
+    return 0;
+}
+static int MPI_Barrier(MPI_Comm comm) { (void)comm; return 0; }
+static int MPI_Abort(MPI_Comm comm, int code) { (void)comm; exit(code); }
+// With one rank the ring collectives never send; reaching this is a bug.
+static int MPI_Sendrecv(const void* s, int sn, int st, int dest, int stag, void* r, int rn, int rt, int src, int rtag,
+                        MPI_Comm comm, void* status) {
+    (void)s; (void)sn; (void)st; (void)dest; (void)stag; (void)r; (void)rn; (void)rt; (void)src; (void)rtag;
+    (void)comm; (void)status;
+    fail("MPI_Sendrecv called in a single-process build (NO_MPI)");
+    return 1;
+}
+
+#endif
