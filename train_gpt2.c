@@ -454,7 +454,7 @@ static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready
 static void gpt2_zero_grads(GPT2* m) { m->grads_stale = 1; }
 
 // ----------------------------------------------------------------------------
-// data parallelism (DESIGN.md sections 3 and 4)
+// data parallelism (docs/design.md sections 3 and 4)
 
 typedef struct {
     Mesh mesh;

@@ -5,7 +5,7 @@
 // PRECISION=FP32 (-DENABLE_FP32): fp32 throughout, for tight testing against the CPU.
 // Memory: -r 0|1|2 recomputes nothing, GELU, or GELU and both LayerNorms in backward.
 // Several GPUs and nodes: data parallel over NCCL with ZeRO stages 0, 1, 2 and hybrid meshes, the
-// CPU trainer's semantics (DESIGN.md sections 3-5) through the shared layout and step logic of
+// CPU trainer's semantics (docs/design.md sections 3-5) through the shared layout and step logic of
 // llmc/mesh.h; backward reports each finished layer through a GradsReadyFn hook, and the layer's
 // reduce-scatter then runs on a communication stream while backward goes on.
 #include <math.h>
@@ -362,7 +362,7 @@ static void optimizer_step(Optimizer* o, GPT2* m, const AdamWConfig* h, float gr
 }
 
 // ----------------------------------------------------------------------------
-// data parallelism over NCCL (DESIGN.md sections 3-5), the CPU trainer's semantics
+// data parallelism over NCCL (docs/design.md sections 3-5), the CPU trainer's semantics
 // Compute (forward, backward, optimizer) runs on the legacy default stream 0. Stages 1 and 2
 // reduce-scatter each layer's gradients on comm_stream (non-blocking, so it overlaps stream 0)
 // as soon as backward reports the layer, ordered after it by an event; each slice is added to

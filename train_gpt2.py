@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch reference for train_gpt2: the GPT-2 of DESIGN.md section 1 written out op by op.
+"""PyTorch reference for train_gpt2: the GPT-2 of docs/design.md section 1 written out op by op.
 
-It builds (or loads) a model, reads the file formats of DESIGN.md section 2, and writes the files
+It builds (or loads) a model, reads the file formats of docs/formats.md, and writes the files
 the C/CUDA trainers are tested against: model .bin (fp32 v3 / bf16 v5), the debug state of the
 first batch (x, y, logits, loss, all 16 gradients) and the per-step losses of a hand-written AdamW.
 Everything is float32 and single-threaded by default so runs are repeatable. Only torch, numpy and

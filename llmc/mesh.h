@@ -96,7 +96,7 @@ static void shard_layout_init(ShardLayout* s, const GPT2Config* c, int S) {
 static void shard_layout_free(ShardLayout* s) { free(s->units); }
 
 // ----------------------------------------------------------------------------
-// Step logic both trainers follow (DESIGN.md section 4).
+// Step logic both trainers follow (docs/design.md section 4).
 
 // Whether backward reduce-scatters each finished layer in this micro-step: stage 1 on the
 // step's last micro-step only, stage 2 on every one, stage 0 never (it all-reduces afterwards).

@@ -1,5 +1,5 @@
 """Shared writers for the data scripts (stdlib only): data shards and tokenizer files in the
-formats of DESIGN.md section 2, always written to a temporary name and renamed into place."""
+formats of docs/formats.md, always written to a temporary name and renamed into place."""
 import array
 import os
 import struct
