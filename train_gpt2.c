@@ -23,7 +23,12 @@
 
 // ----------------------------------------------------------------------------
 // layers, forward
+// Shapes use B (batch rows), T (positions), C (channels), NH (heads), hs = C / NH, V (vocabulary),
+// Vp (padded vocabulary) and N = B * T. Each layer says what backward needs from it: gpt2_forward
+// keeps those tensors in Activations, one slab per layer.
 
+// out (B, T, C) = wte[token] + wpe[position]. Saves nothing: backward needs only the token ids
+// (kept in Activations.tokens) to know which rows of wte receive the gradient.
 static void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
     #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
@@ -34,6 +39,10 @@ static void encoder_forward(float* out, const int* tokens, const float* wte, con
     }
 }
 
+// out (N, C) = (inp - mean) * rstd * weight + bias, statistics per row over C, eps 1e-5.
+// Saves mean and rstd (N): with the input (kept anyway, it is the residual stream) they give
+// backward the normalised row without a second pass over it. out is kept too: it is the input
+// of the next matmul, whose weight gradient needs it.
 static void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                               const float* bias, int N, int C) {
     #pragma omp parallel for schedule(static)
@@ -55,9 +64,12 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
     }
 }
 
-// Causal self-attention. qkv (B, T, 3C) holds q, k, v; att (B, NH, T, T) keeps the softmax
-// probabilities of the unmasked half (t2 <= t) for backward; out (B, T, C). Parallel over (b, h);
-// each pair transposes its keys once so that a query row's scores are vectorised over t2.
+// Causal self-attention, per head: out = softmax(q k^T / sqrt(hs), keys t2 <= t only) v.
+// qkv (B, T, 3C) holds q, k, v (head h in columns h*hs.. of each third); out (B, T, C), the heads
+// side by side. att (B, NH, T, T) keeps the softmax probabilities of the unmasked half (t2 <= t):
+// backward needs them for dv and for the softmax's Jacobian, and keeping them (B NH T^2 floats per
+// layer) is cheaper than recomputing q k^T. qkv is kept too (backward needs q, k and v). Parallel
+// over (b, h); each pair transposes its keys once so that a query row's scores are vectorised.
 static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
@@ -92,7 +104,8 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
     }
 }
 
-// out = gelu(inp), one vector of VEC_W elements at a time (llmc/cpu_vecmath.h)
+// out (n) = gelu(inp), tanh form, one vector of VEC_W elements at a time (llmc/cpu_vecmath.h).
+// Both are kept: gelu'(x) needs the input, and the output is the next matmul's input.
 static void gelu_forward(float* out, const float* inp, size_t n) {
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i += VEC_W) {
@@ -101,12 +114,16 @@ static void gelu_forward(float* out, const float* inp, size_t n) {
     }
 }
 
+// inout (n) += other: the residual connection. Saves nothing: a sum passes its gradient through
+// unchanged to both operands.
 static void residual_add(float* inout, const float* other, size_t n) {
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) { inout[i] += other[i]; }
 }
 
-// Per-position loss -log softmax(logits)[target] over the first V of Vp columns.
+// losses (N) = -log softmax(logits)[target] per position, over the first V of Vp columns (the
+// padded ones are never part of the softmax). logits (N, Vp) stay: backward turns them into
+// dlogits in place.
 static void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V, int Vp) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -120,7 +137,8 @@ static void crossentropy_forward(float* losses, const float* logits, const int* 
 // ----------------------------------------------------------------------------
 // layers, backward
 
-// Turns logits into dloss/dlogits in place: (softmax - onehot(target)) * dloss; padded columns 0.
+// Turns logits (N, Vp) into dloss/dlogits in place: (softmax - onehot(target)) * dloss, where
+// dloss is the weight of each position's loss in the objective; padded columns 0.
 static void crossentropy_softmax_backward(float* logits, const int* targets, float dloss, int N, int V, int Vp) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -134,8 +152,10 @@ static void crossentropy_softmax_backward(float* logits, const int* targets, flo
     }
 }
 
-// dinp += LayerNorm backward; dweight, dbias = (accumulate ? themselves : 0) + their gradients
-// (reduced per channel, so every channel sums its rows in a fixed order).
+// dout (N, C) -> dinp (N, C) += LayerNorm backward (added: dinp is the residual stream's gradient,
+// which also flows around the layer); dweight, dbias (C) = (accumulate ? themselves : 0) + their
+// gradients (reduced per channel, so every channel sums its rows in a fixed order). The
+// normalised row is rebuilt from inp, mean and rstd.
 static void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, const float* mean, const float* rstd, int N, int C,
                                int accumulate) {
@@ -181,7 +201,7 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
     }
 }
 
-// dinp = dout * gelu'(inp); dinp may be dout.
+// dinp (n) = dout * gelu'(inp), inp the saved pre-activation; dinp may be dout.
 static void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i += VEC_W) {
@@ -191,8 +211,9 @@ static void gelu_backward(float* dinp, const float* inp, const float* dout, size
     }
 }
 
-// dqkv (B, T, 3C) = attention backward (written). Parallel over (b, h): each pair owns its
-// columns of dqkv. att is overwritten with the gradients of the pre-softmax scores. scratch: 2T
+// dout (B, T, C) -> dqkv (B, T, 3C) (written, not added), from the saved qkv and probabilities att:
+// dv = att^T dout, datt = dout v^T, dscores = att * (datt - rowsum(att * datt)) / sqrt(hs), then
+// dq = dscores k, dk = dscores^T q. Parallel over (b, h): each pair owns its columns of dqkv. att is overwritten with the gradients of the pre-softmax scores. scratch: 2T
 // floats per thread. Every sum runs over t or t2 in a fixed order, vectorised over the other index.
 static void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att,
                                int B, int T, int C, int NH) {
@@ -254,7 +275,7 @@ static void attention_backward(float* dqkv, float* scratch, const float* dout, c
     }
 }
 
-// dwte[token] += dout, dwpe[t] += dout; parallel over channel ranges so no two threads touch
+// dout (B, T, C) -> dwte[token] += dout, dwpe[t] += dout; parallel over channel ranges so no two threads touch
 // the same element and each element sums in position order.
 static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
     int nthreads = omp_get_max_threads();
@@ -380,25 +401,30 @@ static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     memcpy(m->acts.tokens, inputs, BT * sizeof(int));
     if (targets) { memcpy(m->acts.targets, targets, BT * sizeof(int)); }
     Activations* a = &m->acts;
+    // x = wte[tokens] + wpe[0..T)                                             (B, T, C)
     encoder_forward(a->encoded, inputs, m->params.wte, m->params.wpe, B, T, C);
     for (int l = 0; l < L; l++) {
         LayerTensors w = layer_tensors(&m->params, C, l);
         LayerActivations la = layer_activations(m, l);
+        // x = x + attn(ln1(x)): qkv = ln1(x) Wqkv^T + b (B, T, 3C), heads mixed back by attproj
         layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.x, w.ln1w, w.ln1b, (int)BT, C);
         matmul_forward(la.qkv, la.ln1, w.qkvw, w.qkvb, (int)BT, C, 3 * C);
         attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
         matmul_forward(la.res2, la.atty, w.attprojw, w.attprojb, (int)BT, C, C);
         residual_add(la.res2, la.x, BT * C);
+        // x = x + mlp(ln2(x)): C -> 4C, gelu, 4C -> C
         layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, w.ln2w, w.ln2b, (int)BT, C);
         matmul_forward(la.fch, la.ln2, w.fcw, w.fcb, (int)BT, C, 4 * C);
         gelu_forward(la.fch_gelu, la.fch, BT * 4 * C);
         matmul_forward(la.res3, la.fch_gelu, w.fcprojw, w.fcprojb, (int)BT, 4 * C, C);
         residual_add(la.res3, la.res2, BT * C);
     }
+    // logits = lnf(x) wte^T (B, T, Vp): the output projection is the token embedding (tied)
     const float* last = layer_activations(m, L - 1).res3;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, m->params.lnfw, m->params.lnfb, (int)BT, C);
     matmul_forward(a->logits, a->lnf, m->params.wte, NULL, (int)BT, C, Vp);
     if (!targets) { return -1.0f; }
+    // loss = mean over positions of -log softmax(logits)[target]
     crossentropy_forward(a->losses, a->logits, targets, (int)BT, V, Vp);
     double sum = 0.0;
     for (size_t i = 0; i < BT; i++) { sum += a->losses[i]; }
@@ -420,6 +446,8 @@ static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready
     ActivationGrads* g = &m->acts_grad;
     int acc = !m->grads_stale;
     m->grads_stale = 0; // before the hooks, which may mark the gradients stale for the next backward
+    // The forward in reverse. dresidual carries d loss / d x for the residual stream x, from the
+    // top down; every layer adds its branch's gradient to it.
     crossentropy_softmax_backward(a->logits, a->targets, dloss / (float)BT, (int)BT, V, Vp);
     matmul_backward(g->dC, m->grads.wte, NULL, a->logits, a->lnf, m->params.wte, (int)BT, C, Vp, acc);
     memset(g->dresidual, 0, BT * C * sizeof(float));

@@ -240,7 +240,8 @@ static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, co
     }
 }
 
-// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias may be NULL
+// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias may be NULL. The caller keeps inp
+// for backward: the weight gradient is dout^T @ inp.
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
     if (bias) {
         #pragma omp parallel for schedule(static)

@@ -44,6 +44,14 @@ typedef struct {
     float* lnfb;     // (C)
 } ParameterTensors;
 
+// The model these tensors define (docs/design.md section 1), for each position's row x (C):
+//   x = wte[token] + wpe[position]
+//   for each layer l (ln(x; w, b): LayerNorm with weight w, bias b):
+//     x = x + attprojw[l] attention(qkvw[l] ln(x; ln1w[l], ln1b[l]) + qkvb[l]) + attprojb[l]
+//     x = x + fcprojw[l] gelu(fcw[l] ln(x; ln2w[l], ln2b[l]) + fcb[l]) + fcprojb[l]
+//   logits = wte ln(x; lnfw, lnfb)     (Vp of them; the output projection is wte, tied)
+// attention mixes rows causally, each head over its C/NH channels of q, k and v.
+
 static const char* const parameter_names[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
