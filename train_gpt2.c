@@ -64,6 +64,20 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
     }
 }
 
+// One head's keys or values transposed, so that the row kernels read them as vectors:
+// dst[i * Tp + t2] = src[t2 * C3 + i] for i < hs, t2 < T, and 0 for T <= t2 < Tp, with Tp = T rounded
+// up to 2 vectors (the block they read). dst is the calling thread's scratch; *Tp_out gets Tp.
+static const float* head_transposed(const float* src, size_t C3, int T, int hs, int* Tp_out) {
+    int Tp = (T + 2 * VEC_W - 1) / (2 * VEC_W) * (2 * VEC_W);
+    float* dst = vf_thread_scratch((size_t)hs * Tp);
+    for (int t2 = 0; t2 < T; t2++) {
+        for (int i = 0; i < hs; i++) { dst[(size_t)i * Tp + t2] = src[t2 * C3 + i]; }
+    }
+    for (int i = 0; i < hs; i++) { memset(dst + (size_t)i * Tp + T, 0, (size_t)(Tp - T) * sizeof(float)); }
+    *Tp_out = Tp;
+    return dst;
+}
+
 // Causal self-attention, per head: out = softmax(q k^T / sqrt(hs), keys t2 <= t only) v.
 // qkv (B, T, 3C) holds q, k, v (head h in columns h*hs.. of each third); out (B, T, C), the heads
 // side by side. att (B, NH, T, T) keeps the softmax probabilities of the unmasked half (t2 <= t):
@@ -78,12 +92,8 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             const float* base = qkv + (size_t)b * T * C3 + h * hs;
-            int Tp = (T + 2 * VEC_W - 1) / (2 * VEC_W) * (2 * VEC_W); // rows read in blocks of 2 vectors
-            float* kt = vf_thread_scratch((size_t)hs * Tp); // kt[i * Tp + t2] = k[t2][i]
-            for (int t2 = 0; t2 < T; t2++) {
-                for (int i = 0; i < hs; i++) { kt[(size_t)i * Tp + t2] = base[t2 * C3 + C + i]; }
-            }
-            for (int i = 0; i < hs; i++) { memset(kt + (size_t)i * Tp + T, 0, (size_t)(Tp - T) * sizeof(float)); }
+            int Tp;
+            const float* kt = head_transposed(base + C, C3, T, hs, &Tp); // kt[i * Tp + t2] = k[t2][i]
             for (int t = 0; t < T; t += 2) { // query rows t and t + 1 (the last may be t alone)
                 int t1 = t + 1 < T ? t + 1 : t;
                 float* a0 = att + (((size_t)b * NH + h) * T + t) * T;
@@ -213,8 +223,9 @@ static void gelu_backward(float* dinp, const float* inp, const float* dout, size
 
 // dout (B, T, C) -> dqkv (B, T, 3C) (written, not added), from the saved qkv and probabilities att:
 // dv = att^T dout, datt = dout v^T, dscores = att * (datt - rowsum(att * datt)) / sqrt(hs), then
-// dq = dscores k, dk = dscores^T q. Parallel over (b, h): each pair owns its columns of dqkv. att is overwritten with the gradients of the pre-softmax scores. scratch: 2T
-// floats per thread. Every sum runs over t or t2 in a fixed order, vectorised over the other index.
+// dq = dscores k, dk = dscores^T q. Parallel over (b, h): each pair owns its columns of dqkv.
+// att is overwritten with the gradients of the pre-softmax scores. scratch: 2T floats per
+// thread. Every sum runs over t or t2 in a fixed order, vectorised over the other index.
 static void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att,
                                int B, int T, int C, int NH) {
     int hs = C / NH;
@@ -228,12 +239,8 @@ static void attention_backward(float* dqkv, float* scratch, const float* dout, c
             const float* dy = dout + (size_t)b * T * C + h * hs;
             float* a = att + ((size_t)b * NH + h) * T * T; // a[t * T + t2]
             float* datt = scratch + (size_t)omp_get_thread_num() * 2 * T;
-            int Tp = (T + 2 * VEC_W - 1) / (2 * VEC_W) * (2 * VEC_W); // rows read in blocks of 2 vectors
-            float* vt = vf_thread_scratch((size_t)hs * Tp); // vt[i * Tp + t2] = v[t2][i]
-            for (int t2 = 0; t2 < T; t2++) {
-                for (int i = 0; i < hs; i++) { vt[(size_t)i * Tp + t2] = base[t2 * C3 + 2 * C + i]; }
-            }
-            for (int i = 0; i < hs; i++) { memset(vt + (size_t)i * Tp + T, 0, (size_t)(Tp - T) * sizeof(float)); }
+            int Tp;
+            const float* vt = head_transposed(base + 2 * C, C3, T, hs, &Tp); // vt[i * Tp + t2] = v[t2][i]
             // dv[t2] = sum over t >= t2 of a[t][t2] dy[t], in descending t, two t2 at a time
             const float* dy_last = dy + (size_t)(T - 1) * C;
             const float* a_last = a + (size_t)(T - 1) * T;
