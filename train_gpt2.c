@@ -456,6 +456,7 @@ static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready
     // The forward in reverse. dresidual carries d loss / d x for the residual stream x, from the
     // top down; every layer adds its branch's gradient to it.
     crossentropy_softmax_backward(a->logits, a->targets, dloss / (float)BT, (int)BT, V, Vp);
+    // logits = lnf(x) wte^T: the classifier's share of wte's gradient, then lnf's backward
     matmul_backward(g->dC, m->grads.wte, NULL, a->logits, a->lnf, m->params.wte, (int)BT, C, Vp, acc);
     memset(g->dresidual, 0, BT * C * sizeof(float));
     const float* last = layer_activations(m, L - 1).res3;
@@ -465,13 +466,15 @@ static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready
         LayerTensors w = layer_tensors(&m->params, C, l);
         LayerTensors dw = layer_tensors(&m->grads, C, m->grads_one_layer ? 0 : l);
         LayerActivations la = layer_activations(m, l);
-        // the residual gradient feeds the MLP projection directly
+        // x = x + mlp(ln2(x)): the residual gradient feeds the MLP projection directly, and the
+        // MLP's input gradient is added back onto it by ln2's backward
         matmul_backward(g->d4C, dw.fcprojw, dw.fcprojb, g->dresidual, la.fch_gelu, w.fcprojw, (int)BT, 4 * C, C,
                         acc);
         gelu_backward(g->d4C, la.fch, g->d4C, BT * 4 * C);
         matmul_backward(g->dC, dw.fcw, dw.fcb, g->d4C, la.ln2, w.fcw, (int)BT, C, 4 * C, acc);
         layernorm_backward(g->dresidual, dw.ln2w, dw.ln2b, g->dC, la.res2, w.ln2w, la.ln2_mean, la.ln2_rstd, (int)BT, C,
                            acc);
+        // x = x + attn(ln1(x)), the same way
         matmul_backward(g->dC, dw.attprojw, dw.attprojb, g->dresidual, la.atty, w.attprojw, (int)BT, C, C, acc);
         attention_backward(g->dqkv, g->datt_rows, g->dC, la.qkv, la.att, B, T, C, NH);
         matmul_backward(g->dC, dw.qkvw, dw.qkvb, g->dqkv, la.ln1, w.qkvw, (int)BT, C, 3 * C, acc);
