@@ -11,7 +11,8 @@ endif
 # A compiler that is not an MPI wrapper builds the single-process CPU trainers.
 CPU_MPI := $(if $(findstring mpi,$(notdir $(firstword $(CC)))),mpi,single)
 CPU_MPI_FLAGS := $(if $(filter single,$(CPU_MPI)),-DNO_MPI)
-CPU_MPI_NOTE := $(if $(filter single,$(CPU_MPI)),@echo "note: no Open MPI (mpicc): building single-process CPU trainers with $(CC); make deps installs it")
+CPU_MPI_WHY := $(if $(filter cc,$(CC)),no Open MPI (mpicc; make deps installs it),CC=$(CC) is not an MPI wrapper)
+CPU_MPI_NOTE := $(if $(filter single,$(CPU_MPI)),@echo "note: $(CPU_MPI_WHY): building single-process CPU trainers")
 CFLAGS := -O3 -march=native -fopenmp -fno-math-errno -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
 LDLIBS := -lm
 PYTHON := /usr/bin/python3
