@@ -9,7 +9,7 @@
 #include "train_gpt2.c"
 #include "llmc/debug_state.h"
 
-// Tolerances, from fp32 rounding across two summation orders (measured margins in README):
+// Tolerances, from fp32 rounding across two summation orders (measured margins in docs/testing.md):
 #define LOGITS_TOL 1e-5f       // max |C - PyTorch| over all logits
 #define LOSS_TOL 1e-5f         // |C - PyTorch| of the batch loss
 #define GRAD_REL_TOL 1e-5f     // max |C - PyTorch| of a gradient tensor / max |PyTorch| of it

@@ -36,7 +36,7 @@ MEMORY = "build/gpu/gpu_memory_bf16"
 OUT = "build/multi_gpu"
 # FP32: the bound for losses and weights. BF16: bf16 parameters, activations and
 # gradients on the wire (ring sums rounded to bf16 at each hop) against the fp32 CPU trainer;
-# measured margins in README.md ("Several GPUs and nodes").
+# measured margins in docs/distributed.md ("Tests and what has run where").
 TOL = {"fp32": (1e-4, 1e-4), "bf16": (3e-3, 2e-2)}
 MESHES = [(1, 1), (2, 2), (4, 4), (4, 2)]
 # BF16 (slower to no purpose): one GPU, and each stage once on 2 and 4 GPUs and the 2 x 2 mesh
