@@ -35,6 +35,12 @@ train_gpt2cpu: train_gpt2.c $(LLMC_HEADERS) build/cpu/mpi_$(CPU_MPI)
 test_gpt2cpu: test_gpt2.c train_gpt2.c $(LLMC_HEADERS) build/cpu/mpi_$(CPU_MPI)
 	$(CC) $(CFLAGS) $(CPU_MPI_FLAGS) -o $@ test_gpt2.c $(LDLIBS)
 
+# The single-process CPU trainer (cc, -DNO_MPI), whatever is installed: what `make` builds where
+# Open MPI is missing, kept apart for dev/tests/31_single_process.sh.
+build/cpu/train_gpt2cpu_single: train_gpt2.c $(LLMC_HEADERS)
+	@mkdir -p build/cpu
+	cc $(CFLAGS) -DNO_MPI -o $@ train_gpt2.c $(LDLIBS)
+
 deps:
 	@bash dev/install_deps.sh
 
