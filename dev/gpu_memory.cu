@@ -1,5 +1,5 @@
 // gpu_memory: the per-rank memory the CUDA trainer reports at start ("memory per rank: ..."),
-// for shapes too large to start here: the same closed forms (llmc/mesh.h) and activation
+// for shapes too large to start here: the same closed forms (llmc/accounting.h) and activation
 // buffer sizes (train_gpt2.cu's activation table) the trainer prints, without allocating anything. Used for the
 // numbers quoted in scripts/run_gpt2_*.sh; dev/test_multi_gpu.py checks it against the trainer.
 //   gpu_memory DESCRIPTOR VOCAB T_MAX B T WORLD DP_SHARD ZERO RECOMPUTE MASTER

@@ -85,7 +85,7 @@ def equivalence():
 
 
 # ---------------------------------------------------------------------------------------------
-# closed forms, written from the model shape independently of llmc/mesh.h
+# closed forms, written from the model shape independently of llmc/accounting.h
 
 def unit_sizes():
     layer = [C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C]

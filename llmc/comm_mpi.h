@@ -1,7 +1,7 @@
 // Collectives on host fp32 buffers over MPI, used by the CPU trainer: ring reduce-scatter,
 // ring all-gather and all-reduce (= reduce-scatter then all-gather) built from MPI_Sendrecv,
 // so the summation order is fixed (runs are reproducible) and every byte handed to MPI is
-// counted in comm_bytes_sent (the figure the tests compare with mesh.h's closed forms).
+// counted in comm_bytes_sent (the figure the tests compare with accounting.h's closed forms).
 // Built with -DNO_MPI, MPI is llmc/mpi_single.h: one process, no communication.
 #ifndef LLMC_COMM_MPI_H
 #define LLMC_COMM_MPI_H
