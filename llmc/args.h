@@ -33,11 +33,13 @@ typedef struct {
     int gen_tokens;            // -g
     int checkpoint_every;      // -n (0 = off)
     int resume;                // -y
+    int keep_checkpoints;      // -nk (0 = keep all)
     int overfit;               // -a
     int zero_stage;            // -z
     int dp_shard;              // -ds (0 = world)
     int seed;                  // -sd
     int shuffle;               // -sf
+    const char* fault;         // -fi (tests only)
     // GPU trainer only
     int recompute;             // -r
     int master_weights;        // -w
@@ -81,12 +83,14 @@ static const ArgSpec arg_specs[] = {
     ARG("-s", ARG_INT, sample_every, 0, "sample text every N steps (0 = off)"),
     ARG("-g", ARG_INT, gen_tokens, 0, "tokens to generate per sample"),
     ARG("-n", ARG_INT, checkpoint_every, 0, "checkpoint every N steps into the log dir (0 = off)"),
+    ARG("-nk", ARG_INT, keep_checkpoints, 0, "keep the K newest checkpoints, delete older ones (0 = keep all)"),
     ARG("-y", ARG_INT, resume, 0, "resume from the latest complete checkpoint in the log dir (0|1)"),
     ARG("-a", ARG_INT, overfit, 0, "overfit a single batch (0|1)"),
     ARG("-z", ARG_INT, zero_stage, 0, "ZeRO stage 0 | 1 | 2"),
     ARG("-ds", ARG_INT, dp_shard, 0, "shard group size dp_shard (0 = all ranks)"),
     ARG("-sd", ARG_INT, seed, 0, "seed for init, shuffling and sampling"),
     ARG("-sf", ARG_INT, shuffle, 0, "shuffle train shards and rows (0|1)"),
+    ARG("-fi", ARG_STRING, fault, 0, "tests only: inject a fault KIND@STEP[:RANK] (llmc/faults.h)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-pi", ARG_STRING, init_method, 1, "multi-process start-up: mpi | fs | tcp"),
@@ -122,11 +126,13 @@ static void args_defaults(TrainArgs* a) {
     a->gen_tokens = 64;
     a->checkpoint_every = 0;
     a->resume = 0;
+    a->keep_checkpoints = 0;
     a->overfit = 0;
     a->zero_stage = 0;
     a->dp_shard = 0;
     a->seed = 1337;
     a->shuffle = 1;
+    a->fault = "";
     a->recompute = 1;
     a->master_weights = 1;
     a->init_method = "mpi";
@@ -212,6 +218,7 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_int("-g", a->gen_tokens, 1, 1 << 20);
     require_int("-n", a->checkpoint_every, 0, big);
     require_int("-y", a->resume, 0, 1);
+    require_int("-nk", a->keep_checkpoints, 0, big);
     require_int("-a", a->overfit, 0, 1);
     require_int("-z", a->zero_stage, 0, 2);
     require_int("-ds", a->dp_shard, 0, 1 << 20);

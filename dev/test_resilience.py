@@ -1,0 +1,227 @@
+"""Resilience checks of train_gpt2cpu (run by dev/tests/37_resilience.sh); each subcommand exits
+non-zero on any mismatch:
+
+  corrupt    a flipped byte and a truncation in each file of a 2-rank checkpoint (model, both
+             state files, the DONE manifest): -y 1 names the file, skips that checkpoint and
+             resumes from the previous one with the uninterrupted run's losses; the model file's
+             CRC-32C in the manifest equals one computed here; -nk keeps the newest K
+  lifecycle  -y 1 into a missing or empty -o starts fresh; the last step is checkpointed when it
+             is a multiple of -n; a resume with a larger -x continues at S+1 with the same
+             losses; a main.log moved away is started anew
+  kill9      10 kill -9s of the whole job at varied moments (also inside a checkpoint write,
+             injected with -fi): every following -y 1 starts, and the run that finishes has the
+             uninterrupted run's losses bit for bit
+"""
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+TRAINER = os.environ.get("TRAINER", "./train_gpt2cpu")
+DATA = "data/kjv/kjv_val.bin"
+MODEL = ["-e", "d2", "-V", "257", "-sl", "64"]
+COMMON = MODEL + ["-i", DATA, "-j", "", "-b", "2", "-t", "32", "-d", "256", "-l", "1e-3", "-c", "0.1", "-s", "0",
+                  "-k", "cosine", "-q", "0.1"]
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1"]
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+failures = 0
+
+
+def report(ok, what):
+    global failures
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'}  {what}", flush=True)
+
+
+def run(n, args, timeout=120):
+    cmd = (MPIRUN + ["-np", str(n), TRAINER] if n > 1 else [TRAINER]) + args
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+def run_ok(n, args):
+    r = run(n, args)
+    if r.returncode != 0:
+        sys.exit(f"run failed ({n} ranks, {' '.join(args)}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return r
+
+
+def losses(log_dir):
+    out = {}
+    for line in open(os.path.join(log_dir, "main.log")):
+        m = re.match(r"s:(\d+) trl:(\S+)", line)
+        if m:
+            out[int(m.group(1))] = float(m.group(2))
+    return out
+
+
+def fresh(d):
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def copy_checkpoints(src, dst, steps):
+    fresh(dst)
+    for f in os.listdir(src):
+        if any(f"_{s:08d}" in f for s in steps):
+            shutil.copy(os.path.join(src, f), dst)
+
+
+# CRC-32C written here from its definition (reflected polynomial 0x82F63B78), byte at a time
+def crc32c(data):
+    table = []
+    for b in range(256):
+        c = b
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+        table.append(c)
+    c = 0xFFFFFFFF
+    for byte in data:
+        c = (c >> 8) ^ table[(c ^ byte) & 0xFF]
+    return c ^ 0xFFFFFFFF
+
+
+def corrupt():
+    steps, base = 8, "build/res/corrupt_full"
+    fresh(base)
+    run_ok(2, COMMON + ["-x", str(steps), "-n", "2", "-z", "1", "-o", base])
+    full = losses(base)
+    report(crc32c(b"123456789") == 0xE3069283, "CRC-32C check value of '123456789' is e3069283")
+    manifest = open(f"{base}/DONE_00000006").read()
+    m = re.search(r"file model_00000006.bin (\d+) ([0-9a-f]{8})", manifest)
+    model = open(f"{base}/model_00000006.bin", "rb").read()
+    report(m and int(m.group(1)) == len(model) and int(m.group(2), 16) == crc32c(model),
+           f"manifest's model CRC {m.group(2) if m else None} = CRC-32C computed here {crc32c(model):08x}")
+    names = ["model_00000006.bin", "state_00000006_00000.bin", "state_00000006_00001.bin", "DONE_00000006"]
+    for name in names:
+        for how in ("flip", "truncate"):
+            d = f"build/res/corrupt_{how}_{name}"
+            copy_checkpoints(base, d, [4, 6])
+            path = os.path.join(d, name)
+            data = bytearray(open(path, "rb").read())
+            if how == "flip":
+                pos = len(data) * 3 // 5  # inside the payload (the manifest: inside a file line)
+                data[pos] ^= 0x10
+            else:
+                data = data[:len(data) - 7]
+            open(path, "wb").write(bytes(data))
+            r = run(2, COMMON + ["-x", str(steps), "-n", "2", "-z", "1", "-y", "1", "-o", d])
+            named = re.search(r"checkpoint 6 skipped: .*" + re.escape(name), r.stdout)
+            resumed = "resumed from step 4" in r.stdout
+            got = losses(d) if r.returncode == 0 else {}
+            same = all(got.get(s) == full[s] for s in range(5, steps + 1))
+            report(r.returncode == 0 and named and resumed and same,
+                   f"{how} in {name}: {'named' if named else 'NOT named'}, "
+                   f"{'resumed from step 4' if resumed else 'not resumed from 4'}, "
+                   f"losses 5..{steps} {'identical' if same else 'DIFFER'}"
+                   + ("" if r.returncode == 0 else f" (exit {r.returncode}: {r.stderr.strip()[-300:]})"))
+    # nothing verifies: a clear error, non-zero exit
+    d = "build/res/corrupt_all"
+    copy_checkpoints(base, d, [6])
+    open(f"{d}/model_00000006.bin", "r+b").truncate(5000)
+    r = run(1, COMMON + ["-x", str(steps), "-y", "1", "-o", d])
+    err = r.stderr.strip()
+    report(r.returncode != 0 and "none of the 1 checkpoints" in err and "model_00000006.bin" in err
+           and len(err.splitlines()) == 1, f"only checkpoint corrupt: exit {r.returncode}, '{err[:160]}'")
+    # -nk 2 keeps the two newest complete checkpoints
+    d = fresh("build/res/keep")
+    run_ok(1, COMMON + ["-x", "7", "-n", "2", "-nk", "2", "-o", d])
+    dones = sorted(f for f in os.listdir(d) if f.startswith("DONE_"))
+    others = sorted(f for f in os.listdir(d) if re.match(r"(model|state)_\d+", f))
+    report(dones == ["DONE_00000004", "DONE_00000006"] and len(others) == 4,
+           f"-nk 2 after checkpoints 2, 4, 6: kept {dones} and {len(others)} data files")
+
+
+def newest_done(d):
+    steps = [int(f[5:]) for f in os.listdir(d) if re.fullmatch(r"DONE_\d+", f)]
+    return max(steps) if steps else 0
+
+
+def kill9():
+    steps, base = 40, "build/res/kill_full"
+    fresh(base)
+    args = COMMON + ["-x", str(steps), "-n", "2"]
+    run_ok(1, args + ["-o", base])
+    full = losses(base)
+    d = fresh("build/res/kill")
+    # kill -9 of the whole process group: during start-up (a fixed delay), or once the run has
+    # printed the step `ahead` steps past its resume point plus a few ms (landing in training or
+    # in the checkpoint write); or a kill -9 injected inside the checkpoint write (-fi die_ckpt:
+    # after the state file, before the manifest)
+    plan = [("startup", 0.05), ("step", 1, 0.0), ("ckpt", 2), ("step", 2, 0.004), ("step", 3, 0.011),
+            ("ckpt", 4), ("startup", 0.3), ("step", 1, 0.007), ("step", 4, 0.002), ("ckpt", 2)]
+    for i, what in enumerate(plan):
+        start_step = newest_done(d)
+        fault = f"die_ckpt@{start_step + 2 * what[1]}" if what[0] == "ckpt" else None
+        cmd = [TRAINER] + args + ["-y", "1", "-o", d] + (["-fi", fault] if fault else [])
+        t0 = time.time()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+                             start_new_session=True)
+        out = ""
+        if what[0] == "startup":
+            time.sleep(what[1])
+            os.killpg(p.pid, signal.SIGKILL)
+            how = f"kill -9 {what[1]:.2f} s after the start"
+        elif what[0] == "step":
+            target = start_step + what[1]
+            for line in p.stdout:
+                out += line
+                m = re.match(r"step +(\d+)/", line)
+                if m and int(m.group(1)) >= target:
+                    break
+            time.sleep(what[2])
+            os.killpg(p.pid, signal.SIGKILL)
+            how = f"kill -9 {what[2] * 1000:.0f} ms after step {target} printed"
+        else:
+            how = f"-fi {fault}"
+        out += p.communicate(timeout=120)[0]
+        start = re.search(r"resumed from step (\d+)|starting fresh", out)
+        ok = "error" not in out and p.returncode == -signal.SIGKILL
+        report(ok, f"kill {i + 1:2d} ({how}, at {time.time() - t0:.2f} s): "
+                   f"{start.group(0) if start else 'killed before the start-up line'}; newest complete "
+                   f"checkpoint now {newest_done(d)}")
+    r = run(1, args + ["-y", "1", "-o", d])
+    m = re.search(r"resumed from step (\d+)", r.stdout)
+    got = losses(d) if r.returncode == 0 else {}
+    same = r.returncode == 0 and sorted(got) == list(range(1, steps + 1)) and \
+        all(got[s] == full[s] for s in range(1, steps + 1))
+    report(same, f"final -y 1 ({m.group(0) if m else 'fresh'}) finishes: main.log steps 1..{steps} "
+           f"{'identical to' if same else 'DIFFER from'} the uninterrupted run")
+
+
+def lifecycle():
+    args = COMMON + ["-k", "constant", "-n", "2"]
+    for what, d in (("missing", "build/res/life_missing"), ("empty", "build/res/life_empty")):
+        shutil.rmtree(d, ignore_errors=True)
+        if what == "empty":
+            os.makedirs(d)
+        r = run(1, args + ["-x", "4", "-y", "1", "-o", d])
+        got = losses(d) if r.returncode == 0 else {}
+        report(r.returncode == 0 and "starting fresh" in r.stdout and sorted(got) == [1, 2, 3, 4],
+               f"-y 1 into a {what} -o starts fresh: exit {r.returncode}, steps {sorted(got)}")
+    d = "build/res/life_empty"
+    report(os.path.exists(f"{d}/DONE_00000004"), "-x 4 -n 2 writes a checkpoint at the last step (DONE_00000004)")
+    full_dir = fresh("build/res/life_full")
+    run_ok(1, args + ["-x", "7", "-o", full_dir])
+    full = losses(full_dir)
+    r = run(1, args + ["-x", "7", "-y", "1", "-o", d])
+    got = losses(d)
+    lines = [l.split()[0] for l in open(f"{d}/main.log") if "trl:" in l]
+    report(r.returncode == 0 and "resumed from step 4" in r.stdout and lines == [f"s:{i}" for i in range(1, 8)]
+           and all(got[s] == full[s] for s in range(1, 8)),
+           f"a resume with a larger -x (4 -> 7) continues at step 5: main.log steps {lines}")
+    os.rename(f"{d}/main.log", f"{d}/main.log.moved")
+    r = run(1, args + ["-x", "9", "-y", "1", "-o", d])
+    lines = [l.split()[0] for l in open(f"{d}/main.log") if "trl:" in l]
+    report(r.returncode == 0 and "resumed from step 6" in r.stdout and lines == ["s:7", "s:8", "s:9"],
+           f"main.log moved away: the resumed run starts a new one with steps {lines}")
+
+
+if __name__ == "__main__":
+    os.makedirs("build/res", exist_ok=True)
+    {"corrupt": corrupt, "kill9": kill9, "lifecycle": lifecycle}[sys.argv[1]]()
+    sys.exit(1 if failures else 0)
