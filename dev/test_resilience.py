@@ -11,6 +11,11 @@ non-zero on any mismatch:
   kill9      10 kill -9s of the whole job at varied moments (also inside a checkpoint write,
              injected with -fi): every following -y 1 starts, and the run that finishes has the
              uninterrupted run's losses bit for bit
+  preempt    SIGUSR1 to mpirun, and SIGTERM to one rank, of a 2-rank ZeRO-1 run with -n 0: it
+             writes the checkpoint of the step in progress, exits 0 within 60 s, and -y 1
+             continues with the uninterrupted run's losses (1e-6, bit-identical expected); two
+             signals in a row exit at once (128 + 15) without a checkpoint. PREEMPT_TRAINER
+             selects another trainer binary (the emulated GPU one)
 """
 import os
 import re
@@ -193,6 +198,78 @@ def kill9():
            f"{'identical to' if same else 'DIFFER from'} the uninterrupted run")
 
 
+def start(n, args, trainer=None):
+    trainer = trainer or TRAINER
+    cmd = (MPIRUN + ["-np", str(n), trainer] if n > 1 else [trainer]) + args
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True)
+
+
+def read_until_step(p, step):
+    out = ""
+    for line in p.stdout:
+        out += line
+        m = re.match(r"step +(\d+)/", line)
+        if m and int(m.group(1)) >= step:
+            break
+    return out
+
+
+def rank_pids(p):
+    return [int(x) for x in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                                           text=True).stdout.split()]
+
+
+def preempt():
+    trainer = os.environ.get("PREEMPT_TRAINER", TRAINER)
+    tag = os.path.basename(trainer)
+    steps = 14
+    args = COMMON + ["-x", str(steps), "-z", "1"]
+    base = fresh(f"build/res/preempt_full_{tag}")
+    r = run(2, args + ["-o", base]) if trainer == TRAINER else subprocess.run(
+        MPIRUN + ["-np", "2", trainer] + args + ["-o", base], capture_output=True, text=True, env=ENV)
+    if r.returncode != 0:
+        sys.exit(r.stderr[-2000:])
+    full = losses(base)
+    cases = [("SIGUSR1 to mpirun", lambda p: os.kill(p.pid, signal.SIGUSR1)),
+             ("SIGTERM to rank 1 only", lambda p: os.kill(sorted(rank_pids(p))[-1], signal.SIGTERM))]
+    for name, send in cases:
+        d = fresh(f"build/res/preempt_{tag}_{name.split()[0]}_{name.split()[-1]}")
+        p = start(2, args + ["-n", "0", "-o", d], trainer)
+        out = read_until_step(p, 4)
+        t0 = time.time()
+        send(p)
+        o, e = p.communicate(timeout=120)
+        took = time.time() - t0
+        out += o
+        m = re.search(r"preempted after step (\d+): checkpoint \S+ written", out)
+        s = int(m.group(1)) if m else -1
+        ok = p.returncode == 0 and m and os.path.exists(f"{d}/DONE_{s:08d}") and \
+            not os.path.exists(f"{d}/model_final.bin") and took < 60
+        report(ok, f"{tag}: {name} at step ~4: exit {p.returncode} after {took:.1f} s (limit 60), "
+                   f"{m.group(0) if m else 'no preemption line'}" + ("" if ok else f" {e[-500:]}"))
+        r = subprocess.run((MPIRUN + ["-np", "2", trainer]) + args + ["-y", "1", "-o", d], capture_output=True,
+                           text=True, env=ENV, timeout=120)
+        got = losses(d) if r.returncode == 0 else {}
+        diff = max((abs(got[k] - full[k]) for k in range(s + 1, steps + 1) if k in got), default=float("inf"))
+        ok = r.returncode == 0 and f"resumed from step {s}" in r.stdout and \
+            all(k in got for k in range(1, steps + 1)) and diff <= 1e-6
+        report(ok, f"{tag}: -y 1 after it resumes at step {s}: steps {s + 1}..{steps} max |loss - uninterrupted| "
+                   f"= {diff:.1e} (tol 1e-6; {'bit-identical' if diff == 0 else 'not bit-identical'})")
+    # a second signal exits at once: no checkpoint of the step in progress appears (SIGUSR1 then
+    # SIGTERM: two of the same kind sent back to back may merge into one)
+    d = fresh(f"build/res/preempt_{tag}_twice")
+    p = start(1, args + ["-n", "0", "-o", d], trainer)
+    read_until_step(p, 2)
+    os.kill(p.pid, signal.SIGUSR1)
+    os.kill(p.pid, signal.SIGTERM)
+    o, e = p.communicate(timeout=60)
+    dones = [f for f in os.listdir(d) if f.startswith("DONE_")]
+    report(p.returncode in (128 + signal.SIGTERM, 128 + signal.SIGUSR1) and not dones and "second signal" in e,
+           f"{tag}: SIGUSR1 then SIGTERM: exit {p.returncode} (want 128 + the signal), DONE files {dones}, "
+           f"'{e.strip().splitlines()[-1] if e.strip() else ''}'")
+
+
 def lifecycle():
     args = COMMON + ["-k", "constant", "-n", "2"]
     for what, d in (("missing", "build/res/life_missing"), ("empty", "build/res/life_empty")):
@@ -223,5 +300,5 @@ def lifecycle():
 
 if __name__ == "__main__":
     os.makedirs("build/res", exist_ok=True)
-    {"corrupt": corrupt, "kill9": kill9, "lifecycle": lifecycle}[sys.argv[1]]()
+    {"corrupt": corrupt, "kill9": kill9, "lifecycle": lifecycle, "preempt": preempt}[sys.argv[1]]()
     sys.exit(1 if failures else 0)

@@ -73,4 +73,17 @@ static float all_reduce_sum_scalar(CommGroup* g, float value) {
     return sum;
 }
 
+// Sums n small values over the group in one ring all-reduce of max(n, size) slots padded to a
+// multiple of the size: for n <= size it sends what all_reduce_sum_scalar sends (the step's
+// loss and its preemption votes travel together at the cost of the loss alone).
+static void all_reduce_sum_small(CommGroup* g, float* values, int n) {
+    if (g->size == 1) { return; }
+    size_t padded = round_up((size_t)n, (size_t)g->size);
+    float* buf = (float*)calloc_check(padded + padded / g->size, sizeof(float));
+    memcpy(buf, values, n * sizeof(float));
+    ring_all_reduce(g, buf, padded, buf + padded);
+    memcpy(values, buf, n * sizeof(float));
+    free(buf);
+}
+
 #endif
