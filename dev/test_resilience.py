@@ -16,6 +16,10 @@ non-zero on any mismatch:
              continues with the uninterrupted run's losses (1e-6, bit-identical expected); two
              signals in a row exit at once (128 + 15) without a checkpoint. PREEMPT_TRAINER
              selects another trainer binary (the emulated GPU one)
+  nonfinite  a NaN injected (-fi) into rank 1's loss and gradients at step 4 of a 2-rank ZeRO-1
+             run: the update is skipped on both ranks (weights and optimizer shards byte-equal
+             before and after), logged as skip, training goes on; -sk 1 stops with an error; the
+             spike guard (-sz) skips a loss 100x too large
 """
 import os
 import re
@@ -270,6 +274,42 @@ def preempt():
            f"'{e.strip().splitlines()[-1] if e.strip() else ''}'")
 
 
+def payload(path):
+    return open(path, "rb").read()[1024:]
+
+
+def nonfinite():
+    d = fresh("build/res/nan")
+    r = run(2, COMMON + ["-x", "6", "-n", "1", "-z", "1", "-fi", "nan@4:1", "-o", d])
+    log = open(f"{d}/main.log").read() if os.path.exists(f"{d}/main.log") else ""
+    skip_lines = re.findall(r"^s:(\d+) .* skip:(\w+)$", log, re.M)
+    report(r.returncode == 0 and skip_lines == [("4", "nonfinite")] and "step 4: update skipped on every rank" in r.stdout,
+           f"NaN injected on rank 1 at step 4 (2 ranks, ZeRO 1): exit {r.returncode}, skipped lines {skip_lines}")
+    same_w = payload(f"{d}/model_00000003.bin") == payload(f"{d}/model_00000004.bin")
+    same_opt = all(payload(f"{d}/state_00000003_{k:05d}.bin") == payload(f"{d}/state_00000004_{k:05d}.bin")
+                   for k in (0, 1))
+    moved = payload(f"{d}/model_00000004.bin") != payload(f"{d}/model_00000005.bin")
+    after = losses(d)
+    finite = all(after[k] == after[k] and abs(after[k]) < 100 for k in (5, 6))
+    report(same_w and same_opt and moved and finite,
+           f"step 4 left the weights {'unchanged' if same_w else 'CHANGED'} and both ranks' optimizer shards "
+           f"{'unchanged' if same_opt else 'CHANGED'}; step 5 {'moved' if moved else 'did NOT move'} them; "
+           f"losses 5, 6 = {after.get(5)}, {after.get(6)}")
+    d = fresh("build/res/nan_stop")
+    r = run(1, COMMON + ["-x", "6", "-sk", "1", "-fi", "nan@3:0", "-o", d])
+    err = r.stderr.strip()
+    report(r.returncode != 0 and len(err.splitlines()) == 1 and "step 3: 1 consecutive steps skipped (-sk 1)" in err,
+           f"-sk 1 and a NaN at step 3 stop the run: exit {r.returncode}, '{err[:150]}'")
+    d = fresh("build/res/spike")
+    r = run(1, COMMON + ["-x", "9", "-sz", "4", "-sw", "4", "-n", "1", "-fi", "spike@7:0", "-o", d])
+    log = open(f"{d}/main.log").read()
+    skip_lines = re.findall(r"^s:(\d+) .* skip:(\w+)$", log, re.M)
+    same_w = payload(f"{d}/model_00000006.bin") == payload(f"{d}/model_00000007.bin")
+    report(r.returncode == 0 and skip_lines == [("7", "spike")] and same_w,
+           f"-sz 4 -sw 4 and a loss 100x too large at step 7: skipped lines {skip_lines}, "
+           f"weights {'unchanged' if same_w else 'CHANGED'} by step 7")
+
+
 def lifecycle():
     args = COMMON + ["-k", "constant", "-n", "2"]
     for what, d in (("missing", "build/res/life_missing"), ("empty", "build/res/life_empty")):
@@ -300,5 +340,5 @@ def lifecycle():
 
 if __name__ == "__main__":
     os.makedirs("build/res", exist_ok=True)
-    {"corrupt": corrupt, "kill9": kill9, "lifecycle": lifecycle, "preempt": preempt}[sys.argv[1]]()
+    {"corrupt": corrupt, "kill9": kill9, "lifecycle": lifecycle, "preempt": preempt, "nonfinite": nonfinite}[sys.argv[1]]()
     sys.exit(1 if failures else 0)

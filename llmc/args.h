@@ -39,6 +39,9 @@ typedef struct {
     int dp_shard;              // -ds (0 = world)
     int seed;                  // -sd
     int shuffle;               // -sf
+    int max_skips;             // -sk (0 = never stop)
+    float spike_z;             // -sz (0 = off)
+    int spike_window;          // -sw
     const char* fault;         // -fi (tests only)
     // GPU trainer only
     int recompute;             // -r
@@ -90,6 +93,9 @@ static const ArgSpec arg_specs[] = {
     ARG("-ds", ARG_INT, dp_shard, 0, "shard group size dp_shard (0 = all ranks)"),
     ARG("-sd", ARG_INT, seed, 0, "seed for init, shuffling and sampling"),
     ARG("-sf", ARG_INT, shuffle, 0, "shuffle train shards and rows (0|1)"),
+    ARG("-sk", ARG_INT, max_skips, 0, "stop after N consecutive skipped (non-finite or spiking) steps (0 = never)"),
+    ARG("-sz", ARG_FLOAT, spike_z, 0, "skip a step whose loss is Z std devs above the last -sw steps (0 = off)"),
+    ARG("-sw", ARG_INT, spike_window, 0, "window of the loss-spike guard, in steps (max 192)"),
     ARG("-fi", ARG_STRING, fault, 0, "tests only: inject a fault KIND@STEP[:RANK] (llmc/faults.h)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
@@ -132,6 +138,9 @@ static void args_defaults(TrainArgs* a) {
     a->dp_shard = 0;
     a->seed = 1337;
     a->shuffle = 1;
+    a->max_skips = 10;
+    a->spike_z = 0.0f;
+    a->spike_window = 50;
     a->fault = "";
     a->recompute = 1;
     a->master_weights = 1;
@@ -223,6 +232,9 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_int("-z", a->zero_stage, 0, 2);
     require_int("-ds", a->dp_shard, 0, 1 << 20);
     require_int("-sf", a->shuffle, 0, 1);
+    require_int("-sk", a->max_skips, 0, big);
+    require_float("-sz", a->spike_z, 0.0f, 1e6f);
+    require_int("-sw", a->spike_window, 2, 192);
     require_int("-V", a->vocab_size, 0, 65536);
     require_int("-sl", a->max_seq_len, 1, 1 << 20);
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {

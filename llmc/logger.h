@@ -1,5 +1,6 @@
 // main.log in the log directory, written by rank 0 only: one line per event,
-// "s:STEP trl:LOSS lr:LR norm:NORM" for a training step and "s:STEP tel:LOSS" for validation.
+// "s:STEP trl:LOSS lr:LR norm:NORM" for a training step (with " skip:WHY" when its update was
+// skipped) and "s:STEP tel:LOSS" for validation.
 #ifndef LLMC_LOGGER_H
 #define LLMC_LOGGER_H
 
@@ -43,6 +44,13 @@ static void logger_init(Logger* l, const char* log_dir, int rank, int resume_ste
 static void logger_log_train(Logger* l, int step, float loss, float lr, float norm) {
     if (!l->file) { return; }
     fprintf(l->file, "s:%d trl:%.6f lr:%e norm:%f\n", step, loss, lr, norm);
+    fflush(l->file);
+}
+
+// A step whose update was skipped (llmc/step_guard.h): its line ends with skip:nonfinite|spike.
+static void logger_log_skip(Logger* l, int step, float loss, float lr, float norm, int spike) {
+    if (!l->file) { return; }
+    fprintf(l->file, "s:%d trl:%.6f lr:%e norm:%f skip:%s\n", step, loss, lr, norm, spike ? "spike" : "nonfinite");
     fflush(l->file);
 }
 
