@@ -11,13 +11,17 @@ LLMC_HEADERS := $(wildcard llmc/*.h)
 
 .PHONY: all deps data-kjv quickstart test clean
 
-all: train_gpt2cpu test_gpt2cpu
+all: train_gpt2cpu test_gpt2cpu ckpt_tool
 
 train_gpt2cpu: train_gpt2.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) -o $@ train_gpt2.c $(LDLIBS)
 
 test_gpt2cpu: test_gpt2.c train_gpt2.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) -o $@ test_gpt2.c $(LDLIBS)
+
+# prints, verifies and exports checkpoints (docs/checkpoints.md)
+ckpt_tool: dev/ckpt_tool.c $(LLMC_HEADERS)
+	$(CC) $(CFLAGS) -I. -o $@ dev/ckpt_tool.c $(LDLIBS)
 
 deps:
 	@bash dev/install_deps.sh
@@ -43,7 +47,7 @@ test: deps
 -include dev/fuzz/fuzz.mk
 
 clean:
-	rm -rf build train_gpt2cpu test_gpt2cpu train_gpt2 test_gpt2 train_gpt2emu test_gpt2emu
+	rm -rf build train_gpt2cpu test_gpt2cpu ckpt_tool train_gpt2 test_gpt2 train_gpt2emu test_gpt2emu
 
 # `make` also builds the GPU trainer where nvcc is installed.
 ifneq ($(shell command -v $(NVCC) 2>/dev/null),)

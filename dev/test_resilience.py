@@ -20,7 +20,12 @@ non-zero on any mismatch:
              run: the update is skipped on both ranks (weights and optimizer shards byte-equal
              before and after), logged as skip, training goes on; -sk 1 stops with an error; the
              spike guard (-sz) skips a loss 100x too large
+  layout     a 2-rank ZeRO-1 checkpoint resumed on 1 rank ZeRO 0 (-b 8) and on 4 ranks ZeRO 2 -ds 2:
+             losses within 1e-5 of the uninterrupted run on that layout (and of the run that wrote
+             it), final weights within 2e-5; the same layout bit-identical; another -d refused;
+             dev/ckpt_tool info, verify (a flipped byte named) and export
 """
+import array
 import os
 import re
 import shutil
@@ -310,6 +315,68 @@ def nonfinite():
            f"weights {'unchanged' if same_w else 'CHANGED'} by step 7")
 
 
+def max_abs_diff(path_a, path_b):
+    a, b = array.array("f"), array.array("f")
+    a.frombytes(open(path_a, "rb").read()[1024:])
+    b.frombytes(open(path_b, "rb").read()[1024:])
+    return max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) else float("inf")
+
+
+def layout():
+    steps, at = 8, 4
+    args = COMMON + ["-x", str(steps)]
+    src = fresh("build/res/layout_src")
+    run_ok(2, args + ["-z", "1", "-n", str(at), "-o", src])
+    written = losses(src)
+    # (ranks, flags) of the resumed run; each is compared with the same layout run uninterrupted
+    targets = [(1, ["-z", "0", "-b", "8"]), (4, ["-z", "2", "-ds", "2"]), (2, ["-z", "1"])]
+    for n, flags in targets:
+        tag = f"{n}r_" + "_".join(f.strip("-") for f in flags)
+        full = fresh(f"build/res/layout_full_{tag}")
+        run_ok(n, args + flags + ["-o", full])
+        same_layout = n == 2 and flags == ["-z", "1"]
+        ref = losses(full)
+        d = f"build/res/layout_{tag}"
+        copy_checkpoints(src, d, [at])
+        r = run(n, args + flags + ["-y", "1", "-o", d])
+        got = losses(d) if r.returncode == 0 else {}
+        ok_run = r.returncode == 0 and f"resumed from step {at}" in r.stdout and \
+            sorted(got) == list(range(at + 1, steps + 1))
+        err_new = max((abs(got[k] - ref[k]) for k in got), default=float("inf"))
+        err_old = max((abs(got[k] - written[k]) for k in got), default=float("inf"))
+        tol, wtol = (0.0, 0.0) if same_layout else (1e-5, 2e-5)
+        w_err = max_abs_diff(f"{d}/model_final.bin", f"{full}/model_final.bin") if ok_run else float("inf")
+        report(ok_run and err_new <= tol and err_old <= max(tol, 1e-5) and w_err <= wtol,
+               f"2-rank ZeRO-1 checkpoint at step {at} resumed on {n} rank{'s' if n > 1 else ''} "
+               f"{' '.join(flags)}: steps {at + 1}..{steps} max |loss - uninterrupted run on that layout| = "
+               f"{err_new:.1e}, vs the 2-rank run that wrote it {err_old:.1e} (tol {tol:.0e}); final weights "
+               f"max |diff| {w_err:.1e} (tol {wtol:.0e})"
+               + ("" if r.returncode == 0 else f" (exit {r.returncode}: {r.stderr.strip()[-300:]})"))
+    # dev/ckpt_tool: info, verify (a flipped byte named, exit 1), export
+    tool = "./ckpt_tool"
+    info = subprocess.run([tool, "info", src, str(at)], capture_output=True, text=True)
+    d = "build/res/layout_tool"
+    copy_checkpoints(src, d, [at])
+    data = bytearray(open(f"{d}/state_{at:08d}_00001.bin", "rb").read())
+    data[5000] ^= 1
+    open(f"{d}/state_{at:08d}_00001.bin", "wb").write(bytes(data))
+    good = subprocess.run([tool, "verify", src], capture_output=True, text=True)
+    bad = subprocess.run([tool, "verify", d], capture_output=True, text=True)
+    exp = subprocess.run([tool, "export", src, str(steps), "build/res/layout_export.bin"], capture_output=True, text=True)
+    same = exp.returncode == 0 and payload("build/res/layout_export.bin") == payload(f"{src}/model_{steps:08d}.bin")
+    report(info.returncode == 0 and "written by: 2 ranks, dp_shard 2, ZeRO 1, -b 2 -t 32 -d 256" in info.stdout
+           and good.returncode == 0 and bad.returncode == 1 and f"state_{at:08d}_00001.bin: checksum mismatch"
+           in bad.stdout and same,
+           f"ckpt_tool: info names the layout, verify exits {good.returncode} on the good dir and {bad.returncode} "
+           f"naming the flipped state file, export {'equals' if same else 'DIFFERS from'} the model file")
+    d = "build/res/layout_bad_d"
+    copy_checkpoints(src, d, [at])
+    r = run(1, args + ["-d", "512", "-y", "1", "-o", d])
+    err = r.stderr.strip()
+    report(r.returncode != 0 and "a resume needs the same sequence length and tokens per step" in err
+           and len(err.splitlines()) == 1, f"a different -d is refused: exit {r.returncode}, '{err[:170]}'")
+
+
 def lifecycle():
     args = COMMON + ["-k", "constant", "-n", "2"]
     for what, d in (("missing", "build/res/life_missing"), ("empty", "build/res/life_empty")):
@@ -340,5 +407,5 @@ def lifecycle():
 
 if __name__ == "__main__":
     os.makedirs("build/res", exist_ok=True)
-    {"corrupt": corrupt, "kill9": kill9, "lifecycle": lifecycle, "preempt": preempt, "nonfinite": nonfinite}[sys.argv[1]]()
+    {"corrupt": corrupt, "kill9": kill9, "lifecycle": lifecycle, "preempt": preempt, "nonfinite": nonfinite, "layout": layout}[sys.argv[1]]()
     sys.exit(1 if failures else 0)

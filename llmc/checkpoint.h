@@ -5,7 +5,8 @@
 // checkpoint with its size and (the model file) its CRC-32C, then a CRC-32C of the manifest
 // itself. Every file goes to a temporary name, is fsync'ed and renamed, so a checkpoint is
 // complete and verifiable the moment DONE_S exists, and a crash at any moment never leaves one
-// that verifies but is incomplete. See docs/checkpoints.md.
+// that verifies but is incomplete. A checkpoint resumes on any world size, -ds, -z and -b with
+// the same -t and -d (the optimizer shards are re-cut). See docs/checkpoints.md.
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
@@ -167,28 +168,111 @@ typedef struct {
     const GPT2Config* config; // the model (shapes the shard layouts)
 } StateTarget;
 
-static void state_fail_layout(const char* path, const TrainState* s, const StateTarget* t) {
-    fail("%s: written by rank %d of %d, dp_shard %d, ZeRO %d; this run is rank %d of %d, dp_shard %d, ZeRO %d", path,
-         s->rank, s->world, s->dp_shard, s->zero_stage, t->rank, t->world, t->dp_shard, t->zero_stage);
+// The files of a checkpoint written on another layout, opened as needed: shard s of the old
+// layout is old rank s's file (replica 0); a ZeRO-0 checkpoint holds everything in rank 0's.
+typedef struct {
+    const char* dir;
+    int step;
+    TrainState old;       // rank 0's header: the old layout
+    ShardLayout layout;   // the old shard layout (ZeRO 1, 2)
+    FILE** files;         // per old shard
+    int read_master;
+} OldShards;
+
+// Reads elements [e0, e0 + n) of unit u (or, for a ZeRO-0 checkpoint, of the flat parameters
+// from unit u's offset) into m, v (and master).
+static void old_shards_read(OldShards* o, const ShardUnit* unit, int u, size_t e0, size_t n, float* m, float* v,
+                            float* master) {
+    while (n > 0) {
+        int s = 0;
+        size_t pos = unit->offset + e0, take = n;
+        if (o->old.zero_stage != 0) {
+            const ShardUnit* ou = &o->layout.units[u];
+            s = (int)(e0 / ou->slice);
+            size_t within = e0 - (size_t)s * ou->slice;
+            pos = ou->shard_offset + within;
+            if (take > ou->slice - within) { take = ou->slice - within; }
+        }
+        char path[4096];
+        checkpoint_path(path, sizeof(path), o->dir, "state", o->step, s);
+        if (o->files[s] == NULL) { o->files[s] = fopen_check(path, "rb"); }
+        FILE* f = o->files[s];
+        float* dst[3] = {m, v, master};
+        static const char* what[3] = {"m", "v", "master weights"};
+        for (int a = 0; a < (o->read_master ? 3 : 2); a++) {
+            long at = 1024 + (long)(((uint64_t)a * o->old.owned + pos) * sizeof(float));
+            if (fseek(f, at, SEEK_SET) != 0) { fail("%s: seek to %ld failed", path, at); }
+            fread_check(dst[a], sizeof(float), take, f, path, what[a]);
+            dst[a] += take;
+        }
+        m = dst[0]; v = dst[1]; master = dst[2];
+        e0 += take;
+        n -= take;
+    }
+}
+
+// Re-cuts the optimizer state of a checkpoint written with another world size, -ds or -z for
+// this rank: for every unit, the elements this rank owns (all of them in ZeRO 0), read from the
+// old shard that holds each piece. Padding elements stay 0.
+static void state_load_resharded(const char* dir, int step, const StateTarget* t, const TrainState* old, float* m,
+                                 float* v, float* master) {
+    OldShards o;
+    o.dir = dir;
+    o.step = step;
+    o.old = *old;
+    o.read_master = old->has_master && t->has_master && master != NULL;
+    int old_files = old->zero_stage == 0 ? 1 : old->dp_shard;
+    o.files = (FILE**)calloc_check(old_files, sizeof(FILE*));
+    shard_layout_init(&o.layout, t->config, old->zero_stage == 0 ? 1 : old->dp_shard);
+    ShardLayout now;
+    shard_layout_init(&now, t->config, t->zero_stage == 0 ? 1 : t->dp_shard);
+    int shard_idx = t->rank % t->dp_shard;
+    memset(m, 0, t->owned * sizeof(float));
+    memset(v, 0, t->owned * sizeof(float));
+    if (o.read_master && master) { memset(master, 0, t->owned * sizeof(float)); }
+    for (int u = 0; u < now.num_units; u++) {
+        const ShardUnit* unit = &now.units[u];
+        size_t first = 0, count = unit->size, dst = unit->offset;
+        if (t->zero_stage != 0) {
+            count = unit_owned(unit, shard_idx, &first);
+            dst = unit->shard_offset;
+        }
+        if (count == 0) { continue; }
+        old_shards_read(&o, unit, u, first, count, m + dst, v + dst, o.read_master ? master + dst : NULL);
+    }
+    for (int s = 0; s < old_files; s++) {
+        if (o.files[s]) { fclose(o.files[s]); }
+    }
+    free(o.files);
+    shard_layout_free(&o.layout);
+    shard_layout_free(&now);
 }
 
 // Loads this rank's optimizer state and the run position of checkpoint `step` (already verified
-// by checkpoint_select). out->has_master says whether master receives fp32 master weights.
+// by checkpoint_select). The same world size, -ds and -z read this rank's own file (exact); any
+// other layout with the same -t and -d re-cuts the old shards (state_load_resharded).
+// out->has_master says whether master received fp32 master weights.
 static void state_load(const char* dir, int step, const StateTarget* t, TrainState* out, float* m, float* v,
                        float* master) {
     char path[4096], why[4096 + 256];
-    checkpoint_path(path, sizeof(path), dir, "state", step, t->rank);
+    checkpoint_path(path, sizeof(path), dir, "state", step, 0);
     int header[STATE_HEADER_INTS];
     FILE* f = fopen_check(path, "rb");
     if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
+    fclose(f);
     if (out->T != t->T || out->total_batch != t->total_batch) {
         fail("%s: written with -t %d -d %d; a resume needs the same sequence length and tokens per step (this run: "
              "-t %d -d %d)", path, out->T, out->total_batch, t->T, t->total_batch);
     }
-    if (out->world != t->world || out->dp_shard != t->dp_shard || out->zero_stage != t->zero_stage ||
-        out->B != t->B) {
-        state_fail_layout(path, out, t);
+    int same = out->world == t->world && out->dp_shard == t->dp_shard && out->zero_stage == t->zero_stage;
+    if (!same) {
+        state_load_resharded(dir, step, t, out, m, v, master);
+        out->has_master = out->has_master && t->has_master;
+        return;
     }
+    checkpoint_path(path, sizeof(path), dir, "state", step, t->rank);
+    f = fopen_check(path, "rb");
+    if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
     if (out->owned != t->owned) {
         fail("%s: holds %llu optimizer elements, this run %llu", path, (unsigned long long)out->owned,
              (unsigned long long)t->owned);
