@@ -24,6 +24,8 @@ non-zero on any mismatch:
              losses within 1e-5 of the uninterrupted run on that layout (and of the run that wrote
              it), final weights within 2e-5; the same layout bit-identical; another -d refused;
              dev/ckpt_tool info, verify (a flipped byte named) and export
+  failed_rank  rank 1 of 2 killed (-fi die) or hung (-fi hang, -wt 3) at step 4: the job ends
+             within 60 s, non-zero, with a line naming step 4 (FAILED_TRAINER: another binary)
 """
 import array
 import os
@@ -377,6 +379,24 @@ def layout():
            and len(err.splitlines()) == 1, f"a different -d is refused: exit {r.returncode}, '{err[:170]}'")
 
 
+def failed_rank():
+    trainer = os.environ.get("FAILED_TRAINER", TRAINER)
+    tag = os.path.basename(trainer)
+    for fault, extra, want in (("die@4:1", [], r"step 4"),
+                               ("hang@4:1", ["-wt", "3"], r"error: rank 0: step 4: no answer from the other ranks "
+                                                          r"within 3 s")):
+        t0 = time.time()
+        r = subprocess.run(MPIRUN + ["-np", "2", trainer] + COMMON + ["-x", "200", "-fi", fault] + extra,
+                           capture_output=True, text=True, env=ENV, timeout=120)
+        took = time.time() - t0
+        text = r.stdout + r.stderr
+        named = re.search(want, text)
+        lines = [l for l in text.splitlines() if "step 4" in l and ("rank 0" in l or "error" in l)]
+        report(r.returncode != 0 and named and took < 60,
+               f"{tag}: rank 1 {'killed' if fault.startswith('die') else 'hung'} at step 4: the job ended in "
+               f"{took:.1f} s (limit 60), exit {r.returncode}: {lines[:1]}")
+
+
 def lifecycle():
     args = COMMON + ["-k", "constant", "-n", "2"]
     for what, d in (("missing", "build/res/life_missing"), ("empty", "build/res/life_empty")):
@@ -407,5 +427,5 @@ def lifecycle():
 
 if __name__ == "__main__":
     os.makedirs("build/res", exist_ok=True)
-    {"corrupt": corrupt, "kill9": kill9, "lifecycle": lifecycle, "preempt": preempt, "nonfinite": nonfinite, "layout": layout}[sys.argv[1]]()
+    {"corrupt": corrupt, "kill9": kill9, "lifecycle": lifecycle, "preempt": preempt, "nonfinite": nonfinite, "layout": layout, "failed_rank": failed_rank}[sys.argv[1]]()
     sys.exit(1 if failures else 0)

@@ -42,6 +42,7 @@ typedef struct {
     int max_skips;             // -sk (0 = never stop)
     float spike_z;             // -sz (0 = off)
     int spike_window;          // -sw
+    float peer_wait;           // -wt (0 = wait forever)
     const char* fault;         // -fi (tests only)
     // GPU trainer only
     int recompute;             // -r
@@ -96,6 +97,7 @@ static const ArgSpec arg_specs[] = {
     ARG("-sk", ARG_INT, max_skips, 0, "stop after N consecutive skipped (non-finite or spiking) steps (0 = never)"),
     ARG("-sz", ARG_FLOAT, spike_z, 0, "skip a step whose loss is Z std devs above the last -sw steps (0 = off)"),
     ARG("-sw", ARG_INT, spike_window, 0, "window of the loss-spike guard, in steps (max 192)"),
+    ARG("-wt", ARG_FLOAT, peer_wait, 0, "seconds to wait for the other ranks in a collective, then stop (0 = forever)"),
     ARG("-fi", ARG_STRING, fault, 0, "tests only: inject a fault KIND@STEP[:RANK] (llmc/faults.h)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
@@ -141,6 +143,7 @@ static void args_defaults(TrainArgs* a) {
     a->max_skips = 10;
     a->spike_z = 0.0f;
     a->spike_window = 50;
+    a->peer_wait = 45.0f;
     a->fault = "";
     a->recompute = 1;
     a->master_weights = 1;
@@ -235,6 +238,7 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_int("-sk", a->max_skips, 0, big);
     require_float("-sz", a->spike_z, 0.0f, 1e6f);
     require_int("-sw", a->spike_window, 2, 192);
+    require_float("-wt", a->peer_wait, 0.0f, 1e7f);
     require_int("-V", a->vocab_size, 0, 65536);
     require_int("-sl", a->max_seq_len, 1, 1 << 20);
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {

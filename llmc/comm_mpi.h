@@ -1,12 +1,14 @@
 // Collectives on host fp32 buffers over MPI, used by the CPU trainer: ring reduce-scatter,
 // ring all-gather and all-reduce (= reduce-scatter then all-gather) built from MPI_Sendrecv,
 // so the summation order is fixed (runs are reproducible) and every byte handed to MPI is
-// counted in comm_bytes_sent (the figure the tests compare with mesh.h's closed forms).
+// counted in comm_bytes_sent (the figure the tests compare with mesh.h's closed forms). Every
+// exchange is watched (llmc/watchdog.h) and its MPI errors end the job naming the step.
 #ifndef LLMC_COMM_MPI_H
 #define LLMC_COMM_MPI_H
 
 #include <mpi.h>
 #include "utils.h"
+#include "watchdog.h"
 
 typedef struct {
     MPI_Comm comm;
@@ -27,7 +29,16 @@ static void ring_exchange(CommGroup* g, const float* send, float* recv, size_t c
     const size_t max_chunk = (size_t)1 << 28;
     for (size_t done = 0; done < count; done += max_chunk) {
         int n = (int)(count - done < max_chunk ? count - done : max_chunk);
-        MPI_Sendrecv(send + done, n, MPI_FLOAT, right, 7, recv + done, n, MPI_FLOAT, left, 7, g->comm, MPI_STATUS_IGNORE);
+        watchdog_arm("a ring exchange");
+        int rc = MPI_Sendrecv(send + done, n, MPI_FLOAT, right, 7, recv + done, n, MPI_FLOAT, left, 7, g->comm,
+                              MPI_STATUS_IGNORE);
+        watchdog_disarm();
+        if (rc != MPI_SUCCESS) {
+            char msg[MPI_MAX_ERROR_STRING];
+            int len = 0;
+            MPI_Error_string(rc, msg, &len);
+            fail("step %d: MPI error in a ring exchange (%s): a peer has died?", (int)preempt_step, msg);
+        }
     }
     comm_bytes_sent += count * sizeof(float);
 }
