@@ -62,10 +62,14 @@ static void watchdog_arm(const char* what) {
                      __ATOMIC_RELEASE);
 }
 
-static void watchdog_disarm(void) {
+// After a completed wait; end_grace: it was the wait the grace was for (a ring exchange, a host
+// wait on the device), not an NCCL call that only enqueues on a real GPU.
+static void watchdog_disarm_after(int end_grace) {
     if (watchdog_timeout_s <= 0.0) { return; }
     __atomic_store_n(&watchdog_deadline_ms, (int64_t)0, __ATOMIC_RELEASE);
-    watchdog_grace_next = 0;
+    if (end_grace) { watchdog_grace_next = 0; }
 }
+
+static void watchdog_disarm(void) { watchdog_disarm_after(1); }
 
 #endif
