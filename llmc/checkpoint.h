@@ -159,6 +159,45 @@ static int state_check_file(const char* path, TrainState* s, char* why, size_t w
     return ok;
 }
 
+// Reads one state file written by exactly the layout of `expect` (rank, world, dp_shard, ZeRO
+// stage, -b -t -d, element count, master weights) into out and m, v (and master), checking both
+// CRCs; any mismatch ends the run naming the file. (Resuming uses state_load, which accepts
+// other layouts; this strict reader serves tools and the fuzz harness.)
+static void state_read(const char* path, const TrainState* expect, TrainState* out, float* m, float* v,
+                       float* master) {
+    char why[4096 + 256];
+    int header[STATE_HEADER_INTS];
+    FILE* f = fopen_check(path, "rb");
+    if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
+    if (out->rank != expect->rank || out->world != expect->world || out->dp_shard != expect->dp_shard ||
+        out->zero_stage != expect->zero_stage) {
+        fail("%s: written by rank %d of %d, dp_shard %d, ZeRO %d; expected rank %d of %d, dp_shard %d, ZeRO %d", path,
+             out->rank, out->world, out->dp_shard, out->zero_stage, expect->rank, expect->world, expect->dp_shard,
+             expect->zero_stage);
+    }
+    if (out->B != expect->B || out->T != expect->T || out->total_batch != expect->total_batch) {
+        fail("%s: written with -b %d -t %d -d %d; expected -b %d -t %d -d %d", path, out->B, out->T, out->total_batch,
+             expect->B, expect->T, expect->total_batch);
+    }
+    if (out->owned != expect->owned || out->has_master != expect->has_master) {
+        fail("%s: holds %llu optimizer elements (master weights %d), expected %llu (%d)", path,
+             (unsigned long long)out->owned, out->has_master, (unsigned long long)expect->owned, expect->has_master);
+    }
+    fseek(f, 1024, SEEK_SET);
+    fread_check(m, sizeof(float), out->owned, f, path, "m");
+    fread_check(v, sizeof(float), out->owned, f, path, "v");
+    uint32_t crc = crc32c_update(0, m, out->owned * sizeof(float));
+    crc = crc32c_update(crc, v, out->owned * sizeof(float));
+    if (out->has_master) {
+        fread_check(master, sizeof(float), out->owned, f, path, "master weights");
+        crc = crc32c_update(crc, master, out->owned * sizeof(float));
+    }
+    fclose(f);
+    if (crc != (uint32_t)header[20]) {
+        fail("%s: checksum mismatch (stored %08x, computed %08x)", path, (uint32_t)header[20], crc);
+    }
+}
+
 // What a resuming rank has: its place in the mesh and the shape of its optimizer state.
 typedef struct {
     int rank, world, dp_shard, zero_stage;
