@@ -20,7 +20,7 @@ LLMC_HEADERS := $(wildcard llmc/*.h)
 
 .PHONY: all deps data-kjv quickstart quickstart-run test clean
 
-all: train_gpt2cpu test_gpt2cpu
+all: train_gpt2cpu test_gpt2cpu ckpt_tool
 
 # A stamp per MPI flavour: installing Open MPI later rebuilds the CPU binaries.
 build/cpu/mpi_$(CPU_MPI):
@@ -40,6 +40,10 @@ test_gpt2cpu: test_gpt2.c train_gpt2.c $(LLMC_HEADERS) build/cpu/mpi_$(CPU_MPI)
 build/cpu/train_gpt2cpu_single: train_gpt2.c $(LLMC_HEADERS)
 	@mkdir -p build/cpu
 	cc $(CFLAGS) -DNO_MPI -o $@ train_gpt2.c $(LDLIBS)
+
+# prints, verifies and exports checkpoints (docs/checkpoints.md)
+ckpt_tool: dev/ckpt_tool.c $(LLMC_HEADERS)
+	$(CC) $(CFLAGS) -I. -o $@ dev/ckpt_tool.c $(LDLIBS)
 
 deps:
 	@bash dev/install_deps.sh
@@ -68,7 +72,7 @@ test: deps
 -include dev/fuzz/fuzz.mk
 
 clean:
-	rm -rf build train_gpt2cpu test_gpt2cpu train_gpt2 test_gpt2 train_gpt2emu test_gpt2emu
+	rm -rf build train_gpt2cpu test_gpt2cpu ckpt_tool train_gpt2 test_gpt2 train_gpt2emu test_gpt2emu
 
 # `make` also builds the GPU trainer where nvcc is installed (it needs Open MPI too).
 ifneq ($(shell command -v $(NVCC) 2>/dev/null),)

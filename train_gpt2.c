@@ -713,9 +713,13 @@ static void cpu_update(void* ctx, const AdamWConfig* h, float grad_scale, int t)
     dp_optimizer_step(&cpu_of(ctx)->dp, &cpu_of(ctx)->model, h, grad_scale, t);
 }
 
-static float cpu_step_loss(void* ctx) {
+// The loss and the preemption votes in one ring all-reduce (the bytes of the loss alone).
+static float cpu_agree(void* ctx, float loss_factor, float vote, float* votes) {
     CpuTrainer* c = cpu_of(ctx);
-    return all_reduce_sum_scalar(&c->dp.world, (float)(c->loss_sum / c->micro_steps)) / c->dp.mesh.world;
+    float agreed[2] = {(float)(c->loss_sum / c->micro_steps) * loss_factor, vote};
+    all_reduce_sum_small(&c->dp.world, agreed, 2);
+    *votes = agreed[1];
+    return agreed[0] / c->dp.mesh.world;
 }
 
 // Mean loss over the val batches, all-reduced over every rank.
@@ -738,22 +742,24 @@ static void cpu_next_logits(void* ctx, const int* context, int len, float* logit
            (size_t)m->config.vocab_size * sizeof(float));
 }
 
-static void cpu_write_model(void* ctx, const char* path) {
+static void cpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     GPT2* m = &cpu_of(ctx)->model;
-    gpt2_write_model(path, &m->config, m->params_memory, MODEL_VERSION_FP32);
+    gpt2_write_model_crc(path, &m->config, m->params_memory, MODEL_VERSION_FP32, crc);
 }
 
 static void cpu_write_state(void* ctx, const char* path, const TrainState* s) {
     state_write(path, s, cpu_of(ctx)->dp.opt_m, cpu_of(ctx)->dp.opt_v, NULL);
 }
 
-static void cpu_read_state(void* ctx, const char* path, const TrainState* expect, TrainState* got) {
-    state_read(path, expect, got, cpu_of(ctx)->dp.opt_m, cpu_of(ctx)->dp.opt_v, NULL);
+static void cpu_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
+    state_load(dir, step, target, got, cpu_of(ctx)->dp.opt_m, cpu_of(ctx)->dp.opt_v, NULL);
 }
 
 static void cpu_barrier(void* ctx) {
     (void)ctx;
+    watchdog_arm("the checkpoint barrier");
     MPI_Barrier(MPI_COMM_WORLD);
+    watchdog_disarm();
 }
 
 static size_t cpu_comm_bytes_sent(void* ctx) {
@@ -762,7 +768,7 @@ static size_t cpu_comm_bytes_sent(void* ctx) {
 }
 
 static const TrainerOps cpu_trainer_ops = {cpu_begin_step, cpu_micro_step, cpu_reduce_gradients, cpu_update,
-                                           cpu_step_loss, cpu_evaluate, cpu_next_logits, cpu_write_model,
+                                           cpu_agree, cpu_evaluate, cpu_next_logits, cpu_write_model,
                                            cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent};
 
 static void mpi_abort_all(void) {
@@ -779,6 +785,7 @@ int main(int argc, char** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (world > 1) { fail_rank = rank; }
     fail_abort_all = mpi_abort_all;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN); // ring_exchange reports errors with the step
 
     TrainArgs args;
     args_parse(&args, argc, argv, 0);

@@ -247,8 +247,9 @@ static void gpt2_forward_device(GPT2* m, const int* inputs, const int* targets, 
     matmul_forward(a->logits, a->lnf, p[WTE], NULL, BT, C, Vp);
     m->dlogits_ready = 0;
     if (!targets) { return; }
-    fused_classifier(a->logits, a->losses, a->targets, dloss / (float)BT, dloss > 0.0f, BT, V, Vp);
-    m->dlogits_ready = dloss > 0.0f;
+    int training = !(dloss <= 0.0f); // a NaN dloss (fault injection, -fi nan) is a training forward too
+    fused_classifier(a->logits, a->losses, a->targets, dloss / (float)BT, training, BT, V, Vp);
+    m->dlogits_ready = training;
 }
 
 // gpt2_forward_device, then (with targets) the mean loss on the host; without targets, -1.
@@ -625,7 +626,22 @@ static void gpu_update(void* ctx, const AdamWConfig* h, float grad_scale, int t)
     dp_optimizer_step(&g->dp, &g->model, &g->opt, h, grad_scale, t, g->seed);
 }
 
-static float gpu_step_loss(void* ctx) { return dp_mean_over_world(&((GpuTrainer*)ctx)->dp, "the step's loss"); }
+// The loss (slot 0 of dp.loss, times loss_factor) and the preemption vote (slot 1) in the one
+// all-reduce of the loss slots.
+static float gpu_agree(void* ctx, float loss_factor, float vote, float* votes) {
+    DataParallel* dp = &((GpuTrainer*)ctx)->dp;
+    static float host_vote; // outlives the asynchronous copy
+    host_vote = vote;
+    if (loss_factor != 1.0f) { scale(dp->loss, 1, loss_factor, 0); }
+    if (dp->mesh.world > 1) {
+        cudaCheck(cudaMemcpyAsync(dp->loss + 1, &host_vote, sizeof(float), cudaMemcpyHostToDevice, 0));
+    }
+    float mean = dp_mean_over_world(dp, "the step's loss");
+    float got[2] = {0.0f, vote};
+    if (dp->mesh.world > 1) { cudaCheck(cudaMemcpy(got, dp->loss, 2 * sizeof(float), cudaMemcpyDeviceToHost)); }
+    *votes = got[1];
+    return mean;
+}
 
 // Mean loss over the val batches, all-reduced over every rank (summed on the device).
 static float gpu_evaluate(void* ctx, DataLoader* val, int batches) {
@@ -649,11 +665,12 @@ static void gpu_next_logits(void* ctx, const int* context, int len, float* logit
 }
 
 // The model file: v5 (bf16) in BF16, v3 (fp32) in FP32.
-static void gpu_write_model(void* ctx, const char* path) {
+static void gpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     GPT2* m = &((GpuTrainer*)ctx)->model;
     float* params = (float*)malloc_check(m->num_parameters * sizeof(float));
     gpt2_download_params(m, params);
-    gpt2_write_model(path, &m->config, params, sizeof(floatX) == 4 ? MODEL_VERSION_FP32 : MODEL_VERSION_BF16);
+    gpt2_write_model_crc(path, &m->config, params, sizeof(floatX) == 4 ? MODEL_VERSION_FP32 : MODEL_VERSION_BF16,
+                         crc);
     free(params);
 }
 
@@ -669,14 +686,14 @@ static void gpu_write_state(void* ctx, const char* path, const TrainState* s) {
     free(host);
 }
 
-static void gpu_read_state(void* ctx, const char* path, const TrainState* expect, TrainState* got) {
+static void gpu_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
     Optimizer* o = &((GpuTrainer*)ctx)->opt;
     size_t n = o->n;
     float* host = (float*)malloc_check(3 * n * sizeof(float));
-    state_read(path, expect, got, host, host + n, host + 2 * n);
+    state_load(dir, step, target, got, host, host + n, host + 2 * n);
     cudaCheck(cudaMemcpy(o->m, host, n * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(o->v, host + n, n * sizeof(float), cudaMemcpyHostToDevice));
-    if (o->master) { cudaCheck(cudaMemcpy(o->master, host + 2 * n, n * sizeof(float), cudaMemcpyHostToDevice)); }
+    if (o->master && got->has_master) { cudaCheck(cudaMemcpy(o->master, host + 2 * n, n * sizeof(float), cudaMemcpyHostToDevice)); }
     free(host);
 }
 
@@ -699,7 +716,7 @@ static size_t gpu_comm_bytes_sent(void* ctx) {
 #endif
 
 static const TrainerOps gpu_trainer_ops = {gpu_begin_step, gpu_micro_step, gpu_reduce_gradients, gpu_update,
-                                           gpu_step_loss, gpu_evaluate, gpu_next_logits, gpu_write_model,
+                                           gpu_agree, gpu_evaluate, gpu_next_logits, gpu_write_model,
                                            gpu_write_state, gpu_read_state, gpu_barrier, GPU_COMM_BYTES_SENT};
 
 #ifndef TESTING

@@ -33,11 +33,17 @@ typedef struct {
     int gen_tokens;            // -g
     int checkpoint_every;      // -n (0 = off)
     int resume;                // -y
+    int keep_checkpoints;      // -nk (0 = keep all)
     int overfit;               // -a
     int zero_stage;            // -z
     int dp_shard;              // -ds (0 = world)
     int seed;                  // -sd
     int shuffle;               // -sf
+    int max_skips;             // -sk (0 = never stop)
+    float spike_z;             // -sz (0 = off)
+    int spike_window;          // -sw
+    float peer_wait;           // -wt (0 = wait forever)
+    const char* fault;         // -fi (tests only)
     // GPU trainer only
     int recompute;             // -r
     int master_weights;        // -w
@@ -81,12 +87,18 @@ static const ArgSpec arg_specs[] = {
     ARG("-s", ARG_INT, sample_every, 0, "sample text every N steps (0 = off)"),
     ARG("-g", ARG_INT, gen_tokens, 0, "tokens to generate per sample"),
     ARG("-n", ARG_INT, checkpoint_every, 0, "checkpoint every N steps into the log dir (0 = off)"),
+    ARG("-nk", ARG_INT, keep_checkpoints, 0, "keep the K newest checkpoints, delete older ones (0 = keep all)"),
     ARG("-y", ARG_INT, resume, 0, "resume from the latest complete checkpoint in the log dir (0|1)"),
     ARG("-a", ARG_INT, overfit, 0, "overfit a single batch (0|1)"),
     ARG("-z", ARG_INT, zero_stage, 0, "ZeRO stage 0 | 1 | 2"),
     ARG("-ds", ARG_INT, dp_shard, 0, "shard group size dp_shard (0 = all ranks)"),
     ARG("-sd", ARG_INT, seed, 0, "seed for init, shuffling and sampling"),
     ARG("-sf", ARG_INT, shuffle, 0, "shuffle train shards and rows (0|1)"),
+    ARG("-sk", ARG_INT, max_skips, 0, "stop after N consecutive skipped (non-finite or spiking) steps (0 = never)"),
+    ARG("-sz", ARG_FLOAT, spike_z, 0, "skip a step whose loss is Z std devs above the last -sw steps (0 = off)"),
+    ARG("-sw", ARG_INT, spike_window, 0, "window of the loss-spike guard, in steps (max 192)"),
+    ARG("-wt", ARG_FLOAT, peer_wait, 0, "seconds to wait for the other ranks in a collective, then stop (0 = forever)"),
+    ARG("-fi", ARG_STRING, fault, 0, "tests only: inject a fault KIND@STEP[:RANK] (llmc/faults.h)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-pi", ARG_STRING, init_method, 1, "multi-process start-up: mpi | fs | tcp"),
@@ -122,11 +134,17 @@ static void args_defaults(TrainArgs* a) {
     a->gen_tokens = 64;
     a->checkpoint_every = 0;
     a->resume = 0;
+    a->keep_checkpoints = 0;
     a->overfit = 0;
     a->zero_stage = 0;
     a->dp_shard = 0;
     a->seed = 1337;
     a->shuffle = 1;
+    a->max_skips = 10;
+    a->spike_z = 0.0f;
+    a->spike_window = 50;
+    a->peer_wait = 45.0f;
+    a->fault = "";
     a->recompute = 1;
     a->master_weights = 1;
     a->init_method = "mpi";
@@ -212,10 +230,15 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_int("-g", a->gen_tokens, 1, 1 << 20);
     require_int("-n", a->checkpoint_every, 0, big);
     require_int("-y", a->resume, 0, 1);
+    require_int("-nk", a->keep_checkpoints, 0, big);
     require_int("-a", a->overfit, 0, 1);
     require_int("-z", a->zero_stage, 0, 2);
     require_int("-ds", a->dp_shard, 0, 1 << 20);
     require_int("-sf", a->shuffle, 0, 1);
+    require_int("-sk", a->max_skips, 0, big);
+    require_float("-sz", a->spike_z, 0.0f, 1e6f);
+    require_int("-sw", a->spike_window, 2, 192);
+    require_float("-wt", a->peer_wait, 0.0f, 1e7f);
     require_int("-V", a->vocab_size, 0, 65536);
     require_int("-sl", a->max_seq_len, 1, 1 << 20);
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {

@@ -1,27 +1,40 @@
 // Training-state checkpoints (our format, shared by both trainers). A checkpoint of step S in
 // the log dir is: model_S.bin (the model file), state_S_RANK.bin for every rank (its optimizer
-// shard and where training stands), and DONE_S, written last by rank 0 once every rank has
-// finished. Files go to temporary names and are renamed, so a crash never leaves a checkpoint
-// that looks complete. Resuming needs the same mesh, ZeRO stage and batch shape.
+// shard and where training stands, with a CRC-32C of its header and of its payload inside), and
+// DONE_S, the manifest, written last by rank 0 once every rank has finished: every file of the
+// checkpoint with its size and (the model file) its CRC-32C, then a CRC-32C of the manifest
+// itself. Every file goes to a temporary name, is fsync'ed and renamed, so a checkpoint is
+// complete and verifiable the moment DONE_S exists, and a crash at any moment never leaves one
+// that verifies but is incomplete. A checkpoint resumes on any world size, -ds, -z and -b with
+// the same -t and -d (the optimizer shards are re-cut). See docs/checkpoints.md.
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
 #include <dirent.h>
 #include <stdint.h>
 #include "utils.h"
+#include "crc32c.h"
+#include "mesh.h"
 
 #define STATE_MAGIC 20261122
-#define STATE_VERSION 1
+#define STATE_VERSION 2
+#define STATE_HEADER_INTS 256
+#define LOSS_HISTORY_MAX 192 // loss-spike guard window kept in the state header (slots 64..255)
+#define MANIFEST_TITLE "train_gpt2 checkpoint manifest v1"
 
 typedef struct {
     int rank, world, dp_shard, zero_stage;
     int B, T, total_batch;
-    int step;        // optimizer steps completed
+    int step;        // optimizer steps completed (the loop's step count, skipped ones included)
     int epoch, file_pos;
     long row_pos;    // data loader position
     uint64_t rng;    // sampling generator
     uint64_t owned;  // elements of m, v (and master weights) in this file
     int has_master;  // whether fp32 master weights follow m and v
+    int skipped;     // updates skipped so far (non-finite or spiking steps): AdamW's t = step - skipped
+    int consecutive_skips;
+    int loss_count;  // entries of loss_history (the spike guard's window, oldest first)
+    float loss_history[LOSS_HISTORY_MAX];
 } TrainState;
 
 static void checkpoint_path(char* out, size_t len, const char* dir, const char* kind, int step, int rank) {
@@ -29,83 +42,510 @@ static void checkpoint_path(char* out, size_t len, const char* dir, const char* 
     else { snprintf(out, len, "%s/%s_%08d%s", dir, kind, step, strcmp(kind, "DONE") ? ".bin" : ""); }
 }
 
+static long state_file_bytes(uint64_t owned, int has_master) { return 1024 + (long)(owned * 4 * (has_master ? 3 : 2)); }
+
+static void state_pack_header(int* h, const TrainState* s) {
+    memset(h, 0, STATE_HEADER_INTS * sizeof(int));
+    h[0] = STATE_MAGIC;
+    h[1] = STATE_VERSION;
+    h[2] = s->rank; h[3] = s->world; h[4] = s->dp_shard; h[5] = s->zero_stage;
+    h[6] = s->B; h[7] = s->T; h[8] = s->total_batch; h[9] = s->step;
+    h[10] = s->epoch; h[11] = s->file_pos;
+    int64_t row = s->row_pos;
+    memcpy(&h[12], &row, 8);
+    memcpy(&h[14], &s->rng, 8);
+    h[16] = s->has_master; h[17] = s->skipped;
+    memcpy(&h[18], &s->owned, 8);
+    h[22] = s->consecutive_skips;
+    h[23] = s->loss_count;
+    memcpy(&h[64], s->loss_history, LOSS_HISTORY_MAX * sizeof(float));
+}
+
+static void state_unpack_header(const int* h, TrainState* s) {
+    memset(s, 0, sizeof(*s));
+    s->rank = h[2]; s->world = h[3]; s->dp_shard = h[4]; s->zero_stage = h[5];
+    s->B = h[6]; s->T = h[7]; s->total_batch = h[8]; s->step = h[9];
+    s->epoch = h[10]; s->file_pos = h[11];
+    int64_t row;
+    memcpy(&row, &h[12], 8);
+    s->row_pos = (long)row;
+    memcpy(&s->rng, &h[14], 8);
+    s->has_master = h[16]; s->skipped = h[17];
+    memcpy(&s->owned, &h[18], 8);
+    s->consecutive_skips = h[22];
+    s->loss_count = h[23];
+    memcpy(s->loss_history, &h[64], LOSS_HISTORY_MAX * sizeof(float));
+}
+
+static uint32_t state_header_crc(const int* h) {
+    int copy[STATE_HEADER_INTS];
+    memcpy(copy, h, sizeof(copy));
+    copy[21] = 0;
+    return crc32c_update(0, copy, sizeof(copy));
+}
+
+static void fwrite_crc(const void* src, size_t bytes, FILE* f, const char* path, uint32_t* crc) {
+    fwrite_check(src, 1, bytes, f, path);
+    *crc = crc32c_update(*crc, src, bytes);
+}
+
+// Writes a state file: the header, then m, v (and master) while computing the payload's CRC,
+// then the header again with both CRCs (slot 20: payload, slot 21: header).
 static void state_write(const char* path, const TrainState* s, const float* m, const float* v, const float* master) {
-    int header[256] = {0};
-    header[0] = STATE_MAGIC;
-    header[1] = STATE_VERSION;
-    header[2] = s->rank; header[3] = s->world; header[4] = s->dp_shard; header[5] = s->zero_stage;
-    header[6] = s->B; header[7] = s->T; header[8] = s->total_batch; header[9] = s->step;
-    header[10] = s->epoch; header[11] = s->file_pos; header[16] = s->has_master;
-    memcpy(&header[12], &s->row_pos, sizeof(long) <= 8 ? sizeof(long) : 8);
-    memcpy(&header[14], &s->rng, 8);
-    memcpy(&header[18], &s->owned, 8);
+    int header[STATE_HEADER_INTS];
+    state_pack_header(header, s);
     char tmp[4096];
     FILE* f = fopen_tmp_for(path, tmp, sizeof(tmp));
-    fwrite_check(header, sizeof(int), 256, f, tmp);
-    fwrite_check(m, sizeof(float), s->owned, f, tmp);
-    fwrite_check(v, sizeof(float), s->owned, f, tmp);
-    if (s->has_master && master) { fwrite_check(master, sizeof(float), s->owned, f, tmp); }
+    fwrite_check(header, sizeof(int), STATE_HEADER_INTS, f, tmp);
+    uint32_t crc = 0;
+    fwrite_crc(m, s->owned * sizeof(float), f, tmp, &crc);
+    fwrite_crc(v, s->owned * sizeof(float), f, tmp, &crc);
+    if (s->has_master && master) { fwrite_crc(master, s->owned * sizeof(float), f, tmp, &crc); }
+    header[20] = (int)crc;
+    header[21] = (int)state_header_crc(header);
+    if (fseek(f, 0, SEEK_SET) != 0) { fail("%s: seek failed", tmp); }
+    fwrite_check(header, sizeof(int), STATE_HEADER_INTS, f, tmp);
     commit_tmp(f, tmp, path);
 }
 
-// Reads a state file written by the same mesh, stage and batch shape as `expect`; fills the
-// position fields of out and the arrays (master may be NULL when not kept).
-static void state_read(const char* path, const TrainState* expect, TrainState* out, float* m, float* v, float* master) {
+// Reads and checks a state file's header (magic, version, header CRC, size); fills s. Returns 1,
+// or 0 with the reason in why (no exit: callers decide).
+static int state_read_header(FILE* f, const char* path, TrainState* s, int* header, char* why, size_t why_len) {
+    long size = file_size_of(f);
+    fseek(f, 0, SEEK_SET);
+    if (size < 1024 || fread(header, sizeof(int), STATE_HEADER_INTS, f) != STATE_HEADER_INTS) {
+        snprintf(why, why_len, "%s: truncated (%ld bytes, the header alone is 1024)", path, size);
+        return 0;
+    }
+    if (header[0] != STATE_MAGIC) {
+        snprintf(why, why_len, "%s: bad magic %d in state file (expected %d)", path, header[0], STATE_MAGIC);
+        return 0;
+    }
+    if (header[1] != STATE_VERSION) {
+        snprintf(why, why_len, "%s: unsupported state version %d (expected %d)", path, header[1], STATE_VERSION);
+        return 0;
+    }
+    if ((uint32_t)header[21] != state_header_crc(header)) {
+        snprintf(why, why_len, "%s: header checksum mismatch (stored %08x, computed %08x)", path, (uint32_t)header[21],
+                 state_header_crc(header));
+        return 0;
+    }
+    state_unpack_header(header, s);
+    long expected = state_file_bytes(s->owned, s->has_master);
+    if (size != expected) {
+        snprintf(why, why_len, "%s: file size %ld, expected %ld (truncated or appended to)", path, size, expected);
+        return 0;
+    }
+    return 1;
+}
+
+// The whole check of one state file: header as above plus the payload's CRC.
+static int state_check_file(const char* path, TrainState* s, char* why, size_t why_len) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(why, why_len, "%s: missing", path);
+        return 0;
+    }
+    int header[STATE_HEADER_INTS];
+    int ok = state_read_header(f, path, s, header, why, why_len);
+    if (ok) {
+        uint32_t crc = crc32c_file_from(f, 1024, NULL);
+        if (crc != (uint32_t)header[20]) {
+            snprintf(why, why_len, "%s: checksum mismatch (stored %08x, computed %08x)", path, (uint32_t)header[20], crc);
+            ok = 0;
+        }
+    }
+    fclose(f);
+    return ok;
+}
+
+// Reads one state file written by exactly the layout of `expect` (rank, world, dp_shard, ZeRO
+// stage, -b -t -d, element count, master weights) into out and m, v (and master), checking both
+// CRCs; any mismatch ends the run naming the file. (Resuming uses state_load, which accepts
+// other layouts; this strict reader serves tools and the fuzz harness.)
+static void state_read(const char* path, const TrainState* expect, TrainState* out, float* m, float* v,
+                       float* master) {
+    char why[4096 + 256];
+    int header[STATE_HEADER_INTS];
     FILE* f = fopen_check(path, "rb");
-    int header[256];
-    fread_check(header, sizeof(int), 256, f, path, "state header");
-    if (header[0] != STATE_MAGIC) { fail("%s: bad magic %d in state file (expected %d)", path, header[0], STATE_MAGIC); }
-    if (header[1] != STATE_VERSION) { fail("%s: unsupported state version %d (expected %d)", path, header[1], STATE_VERSION); }
-    *out = *expect;
-    out->rank = header[2]; out->world = header[3]; out->dp_shard = header[4]; out->zero_stage = header[5];
-    out->B = header[6]; out->T = header[7]; out->total_batch = header[8]; out->step = header[9];
-    out->epoch = header[10]; out->file_pos = header[11]; out->has_master = header[16];
-    memcpy(&out->row_pos, &header[12], 8);
-    memcpy(&out->rng, &header[14], 8);
-    memcpy(&out->owned, &header[18], 8);
+    if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
     if (out->rank != expect->rank || out->world != expect->world || out->dp_shard != expect->dp_shard ||
         out->zero_stage != expect->zero_stage) {
-        fail("%s: written by rank %d of %d, dp_shard %d, ZeRO %d; this run is rank %d of %d, dp_shard %d, ZeRO %d",
-             path, out->rank, out->world, out->dp_shard, out->zero_stage, expect->rank, expect->world,
-             expect->dp_shard, expect->zero_stage);
+        fail("%s: written by rank %d of %d, dp_shard %d, ZeRO %d; expected rank %d of %d, dp_shard %d, ZeRO %d", path,
+             out->rank, out->world, out->dp_shard, out->zero_stage, expect->rank, expect->world, expect->dp_shard,
+             expect->zero_stage);
     }
     if (out->B != expect->B || out->T != expect->T || out->total_batch != expect->total_batch) {
-        fail("%s: written with -b %d -t %d -d %d; this run has -b %d -t %d -d %d", path, out->B, out->T,
-             out->total_batch, expect->B, expect->T, expect->total_batch);
+        fail("%s: written with -b %d -t %d -d %d; expected -b %d -t %d -d %d", path, out->B, out->T, out->total_batch,
+             expect->B, expect->T, expect->total_batch);
     }
     if (out->owned != expect->owned || out->has_master != expect->has_master) {
         fail("%s: holds %llu optimizer elements (master weights %d), expected %llu (%d)", path,
              (unsigned long long)out->owned, out->has_master, (unsigned long long)expect->owned, expect->has_master);
     }
-    long expected_size = 1024 + (long)(out->owned * 4 * (out->has_master ? 3 : 2));
-    if (file_size_of(f) != expected_size) { fail("%s: file size %ld, expected %ld", path, file_size_of(f), expected_size); }
+    fseek(f, 1024, SEEK_SET);
     fread_check(m, sizeof(float), out->owned, f, path, "m");
     fread_check(v, sizeof(float), out->owned, f, path, "v");
+    uint32_t crc = crc32c_update(0, m, out->owned * sizeof(float));
+    crc = crc32c_update(crc, v, out->owned * sizeof(float));
+    if (out->has_master) {
+        fread_check(master, sizeof(float), out->owned, f, path, "master weights");
+        crc = crc32c_update(crc, master, out->owned * sizeof(float));
+    }
+    fclose(f);
+    if (crc != (uint32_t)header[20]) {
+        fail("%s: checksum mismatch (stored %08x, computed %08x)", path, (uint32_t)header[20], crc);
+    }
+}
+
+// What a resuming rank has: its place in the mesh and the shape of its optimizer state.
+typedef struct {
+    int rank, world, dp_shard, zero_stage;
+    int B, T, total_batch;
+    uint64_t owned;
+    int has_master;
+    const GPT2Config* config; // the model (shapes the shard layouts)
+} StateTarget;
+
+// The files of a checkpoint written on another layout, opened as needed: shard s of the old
+// layout is old rank s's file (replica 0); a ZeRO-0 checkpoint holds everything in rank 0's.
+typedef struct {
+    const char* dir;
+    int step;
+    TrainState old;       // rank 0's header: the old layout
+    ShardLayout layout;   // the old shard layout (ZeRO 1, 2)
+    FILE** files;         // per old shard
+    int read_master;
+} OldShards;
+
+// Reads elements [e0, e0 + n) of unit u (or, for a ZeRO-0 checkpoint, of the flat parameters
+// from unit u's offset) into m, v (and master).
+static void old_shards_read(OldShards* o, const ShardUnit* unit, int u, size_t e0, size_t n, float* m, float* v,
+                            float* master) {
+    while (n > 0) {
+        int s = 0;
+        size_t pos = unit->offset + e0, take = n;
+        if (o->old.zero_stage != 0) {
+            const ShardUnit* ou = &o->layout.units[u];
+            s = (int)(e0 / ou->slice);
+            size_t within = e0 - (size_t)s * ou->slice;
+            pos = ou->shard_offset + within;
+            if (take > ou->slice - within) { take = ou->slice - within; }
+        }
+        char path[4096];
+        checkpoint_path(path, sizeof(path), o->dir, "state", o->step, s);
+        if (o->files[s] == NULL) { o->files[s] = fopen_check(path, "rb"); }
+        FILE* f = o->files[s];
+        float* dst[3] = {m, v, master};
+        static const char* what[3] = {"m", "v", "master weights"};
+        for (int a = 0; a < (o->read_master ? 3 : 2); a++) {
+            long at = 1024 + (long)(((uint64_t)a * o->old.owned + pos) * sizeof(float));
+            if (fseek(f, at, SEEK_SET) != 0) { fail("%s: seek to %ld failed", path, at); }
+            fread_check(dst[a], sizeof(float), take, f, path, what[a]);
+            dst[a] += take;
+        }
+        m = dst[0]; v = dst[1]; master = dst[2];
+        e0 += take;
+        n -= take;
+    }
+}
+
+// Re-cuts the optimizer state of a checkpoint written with another world size, -ds or -z for
+// this rank: for every unit, the elements this rank owns (all of them in ZeRO 0), read from the
+// old shard that holds each piece. Padding elements stay 0.
+static void state_load_resharded(const char* dir, int step, const StateTarget* t, const TrainState* old, float* m,
+                                 float* v, float* master) {
+    OldShards o;
+    o.dir = dir;
+    o.step = step;
+    o.old = *old;
+    o.read_master = old->has_master && t->has_master && master != NULL;
+    int old_files = old->zero_stage == 0 ? 1 : old->dp_shard;
+    o.files = (FILE**)calloc_check(old_files, sizeof(FILE*));
+    shard_layout_init(&o.layout, t->config, old->zero_stage == 0 ? 1 : old->dp_shard);
+    ShardLayout now;
+    shard_layout_init(&now, t->config, t->zero_stage == 0 ? 1 : t->dp_shard);
+    int shard_idx = t->rank % t->dp_shard;
+    memset(m, 0, t->owned * sizeof(float));
+    memset(v, 0, t->owned * sizeof(float));
+    if (o.read_master && master) { memset(master, 0, t->owned * sizeof(float)); }
+    for (int u = 0; u < now.num_units; u++) {
+        const ShardUnit* unit = &now.units[u];
+        size_t first = 0, count = unit->size, dst = unit->offset;
+        if (t->zero_stage != 0) {
+            count = unit_owned(unit, shard_idx, &first);
+            dst = unit->shard_offset;
+        }
+        if (count == 0) { continue; }
+        old_shards_read(&o, unit, u, first, count, m + dst, v + dst, o.read_master ? master + dst : NULL);
+    }
+    for (int s = 0; s < old_files; s++) {
+        if (o.files[s]) { fclose(o.files[s]); }
+    }
+    free(o.files);
+    shard_layout_free(&o.layout);
+    shard_layout_free(&now);
+}
+
+// Loads this rank's optimizer state and the run position of checkpoint `step` (already verified
+// by checkpoint_select). The same world size, -ds and -z read this rank's own file (exact); any
+// other layout with the same -t and -d re-cuts the old shards (state_load_resharded).
+// out->has_master says whether master received fp32 master weights.
+static void state_load(const char* dir, int step, const StateTarget* t, TrainState* out, float* m, float* v,
+                       float* master) {
+    char path[4096], why[4096 + 256];
+    checkpoint_path(path, sizeof(path), dir, "state", step, 0);
+    int header[STATE_HEADER_INTS];
+    FILE* f = fopen_check(path, "rb");
+    if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
+    fclose(f);
+    if (out->T != t->T || out->total_batch != t->total_batch) {
+        fail("%s: written with -t %d -d %d; a resume needs the same sequence length and tokens per step (this run: "
+             "-t %d -d %d)", path, out->T, out->total_batch, t->T, t->total_batch);
+    }
+    int same = out->world == t->world && out->dp_shard == t->dp_shard && out->zero_stage == t->zero_stage;
+    if (!same) {
+        state_load_resharded(dir, step, t, out, m, v, master);
+        out->has_master = out->has_master && t->has_master;
+        return;
+    }
+    checkpoint_path(path, sizeof(path), dir, "state", step, t->rank);
+    f = fopen_check(path, "rb");
+    if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
+    if (out->owned != t->owned) {
+        fail("%s: holds %llu optimizer elements, this run %llu", path, (unsigned long long)out->owned,
+             (unsigned long long)t->owned);
+    }
+    fseek(f, 1024, SEEK_SET);
+    fread_check(m, sizeof(float), out->owned, f, path, "m");
+    fread_check(v, sizeof(float), out->owned, f, path, "v");
+    out->has_master = out->has_master && t->has_master;
     if (out->has_master) { fread_check(master, sizeof(float), out->owned, f, path, "master weights"); }
     fclose(f);
 }
 
-static void checkpoint_mark_done(const char* dir, int step) {
-    char path[4096], tmp[4096];
+// ----------------------------------------------------------------------------
+// the manifest DONE_S
+
+// Rank 0, after every rank has written its state file: the manifest, atomically.
+static void checkpoint_write_manifest(const char* dir, int step, uint32_t model_crc, long model_bytes, int world,
+                                      long state_bytes) {
+    char path[4096], tmp[4200], name[512];
+    size_t cap = 512 + (size_t)world * 96, len = 0;
+    char* text = (char*)malloc_check(cap);
+    len += snprintf(text + len, cap - len, "%s\nstep %d\nworld %d\n", MANIFEST_TITLE, step, world);
+    checkpoint_path(name, sizeof(name), "", "model", step, -1);
+    len += snprintf(text + len, cap - len, "file %s %ld %08x\n", name + 1, model_bytes, model_crc);
+    for (int r = 0; r < world; r++) {
+        checkpoint_path(name, sizeof(name), "", "state", step, r);
+        len += snprintf(text + len, cap - len, "file %s %ld self\n", name + 1, state_bytes);
+    }
+    uint32_t crc = crc32c_update(0, text, len);
     checkpoint_path(path, sizeof(path), dir, "DONE", step, -1);
     FILE* f = fopen_tmp_for(path, tmp, sizeof(tmp));
-    fprintf(f, "complete\n");
+    fwrite_check(text, 1, len, f, tmp);
+    fprintf(f, "end %08x\n", crc);
     commit_tmp(f, tmp, path);
+    free(text);
 }
 
-// Step of the latest complete checkpoint in dir, or -1.
-static int checkpoint_latest(const char* dir) {
+// Checks checkpoint `step` of dir: the manifest's own CRC, then every file it lists (size, then
+// CRC: the model file against the manifest, state files against their own). Returns 1 when all
+// match, else 0 with the first problem in why. world_out: the world size that wrote it.
+static int checkpoint_verify(const char* dir, int step, int* world_out, char* why, size_t why_len) {
+    char path[4096];
+    checkpoint_path(path, sizeof(path), dir, "DONE", step, -1);
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(why, why_len, "%s: cannot be read", path);
+        return 0;
+    }
+    long size = file_size_of(f);
+    if (size <= 0 || size > (1 << 24)) {
+        fclose(f);
+        snprintf(why, why_len, "%s: manifest of %ld bytes", path, size);
+        return 0;
+    }
+    char* text = (char*)malloc_check((size_t)size + 1);
+    size_t got = fread(text, 1, (size_t)size, f);
+    fclose(f);
+    text[got] = '\0';
+    int ok = 0;
+    char* end = got >= 13 ? text + got - 13 : NULL; // the last line: "end xxxxxxxx\n"
+    unsigned stored = 0;
+    char hex[9] = {0};
+    if (end) { memcpy(hex, end + 4, 8); }
+    if (end == NULL || (end != text && end[-1] != '\n') || strncmp(end, "end ", 4) != 0 || end[12] != '\n' ||
+        strspn(hex, "0123456789abcdef") != 8 || sscanf(hex, "%8x", &stored) != 1) {
+        snprintf(why, why_len, "%s: manifest incomplete or not a manifest (no end line)", path);
+    } else if (crc32c_update(0, text, (size_t)(end - text)) != stored) {
+        snprintf(why, why_len, "%s: manifest checksum mismatch", path);
+    } else if (strncmp(text, MANIFEST_TITLE "\n", strlen(MANIFEST_TITLE) + 1) != 0) {
+        snprintf(why, why_len, "%s: not a %s", path, MANIFEST_TITLE);
+    } else {
+        ok = 1;
+        int mstep = -1, world = 0, files = 0;
+        char* save = NULL;
+        for (char* line = strtok_r(text, "\n", &save); ok && line && line < end; line = strtok_r(NULL, "\n", &save)) {
+            char name[512], crc_text[16];
+            long bytes;
+            if (sscanf(line, "step %d", &mstep) == 1 || sscanf(line, "world %d", &world) == 1) { continue; }
+            if (sscanf(line, "file %511s %ld %15s", name, &bytes, crc_text) != 3) { continue; }
+            files++;
+            char file[4096 + 600];
+            snprintf(file, sizeof(file), "%s/%s", dir, name);
+            FILE* g = fopen(file, "rb");
+            if (g == NULL) {
+                snprintf(why, why_len, "%s: missing", file);
+                ok = 0;
+                break;
+            }
+            long actual = file_size_of(g);
+            if (actual != bytes) {
+                snprintf(why, why_len, "%s: %ld bytes, the manifest says %ld (truncated or replaced)", file, actual, bytes);
+                ok = 0;
+            } else if (strcmp(crc_text, "self") == 0) {
+                TrainState s;
+                ok = state_check_file(file, &s, why, why_len);
+            } else {
+                uint32_t crc = crc32c_file_from(g, 0, NULL);
+                unsigned want = (unsigned)strtoul(crc_text, NULL, 16);
+                if (crc != want) {
+                    snprintf(why, why_len, "%s: checksum mismatch (manifest %08x, file %08x)", file, want, crc);
+                    ok = 0;
+                }
+            }
+            fclose(g);
+        }
+        if (ok && (mstep != step || world < 1 || files != world + 1)) {
+            snprintf(why, why_len, "%s: manifest names step %d, world %d, %d files", path, mstep, world, files);
+            ok = 0;
+        }
+        if (world_out) { *world_out = world; }
+    }
+    free(text);
+    return ok;
+}
+
+// Steps of the DONE_S markers in dir, newest first (malloc'd; *count of them; NULL if none).
+static int* checkpoint_list(const char* dir, int* count) {
+    *count = 0;
     DIR* d = opendir(dir);
-    if (d == NULL) { return -1; }
-    int best = -1;
+    if (d == NULL) { return NULL; }
+    int cap = 16, n = 0;
+    int* steps = (int*)malloc_check(cap * sizeof(int));
     struct dirent* e;
     while ((e = readdir(d)) != NULL) {
         int step;
         char rest;
-        if (sscanf(e->d_name, "DONE_%d%c", &step, &rest) == 1 && step > best) { best = step; }
+        if (sscanf(e->d_name, "DONE_%d%c", &step, &rest) == 1 && step >= 0) {
+            if (n == cap) {
+                cap *= 2;
+                int* grown = (int*)malloc_check(cap * sizeof(int));
+                memcpy(grown, steps, n * sizeof(int));
+                free(steps);
+                steps = grown;
+            }
+            steps[n++] = step;
+        }
     }
     closedir(d);
-    return best;
+    for (int i = 1; i < n; i++) { // insertion sort, descending
+        int v = steps[i], j = i - 1;
+        while (j >= 0 && steps[j] < v) { steps[j + 1] = steps[j]; j--; }
+        steps[j + 1] = v;
+    }
+    *count = n;
+    return steps;
+}
+
+// The step to resume from: the newest checkpoint in dir that verifies, or -1 when dir holds no
+// complete-looking checkpoint (a missing or empty dir, or only unfinished writes: start fresh).
+// Newer ones that fail verification are named with the reason (print: rank 0) and skipped;
+// when there are some but none verifies, the run stops.
+static int checkpoint_select(const char* dir, int print) {
+    int count;
+    int* steps = checkpoint_list(dir, &count);
+    int chosen = -1;
+    char why[8192];
+    for (int i = 0; i < count && chosen < 0; i++) {
+        if (checkpoint_verify(dir, steps[i], NULL, why, sizeof(why))) {
+            chosen = steps[i];
+        } else if (print) {
+            printf("checkpoint %d skipped: %s\n", steps[i], why);
+            fflush(stdout);
+        }
+    }
+    if (count > 0 && chosen < 0) {
+        fail("-y 1: none of the %d checkpoints in %s verifies (newest, step %d: %s)", count, dir, steps[0], why);
+    }
+    free(steps);
+    return chosen;
+}
+
+// Rank 0, before training: a fresh run (-y 0) or a resume from step `start` will write
+// checkpoints of later steps, so the DONE markers of any later ones (those that failed
+// verification, or an earlier run's) are renamed DONE_S.stale: a crash in the middle of
+// rewriting such a step can then never leave an old manifest over new files. Leftover
+// temporary files of an interrupted write are removed.
+static void checkpoint_prepare_dir(const char* dir, int start) {
+    int count;
+    int* steps = checkpoint_list(dir, &count);
+    for (int i = 0; i < count; i++) {
+        if (steps[i] <= start) { continue; }
+        char path[4096], stale[4200];
+        checkpoint_path(path, sizeof(path), dir, "DONE", steps[i], -1);
+        snprintf(stale, sizeof(stale), "%s.stale", path);
+        if (rename(path, stale) == 0) { printf("checkpoint %d set aside: %s renamed %s\n", steps[i], path, stale); }
+    }
+    free(steps);
+    DIR* d = opendir(dir);
+    if (d == NULL) { return; }
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        int ours = strncmp(e->d_name, "model_", 6) == 0 || strncmp(e->d_name, "state_", 6) == 0 ||
+                   strncmp(e->d_name, "DONE_", 5) == 0;
+        if (ours && n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) {
+            char path[4096 + 300];
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            remove(path);
+        }
+    }
+    closedir(d);
+    fsync_parent_dir(dir);
+}
+
+// Removes every file of checkpoint `step` (its DONE marker first, so that a crash in between
+// leaves files without a marker, never a marker without files).
+static void checkpoint_remove(const char* dir, int step) {
+    char path[4096], prefix[64];
+    checkpoint_path(path, sizeof(path), dir, "DONE", step, -1);
+    remove(path);
+    fsync_parent_dir(path);
+    checkpoint_path(path, sizeof(path), dir, "model", step, -1);
+    remove(path);
+    snprintf(prefix, sizeof(prefix), "state_%08d_", step);
+    DIR* d = opendir(dir);
+    if (d == NULL) { return; }
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+            char file[4096 + 300];
+            snprintf(file, sizeof(file), "%s/%s", dir, e->d_name);
+            remove(file);
+        }
+    }
+    closedir(d);
+}
+
+// -nk K (rank 0, after DONE_S is written): keeps the K newest complete checkpoints.
+static void checkpoint_retain(const char* dir, int keep) {
+    if (keep <= 0) { return; }
+    int count;
+    int* steps = checkpoint_list(dir, &count);
+    for (int i = keep; i < count; i++) { checkpoint_remove(dir, steps[i]); }
+    free(steps);
 }
 
 #endif

@@ -1,7 +1,8 @@
 // Collectives on host fp32 buffers over MPI, used by the CPU trainer: ring reduce-scatter,
 // ring all-gather and all-reduce (= reduce-scatter then all-gather) built from MPI_Sendrecv,
 // so the summation order is fixed (runs are reproducible) and every byte handed to MPI is
-// counted in comm_bytes_sent (the figure the tests compare with accounting.h's closed forms).
+// counted in comm_bytes_sent (the figure the tests compare with accounting.h's closed forms). Every
+// exchange is watched (llmc/watchdog.h) and its MPI errors end the job naming the step.
 // Built with -DNO_MPI, MPI is llmc/mpi_single.h: one process, no communication.
 #ifndef LLMC_COMM_MPI_H
 #define LLMC_COMM_MPI_H
@@ -12,6 +13,7 @@
 #include <mpi.h>
 #endif
 #include "utils.h"
+#include "watchdog.h"
 
 typedef struct {
     MPI_Comm comm;
@@ -32,7 +34,16 @@ static void ring_exchange(CommGroup* g, const float* send, float* recv, size_t c
     const size_t max_chunk = (size_t)1 << 28;
     for (size_t done = 0; done < count; done += max_chunk) {
         int n = (int)(count - done < max_chunk ? count - done : max_chunk);
-        MPI_Sendrecv(send + done, n, MPI_FLOAT, right, 7, recv + done, n, MPI_FLOAT, left, 7, g->comm, MPI_STATUS_IGNORE);
+        watchdog_arm("a ring exchange");
+        int rc = MPI_Sendrecv(send + done, n, MPI_FLOAT, right, 7, recv + done, n, MPI_FLOAT, left, 7, g->comm,
+                              MPI_STATUS_IGNORE);
+        watchdog_disarm();
+        if (rc != MPI_SUCCESS) {
+            char msg[MPI_MAX_ERROR_STRING];
+            int len = 0;
+            MPI_Error_string(rc, msg, &len);
+            fail("step %d: MPI error in a ring exchange (%s): a peer has died?", (int)preempt_step, msg);
+        }
     }
     comm_bytes_sent += count * sizeof(float);
 }
@@ -76,6 +87,19 @@ static float all_reduce_sum_scalar(CommGroup* g, float value) {
     float sum = buf[0];
     free(buf);
     return sum;
+}
+
+// Sums n small values over the group in one ring all-reduce of max(n, size) slots padded to a
+// multiple of the size: for n <= size it sends what all_reduce_sum_scalar sends (the step's
+// loss and its preemption votes travel together at the cost of the loss alone).
+static void all_reduce_sum_small(CommGroup* g, float* values, int n) {
+    if (g->size == 1) { return; }
+    size_t padded = round_up((size_t)n, (size_t)g->size);
+    float* buf = (float*)calloc_check(padded + padded / g->size, sizeof(float));
+    memcpy(buf, values, n * sizeof(float));
+    ring_all_reduce(g, buf, padded, buf + padded);
+    memcpy(values, buf, n * sizeof(float));
+    free(buf);
 }
 
 #endif

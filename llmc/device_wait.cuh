@@ -30,24 +30,29 @@ static void abort_all_ranks(void) {
 }
 
 // Blocks until everything issued so far on stream has run. Polls the event and the
-// communicators' asynchronous errors; fails (naming what it waited for) on an NCCL error or
-// after TRAIN_GPT2_TIMEOUT seconds.
+// communicators' asynchronous errors; fails (naming what it waited for and the step) on an
+// NCCL error or after -wt seconds (10 times that after watchdog_grace; TRAIN_GPT2_TIMEOUT when
+// -wt is 0).
 static void wait_device(cudaStream_t stream, cudaEvent_t ev, const char* what) {
     cudaCheck(cudaEventRecord(ev, stream));
-    double deadline = now_seconds() + peer_timeout_s();
+    double limit = watchdog_timeout_s > 0.0 ? watchdog_limit_s() : peer_timeout_s();
+    double deadline = now_seconds() + limit;
     for (;;) {
         cudaError_t q = cudaEventQuery(ev);
-        if (q == cudaSuccess) { return; }
+        if (q == cudaSuccess) {
+            watchdog_disarm(); // a completed wait ends any grace
+            return;
+        }
         if (q != cudaErrorNotReady) { cudaCheck(q); }
         for (int i = 0; i < num_watched_comms; i++) {
             ncclResult_t r;
             ncclCheck(ncclCommGetAsyncError(watched_comms[i], &r));
             if (r != ncclSuccess && r != ncclInProgress) {
-                fail("NCCL error while waiting for %s: %s", what, ncclGetErrorString(r));
+                fail("step %d: NCCL error while waiting for %s: %s", (int)preempt_step, what, ncclGetErrorString(r));
             }
         }
         if (now_seconds() > deadline) {
-            fail("waited %.0f s for %s: a peer has died or hangs", peer_timeout_s(), what);
+            fail("step %d: waited %.0f s for %s: a peer has died or hangs", (int)preempt_step, limit, what);
         }
         usleep(50);
     }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include "utils.h"
 #include "rng.h"
+#include "crc32c.h"
 
 #define MODEL_MAGIC 20240326
 #define MODEL_VERSION_FP32 3
@@ -238,8 +239,10 @@ static float* gpt2_load_model(const char* path, GPT2Config* c) {
     return params;
 }
 
-// Writes a model file (version 3 fp32 or 5 bf16) atomically (temp name, then rename).
-static void gpt2_write_model(const char* path, const GPT2Config* c, const float* params, int version) {
+// Writes a model file (version 3 fp32 or 5 bf16) atomically (temp name, fsync, rename). When crc
+// is given it receives the CRC-32C of the whole file, computed while writing (checkpoints).
+static void gpt2_write_model_crc(const char* path, const GPT2Config* c, const float* params, int version,
+                                 uint32_t* crc) {
     int header[256] = {0};
     header[0] = MODEL_MAGIC;
     header[1] = version;
@@ -252,16 +255,24 @@ static void gpt2_write_model(const char* path, const GPT2Config* c, const float*
     char tmp_path[4096];
     FILE* f = fopen_tmp_for(path, tmp_path, sizeof(tmp_path));
     fwrite_check(header, sizeof(int), 256, f, tmp_path);
+    uint32_t sum = crc32c_update(0, header, sizeof(header));
     size_t n = gpt2_num_parameters(c);
     if (version == MODEL_VERSION_FP32) {
         fwrite_check(params, sizeof(float), n, f, tmp_path);
+        if (crc) { sum = crc32c_update(sum, params, n * sizeof(float)); }
     } else {
         uint16_t* tmp = (uint16_t*)malloc_check(n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) { tmp[i] = float_to_bf16(params[i]); }
         fwrite_check(tmp, sizeof(uint16_t), n, f, tmp_path);
+        if (crc) { sum = crc32c_update(sum, tmp, n * sizeof(uint16_t)); }
         free(tmp);
     }
     commit_tmp(f, tmp_path, path);
+    if (crc) { *crc = sum; }
+}
+
+static void gpt2_write_model(const char* path, const GPT2Config* c, const float* params, int version) {
+    gpt2_write_model_crc(path, c, params, version, NULL);
 }
 
 #endif

@@ -5,6 +5,7 @@
 #ifndef LLMC_MPI_SINGLE_H
 #define LLMC_MPI_SINGLE_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include "utils.h"
 
@@ -12,6 +13,9 @@ typedef int MPI_Comm;
 #define MPI_COMM_WORLD 0
 #define MPI_FLOAT 0
 #define MPI_STATUS_IGNORE NULL
+#define MPI_SUCCESS 0
+#define MPI_ERRORS_RETURN 0
+#define MPI_MAX_ERROR_STRING 64
 
 static int MPI_Init(int* argc, char*** argv) {
     (void)argc;
@@ -33,6 +37,11 @@ static int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm* out) {
     (void)color;
     (void)key;
     *out = comm;
+    return 0;
+}
+static int MPI_Comm_set_errhandler(MPI_Comm comm, int handler) { (void)comm; (void)handler; return 0; }
+static int MPI_Error_string(int code, char* msg, int* len) {
+    *len = snprintf(msg, MPI_MAX_ERROR_STRING, "MPI error %d", code);
     return 0;
 }
 static int MPI_Barrier(MPI_Comm comm) { (void)comm; return 0; }

@@ -16,8 +16,18 @@
 #include <unistd.h>
 #include "cuda_common.cuh"
 #include "process_info.h"
+#include "watchdog.h"
 
-#define ncclCheck(call) nccl_check((call), #call, __FILE__, __LINE__)
+// Every NCCL call is watched (llmc/watchdog.h): under the emulator a collective blocks inside
+// the call until the peers join, and a dead or hung peer must not keep it there. A grace
+// (watchdog_grace) lasts until the next completed host wait, where a real GPU blocks.
+#define ncclCheck(call)                                      \
+    do {                                                     \
+        watchdog_arm("an NCCL call");                        \
+        ncclResult_t nccl_result_ = (call);                  \
+        watchdog_disarm_after(0);                            \
+        nccl_check(nccl_result_, #call, __FILE__, __LINE__); \
+    } while (0)
 static void nccl_check(ncclResult_t r, const char* what, const char* file, int line) {
     if (r != ncclSuccess) { fail("NCCL error %s at %s:%d (%s)", ncclGetErrorString(r), file, line, what); }
 }

@@ -45,6 +45,42 @@ static float* model_load_for_run(const TrainArgs* args, int resume_step, int tok
     return params;
 }
 
+// The checkpoint to resume from (every rank; -y 1: the newest that verifies, -1: start fresh),
+// then (rank 0) the log dir made ready for this run's checkpoints.
+static int checkpoint_start(const TrainArgs* args, int rank) {
+    if (args->log_dir[0] == '\0') { return -1; }
+    int step = args->resume ? checkpoint_select(args->log_dir, rank == 0) : -1;
+    if (rank == 0) {
+        if (args->resume && step < 0) { printf("-y 1: no complete checkpoint in %s, starting fresh\n", args->log_dir); }
+        checkpoint_prepare_dir(args->log_dir, step < 0 ? 0 : step);
+        fflush(stdout);
+    }
+    return step;
+}
+
+// This rank's training state after `step` steps, for its state file.
+static TrainState train_state_now(const TrainArgs* a, const Mesh* mesh, int zero_stage, int step,
+                                  const DataLoader* train, const Rng* rng, uint64_t owned, int has_master) {
+    TrainState s;
+    memset(&s, 0, sizeof(s));
+    s.rank = mesh->rank; s.world = mesh->world; s.dp_shard = mesh->dp_shard; s.zero_stage = zero_stage;
+    s.B = a->B; s.T = a->T; s.total_batch = a->total_batch; s.step = step;
+    s.epoch = train->epoch; s.file_pos = train->file_pos; s.row_pos = train->row_pos;
+    s.rng = rng->state; s.owned = owned; s.has_master = has_master;
+    return s;
+}
+
+// Rank 0, once every rank's state file of checkpoint `step` is written: the manifest DONE_S
+// (the model file's size and CRC-32C, the state files' size), then -nk retention.
+static void checkpoint_commit(const TrainArgs* args, int step, const char* model_path, uint32_t model_crc, int world,
+                              uint64_t owned, int has_master) {
+    struct stat st;
+    if (stat(model_path, &st) != 0) { fail("%s: missing after it was written", model_path); }
+    checkpoint_write_manifest(args->log_dir, step, model_crc, (long)st.st_size, world,
+                              state_file_bytes(owned, has_master));
+    checkpoint_retain(args->log_dir, args->keep_checkpoints);
+}
+
 // The train loader (grad_accum micro-batches per step) and, when validating, the val loader of
 // this data rank; returns whether there is validation. *max_steps: -x, or one epoch of train data.
 static int dataloaders_for_run(const TrainArgs* args, const Mesh* mesh, int grad_accum, int vocab_size,

@@ -1,8 +1,9 @@
 // The training run both trainers share, from start-up to the final model file: the model source
 // (the latest checkpoint, a model file or a descriptor), this data rank's loaders, the optimizer
 // settings, resuming a checkpoint, the start-up report, and the loop itself: validation and
-// sampling on their schedule, one optimizer step made of grad_accum micro-steps, the step's
-// stdout and main.log lines, and the periodic checkpoints. A trainer brings its model and its
+// sampling on their schedule, one optimizer step made of grad_accum micro-steps (skipped when
+// non-finite or spiking), the step's stdout and main.log lines, the periodic checkpoints, and
+// the preemption checkpoint and exit (docs/checkpoints.md). A trainer brings its model and its
 // communication through TrainerOps; whatever both trainers do alike lives here, once.
 #ifndef LLMC_TRAIN_LOOP_H
 #define LLMC_TRAIN_LOOP_H
@@ -22,6 +23,10 @@
 #include "rng.h"
 #include "run_setup.h"
 #include "sampler.h"
+#include "faults.h"
+#include "preempt.h"
+#include "step_guard.h"
+#include "watchdog.h"
 
 // What a trainer does its own way. ctx is the trainer's own state (model, optimizer, communicators).
 typedef struct {
@@ -35,17 +40,19 @@ typedef struct {
     // AdamW at the 1-based step t on what this rank owns (gradients times grad_scale), then the
     // parameter all-gather of ZeRO 1 and 2.
     void (*update)(void* ctx, const AdamWConfig* h, float grad_scale, int t);
-    // The step's loss: the mean token loss over every micro-step of every rank.
-    float (*step_loss)(void* ctx);
+    // The step's agreement, before the update: this rank's loss (times loss_factor, 1 but under
+    // -fi) and its preemption vote summed over every rank in one small all-reduce; returns the
+    // mean token loss over every micro-step of every rank, *votes the sum of the votes.
+    float (*agree)(void* ctx, float loss_factor, float vote, float* votes);
     // The mean loss over `batches` batches of val (from its start), averaged over every rank.
     float (*evaluate)(void* ctx, DataLoader* val, int batches);
     NextLogitsFn next_logits;
-    // Rank 0: the model file (v3 fp32 or v5 bf16) at path.
-    void (*write_model)(void* ctx, const char* path);
+    // Rank 0: the model file (v3 fp32 or v5 bf16) at path; crc (may be NULL) receives its CRC-32C.
+    void (*write_model)(void* ctx, const char* path, uint32_t* crc);
     // This rank's optimizer state file (state_write with the arrays it holds).
     void (*write_state)(void* ctx, const char* path, const TrainState* s);
-    // Reads this rank's optimizer state file into the optimizer (state_read).
-    void (*read_state)(void* ctx, const char* path, const TrainState* expect, TrainState* got);
+    // Loads this rank's optimizer state of checkpoint `step` of dir (state_load: any layout).
+    void (*read_state)(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got);
     // Returns once every rank has called it.
     void (*barrier)(void* ctx);
     // Bytes this rank has sent so far (the communication report), or NULL where not counted.
@@ -71,6 +78,8 @@ typedef struct {
     Logger logger;
     size_t opt_owned;         // optimizer elements this rank holds (its state file's m, v, master)
     int opt_has_master;       // whether it keeps fp32 master weights
+    StepGuard guard;          // skipped (non-finite, spiking) steps
+    int preempted;            // the run stopped on a signal (llmc/preempt.h)
 } TrainRun;
 
 // Start-up, part 1 (before the trainer builds its model): the tokenizer, the checkpoint to
@@ -81,7 +90,10 @@ static float* run_load_model(TrainRun* r, TrainArgs* args, int world, int rank) 
     r->args = args;
     r->world = world;
     r->rank = rank;
-    r->resume_step = args->resume ? checkpoint_latest(args->log_dir) : -1;
+    run_fault = fault_parse(args->fault);
+    preempt_install(rank);
+    if (world > 1) { watchdog_start(rank, args->peer_wait); }
+    r->resume_step = checkpoint_start(args, rank);
     r->have_tokenizer = args->tokenizer[0] != '\0';
     if (r->have_tokenizer) { tokenizer_init(&r->tokenizer, args->tokenizer); }
     float* params = model_load_for_run(args, r->resume_step, r->have_tokenizer ? r->tokenizer.vocab_size : 0,
@@ -93,9 +105,9 @@ static float* run_load_model(TrainRun* r, TrainArgs* args, int world, int rank) 
 // The TrainState of this rank at `step` (where the data loader and the sampler stand now).
 static TrainState run_train_state(const TrainRun* r, int step) {
     const TrainArgs* a = r->args;
-    TrainState s = {r->rank, r->world, r->mesh->dp_shard, r->zero_stage, a->B, a->T, a->total_batch, step,
-                    r->train.epoch, r->train.file_pos, r->train.row_pos, r->sample_rng.state, r->opt_owned,
-                    r->opt_has_master};
+    TrainState s = train_state_now(a, r->mesh, r->zero_stage, step, &r->train, &r->sample_rng, r->opt_owned,
+                                   r->opt_has_master);
+    step_guard_save(&r->guard, &s);
     return s;
 }
 
@@ -114,16 +126,18 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->adamw = adamw_config_from_args(a);
     rng_seed(&r->sample_rng, (uint64_t)a->seed + 1);
     r->start_step = 0;
+    step_guard_init(&r->guard, a->max_skips, a->spike_z, a->spike_window);
     if (r->resume_step >= 0) {
-        char path[4096];
-        checkpoint_path(path, sizeof(path), a->log_dir, "state", r->resume_step, r->rank);
-        TrainState expect = run_train_state(r, 0), got;
-        ops->read_state(ctx, path, &expect, &got);
+        StateTarget target = {r->rank, r->world, mesh->dp_shard, zero_stage, a->B, a->T, a->total_batch, opt_owned,
+                              opt_has_master, &r->config};
+        TrainState got;
+        ops->read_state(ctx, a->log_dir, r->resume_step, &target, &got);
         r->start_step = got.step;
+        step_guard_restore(&r->guard, &got);
         r->sample_rng.state = got.rng;
         dataloader_seek(&r->train, got.epoch, got.file_pos, got.row_pos);
     }
-    logger_init(&r->logger, a->log_dir, r->rank, r->resume_step >= 0);
+    logger_init(&r->logger, a->log_dir, r->rank, r->resume_step);
 }
 
 // Rank 0's start-up report: the model, the batch, the trainer's own lines (extra, may be ""),
@@ -141,37 +155,47 @@ static void run_print_start(const TrainRun* r, size_t num_parameters, const Memo
     fflush(stdout);
 }
 
-// A complete checkpoint of `step`: rank 0's model file, every rank's state file, a barrier,
-// then rank 0's DONE marker (llmc/checkpoint.h).
+// A complete checkpoint of `step`: rank 0's model file (its CRC-32C computed while writing),
+// every rank's state file (CRCs inside), a barrier, then rank 0's DONE manifest and -nk
+// retention (llmc/checkpoint.h).
 static void run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, void* ctx) {
-    char path[4096];
+    char path[4096], model[4096];
     const char* dir = r->args->log_dir;
-    if (r->rank == 0) {
-        checkpoint_path(path, sizeof(path), dir, "model", step, -1);
-        ops->write_model(ctx, path);
-    }
+    uint32_t model_crc = 0;
+    checkpoint_path(model, sizeof(model), dir, "model", step, -1);
+    if (r->rank == 0) { ops->write_model(ctx, model, &model_crc); }
     TrainState s = run_train_state(r, step);
     checkpoint_path(path, sizeof(path), dir, "state", step, r->rank);
     ops->write_state(ctx, path, &s);
+    fault_in_checkpoint(&run_fault, step, r->rank);
+    watchdog_grace(); // rank 0 also writes the model file
     ops->barrier(ctx);
-    if (r->rank == 0) { checkpoint_mark_done(dir, step); }
+    if (r->rank == 0) { checkpoint_commit(r->args, step, model, model_crc, r->world, r->opt_owned, r->opt_has_master); }
 }
 
 // One optimizer step (0-based `step`): grad_accum micro-steps, the gradient reduction and norm,
-// clipping, the scheduled lr, AdamW. Fills the step's loss and grad norm.
-static void run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* ctx, int step, float* loss, float* norm) {
+// the agreement (loss and preemption votes), the skip decision (llmc/step_guard.h), clipping,
+// the scheduled lr, AdamW unless skipped. Fills the step's loss and grad norm; returns the
+// verdict, *stop whether a rank was asked to stop.
+static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* ctx, int step, float* loss,
+                                      float* norm, int* stop) {
     const TrainArgs* a = r->args;
     if (a->overfit) { dataloader_reset(&r->train); }
     ops->begin_step(ctx);
+    float grad_factor = fault_grad_factor(&run_fault, step + 1, r->rank);
     for (int micro = 0; micro < r->grad_accum; micro++) {
         dataloader_next(&r->train);
-        ops->micro_step(ctx, r->train.inputs, r->train.targets, a->B, a->T, 1.0f / r->grad_accum,
+        ops->micro_step(ctx, r->train.inputs, r->train.targets, a->B, a->T, grad_factor / r->grad_accum,
                         micro == r->grad_accum - 1);
     }
     *norm = ops->reduce_gradients(ctx);
+    float votes = 0.0f;
+    *loss = ops->agree(ctx, fault_loss_factor(&run_fault, step + 1, r->rank), preempt_requested(), &votes);
+    *stop = votes > 0.0f;
+    StepVerdict verdict = step_guard_judge(&r->guard, step + 1, *loss, *norm, r->rank == 0);
     r->adamw.lr = schedule_lr(&r->schedule, step);
-    ops->update(ctx, &r->adamw, clip_scale(*norm, a->grad_clip), step + 1);
-    *loss = ops->step_loss(ctx);
+    if (verdict == STEP_APPLY) { ops->update(ctx, &r->adamw, clip_scale(*norm, a->grad_clip), step + 1 - r->guard.skipped); }
+    return verdict;
 }
 
 // The loop: at every step a multiple of -v (and at the end) the val loss, at every multiple of
@@ -182,29 +206,40 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
     int eot = r->have_tokenizer ? r->tokenizer.eot_token : r->config.vocab_size - 1;
     StepTimes times = {0.0, 0, r->start_step};
     size_t step_bytes = 0;
+    watchdog_grace(); // ranks reach the first collective after start-ups of different lengths
     for (int step = r->start_step; step <= r->max_steps; step++) {
+        preempt_step = step + 1;
         int last = step == r->max_steps;
         if (r->have_val && (step % a->val_every == 0 || last)) {
             float val_loss = ops->evaluate(ctx, &r->val, a->val_batches);
             if (r->rank == 0) { printf("step %d: val loss %.6f\n", step, val_loss); }
             logger_log_val(&r->logger, step, val_loss);
         }
+        if (a->sample_every > 0 && step > 0 && (step % a->sample_every == 0 || last)) { watchdog_grace(); }
         if (r->rank == 0 && a->sample_every > 0 && step > 0 && (step % a->sample_every == 0 || last)) {
             sample_text(ops->next_logits, ctx, a->T, r->config.vocab_size, r->have_tokenizer ? &r->tokenizer : NULL,
                         eot, a->gen_tokens, &r->sample_rng);
         }
         if (last) { break; }
 
+        fault_step_begin(&run_fault, step + 1, r->rank);
         double t0 = now_seconds();
         size_t bytes_before = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) : 0;
         float loss, norm;
-        run_optimizer_step(r, ops, ctx, step, &loss, &norm);
+        int stop;
+        StepVerdict verdict = run_optimizer_step(r, ops, ctx, step, &loss, &norm, &stop);
         step_bytes = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) - bytes_before : 0;
         double dt = now_seconds() - t0;
         progress_step(&times, step, r->max_steps, dt, loss, norm, r->adamw.lr, a->total_batch, r->rank == 0);
-        logger_log_train(&r->logger, step + 1, loss, r->adamw.lr, norm);
-        if (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0) {
+        if (verdict == STEP_APPLY) { logger_log_train(&r->logger, step + 1, loss, r->adamw.lr, norm); }
+        else { logger_log_skip(&r->logger, step + 1, loss, r->adamw.lr, norm, verdict == STEP_SKIP_SPIKE); }
+        if (a->log_dir[0] && (stop || (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0))) {
             run_save_checkpoint(r, step + 1, ops, ctx);
+        }
+        if (stop) {
+            preempt_report(&r->logger, a->log_dir, step + 1, r->rank);
+            r->preempted = 1;
+            break;
         }
     }
     if (r->rank == 0) {
@@ -213,10 +248,10 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
             printf("communication measured: %zu bytes sent per rank in the last step\n", step_bytes);
         }
     }
-    if (a->log_dir[0] != '\0' && r->rank == 0) {
+    if (a->log_dir[0] != '\0' && r->rank == 0 && !r->preempted) {
         char path[4096];
         snprintf(path, sizeof(path), "%s/model_final.bin", a->log_dir);
-        ops->write_model(ctx, path);
+        ops->write_model(ctx, path, NULL);
     }
 }
 

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #ifdef FUZZING
 // Fuzz harnesses (dev/fuzz) point fail_jump at their jmp_buf: fail() then keeps the message
@@ -97,9 +99,25 @@ static FILE* fopen_tmp_for(const char* path, char* tmp_path, size_t tmp_len) {
     return fopen_check(tmp_path, "wb");
 }
 
+// fsync of the directory holding path, so that a rename into it survives a power loss.
+static void fsync_parent_dir(const char* path) {
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (slash == NULL) { snprintf(dir, sizeof(dir), "."); }
+    else if (slash == dir) { dir[1] = '\0'; }
+    else { *slash = '\0'; }
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) { fsync(fd); close(fd); }
+}
+
+// Flushes the temporary file to the disk (fsync), closes it, renames it into place and syncs
+// the directory: once this returns, path holds the whole file even after a crash.
 static void commit_tmp(FILE* f, const char* tmp_path, const char* path) {
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) { fail("%s: write failed (disk full?)", tmp_path); }
     fclose_check(f, tmp_path);
     if (rename(tmp_path, path) != 0) { fail("cannot rename %s to %s", tmp_path, path); }
+    fsync_parent_dir(path);
 }
 
 // mkdir -p: creates path and any missing parents (existing ones are fine).

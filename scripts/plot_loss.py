@@ -5,6 +5,7 @@
 Train loss ("s:N trl:X") is drawn in blue, val loss ("s:N tel:X") in orange, on linear axes
 with the step on x and the loss on y; grid lines are at round values and labelled.
 """
+import math
 import re
 import struct
 import sys
@@ -26,7 +27,7 @@ def read_log(path):
     train, val = [], []
     for line in open(path):
         m = re.match(r"s:(\d+) (trl|tel):(\S+)", line)
-        if m:
+        if m and math.isfinite(float(m.group(3))):  # a skipped non-finite step logs nan
             (train if m.group(2) == "trl" else val).append((int(m.group(1)), float(m.group(3))))
     return train, val
 

@@ -17,10 +17,17 @@
 #SBATCH --cpus-per-task=8
 #SBATCH --time=24:00:00
 #SBATCH --output=gpt2gpu_mpi_%j.out
+#SBATCH --signal=USR1@120
+#SBATCH --requeue
+# --signal=USR1@120: 120 s before the time limit slurm sends SIGUSR1 to every rank, which
+# finish their step, write a checkpoint and exit 0; --requeue lets the job be requeued below.
 set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
 srun --mpi=pmix ./train_gpt2 -pi mpi \
     -i "data/fineweb10B/fineweb_train_*.bin" -j "data/fineweb10B/fineweb_val_*.bin" \
     -tk data/gpt2_tokenizer.bin -e d24 -b 16 -t 1024 -d 524288 \
     -x 18865 -l 3e-4 -u 700 -q 0.0 -c 0.1 -v 250 -m 20 -s 20000 -g 144 \
-    -z 2 -ds 8 -r 1 -w 1 -n 2000 -o log_gpt2_350M_multinode_mpi
+    -z 2 -ds 8 -r 1 -w 1 -n 2000 -y 1 -nk 3 -o log_gpt2_350M_multinode_mpi
+# preempted, or out of time: the run wrote a checkpoint of its last step and exited 0 without
+# model_final.bin; requeue the job, and -y 1 resumes it from that checkpoint (docs/checkpoints.md)
+if [ ! -f log_gpt2_350M_multinode_mpi/model_final.bin ]; then scontrol requeue "$SLURM_JOB_ID"; fi

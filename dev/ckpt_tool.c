@@ -1,0 +1,121 @@
+// ckpt_tool: what a log dir's checkpoints hold, whether they verify, and a checkpoint turned
+// into one model file (docs/checkpoints.md). Build: make ckpt_tool.
+//   ckpt_tool info DIR [STEP]            every checkpoint (or one): step, layout, data position
+//   ckpt_tool verify DIR [STEP]          CRC-32C and sizes of every file; exit 1 if one fails
+//   ckpt_tool export DIR STEP OUT.bin    the weights as an fp32 model file (version 3): the fp32
+//                                        master weights gathered from the shards when the
+//                                        checkpoint has them (bf16 GPU runs), else its model file
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "llmc/utils.h"
+#include "llmc/gpt2_model.h"
+#include "llmc/mesh.h"
+#include "llmc/checkpoint.h"
+
+static void usage(void) {
+    fprintf(stderr, "usage: ckpt_tool info|verify DIR [STEP] | ckpt_tool export DIR STEP OUT.bin\n");
+    exit(2);
+}
+
+static int parse_step(const char* s) {
+    char* end = NULL;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < 0 || v > 2147483647L) { fail("STEP %s: not a step number", s); }
+    return (int)v;
+}
+
+static void header_of(const char* dir, int step, TrainState* s) {
+    char path[4096], why[4400];
+    checkpoint_path(path, sizeof(path), dir, "state", step, 0);
+    FILE* f = fopen_check(path, "rb");
+    int header[STATE_HEADER_INTS];
+    if (!state_read_header(f, path, s, header, why, sizeof(why))) { fail("%s", why); }
+    fclose(f);
+}
+
+static void info_one(const char* dir, int step) {
+    char path[4096], why[8192];
+    int world = 0;
+    int ok = checkpoint_verify(dir, step, &world, why, sizeof(why));
+    printf("checkpoint %d: %s\n", step, ok ? "complete, verifies" : why);
+    if (!ok) { return; }
+    TrainState s;
+    header_of(dir, step, &s);
+    GPT2Config c;
+    checkpoint_path(path, sizeof(path), dir, "model", step, -1);
+    FILE* f = fopen_check(path, "rb");
+    int version = gpt2_read_header(f, path, &c);
+    fclose(f);
+    printf("  model: %s (v%d %s) L %d NH %d C %d V %d T_max %d, %zu parameters\n", path, version,
+           version == MODEL_VERSION_FP32 ? "fp32" : "bf16", c.num_layers, c.num_heads, c.channels, c.vocab_size,
+           c.max_seq_len, gpt2_num_parameters(&c));
+    printf("  written by: %d ranks, dp_shard %d, ZeRO %d, -b %d -t %d -d %d\n", s.world, s.dp_shard, s.zero_stage,
+           s.B, s.T, s.total_batch);
+    printf("  optimizer: %llu elements per rank, fp32 master weights: %s\n", (unsigned long long)s.owned,
+           s.has_master ? "yes" : "no");
+    printf("  position: step %d, data epoch %d file %d row %ld, skipped steps %d (%d in a row), spike window %d\n",
+           s.step, s.epoch, s.file_pos, s.row_pos, s.skipped, s.consecutive_skips, s.loss_count);
+}
+
+// Exports the weights of checkpoint `step` as an fp32 model file.
+static void export_model(const char* dir, int step, const char* out) {
+    char why[8192], path[4096];
+    if (!checkpoint_verify(dir, step, NULL, why, sizeof(why))) { fail("checkpoint %d does not verify: %s", step, why); }
+    GPT2Config c;
+    checkpoint_path(path, sizeof(path), dir, "model", step, -1);
+    float* params = gpt2_load_model(path, &c);
+    TrainState s;
+    header_of(dir, step, &s);
+    const char* source = "its model file";
+    if (s.has_master) {
+        size_t n = gpt2_num_parameters(&c);
+        StateTarget t = {0, 1, 1, 0, s.B, s.T, s.total_batch, n, 1, &c};
+        float* m = (float*)malloc_check(n * sizeof(float));
+        float* v = (float*)malloc_check(n * sizeof(float));
+        state_load_resharded(dir, step, &t, &s, m, v, params);
+        free(m);
+        free(v);
+        source = "the fp32 master weights of its state files";
+    }
+    gpt2_write_model(out, &c, params, MODEL_VERSION_FP32);
+    printf("wrote %s: checkpoint %d as an fp32 model file (v3), from %s\n", out, step, source);
+    free(params);
+}
+
+int main(int argc, char** argv) {
+    if (argc < 3) { usage(); }
+    const char* cmd = argv[1];
+    const char* dir = argv[2];
+    if (strcmp(cmd, "export") == 0) {
+        if (argc != 5) { usage(); }
+        export_model(dir, parse_step(argv[3]), argv[4]);
+        return 0;
+    }
+    if (strcmp(cmd, "info") != 0 && strcmp(cmd, "verify") != 0) { usage(); }
+    if (argc > 4) { usage(); }
+    int count = 0;
+    int* steps = NULL;
+    int one = 0;
+    if (argc == 4) {
+        one = parse_step(argv[3]);
+        steps = &one;
+        count = 1;
+    } else {
+        steps = checkpoint_list(dir, &count);
+        if (count == 0) { printf("%s: no checkpoints (no DONE_* manifest)\n", dir); }
+    }
+    int bad = 0;
+    for (int i = 0; i < count; i++) {
+        if (strcmp(cmd, "info") == 0) {
+            info_one(dir, steps[i]);
+        } else {
+            char why[8192];
+            int ok = checkpoint_verify(dir, steps[i], NULL, why, sizeof(why));
+            printf("checkpoint %d: %s\n", steps[i], ok ? "ok" : why);
+            bad += !ok;
+        }
+    }
+    if (argc != 4) { free(steps); }
+    return bad ? 1 : 0;
+}
