@@ -1,0 +1,43 @@
+# Ecosystem checks (sourced by dev/run_tests.sh): the matplotlib plot script, Hugging Face
+# export/import (dev/hf.py), in-loop HellaSwag and the metrics (MFU, metrics.jsonl).
+ECO_PY=/usr/bin/python3
+ECO=build/test_tmp/ecosystem
+mkdir -p "$ECO"
+
+# A synthetic log dir with train, val and eval lines; the PNG must have the asked size (read
+# from its IHDR chunk) and two runs must overlay.
+eco_plot() {
+    local d=$ECO/plot
+    rm -rf "$d" && mkdir -p "$d/run_a" "$d/run_b"
+    $ECO_PY - "$d" <<'PY' || return 1
+import math, sys
+d = sys.argv[1]
+for name, k in (("run_a", 1.0), ("run_b", 1.4)):
+    with open(f"{d}/{name}/main.log", "w") as f:
+        for s in range(0, 101):
+            if s % 25 == 0:
+                f.write(f"s:{s} tel:{4 * math.exp(-s * k / 50) + 1.5:.6f}\n")
+                f.write(f"s:{s} eval:{0.25 + 0.001 * s * k:.4f}\n")
+            if s > 0:
+                f.write(f"s:{s} trl:{4 * math.exp(-s * k / 50) + 1.6:.6f} lr:{1e-3:e} norm:{1 + 0.1 * math.sin(s):f}\n")
+PY
+    $ECO_PY scripts/plot_loss.py "$d/run_a" "$d/run_b" -o "$d/two.png" --size 640x480 --log || return 1
+    $ECO_PY scripts/plot_loss.py "$d/run_a/main.log" -o "$d/one.png" || return 1
+    $ECO_PY - "$d/two.png" 640 480 "$d/one.png" 1200 1000 <<'PY'
+import struct, sys
+a = sys.argv[1:]
+for path, w, h in zip(a[0::3], a[1::3], a[2::3]):
+    raw = open(path, "rb").read()
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n" and raw[12:16] == b"IHDR", path
+    got = struct.unpack(">II", raw[16:24])
+    print(path, got, len(raw), "bytes")
+    assert got == (int(w), int(h)), (path, got)
+    assert len(raw) > 10000, "suspiciously small PNG"
+PY
+    # a directory without a log is refused with one error line
+    mkdir -p "$d/empty"
+    if $ECO_PY scripts/plot_loss.py "$d/empty" -o "$d/x.png" 2>"$d/err"; then return 1; fi
+    grep -q "^error: .*empty" "$d/err" && [ ! -e "$d/x.png" ]
+}
+
+check eco_plot_png eco_plot
