@@ -41,3 +41,15 @@ PY
 }
 
 check eco_plot_png eco_plot
+
+# Hugging Face export/import (dev/test_hf.py says what it checks); the C forward comes from a
+# helper that includes the CPU trainer.
+eco_hf() {
+    mkdir -p build
+    mpicc -O2 -march=native -fopenmp -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation \
+        -o build/c_forward dev/tests/c_forward.c -lm || return 1
+    rm -rf "$ECO/hf"
+    OMP_NUM_THREADS=1 $ECO_PY dev/test_hf.py "$ECO/hf" build/c_forward
+}
+
+check eco_hf_export_import eco_hf
