@@ -701,6 +701,17 @@ static void cpu_next_logits(void* ctx, const int* context, int len, float* logit
            (size_t)m->config.vocab_size * sizeof(float));
 }
 
+// HellaSwag's forward (llmc/eval_loader.h): the per-position losses of (B, T) rows.
+static const float* cpu_eval_losses(void* ctx, const int* inputs, const int* targets, int B, int T) {
+    GPT2* m = &cpu_of(ctx)->model;
+    gpt2_forward(m, inputs, targets, B, T);
+    return m->acts.losses;
+}
+
+static int cpu_sum_count(void* ctx, int count) {
+    return (int)lroundf(all_reduce_sum_scalar(&cpu_of(ctx)->dp.world, (float)count));
+}
+
 static void cpu_write_model(void* ctx, const char* path) {
     GPT2* m = &cpu_of(ctx)->model;
     gpt2_write_model(path, &m->config, m->params_memory, MODEL_VERSION_FP32);
@@ -726,7 +737,8 @@ static size_t cpu_comm_bytes_sent(void* ctx) {
 
 static const TrainerOps cpu_trainer_ops = {cpu_begin_step, cpu_micro_step, cpu_reduce_gradients, cpu_update,
                                            cpu_step_loss, cpu_evaluate, cpu_next_logits, cpu_write_model,
-                                           cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent};
+                                           cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent,
+                                           cpu_eval_losses, cpu_sum_count};
 
 static void mpi_abort_all(void) {
     int world = 1;

@@ -38,6 +38,9 @@ typedef struct {
     int dp_shard;              // -ds (0 = world)
     int seed;                  // -sd
     int shuffle;               // -sf
+    int hellaswag;             // -h (0|1)
+    const char* hellaswag_path; // -hf
+    int hellaswag_examples;    // -hn (0 = all)
     // GPU trainer only
     int recompute;             // -r
     int master_weights;        // -w
@@ -87,6 +90,9 @@ static const ArgSpec arg_specs[] = {
     ARG("-ds", ARG_INT, dp_shard, 0, "shard group size dp_shard (0 = all ranks)"),
     ARG("-sd", ARG_INT, seed, 0, "seed for init, shuffling and sampling"),
     ARG("-sf", ARG_INT, shuffle, 0, "shuffle train shards and rows (0|1)"),
+    ARG("-h", ARG_INT, hellaswag, 0, "HellaSwag accuracy at every validation (0|1; -h alone: this help)"),
+    ARG("-hf", ARG_STRING, hellaswag_path, 0, "HellaSwag eval file (llm.c format, dev/data/hellaswag.py)"),
+    ARG("-hn", ARG_INT, hellaswag_examples, 0, "HellaSwag examples to score (0 = all)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-pi", ARG_STRING, init_method, 1, "multi-process start-up: mpi | fs | tcp"),
@@ -127,6 +133,9 @@ static void args_defaults(TrainArgs* a) {
     a->dp_shard = 0;
     a->seed = 1337;
     a->shuffle = 1;
+    a->hellaswag = 0;
+    a->hellaswag_path = "data/hellaswag/hellaswag_val.bin";
+    a->hellaswag_examples = 0;
     a->recompute = 1;
     a->master_weights = 1;
     a->init_method = "mpi";
@@ -151,11 +160,13 @@ static void args_print_help(const char* program, int gpu) {
     }
 }
 
-// Parses argv into a; -h/--help prints the flags and exits 0. gpu: 1 for the GPU trainer.
+// Parses argv into a; --help, and -h without a value (last, or before another flag), print the
+// flags and exit 0 (-h 1 turns on HellaSwag, llm.c's flag). gpu: 1 for the GPU trainer.
 static void args_parse(TrainArgs* a, int argc, char** argv, int gpu) {
     args_defaults(a);
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+        int bare_h = strcmp(argv[i], "-h") == 0 && (i + 1 >= argc || argv[i + 1][0] == '-');
+        if (bare_h || strcmp(argv[i], "--help") == 0) {
             args_print_help(argv[0], gpu);
             exit(0);
         }
@@ -216,8 +227,11 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_int("-z", a->zero_stage, 0, 2);
     require_int("-ds", a->dp_shard, 0, 1 << 20);
     require_int("-sf", a->shuffle, 0, 1);
+    require_int("-h", a->hellaswag, 0, 1);
+    require_int("-hn", a->hellaswag_examples, 0, big);
     require_int("-V", a->vocab_size, 0, 65536);
     require_int("-sl", a->max_seq_len, 1, 1 << 20);
+    if (a->hellaswag && a->val_every == 0) { fail("-h 1: HellaSwag runs at every validation, so -v must be > 0"); }
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {
         fail("-y/-n: checkpoints need a log dir (-o)");
     }

@@ -1,5 +1,6 @@
 // main.log in the log directory, written by rank 0 only: one line per event,
-// "s:STEP trl:LOSS lr:LR norm:NORM" for a training step and "s:STEP tel:LOSS" for validation.
+// "s:STEP trl:LOSS lr:LR norm:NORM" for a training step, "s:STEP tel:LOSS" for validation and
+// "s:STEP eval:ACC" for the HellaSwag accuracy.
 #ifndef LLMC_LOGGER_H
 #define LLMC_LOGGER_H
 
@@ -28,6 +29,12 @@ static void logger_log_train(Logger* l, int step, float loss, float lr, float no
 static void logger_log_val(Logger* l, int step, float loss) {
     if (!l->file) { return; }
     fprintf(l->file, "s:%d tel:%.6f\n", step, loss);
+    fflush(l->file);
+}
+
+static void logger_log_eval(Logger* l, int step, float accuracy) {
+    if (!l->file) { return; }
+    fprintf(l->file, "s:%d eval:%.6f\n", step, accuracy);
     fflush(l->file);
 }
 

@@ -48,6 +48,11 @@ static void progress_step(StepTimes* t, int step, int max_steps, double dt, floa
     fflush(stdout);
 }
 
+static void progress_eval(int step, int right, int total) {
+    printf("step %d: hellaswag accuracy %.4f (%d/%d)\n", step, total > 0 ? right / (double)total : 0.0, right, total);
+    fflush(stdout);
+}
+
 static void progress_summary(const StepTimes* t, int tokens) {
     if (t->steps > 0) {
         printf("average step time: %.1f ms (%.0f tok/s)\n", t->total / t->steps * 1000.0, tokens / (t->total / t->steps));

@@ -1,8 +1,8 @@
 // The training run both trainers share, from start-up to the final model file: the model source
 // (the latest checkpoint, a model file or a descriptor), this data rank's loaders, the optimizer
 // settings, resuming a checkpoint, the start-up report, and the loop itself: validation and
-// sampling on their schedule, one optimizer step made of grad_accum micro-steps, the step's
-// stdout and main.log lines, and the periodic checkpoints. A trainer brings its model and its
+// sampling (and HellaSwag, -h 1) on their schedule, one optimizer step made of grad_accum
+// micro-steps, the step's stdout and main.log lines, and the periodic checkpoints. A trainer brings its model and its
 // communication through TrainerOps; whatever both trainers do alike lives here, once.
 #ifndef LLMC_TRAIN_LOOP_H
 #define LLMC_TRAIN_LOOP_H
@@ -22,6 +22,7 @@
 #include "rng.h"
 #include "run_setup.h"
 #include "sampler.h"
+#include "eval_loader.h"
 
 // What a trainer does its own way. ctx is the trainer's own state (model, optimizer, communicators).
 typedef struct {
@@ -50,6 +51,10 @@ typedef struct {
     void (*barrier)(void* ctx);
     // Bytes this rank has sent so far (the communication report), or NULL where not counted.
     size_t (*comm_bytes_sent)(void* ctx);
+    // HellaSwag: the B*T per-position losses of a (B, T) forward with targets, in host memory.
+    EvalForwardFn eval_losses;
+    // The sum over every rank of one count per rank.
+    int (*sum_count)(void* ctx, int count);
 } TrainerOps;
 
 typedef struct {
@@ -69,6 +74,7 @@ typedef struct {
     AdamWConfig adamw;
     Rng sample_rng;
     Logger logger;
+    EvalRun hellaswag;        // -h 1
     size_t opt_owned;         // optimizer elements this rank holds (its state file's m, v, master)
     int opt_has_master;       // whether it keeps fp32 master weights
 } TrainRun;
@@ -124,6 +130,19 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
         dataloader_seek(&r->train, got.epoch, got.file_pos, got.row_pos);
     }
     logger_init(&r->logger, a->log_dir, r->rank, r->resume_step >= 0);
+    if (a->hellaswag) {
+        eval_open(&r->hellaswag, a->hellaswag_path, a->hellaswag_examples, r->config.vocab_size, a->T);
+    }
+}
+
+// HellaSwag after `step` steps: this rank's share of the examples, the count right summed over
+// the ranks, printed and logged.
+static void run_hellaswag(TrainRun* r, const TrainerOps* ops, void* ctx, int step) {
+    const TrainArgs* a = r->args;
+    int mine = eval_step(&r->hellaswag, r->rank, r->world, a->B, a->T, ops->eval_losses, ctx, step);
+    int right = ops->sum_count(ctx, mine);
+    if (r->rank == 0) { progress_eval(step, right, r->hellaswag.total); }
+    logger_log_eval(&r->logger, step, right / (float)r->hellaswag.total);
 }
 
 // Rank 0's start-up report: the model, the batch, the trainer's own lines (extra, may be ""),
@@ -189,6 +208,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
             if (r->rank == 0) { printf("step %d: val loss %.6f\n", step, val_loss); }
             logger_log_val(&r->logger, step, val_loss);
         }
+        if (a->hellaswag && (step % a->val_every == 0 || last)) { run_hellaswag(r, ops, ctx, step); }
         if (r->rank == 0 && a->sample_every > 0 && step > 0 && (step % a->sample_every == 0 || last)) {
             sample_text(ops->next_logits, ctx, a->T, r->config.vocab_size, r->have_tokenizer ? &r->tokenizer : NULL,
                         eot, a->gen_tokens, &r->sample_rng);
@@ -222,6 +242,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
 
 static void run_free(TrainRun* r) {
     logger_free(&r->logger);
+    if (r->args->hellaswag) { eval_close(&r->hellaswag); }
     dataloader_free(&r->train);
     if (r->have_val) { dataloader_free(&r->val); }
     if (r->have_tokenizer) { tokenizer_free(&r->tokenizer); }

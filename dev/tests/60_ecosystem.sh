@@ -53,3 +53,29 @@ eco_hf() {
 }
 
 check eco_hf_export_import eco_hf
+
+# In-loop HellaSwag (-h 1): choices and accuracy against a PyTorch reference on 1 and 2 ranks
+# (dev/test_hellaswag.py), for the CPU trainer and the emulated GPU trainer (fp32).
+eco_hellaswag_cpu() {
+    make -s train_gpt2cpu || return 1
+    $ECO_PY dev/test_hellaswag.py "$ECO/hs_cpu" ./train_gpt2cpu 1 2
+}
+eco_hellaswag_gpu_emu() {
+    make -s -f dev/gpu.mk build/gpu/train_gpt2emu_fp32 || return 1
+    $ECO_PY dev/test_hellaswag.py "$ECO/hs_emu" build/gpu/train_gpt2emu_fp32 1 2 --equivalence-only
+}
+# -h alone and --help print the help, whose -h line names HellaSwag; -h 1 needs validation on
+eco_hellaswag_flags() {
+    ./train_gpt2cpu -h | grep -- '-h ' | grep -q HellaSwag || return 1
+    ./train_gpt2cpu --help | grep -q -- '-hf' || return 1
+    ./train_gpt2cpu -b 2 -h | grep -q HellaSwag || return 1
+    local err
+    err=$(./train_gpt2cpu -h 1 -v 0 2>&1 >/dev/null) && return 1
+    echo "$err"; [ "$(echo "$err" | wc -l)" -eq 1 ] && echo "$err" | grep -q "^error: -h 1"
+    err=$(./train_gpt2cpu -h 2 2>&1 >/dev/null) && return 1
+    echo "$err"; echo "$err" | grep -q "^error: -h 2"
+}
+
+check eco_hellaswag_cpu_1_2_ranks eco_hellaswag_cpu
+check eco_hellaswag_gpu_emu_1_2_ranks eco_hellaswag_gpu_emu
+check eco_hellaswag_flags eco_hellaswag_flags
