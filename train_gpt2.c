@@ -642,6 +642,12 @@ static void dp_free(DataParallel* dp) {
 // ----------------------------------------------------------------------------
 // training: the CPU trainer's side of llmc/train_loop.h
 
+// The peak the MFU is measured against unless -pk says otherwise: 505 GFLOP/s, what
+// dev/bench/peak_flops.c measured (fp32 FMA chains, 512-bit vectors, 2 threads) on this project's
+// 2-vCPU AVX-512 machine (README, CPU training speed).
+#define CPU_PEAK_TFLOPS 0.505
+#define CPU_PEAK_SOURCE "dev/bench/peak_flops.c on the project's 2-vCPU AVX-512 machine; -pk to set yours"
+
 typedef struct {
     GPT2 model;
     DataParallel dp;
@@ -738,7 +744,8 @@ static size_t cpu_comm_bytes_sent(void* ctx) {
 static const TrainerOps cpu_trainer_ops = {cpu_begin_step, cpu_micro_step, cpu_reduce_gradients, cpu_update,
                                            cpu_step_loss, cpu_evaluate, cpu_next_logits, cpu_write_model,
                                            cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent,
-                                           cpu_eval_losses, cpu_sum_count};
+                                           cpu_eval_losses, cpu_sum_count, CPU_PEAK_TFLOPS, CPU_PEAK_SOURCE,
+                                           "train_gpt2cpu"};
 
 static void mpi_abort_all(void) {
     int world = 1;

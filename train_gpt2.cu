@@ -588,6 +588,17 @@ static float* dp_owned_values(const DataParallel* dp, const float* params) {
 // ----------------------------------------------------------------------------
 // training: the GPU trainer's side of llmc/train_loop.h
 
+// The peak the MFU is measured against unless -pk says otherwise, from NVIDIA's H100 SXM
+// datasheet, dense (without sparsity): 989 TFLOP/s bf16 on tensor cores for BF16 builds, and
+// 67 TFLOP/s fp32 for FP32 builds (their matmuls compute in fp32 without TF32).
+#ifdef ENABLE_FP32
+#define GPU_PEAK_TFLOPS 67.0
+#define GPU_PEAK_SOURCE "H100 SXM datasheet, fp32 without tensor cores; -pk to set yours"
+#else
+#define GPU_PEAK_TFLOPS 989.0
+#define GPU_PEAK_SOURCE "H100 SXM datasheet, bf16 dense tensor cores; -pk to set yours"
+#endif
+
 typedef struct {
     GPT2 model;
     DataParallel dp;
@@ -717,7 +728,8 @@ static size_t gpu_comm_bytes_sent(void* ctx) {
 static const TrainerOps gpu_trainer_ops = {gpu_begin_step, gpu_micro_step, gpu_reduce_gradients, gpu_update,
                                            gpu_step_loss, gpu_evaluate, gpu_next_logits, gpu_write_model,
                                            gpu_write_state, gpu_read_state, gpu_barrier, GPU_COMM_BYTES_SENT,
-                                           gpu_eval_losses, gpu_sum_count};
+                                           gpu_eval_losses, gpu_sum_count, GPU_PEAK_TFLOPS, GPU_PEAK_SOURCE,
+                                           "train_gpt2 " PRECISION_NAME};
 
 #ifndef TESTING
 int main(int argc, char** argv) {

@@ -13,6 +13,8 @@
    imports, and train_gpt2.py's forward on the import equals transformers' logits within 1e-4.
 5. Bad inputs give one "error:" line naming the file.
 """
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -22,7 +24,9 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "dev"))
 import train_gpt2 as ref  # noqa: E402
+import hf as hf_tool  # noqa: E402  (dev/hf.py, called in-process after the first command-line runs)
 
 TOL = 1e-4
 HF = [sys.executable, os.path.join(ROOT, "dev", "hf.py")]
@@ -47,6 +51,25 @@ def run(*args):
     if r.returncode != 0:
         sys.exit(f"command failed: {' '.join(args)}\n{r.stdout}{r.stderr}")
     return r.stdout
+
+
+def hf_cli(*args):
+    """dev/hf.py's main() in this process (saves a torch start-up per call): (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            hf_tool.main(list(args))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+def hf_ok(*args):
+    code, out, err = hf_cli(*args)
+    if code != 0:
+        sys.exit(f"dev/hf.py {' '.join(args)} failed: {out}{err}")
+    return out
 
 
 def random_model(cfg, seed):
@@ -78,9 +101,9 @@ def c_logits(binary, model, idx, work):
 
 
 def bad_input(what, args, name):
-    r = subprocess.run(HF + args, capture_output=True, text=True)
-    lines = r.stderr.strip().splitlines()
-    ok = r.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:") and name in lines[0]
+    code, _, err = hf_cli(*args)
+    lines = err.strip().splitlines()
+    ok = code != 0 and len(lines) == 1 and lines[0].startswith("error:") and name in lines[0]
     expect(ok, f"rejects {what}: {lines[-1] if lines else '(no message)'}")
 
 
@@ -95,7 +118,7 @@ def main():
     ref.write_model(m16, P, cfg, bf16=True)
     idx = torch.randint(0, cfg["V"], (3, 24))
 
-    # 1. fp32 export: transformers vs PyTorch reference vs C
+    # 1. fp32 export (the command line, as a user runs it): transformers vs PyTorch reference vs C
     d32 = os.path.join(work, "hf32")
     print(run(*HF, "export", m32, d32).strip())
     hf, model = hf_logits(d32, idx)
@@ -114,7 +137,7 @@ def main():
 
     # 3. bf16 (v5)
     d16 = os.path.join(work, "hf16")
-    print(run(*HF, "export", m16, d16).strip())
+    print(hf_ok("export", m16, d16).strip())
     from safetensors import safe_open
     with safe_open(os.path.join(d16, "model.safetensors"), "pt") as f:
         dtypes = {f.get_tensor(k).dtype for k in f.keys()}
@@ -126,7 +149,7 @@ def main():
     report("bf16 export: transformers vs C forward logits (bf16 weights)",
            (hf16 - c_logits(c_forward, m16, idx, work)).abs().max().item())
     back16 = os.path.join(work, "back16.bin")
-    run(*HF, "import", d16, back16, "--bf16")
+    hf_ok("import", d16, back16, "--bf16")
     expect(open(back16, "rb").read() == open(m16, "rb").read(), "import --bf16 of the bf16 export == m16.bin")
 
     # 4. a model saved by transformers itself, GPT-2's real vocabulary size
@@ -143,7 +166,7 @@ def main():
         d = os.path.join(work, "own_st" if safe else "own_pt")
         own.save_pretrained(d, safe_serialization=safe)
         out = os.path.join(work, "own.bin")
-        print(run(*HF, "import", d, out).strip())
+        print(hf_ok("import", d, out).strip())
         Q, qcfg = ref.load_model(out)
         expect(qcfg["Vp"] == 50304 and Q["wte"][50257:].abs().max().item() == 0.0, "vocab padded to 50304 with zeros")
         with torch.no_grad():

@@ -41,6 +41,7 @@ typedef struct {
     int hellaswag;             // -h (0|1)
     const char* hellaswag_path; // -hf
     int hellaswag_examples;    // -hn (0 = all)
+    float peak_tflops;         // -pk (0 = the trainer's default)
     // GPU trainer only
     int recompute;             // -r
     int master_weights;        // -w
@@ -93,6 +94,7 @@ static const ArgSpec arg_specs[] = {
     ARG("-h", ARG_INT, hellaswag, 0, "HellaSwag accuracy at every validation (0|1; -h alone: this help)"),
     ARG("-hf", ARG_STRING, hellaswag_path, 0, "HellaSwag eval file (llm.c format, dev/data/hellaswag.py)"),
     ARG("-hn", ARG_INT, hellaswag_examples, 0, "HellaSwag examples to score (0 = all)"),
+    ARG("-pk", ARG_FLOAT, peak_tflops, 0, "peak TFLOP/s for the MFU (0 = CPU 0.505 measured, H100 SXM datasheet)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-pi", ARG_STRING, init_method, 1, "multi-process start-up: mpi | fs | tcp"),
@@ -136,6 +138,7 @@ static void args_defaults(TrainArgs* a) {
     a->hellaswag = 0;
     a->hellaswag_path = "data/hellaswag/hellaswag_val.bin";
     a->hellaswag_examples = 0;
+    a->peak_tflops = 0.0f;
     a->recompute = 1;
     a->master_weights = 1;
     a->init_method = "mpi";
@@ -229,6 +232,7 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_int("-sf", a->shuffle, 0, 1);
     require_int("-h", a->hellaswag, 0, 1);
     require_int("-hn", a->hellaswag_examples, 0, big);
+    require_float("-pk", a->peak_tflops, 0.0f, 1e9f);
     require_int("-V", a->vocab_size, 0, 65536);
     require_int("-sl", a->max_seq_len, 1, 1 << 20);
     if (a->hellaswag && a->val_every == 0) { fail("-h 1: HellaSwag runs at every validation, so -v must be > 0"); }

@@ -55,6 +55,11 @@ typedef struct {
     EvalForwardFn eval_losses;
     // The sum over every rank of one count per rank.
     int (*sum_count)(void* ctx, int count);
+    // The MFU's peak of one rank in TFLOP/s unless -pk says otherwise, and where it comes from.
+    double peak_tflops;
+    const char* peak_source;
+    // The trainer's name in metrics.jsonl.
+    const char* name;
 } TrainerOps;
 
 typedef struct {
@@ -199,7 +204,12 @@ static void run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* ctx, in
 static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
     const TrainArgs* a = r->args;
     int eot = r->have_tokenizer ? r->tokenizer.eot_token : r->config.vocab_size - 1;
-    StepTimes times = {0.0, 0, r->start_step};
+    StepTimes times = {0.0, 0, r->start_step, 0.0, 0.0, -1.0};
+    size_t num_parameters = gpt2_num_parameters(&r->config);
+    progress_mfu_init(&times, &r->config, num_parameters, a->T, r->world, a->peak_tflops, ops->peak_tflops,
+                      ops->peak_source, r->rank == 0);
+    logger_log_config(&r->logger, ops->name, r->model_source, &r->config, num_parameters, a, r->world, r->grad_accum,
+                      r->max_steps, times.flops_per_token, times.peak_flops);
     size_t step_bytes = 0;
     for (int step = r->start_step; step <= r->max_steps; step++) {
         int last = step == r->max_steps;
@@ -222,7 +232,8 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         step_bytes = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) - bytes_before : 0;
         double dt = now_seconds() - t0;
         progress_step(&times, step, r->max_steps, dt, loss, norm, r->adamw.lr, a->total_batch, r->rank == 0);
-        logger_log_train(&r->logger, step + 1, loss, r->adamw.lr, norm);
+        logger_log_train(&r->logger, step + 1, loss, r->adamw.lr, norm, dt * 1000.0, a->total_batch / dt,
+                         times.last_mfu);
         if (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0) {
             run_save_checkpoint(r, step + 1, ops, ctx);
         }

@@ -79,3 +79,6 @@ eco_hellaswag_flags() {
 check eco_hellaswag_cpu_1_2_ranks eco_hellaswag_cpu
 check eco_hellaswag_gpu_emu_1_2_ranks eco_hellaswag_gpu_emu
 check eco_hellaswag_flags eco_hellaswag_flags
+
+# MFU on the step line and metrics.jsonl against main.log and closed forms (dev/test_metrics.py)
+check eco_metrics_jsonl_mfu bash -c "make -s train_gpt2cpu && $ECO_PY dev/test_metrics.py $ECO/metrics ./train_gpt2cpu"
