@@ -94,7 +94,7 @@ static const ArgSpec arg_specs[] = {
     ARG("-h", ARG_INT, hellaswag, 0, "HellaSwag accuracy at every validation (0|1; -h alone: this help)"),
     ARG("-hf", ARG_STRING, hellaswag_path, 0, "HellaSwag eval file (llm.c format, dev/data/hellaswag.py)"),
     ARG("-hn", ARG_INT, hellaswag_examples, 0, "HellaSwag examples to score (0 = all)"),
-    ARG("-pk", ARG_FLOAT, peak_tflops, 0, "peak TFLOP/s for the MFU (0 = CPU 0.505 measured, H100 SXM datasheet)"),
+    ARG("-pk", ARG_FLOAT, peak_tflops, 0, "peak TFLOP/s per rank for the MFU (0 = built-in, docs/tools.md)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-pi", ARG_STRING, init_method, 1, "multi-process start-up: mpi | fs | tcp"),

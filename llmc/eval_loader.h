@@ -47,12 +47,19 @@ static void eval_file_load(EvalFile* f, const char* path, int vocab_size, int T)
     if (size < 1024) { fail("%s: %ld bytes, shorter than the 1024-byte eval header", path, size); }
     int32_t header[256];
     fread_check(header, sizeof(int32_t), 256, fp, path, "the eval header");
-    if (header[0] != EVAL_MAGIC) { fail("%s: bad magic %d (expected %d, an eval file)", path, header[0], EVAL_MAGIC); }
-    if (header[1] != EVAL_VERSION) { fail("%s: unsupported eval version %d (expected %d)", path, header[1], EVAL_VERSION); }
+    if (header[0] != EVAL_MAGIC) {
+        fail("%s: bad magic %d (expected %d, an eval file)", path, header[0], EVAL_MAGIC);
+    }
+    if (header[1] != EVAL_VERSION) {
+        fail("%s: unsupported eval version %d (expected %d)", path, header[1], EVAL_VERSION);
+    }
     if (header[2] < 1) { fail("%s: %d examples in the header", path, header[2]); }
     long payload = size - 1024;
     if (payload % 2 != 0) { fail("%s: payload of %ld bytes is not a whole number of uint16", path, payload); }
     size_t n = (size_t)payload / 2;
+    if ((size_t)header[2] > n / 9) { // an example is at least 9 uint16
+        fail("%s: %d examples in the header cannot fit in %ld bytes", path, header[2], payload);
+    }
     f->num_examples = header[2];
     f->stream = (uint16_t*)malloc_check(n * sizeof(uint16_t) + 1);
     fread_check(f->stream, sizeof(uint16_t), n, fp, path, "the eval examples");
@@ -74,7 +81,9 @@ static void eval_file_load(EvalFile* f, const char* path, int vocab_size, int T)
         if (ex->num_completions < 1 || ex->num_completions > EVAL_MAX_COMPLETIONS) {
             fail("%s: example %d has %d completions (1..%d)", path, e, ex->num_completions, EVAL_MAX_COMPLETIONS);
         }
-        if (ex->label >= ex->num_completions) { fail("%s: example %d: label %d of %d completions", path, e, ex->label, ex->num_completions); }
+        if (ex->label >= ex->num_completions) {
+            fail("%s: example %d: label %d of %d completions", path, e, ex->label, ex->num_completions);
+        }
         if (ex->context_len < 1) { fail("%s: example %d has an empty context", path, e); }
         EVAL_NEED((size_t)ex->context_len);
         ex->context = s + pos;
@@ -97,7 +106,9 @@ static void eval_file_load(EvalFile* f, const char* path, int vocab_size, int T)
             fail("%s: example %d says %zu bytes but holds %zu", path, e, bytes, (pos - start) * 2);
         }
         for (int i = 0; i < ex->context_len; i++) {
-            if (ex->context[i] >= vocab_size) { fail("%s: example %d: token %d >= vocab %d", path, e, ex->context[i], vocab_size); }
+            if (ex->context[i] >= vocab_size) {
+                fail("%s: example %d: token %d >= vocab %d", path, e, ex->context[i], vocab_size);
+            }
         }
         for (int c = 0; c < ex->num_completions; c++) {
             for (int i = 0; i < ex->completion_len[c]; i++) {
