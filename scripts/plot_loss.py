@@ -133,7 +133,8 @@ def plot(runs, out, log_scale, width, height):
     ax.set_ylabel("loss (nats per token)")
     if log_scale:
         ax.set_yscale("log")
-        axes[2].set_yscale("log")
+    if all(v > 0 for r in runs for _, v in r.norm):
+        axes[2].set_yscale("log")   # one spike would flatten the rest on a linear axis
     ax.legend(fontsize=8, loc="upper right")
     tps = {r.tokens_per_step() for r in runs}
     if len(tps) == 1 and None not in tps:
@@ -165,7 +166,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="plot train_gpt2 runs (loss, lr, grad norm, HellaSwag)")
     ap.add_argument("logs", nargs="+", metavar="LOG_DIR", help="a run's log directory (-o); several overlay")
     ap.add_argument("-o", "--out", default="loss.png", help="output PNG (default loss.png)")
-    ap.add_argument("--log", action="store_true", help="log scale for loss and grad norm")
+    ap.add_argument("--log", action="store_true", help="log scale for the loss (the grad norm always has one)")
     ap.add_argument("--size", type=parse_size, default=(1200, 1000), help="WIDTHxHEIGHT pixels (default 1200x1000)")
     a = ap.parse_args(argv)
     logs = a.logs
