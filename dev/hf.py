@@ -87,7 +87,9 @@ def to_hf_state(P, cfg, dtype):
         for name, (key, transpose) in LAYER_MAP.items():
             t = P[name][l]
             sd[f"transformer.h.{l}.{key}"] = t.t() if transpose else t
-    return {k: v.to(dtype).contiguous() for k, v in sd.items()}
+    # each tensor its own copy: safetensors refuses tensors that share memory (the layers of one
+    # of our tensors are views of it)
+    return {k: v.to(dtype).contiguous().clone() for k, v in sd.items()}
 
 
 def export(model_path, out_dir, dtype_name):
@@ -106,6 +108,9 @@ def export(model_path, out_dir, dtype_name):
     os.close(fd)
     try:
         st.save_file(sd, tmp, metadata={"format": "pt"})
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; give the usual mode
         os.replace(tmp, os.path.join(out_dir, "model.safetensors"))
     finally:
         if os.path.exists(tmp):
