@@ -1,6 +1,8 @@
 # train_gpt2: build, test and quick-start targets.
 #   make quickstart   installs what is missing, prepares data/kjv, trains a small model on the CPU,
 #                     prints samples and the val loss, plots the loss curve
+#   make docs-img     redraws docs/img/quickstart_loss.png from log_quickstart (runs the quick
+#                     start first when it has not run)
 #   make test         installs what is missing, builds everything and runs every test
 #   make fuzz         fuzzes every file reader and the flag parser (FUZZ_SECONDS each, default 60)
 #   make CC=... NVCC=...   other compilers (CC defaults to mpicc; without Open MPI, to cc with
@@ -18,7 +20,7 @@ LDLIBS := -lm
 PYTHON := /usr/bin/python3
 LLMC_HEADERS := $(wildcard llmc/*.h)
 
-.PHONY: all deps data-kjv quickstart quickstart-run test clean
+.PHONY: all deps data-kjv quickstart quickstart-run docs-img test clean
 
 all: train_gpt2cpu test_gpt2cpu ckpt_tool
 
@@ -62,7 +64,12 @@ quickstart: deps
 	@$(MAKE) --no-print-directory quickstart-run
 quickstart-run: data/kjv/kjv_train.bin train_gpt2cpu
 	./train_gpt2cpu $(QUICKSTART_FLAGS)
-	$(PYTHON) scripts/plot_loss.py log_quickstart/main.log log_quickstart/loss.png
+	$(PYTHON) scripts/plot_loss.py log_quickstart -o log_quickstart/loss.png
+
+# The README's picture of the quick start curve (kept small: 800x640 pixels).
+docs-img: deps
+	@[ -f log_quickstart/main.log ] || $(MAKE) quickstart
+	$(PYTHON) scripts/plot_loss.py log_quickstart -o docs/img/quickstart_loss.png --size 800x640
 
 test: deps
 	@bash dev/run_tests.sh

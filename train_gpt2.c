@@ -679,6 +679,12 @@ static void dp_free(DataParallel* dp) {
 // ----------------------------------------------------------------------------
 // training: the CPU trainer's side of llmc/train_loop.h
 
+// The peak the MFU is measured against unless -pk says otherwise: 505 GFLOP/s, what
+// dev/bench/peak_flops.c measured (fp32 FMA chains, 512-bit vectors, 2 threads) on this project's
+// 2-vCPU AVX-512 machine (README, CPU training speed).
+#define CPU_PEAK_TFLOPS 0.505
+#define CPU_PEAK_SOURCE "dev/bench/peak_flops.c on the project's 2-vCPU AVX-512 machine; -pk to set yours"
+
 typedef struct {
     GPT2 model;
     DataParallel dp;
@@ -742,6 +748,17 @@ static void cpu_next_logits(void* ctx, const int* context, int len, float* logit
            (size_t)m->config.vocab_size * sizeof(float));
 }
 
+// HellaSwag's forward (llmc/eval_loader.h): the per-position losses of (B, T) rows.
+static const float* cpu_eval_losses(void* ctx, const int* inputs, const int* targets, int B, int T) {
+    GPT2* m = &cpu_of(ctx)->model;
+    gpt2_forward(m, inputs, targets, B, T);
+    return m->acts.losses;
+}
+
+static int cpu_sum_count(void* ctx, int count) {
+    return (int)lroundf(all_reduce_sum_scalar(&cpu_of(ctx)->dp.world, (float)count));
+}
+
 static void cpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     GPT2* m = &cpu_of(ctx)->model;
     gpt2_write_model_crc(path, &m->config, m->params_memory, MODEL_VERSION_FP32, crc);
@@ -769,7 +786,9 @@ static size_t cpu_comm_bytes_sent(void* ctx) {
 
 static const TrainerOps cpu_trainer_ops = {cpu_begin_step, cpu_micro_step, cpu_reduce_gradients, cpu_update,
                                            cpu_agree, cpu_evaluate, cpu_next_logits, cpu_write_model,
-                                           cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent};
+                                           cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent,
+                                           cpu_eval_losses, cpu_sum_count, CPU_PEAK_TFLOPS, CPU_PEAK_SOURCE,
+                                           "train_gpt2cpu"};
 
 static void mpi_abort_all(void) {
     int world = 1;

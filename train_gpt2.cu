@@ -589,6 +589,17 @@ static float* dp_owned_values(const DataParallel* dp, const float* params) {
 // ----------------------------------------------------------------------------
 // training: the GPU trainer's side of llmc/train_loop.h
 
+// The peak the MFU is measured against unless -pk says otherwise, from NVIDIA's H100 SXM
+// datasheet, dense (without sparsity): 989 TFLOP/s bf16 on tensor cores for BF16 builds, and
+// 67 TFLOP/s fp32 for FP32 builds (their matmuls compute in fp32 without TF32).
+#ifdef ENABLE_FP32
+#define GPU_PEAK_TFLOPS 67.0
+#define GPU_PEAK_SOURCE "H100 SXM datasheet, fp32 without tensor cores; -pk to set yours"
+#else
+#define GPU_PEAK_TFLOPS 989.0
+#define GPU_PEAK_SOURCE "H100 SXM datasheet, bf16 dense tensor cores; -pk to set yours"
+#endif
+
 typedef struct {
     GPT2 model;
     DataParallel dp;
@@ -664,6 +675,22 @@ static void gpu_next_logits(void* ctx, const int* context, int len, float* logit
                     (size_t)m->config.vocab_size);
 }
 
+// HellaSwag's forward (llmc/eval_loader.h): the per-position losses of (B, T) rows, on the host.
+static const float* gpu_eval_losses(void* ctx, const int* inputs, const int* targets, int B, int T) {
+    GPT2* m = &((GpuTrainer*)ctx)->model;
+    gpt2_forward(m, inputs, targets, B, T, 0.0f);
+    return m->losses_host;
+}
+
+// The sum over every rank of one count per rank (exact below 2^24), through the loss slots.
+static int gpu_sum_count(void* ctx, int count) {
+    DataParallel* dp = &((GpuTrainer*)ctx)->dp;
+    float v = (float)count;
+    cudaCheck(cudaMemsetAsync(dp->loss, 0, dp->mesh.world * sizeof(float), 0));
+    cudaCheck(cudaMemcpy(dp->loss, &v, sizeof(float), cudaMemcpyHostToDevice));
+    return (int)lroundf(dp_mean_over_world(dp, "the HellaSwag count") * (float)dp->mesh.world);
+}
+
 // The model file: v5 (bf16) in BF16, v3 (fp32) in FP32.
 static void gpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     GPT2* m = &((GpuTrainer*)ctx)->model;
@@ -717,7 +744,9 @@ static size_t gpu_comm_bytes_sent(void* ctx) {
 
 static const TrainerOps gpu_trainer_ops = {gpu_begin_step, gpu_micro_step, gpu_reduce_gradients, gpu_update,
                                            gpu_agree, gpu_evaluate, gpu_next_logits, gpu_write_model,
-                                           gpu_write_state, gpu_read_state, gpu_barrier, GPU_COMM_BYTES_SENT};
+                                           gpu_write_state, gpu_read_state, gpu_barrier, GPU_COMM_BYTES_SENT,
+                                           gpu_eval_losses, gpu_sum_count, GPU_PEAK_TFLOPS, GPU_PEAK_SOURCE,
+                                           "train_gpt2 " PRECISION_NAME};
 
 #ifndef TESTING
 int main(int argc, char** argv) {

@@ -1,24 +1,39 @@
 #!/usr/bin/env bash
 # Installs what the build, the tests and the quick start need on a fresh Debian machine:
 # Open MPI, OpenBLAS (the OpenMP build, so Debian's PyTorch does not fall back to the
-# reference BLAS), Debian's CPU PyTorch for /usr/bin/python3, the KJV text (bible-kjv), and
-# clang with its libFuzzer and sanitizer runtimes (make fuzz, dev/tests/45_fuzz.sh).
+# reference BLAS), Debian's CPU PyTorch and matplotlib for /usr/bin/python3, the KJV text
+# (bible-kjv), and clang with its libFuzzer and sanitizer runtimes (make fuzz,
+# dev/tests/45_fuzz.sh); then, from PyPI for /usr/bin/python3, transformers and safetensors
+# (dev/hf.py), in the versions tested with Debian's torch 1.13.
 # Packages already present are left alone; it does nothing when everything is there.
 set -e
-packages="openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-openmp python3-torch python3-numpy bible-kjv clang libclang-rt-14-dev"
+packages="openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-openmp python3-torch python3-numpy python3-matplotlib python3-pip bible-kjv clang libclang-rt-14-dev"
 missing=""
 for p in $packages; do
     dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 done
-if [ -z "$missing" ]; then
+pip_packages="transformers==4.40.2 safetensors==0.8.0 tokenizers==0.19.1 huggingface-hub==0.36.2"
+pip_ok() {
+    /usr/bin/python3 -c 'import safetensors, transformers; assert transformers.__version__ == "4.40.2"' 2>/dev/null
+}
+if [ -z "$missing" ] && pip_ok; then
     exit 0
 fi
 if [ "$(id -u)" != 0 ] && ! command -v sudo >/dev/null; then
-    echo "error: missing Debian packages:$missing (run as root or install them)" >&2
+    echo "error: missing packages:$missing $pip_packages (run as root or install them)" >&2
     exit 1
 fi
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
-echo "installing:$missing"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+if [ -n "$missing" ]; then
+    echo "installing:$missing"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+if ! pip_ok; then
+    # Debian marks its Python externally managed; these PyPI packages go to /usr/local beside it
+    pip_flags="-q --no-warn-script-location --root-user-action=ignore"
+    ls /usr/lib/python3*/EXTERNALLY-MANAGED >/dev/null 2>&1 && pip_flags="$pip_flags --break-system-packages"
+    echo "installing (pip, /usr/bin/python3): $pip_packages"
+    $SUDO /usr/bin/python3 -m pip install $pip_flags $pip_packages
+fi

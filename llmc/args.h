@@ -44,6 +44,10 @@ typedef struct {
     int spike_window;          // -sw
     float peer_wait;           // -wt (0 = wait forever)
     const char* fault;         // -fi (tests only)
+    int hellaswag;             // -h (0|1)
+    const char* hellaswag_path; // -hf
+    int hellaswag_examples;    // -hn (0 = all)
+    float peak_tflops;         // -pk (0 = the trainer's default)
     // GPU trainer only
     int recompute;             // -r
     int master_weights;        // -w
@@ -99,6 +103,10 @@ static const ArgSpec arg_specs[] = {
     ARG("-sw", ARG_INT, spike_window, 0, "window of the loss-spike guard, in steps (max 192)"),
     ARG("-wt", ARG_FLOAT, peer_wait, 0, "seconds to wait for the other ranks in a collective, then stop (0 = forever)"),
     ARG("-fi", ARG_STRING, fault, 0, "tests only: inject a fault KIND@STEP[:RANK] (llmc/faults.h)"),
+    ARG("-h", ARG_INT, hellaswag, 0, "HellaSwag accuracy at every validation (0|1; -h alone: this help)"),
+    ARG("-hf", ARG_STRING, hellaswag_path, 0, "HellaSwag eval file (llm.c format, dev/data/hellaswag.py)"),
+    ARG("-hn", ARG_INT, hellaswag_examples, 0, "HellaSwag examples to score (0 = all)"),
+    ARG("-pk", ARG_FLOAT, peak_tflops, 0, "peak TFLOP/s per rank for the MFU (0 = built-in, docs/tools.md)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-pi", ARG_STRING, init_method, 1, "multi-process start-up: mpi | fs | tcp"),
@@ -145,6 +153,10 @@ static void args_defaults(TrainArgs* a) {
     a->spike_window = 50;
     a->peer_wait = 45.0f;
     a->fault = "";
+    a->hellaswag = 0;
+    a->hellaswag_path = "data/hellaswag/hellaswag_val.bin";
+    a->hellaswag_examples = 0;
+    a->peak_tflops = 0.0f;
     a->recompute = 1;
     a->master_weights = 1;
     a->init_method = "mpi";
@@ -169,11 +181,13 @@ static void args_print_help(const char* program, int gpu) {
     }
 }
 
-// Parses argv into a; -h/--help prints the flags and exits 0. gpu: 1 for the GPU trainer.
+// Parses argv into a; --help, and -h without a value (last, or before another flag), print the
+// flags and exit 0 (-h 1 turns on HellaSwag, llm.c's flag). gpu: 1 for the GPU trainer.
 static void args_parse(TrainArgs* a, int argc, char** argv, int gpu) {
     args_defaults(a);
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+        int bare_h = strcmp(argv[i], "-h") == 0 && (i + 1 >= argc || argv[i + 1][0] == '-');
+        if (bare_h || strcmp(argv[i], "--help") == 0) {
             args_print_help(argv[0], gpu);
             exit(0);
         }
@@ -239,8 +253,12 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_float("-sz", a->spike_z, 0.0f, 1e6f);
     require_int("-sw", a->spike_window, 2, 192);
     require_float("-wt", a->peer_wait, 0.0f, 1e7f);
+    require_int("-h", a->hellaswag, 0, 1);
+    require_int("-hn", a->hellaswag_examples, 0, big);
+    require_float("-pk", a->peak_tflops, 0.0f, 1e9f);
     require_int("-V", a->vocab_size, 0, 65536);
     require_int("-sl", a->max_seq_len, 1, 1 << 20);
+    if (a->hellaswag && a->val_every == 0) { fail("-h 1: HellaSwag runs at every validation, so -v must be > 0"); }
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {
         fail("-y/-n: checkpoints need a log dir (-o)");
     }

@@ -1,6 +1,7 @@
 // What a training run prints on stdout, the same for both trainers: the model and accounting
-// lines at start, one line per step (loss, grad norm, lr, time, tokens/s, ETA) and the average
-// step time at the end. The first step of a run is not timed (it pays for warm-up).
+// lines at start, one line per step (loss, grad norm, lr, time, tokens/s, model FLOP utilisation,
+// ETA) and the average step time at the end. The first step of a run is not timed (it pays for
+// warm-up).
 #ifndef LLMC_PROGRESS_H
 #define LLMC_PROGRESS_H
 
@@ -11,10 +12,35 @@
 #include "accounting.h"
 
 typedef struct {
-    double total;   // seconds of the timed steps
-    int steps;      // timed steps
-    int first_step; // the run's first step (resumed runs start later)
+    double total;           // seconds of the timed steps
+    int steps;              // timed steps
+    int first_step;         // the run's first step (resumed runs start later)
+    double flops_per_token; // model FLOPs per trained token (model_flops_per_token)
+    double peak_flops;      // FLOP/s the MFU is a fraction of
+    double last_mfu;        // the last step's
 } StepTimes;
+
+// Training FLOPs per token: 6 per parameter (2 forward, 4 backward; wte counts once, as the
+// classifier's matmul) plus causal attention, 6 L C (T + 1): QK^T and AV over the unmasked half,
+// forward and backward. dev/bench/cpu.py counts the same matmuls (without biases and LayerNorms).
+static double model_flops_per_token(const GPT2Config* c, size_t num_parameters, int T) {
+    return 6.0 * (double)num_parameters + 6.0 * c->num_layers * (double)c->channels * (T + 1);
+}
+
+// Sets up MFU: the peak of one rank (one GPU, or one CPU process with its threads) is -pk's
+// peak_tflops, else default_tflops (source says where that comes from); the run's peak is that
+// times the ranks, since the step's tokens are every rank's.
+static void progress_mfu_init(StepTimes* t, const GPT2Config* c, size_t num_parameters, int T, int ranks,
+                              float peak_tflops, double default_tflops, const char* source, int print) {
+    double per_rank = peak_tflops > 0.0f ? peak_tflops : default_tflops;
+    t->flops_per_token = model_flops_per_token(c, num_parameters, T);
+    t->peak_flops = per_rank * 1e12 * ranks;
+    t->last_mfu = -1.0;
+    if (print) {
+        printf("mfu: %.4g MFLOPs per token (6N + attention) against a peak of %g TFLOP/s per rank x %d (%s)\n",
+               t->flops_per_token / 1e6, per_rank, ranks, peak_tflops > 0.0f ? "-pk" : source);
+    }
+}
 
 static void format_eta(char* out, size_t len, double seconds) {
     int s = (int)(seconds + 0.5);
@@ -39,12 +65,18 @@ static void progress_accounting(const Mesh* mesh, int zero_stage, const MemoryBy
 static void progress_step(StepTimes* t, int step, int max_steps, double dt, float loss, float norm, float lr,
                           int tokens, int print) {
     if (step > t->first_step) { t->total += dt; t->steps++; }
+    t->last_mfu = t->peak_flops > 0.0 ? t->flops_per_token * tokens / dt / t->peak_flops : -1.0;
     if (!print) { return; }
     char eta[32];
     double avg = t->steps > 0 ? t->total / t->steps : dt;
     format_eta(eta, sizeof(eta), avg * (max_steps - step - 1));
-    printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | eta %s\n", step + 1, max_steps,
-           loss, norm, lr, dt * 1000.0, tokens / dt, eta);
+    printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | mfu %.1f%% | eta %s\n", step + 1,
+           max_steps, loss, norm, lr, dt * 1000.0, tokens / dt, 100.0 * t->last_mfu, eta);
+    fflush(stdout);
+}
+
+static void progress_eval(int step, int right, int total) {
+    printf("step %d: hellaswag accuracy %.4f (%d/%d)\n", step, total > 0 ? right / (double)total : 0.0, right, total);
     fflush(stdout);
 }
 

@@ -1,9 +1,10 @@
 // The training run both trainers share, from start-up to the final model file: the model source
 // (the latest checkpoint, a model file or a descriptor), this data rank's loaders, the optimizer
 // settings, resuming a checkpoint, the start-up report, and the loop itself: validation and
-// sampling on their schedule, one optimizer step made of grad_accum micro-steps (skipped when
-// non-finite or spiking), the step's stdout and main.log lines, the periodic checkpoints, and
-// the preemption checkpoint and exit (docs/checkpoints.md). A trainer brings its model and its
+// sampling (and HellaSwag, -h 1) on their schedule, one optimizer step made of grad_accum
+// micro-steps (skipped when non-finite or spiking), the step's stdout and main.log lines, the
+// periodic checkpoints, and the preemption checkpoint and exit (docs/checkpoints.md). A trainer
+// brings its model and its
 // communication through TrainerOps; whatever both trainers do alike lives here, once.
 #ifndef LLMC_TRAIN_LOOP_H
 #define LLMC_TRAIN_LOOP_H
@@ -27,6 +28,7 @@
 #include "preempt.h"
 #include "step_guard.h"
 #include "watchdog.h"
+#include "eval_loader.h"
 
 // What a trainer does its own way. ctx is the trainer's own state (model, optimizer, communicators).
 typedef struct {
@@ -57,6 +59,15 @@ typedef struct {
     void (*barrier)(void* ctx);
     // Bytes this rank has sent so far (the communication report), or NULL where not counted.
     size_t (*comm_bytes_sent)(void* ctx);
+    // HellaSwag: the B*T per-position losses of a (B, T) forward with targets, in host memory.
+    EvalForwardFn eval_losses;
+    // The sum over every rank of one count per rank.
+    int (*sum_count)(void* ctx, int count);
+    // The MFU's peak of one rank in TFLOP/s unless -pk says otherwise, and where it comes from.
+    double peak_tflops;
+    const char* peak_source;
+    // The trainer's name in metrics.jsonl.
+    const char* name;
 } TrainerOps;
 
 typedef struct {
@@ -76,6 +87,7 @@ typedef struct {
     AdamWConfig adamw;
     Rng sample_rng;
     Logger logger;
+    EvalRun hellaswag;        // -h 1
     size_t opt_owned;         // optimizer elements this rank holds (its state file's m, v, master)
     int opt_has_master;       // whether it keeps fp32 master weights
     StepGuard guard;          // skipped (non-finite, spiking) steps
@@ -138,6 +150,19 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
         dataloader_seek(&r->train, got.epoch, got.file_pos, got.row_pos);
     }
     logger_init(&r->logger, a->log_dir, r->rank, r->resume_step);
+    if (a->hellaswag) {
+        eval_open(&r->hellaswag, a->hellaswag_path, a->hellaswag_examples, r->config.vocab_size, a->T);
+    }
+}
+
+// HellaSwag after `step` steps: this rank's share of the examples, the count right summed over
+// the ranks, printed and logged.
+static void run_hellaswag(TrainRun* r, const TrainerOps* ops, void* ctx, int step) {
+    const TrainArgs* a = r->args;
+    int mine = eval_step(&r->hellaswag, r->rank, r->world, a->B, a->T, ops->eval_losses, ctx, step);
+    int right = ops->sum_count(ctx, mine);
+    if (r->rank == 0) { progress_eval(step, right, r->hellaswag.total); }
+    logger_log_eval(&r->logger, step, right / (float)r->hellaswag.total);
 }
 
 // Rank 0's start-up report: the model, the batch, the trainer's own lines (extra, may be ""),
@@ -204,7 +229,12 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
 static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
     const TrainArgs* a = r->args;
     int eot = r->have_tokenizer ? r->tokenizer.eot_token : r->config.vocab_size - 1;
-    StepTimes times = {0.0, 0, r->start_step};
+    StepTimes times = {0.0, 0, r->start_step, 0.0, 0.0, -1.0};
+    size_t num_parameters = gpt2_num_parameters(&r->config);
+    progress_mfu_init(&times, &r->config, num_parameters, a->T, r->world, a->peak_tflops, ops->peak_tflops,
+                      ops->peak_source, r->rank == 0);
+    logger_log_config(&r->logger, ops->name, r->model_source, &r->config, num_parameters, a, r->world, r->grad_accum,
+                      r->max_steps, times.flops_per_token, times.peak_flops);
     size_t step_bytes = 0;
     watchdog_grace(); // ranks reach the first collective after start-ups of different lengths
     for (int step = r->start_step; step <= r->max_steps; step++) {
@@ -216,6 +246,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
             logger_log_val(&r->logger, step, val_loss);
         }
         if (a->sample_every > 0 && step > 0 && (step % a->sample_every == 0 || last)) { watchdog_grace(); }
+        if (a->hellaswag && (step % a->val_every == 0 || last)) { run_hellaswag(r, ops, ctx, step); }
         if (r->rank == 0 && a->sample_every > 0 && step > 0 && (step % a->sample_every == 0 || last)) {
             sample_text(ops->next_logits, ctx, a->T, r->config.vocab_size, r->have_tokenizer ? &r->tokenizer : NULL,
                         eot, a->gen_tokens, &r->sample_rng);
@@ -231,8 +262,12 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         step_bytes = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) - bytes_before : 0;
         double dt = now_seconds() - t0;
         progress_step(&times, step, r->max_steps, dt, loss, norm, r->adamw.lr, a->total_batch, r->rank == 0);
-        if (verdict == STEP_APPLY) { logger_log_train(&r->logger, step + 1, loss, r->adamw.lr, norm); }
-        else { logger_log_skip(&r->logger, step + 1, loss, r->adamw.lr, norm, verdict == STEP_SKIP_SPIKE); }
+        if (verdict == STEP_APPLY) {
+            logger_log_train(&r->logger, step + 1, loss, r->adamw.lr, norm, dt * 1000.0, a->total_batch / dt,
+                             times.last_mfu);
+        } else {
+            logger_log_skip(&r->logger, step + 1, loss, r->adamw.lr, norm, verdict == STEP_SKIP_SPIKE);
+        }
         if (a->log_dir[0] && (stop || (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0))) {
             run_save_checkpoint(r, step + 1, ops, ctx);
         }
@@ -257,6 +292,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
 
 static void run_free(TrainRun* r) {
     logger_free(&r->logger);
+    if (r->args->hellaswag) { eval_close(&r->hellaswag); }
     dataloader_free(&r->train);
     if (r->have_val) { dataloader_free(&r->val); }
     if (r->have_tokenizer) { tokenizer_free(&r->tokenizer); }

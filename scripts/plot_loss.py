@@ -1,118 +1,183 @@
-"""Plots the train and val loss of a main.log as a PNG, with only the standard library.
+#!/usr/bin/env python3
+"""Plots training runs with matplotlib: train and val loss against step (tokens on a second
+axis), then the learning rate, the grad norm and, when logged, the HellaSwag accuracy.
 
-    python3 scripts/plot_loss.py LOG_DIR/main.log OUT.png
+    python3 scripts/plot_loss.py LOG_DIR [LOG_DIR ...] [-o loss.png] [--log] [--size 1200x1000]
 
-Train loss ("s:N trl:X") is drawn in blue, val loss ("s:N tel:X") in orange, on linear axes
-with the step on x and the loss on y; grid lines are at round values and labelled.
+Each LOG_DIR is a trainer's `-o` directory. Its metrics.jsonl (one JSON object per line, see
+docs/tools.md) is read when present, else its main.log ("s:N trl:X lr:LR norm:N",
+"s:N tel:X", "s:N eval:ACC"). A file path (main.log or metrics.jsonl) works too. Several runs
+are overlaid, each in one colour and named after its directory in the legend.
 """
+import argparse
+import json
 import math
+import os
 import re
-import struct
 import sys
-import zlib
 
-WIDTH, HEIGHT = 800, 500
-LEFT, RIGHT, TOP, BOTTOM = 70, 20, 20, 50
-BLUE, ORANGE, GREY, BLACK = (31, 119, 180), (255, 127, 14), (225, 225, 225), (0, 0, 0)
+import matplotlib
 
-# 3x5 pixel digits for axis labels
-GLYPHS = {
-    "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
-    "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001001001001",
-    "8": "111101111101111", "9": "111101111001111", ".": "000000000000010", "-": "000000111000000",
-}
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
 
 
-def read_log(path):
-    train, val = [], []
+class Run:
+    """The logged series of one run: lists of (step, value), the run's config when known."""
+
+    def __init__(self, name):
+        self.name = name
+        self.config = {}
+        self.train, self.val, self.lr, self.norm, self.eval, self.mfu = [], [], [], [], [], []
+
+    def tokens_per_step(self):
+        return self.config.get("tokens_per_step")
+
+
+def find_log(path):
+    """A log directory (or a log file) -> (name, the file to read)."""
+    if os.path.isfile(path):
+        return os.path.basename(os.path.dirname(os.path.abspath(path))), path
+    if not os.path.isdir(path):
+        sys.exit(f"error: {path}: no such log directory")
+    for f in ("metrics.jsonl", "main.log"):
+        if os.path.isfile(os.path.join(path, f)):
+            return os.path.basename(os.path.abspath(path)), os.path.join(path, f)
+    sys.exit(f"error: {path}: has neither metrics.jsonl nor main.log")
+
+
+def read_jsonl(run, path):
+    for k, line in enumerate(open(path), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            sys.exit(f"error: {path}:{k}: not a JSON object")
+        if "config" in rec:
+            run.config.update(rec["config"])
+            continue
+        s = rec.get("step")
+        for key, series in (("train_loss", run.train), ("val_loss", run.val), ("lr", run.lr),
+                            ("grad_norm", run.norm), ("hellaswag", run.eval), ("mfu", run.mfu)):
+            if rec.get(key) is not None and s is not None:  # null: a non-finite number
+                series.append((s, rec[key]))
+
+
+LOG_LINE = re.compile(r"s:(\d+) (.*)")
+
+
+def read_main_log(run, path):
+    keys = {"trl": run.train, "tel": run.val, "lr": run.lr, "norm": run.norm, "eval": run.eval}
     for line in open(path):
-        m = re.match(r"s:(\d+) (trl|tel):(\S+)", line)
-        if m and math.isfinite(float(m.group(3))):  # a skipped non-finite step logs nan
-            (train if m.group(2) == "trl" else val).append((int(m.group(1)), float(m.group(3))))
-    return train, val
+        m = LOG_LINE.match(line.strip())
+        if not m:
+            continue
+        step = int(m.group(1))
+        for field in m.group(2).split():
+            key, _, value = field.partition(":")
+            if key in keys:
+                try:
+                    v = float(value)
+                except ValueError:
+                    continue
+                if math.isfinite(v):  # a skipped non-finite step logs nan
+                    keys[key].append((step, v))
 
 
-class Canvas:
-    def __init__(self, w, h):
-        self.w, self.h = w, h
-        self.pixels = bytearray(b"\xff" * (w * h * 3))
-
-    def dot(self, x, y, color):
-        if 0 <= x < self.w and 0 <= y < self.h:
-            i = (y * self.w + x) * 3
-            self.pixels[i:i + 3] = bytes(color)
-
-    def line(self, x0, y0, x1, y1, color, thick=1):
-        steps = max(abs(x1 - x0), abs(y1 - y0), 1)
-        for s in range(steps + 1):
-            x = round(x0 + (x1 - x0) * s / steps)
-            y = round(y0 + (y1 - y0) * s / steps)
-            for dx in range(thick):
-                for dy in range(thick):
-                    self.dot(x + dx, y + dy, color)
-
-    def text(self, x, y, s, color=BLACK, scale=2):
-        for k, ch in enumerate(s):
-            bits = GLYPHS.get(ch, "0" * 15)
-            for i, b in enumerate(bits):
-                if b == "1":
-                    for dx in range(scale):
-                        for dy in range(scale):
-                            self.dot(x + k * 4 * scale + (i % 3) * scale + dx, y + (i // 3) * scale + dy, color)
-
-    def png(self):
-        raw = b"".join(b"\x00" + bytes(self.pixels[y * self.w * 3:(y + 1) * self.w * 3]) for y in range(self.h))
-        chunk = lambda kind, data: (struct.pack(">I", len(data)) + kind + data +
-                                    struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff))
-        header = struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)
-        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+def load_run(path):
+    name, file = find_log(path)
+    run = Run(name)
+    (read_jsonl if file.endswith(".jsonl") else read_main_log)(run, file)
+    if not run.train and not run.val:
+        sys.exit(f"error: {file}: no train or val loss in it")
+    return run
 
 
-def nice_ticks(lo, hi, count=5):
-    span = hi - lo if hi > lo else 1.0
-    raw = span / count
-    mag = 10 ** len(str(int(raw))) / 10 if raw >= 1 else 10 ** -len(str(int(1 / raw)))
-    step = min((m * mag for m in (1, 2, 5, 10) if m * mag >= raw), default=mag * 10)
-    first = (lo // step) * step
-    ticks, t = [], first
-    while t <= hi + step * 1e-9:
-        if t >= lo - step * 1e-9:
-            ticks.append(round(t, 10))
-        t += step
-    return ticks
+def title_of(runs):
+    if len(runs) > 1:
+        return "  vs  ".join(r.name for r in runs)
+    r = runs[0]
+    c = r.config
+    if not c:
+        return r.name
+    parts = [r.name]
+    if "model" in c:
+        parts.append(f"{c['model']} ({c.get('parameters', 0) / 1e6:.1f}M params)")
+    if "tokens_per_step" in c:
+        parts.append(f"{c['tokens_per_step']} tok/step (B {c.get('B')}, T {c.get('T')}, ranks {c.get('ranks')})")
+    if "lr" in c:
+        parts.append(f"lr {c['lr']:g} {c.get('schedule', '')}".rstrip())
+    return " | ".join(parts)
 
 
-def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: plot_loss.py MAIN_LOG OUT_PNG")
-    train, val = read_log(sys.argv[1])
-    points = train + val
-    if not points:
-        sys.exit(f"error: {sys.argv[1]}: no loss lines")
-    xs = [p[0] for p in points]
-    ys = [p[1] for p in points]
-    x0, x1 = min(xs), max(max(xs), min(xs) + 1)
-    y0, y1 = min(ys), max(max(ys), min(ys) + 1e-3)
-    c = Canvas(WIDTH, HEIGHT)
-    px = lambda x: round(LEFT + (x - x0) / (x1 - x0) * (WIDTH - LEFT - RIGHT))
-    py = lambda y: round(HEIGHT - BOTTOM - (y - y0) / (y1 - y0) * (HEIGHT - TOP - BOTTOM))
-    for t in nice_ticks(y0, y1):
-        c.line(LEFT, py(t), WIDTH - RIGHT, py(t), GREY)
-        c.text(5, py(t) - 5, f"{t:g}")
-    for t in nice_ticks(x0, x1):
-        c.line(px(t), TOP, px(t), HEIGHT - BOTTOM, GREY)
-        c.text(px(t) - 10, HEIGHT - BOTTOM + 10, f"{int(t)}")
-    c.line(LEFT, HEIGHT - BOTTOM, WIDTH - RIGHT, HEIGHT - BOTTOM, BLACK)
-    c.line(LEFT, TOP, LEFT, HEIGHT - BOTTOM, BLACK)
-    for series, color in ((train, BLUE), (val, ORANGE)):
-        for (a, b), (d, e) in zip(series, series[1:]):
-            c.line(px(a), py(b), px(d), py(e), color, thick=2)
-        for a, b in series:
-            c.line(px(a) - 1, py(b) - 1, px(a) + 1, py(b) + 1, color, thick=2)
-    with open(sys.argv[2], "wb") as f:
-        f.write(c.png())
-    last_val = f", last val loss {val[-1][1]:.4f} at step {val[-1][0]}" if val else ""
-    print(f"wrote {sys.argv[2]}: {len(train)} train points (blue), {len(val)} val points (orange){last_val}")
+def plot_series(ax, series, **kw):
+    if series:
+        ax.plot([s for s, _ in series], [v for _, v in series], **kw)
+
+
+def plot(runs, out, log_scale, width, height):
+    has_eval = any(r.eval for r in runs)
+    panels = 4 if has_eval else 3
+    dpi = 100
+    fig, axes = plt.subplots(panels, 1, sharex=True, figsize=(width / dpi, height / dpi), dpi=dpi,
+                             gridspec_kw={"height_ratios": [3] + [1] * (panels - 1)})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, r in enumerate(runs):
+        c = colors[k % len(colors)]
+        plot_series(axes[0], r.train, color=c, lw=1.0, alpha=0.6, label=f"{r.name} train")
+        plot_series(axes[0], r.val, color=c, lw=2.0, ls="--", marker="o", ms=4, label=f"{r.name} val")
+        plot_series(axes[1], r.lr, color=c, lw=1.2, label=r.name)
+        plot_series(axes[2], r.norm, color=c, lw=0.8, label=r.name)
+        if has_eval:
+            plot_series(axes[3], r.eval, color=c, lw=1.5, marker="o", ms=4, label=r.name)
+    ax = axes[0]
+    ax.set_title(title_of(runs), fontsize=10)
+    ax.set_ylabel("loss (nats per token)")
+    if log_scale:
+        ax.set_yscale("log")
+    if all(v > 0 for r in runs for _, v in r.norm):
+        axes[2].set_yscale("log")   # one spike would flatten the rest on a linear axis
+    ax.legend(fontsize=8, loc="upper right")
+    tps = {r.tokens_per_step() for r in runs}
+    if len(tps) == 1 and None not in tps:
+        t = tps.pop()
+        top = ax.secondary_xaxis("top", functions=(lambda s, t=t: s * t / 1e6, lambda m, t=t: m * 1e6 / t))
+        top.set_xlabel("tokens (millions)")
+    axes[1].set_ylabel("learning rate")
+    axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+    axes[2].set_ylabel("grad norm")
+    if has_eval:
+        axes[3].set_ylabel("HellaSwag acc")
+    axes[-1].set_xlabel("step")
+    for a in axes:
+        a.grid(True, alpha=0.3)
+    fig.align_ylabels(axes)
+    fig.tight_layout()
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+
+
+def parse_size(text):
+    m = re.fullmatch(r"(\d+)x(\d+)", text)
+    if not m or not (100 <= int(m.group(1)) <= 8000 and 100 <= int(m.group(2)) <= 8000):
+        raise argparse.ArgumentTypeError(f"{text}: want WIDTHxHEIGHT in pixels, 100..8000 each")
+    return int(m.group(1)), int(m.group(2))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="plot train_gpt2 runs (loss, lr, grad norm, HellaSwag)")
+    ap.add_argument("logs", nargs="+", metavar="LOG_DIR", help="a run's log directory (-o); several overlay")
+    ap.add_argument("-o", "--out", default="loss.png", help="output PNG (default loss.png)")
+    ap.add_argument("--log", action="store_true", help="log scale for the loss (the grad norm always has one)")
+    ap.add_argument("--size", type=parse_size, default=(1200, 1000), help="WIDTHxHEIGHT pixels (default 1200x1000)")
+    a = ap.parse_args(argv)
+    logs = a.logs
+    if len(logs) > 1 and logs[-1].endswith(".png") and not os.path.isdir(logs[-1]):
+        a.out, logs = logs[-1], logs[:-1]   # the old form: plot_loss.py main.log out.png
+    runs = [load_run(p) for p in logs]
+    plot(runs, a.out, a.log, *a.size)
+    print(f"wrote {a.out} ({len(runs)} run{'s' if len(runs) > 1 else ''})")
 
 
 if __name__ == "__main__":

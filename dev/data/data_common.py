@@ -93,3 +93,31 @@ def need_tiktoken():
         return tiktoken.get_encoding("gpt2")
     except Exception as e:   # the BPE files are downloaded on first use
         sys.exit("error: could not load tiktoken's gpt2 encoding (needs internet the first time): %s" % e)
+
+
+EVAL_MAGIC, EVAL_VERSION, EVAL_START = 20240522, 1, 65535
+
+
+def eval_example_bytes(index, label, context, completions):
+    """One example of a multiple-choice eval file (llm.c's format): uint16 start mark 65535, the
+    example's byte count, index, label, number of completions, the context (length, tokens), then
+    each completion (length, tokens)."""
+    body = [index, label, len(completions), len(context)] + list(context)
+    for c in completions:
+        body += [len(c)] + list(c)
+    words = [EVAL_START, 2 * (len(body) + 2)] + body
+    if words[1] >= 65536 or not 0 <= label < len(completions):
+        raise ValueError("example %d: too large (%d bytes) or label %d out of range" % (index, words[1], label))
+    if any(not 0 <= t < EVAL_START for t in list(context) + [t for c in completions for t in c]):
+        raise ValueError("example %d: a token does not fit below 65535" % index)
+    return token_bytes(words)
+
+
+def write_eval_file(path, examples):
+    """Eval file: header [magic, version, number of examples, longest example in bytes], then
+    the examples; examples: (label, context tokens, [completion tokens, ...]) in order."""
+    chunks = [eval_example_bytes(i, label, ctx, comps) for i, (label, ctx, comps) in enumerate(examples)]
+    if not chunks:
+        raise ValueError("%s: no examples" % path)
+    longest = max(len(c) for c in chunks)
+    write_atomic(path, [header_bytes(EVAL_MAGIC, EVAL_VERSION, len(chunks), longest)] + chunks)
