@@ -43,12 +43,12 @@ namespace chk {
 struct Shadow {
     uint32_t wint, rint;  // interval ids of the last write / read (0: none)
     uint32_t wpc, rpc;    // code offsets of those accesses
-    uint16_t wthr, rthr;  // thread index in the block
+    uint16_t wthr, rthr;  // thread index in the block (rthr: reader of bytes 0-1, rthr2: of bytes 2-3)
     uint16_t wclk, rclk;  // the thread's warp clock (reads: the largest)
     uint8_t wmask, rmask; // bytes of the granule; kAtomic: an atomic access
-    uint8_t rflags;       // kMulti: several threads read; kMultiWarp: readers in several warps
+    uint8_t rflags;       // per 2-byte half h: kMulti << 2h several threads read, kMultiWarp << 2h in several warps
     uint8_t unused;
-    uint32_t pad;
+    uint16_t rthr2, pad;
 };
 static_assert(sizeof(Shadow) == 32, "shadow record size");
 constexpr uint8_t kAtomic = 0x10, kMulti = 1, kMultiWarp = 2;
@@ -321,13 +321,25 @@ EMU_NOSAN inline void kernel_access(uintptr_t a, unsigned size, bool write, bool
                         c == 1 ? "same barrier interval: no __syncthreads/__syncwarp between them" : "two blocks of one launch");
         }
         if (write && s->rint && (s->rmask & m & 0xf)) {
-            int c;
-            if (s->rint == cur_int && !atomic && (s->rflags & kMultiWarp)) c = 1;
-            else if (s->rint == cur_int && !atomic && (s->rflags & kMulti) && s->rthr / 32 == t / 32 && clk[t] <= s->rclk) c = 1;
-            else if (s->rint == cur_int && !atomic && (s->rflags & kMulti) && s->rthr / 32 != t / 32) c = 1;
-            else c = conflict(s->rint, s->rthr, s->rclk, atomic, shared_mem, &p);
+            int c = 0;
+            uint16_t who = s->rthr;
+            if (s->rint == cur_int) {
+                for (int h = 0; h < 2 && !atomic; h++) {  // readers are kept per 2-byte half (bf16)
+                    uint8_t hm = h ? 0xc : 0x3;
+                    if (!(s->rmask & m & hm)) continue;
+                    uint16_t rt = h ? s->rthr2 : s->rthr;
+                    bool multi = s->rflags & (kMulti << (2 * h)), mw = s->rflags & (kMultiWarp << (2 * h));
+                    if (!multi && rt == t) continue;
+                    if (!mw && rt / 32 == t / 32 && clk[t] > s->rclk) continue;
+                    c = 1;
+                    who = rt;
+                    break;
+                }
+            } else {
+                c = conflict(s->rint, s->rthr, s->rclk, atomic, shared_mem, &p);
+            }
             if (c == 3) cross_op_race(g, write, pc, false, p, s->rpc);
-            if (c) race("write after read", g, write, pc, false, s->rint, s->rthr, s->rpc,
+            if (c) race("write after read", g, write, pc, false, s->rint, who, s->rpc,
                         c == 1 ? "same barrier interval: no __syncthreads/__syncwarp between them" : "two blocks of one launch");
         }
         uint8_t am = (uint8_t)(m | (atomic ? kAtomic : 0));
@@ -339,20 +351,24 @@ EMU_NOSAN inline void kernel_access(uintptr_t a, unsigned size, bool write, bool
             // keep a read by an earlier block of this launch (global memory): any later write from
             // another block races with it
             if (!(s->rint >= launch_first && s->rint < block_first && !shared_mem)) {
-                s->rint = cur_int; s->rthr = (uint16_t)t; s->rclk = clk[t]; s->rpc = pc; s->rmask = am; s->rflags = 0;
+                s->rint = cur_int; s->rthr = s->rthr2 = (uint16_t)t; s->rclk = clk[t]; s->rpc = pc; s->rmask = m; s->rflags = 0;
             }
         } else {
-            if (s->rthr != t) {
-                s->rflags |= kMulti;
-                if (s->rthr / 32 != t / 32) s->rflags |= kMultiWarp;
+            for (int h = 0; h < 2; h++) {
+                uint8_t hm = h ? 0xc : 0x3;
+                if (!(m & hm)) continue;
+                uint16_t& rt = h ? s->rthr2 : s->rthr;
+                if (!(s->rmask & hm)) rt = (uint16_t)t;
+                else if (rt != t) {
+                    s->rflags |= (uint8_t)(kMulti << (2 * h));
+                    if (rt / 32 != t / 32) s->rflags |= (uint8_t)(kMultiWarp << (2 * h));
+                }
             }
             if (clk[t] > s->rclk) s->rclk = clk[t];
-            s->rmask = (uint8_t)((s->rmask & am) | (am & 0xf) | (s->rmask & 0xf));
-            if (!atomic) s->rmask &= 0xf;
+            s->rmask |= m;
         }
     }
 }
-
 
 struct HostRange { uintptr_t lo, hi; Op* op; bool written; };  // memory an issued async copy will touch
 inline std::vector<HostRange>& pending_host() { static std::vector<HostRange> v; return v; }
