@@ -3,7 +3,8 @@
 # against the PyTorch reference in FP32 and BF16 (with recompute and master-weight variants), two
 # tests of that test (a perturbed gradient, an off-by-one attention mask), 20 steps against the
 # CPU trainer, checkpoint resume, recomputation, and the kernel tests (also under AddressSanitizer,
-# and the BF16 stochastic rounding and AdamW).
+# and the BF16 stochastic rounding and AdamW). The kernel tests and test_gpt2emu are emucc --check
+# builds, also run under the reverse and random schedules (dev/cuda_emu/README.md).
 GPU_TMP=build/test_tmp/gpu
 GREF=$GPU_TMP/ref
 GPU_TEST_ARGS="$GREF/model.bin $GREF/state.bin $GREF/losses.txt data/kjv/kjv_val.bin"
@@ -194,8 +195,8 @@ check gpu_asan_detects_kernel_overrun gpu_asan_mutant_fails
 check gpu_test_gpt2emu_fp32 build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
 check gpu_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
 check gpu_test_gpt2emu_bf16_r2_w0 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -r 2 -w 0
-check gpu_test_gpt2emu_fp32_reverse env EMU_SCHED=reverse build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
-check gpu_test_gpt2emu_bf16_random env EMU_SCHED=random:2 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
+check gpu_test_gpt2emu_fp32_reverse env EMU_SCHED=reverse build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
+check gpu_test_gpt2emu_bf16_random env EMU_SCHED=random:2 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
 check gpu_test_gpt2emu_fp32_r0_r2 bash -c "build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 0 -k 0 &&
     build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 2 -k 0"
 check gpu_test_detects_perturbed_grad bash -c "! build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -p 4 -k 0"
