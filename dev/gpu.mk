@@ -31,6 +31,9 @@ NVCC_FLAGS = -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-
 GPU_LIBS = -lcublasLt -lnccl $(GPU_MPI_LIB) -lmpi
 GPU_EMUCC := dev/cuda_emu/emucc
 GPU_EMUCC_FLAGS := -O1 -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation
+# the kernel tests and test_gpt2 are checked builds: races, stream order, memory (dev/cuda_emu/README.md)
+GPU_EMU_CHECK := --check
+GPU_EMU_DEPS := $(wildcard dev/cuda_emu/include/*.h) dev/cuda_emu/emucc dev/cuda_emu/emu_rewrite.py
 GPU_SOURCES := train_gpt2.cu $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
 GPU_KERNEL_TESTS := $(wildcard dev/gpu_kernels/*.cu)
 
@@ -53,29 +56,36 @@ test_gpt2emu: test_gpt2.cu $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ test_gpt2.cu -lnccl
 
 # Fixed-precision emulated builds for the tests (they do not touch the root binaries).
-build/gpu/train_gpt2emu_fp32: $(GPU_SOURCES)
+build/gpu/train_gpt2emu_fp32: $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ train_gpt2.cu -lnccl
-build/gpu/test_gpt2emu_fp32: test_gpt2.cu $(GPU_SOURCES)
+build/gpu/test_gpt2emu_fp32: test_gpt2.cu $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ test_gpt2.cu -lnccl
-build/gpu/test_gpt2emu_bf16: test_gpt2.cu $(GPU_SOURCES)
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -DENABLE_FP32 -o $@ test_gpt2.cu -lnccl
+build/gpu/test_gpt2emu_bf16: test_gpt2.cu $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ test_gpt2.cu -lnccl
-build/gpu/train_gpt2emu_bf16: $(GPU_SOURCES)
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -o $@ test_gpt2.cu -lnccl
+build/gpu/train_gpt2emu_bf16: $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ train_gpt2.cu -lnccl
+# the trainer built checked (5x slower: the long multi-GPU runs use the plain builds above)
+build/gpu/train_gpt2emu_fp32_check: $(GPU_SOURCES) $(GPU_EMU_DEPS)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -DENABLE_FP32 -o $@ train_gpt2.cu -lnccl
+build/gpu/train_gpt2emu_bf16_check: $(GPU_SOURCES) $(GPU_EMU_DEPS)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -o $@ train_gpt2.cu -lnccl
 # the per-rank memory report for large shapes (dev/gpu_memory.cu), BF16 as the trainer's default
 build/gpu/gpu_memory_bf16: dev/gpu_memory.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ dev/gpu_memory.cu -lnccl
 # the kernel tests through the emulator, plain and under AddressSanitizer
-build/gpu/test_kernels_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
+build/gpu/test_kernels_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ dev/gpu_kernels/test_kernels.cu
-build/gpu/test_bf16_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -DENABLE_FP32 -o $@ dev/gpu_kernels/test_kernels.cu
+build/gpu/test_bf16_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ dev/gpu_kernels/test_bf16.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -o $@ dev/gpu_kernels/test_bf16.cu
 build/gpu/test_kernels_asan: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $@ dev/gpu_kernels/test_kernels.cu

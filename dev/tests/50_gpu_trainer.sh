@@ -3,7 +3,8 @@
 # against the PyTorch reference in FP32 and BF16 (with recompute and master-weight variants), two
 # tests of that test (a perturbed gradient, an off-by-one attention mask), 20 steps against the
 # CPU trainer, checkpoint resume, recomputation, and the kernel tests (also under AddressSanitizer,
-# and the BF16 stochastic rounding and AdamW).
+# and the BF16 stochastic rounding and AdamW). The kernel tests and test_gpt2emu are emucc --check
+# builds, also run under the reverse and random schedules (dev/cuda_emu/README.md).
 GPU_TMP=build/test_tmp/gpu
 GREF=$GPU_TMP/ref
 GPU_TEST_ARGS="$GREF/model.bin $GREF/state.bin $GREF/losses.txt data/kjv/kjv_val.bin"
@@ -54,6 +55,19 @@ gpu_asan_mutant_fails() {
         $dir/dev/gpu_kernels/test_kernels.cu || return 1
     if $dir/test_kernels > $dir/out.txt 2>&1; then echo "the overrun passed"; return 1; fi
     grep "AddressSanitizer" $dir/out.txt
+}
+
+# The test of the --check build: the same encoder overrun, built with emucc --check (no ASan), must be
+# reported as an out-of-bounds access naming the kernel.
+gpu_check_mutant_fails() {
+    local dir=$GPU_TMP/check_mutant
+    rm -rf $dir && mkdir -p $dir/llmc $dir/dev/gpu_kernels && cp llmc/* $dir/llmc/ &&
+        cp dev/gpu_kernels/test_kernels.cu $dir/dev/gpu_kernels/ || return 1
+    sed -i 's/if (i >= (size_t)BT \* C) { return; }/if (i > (size_t)BT * C) { return; }/' $dir/llmc/encoder.cuh
+    grep -q "i > (size_t)BT \* C" $dir/llmc/encoder.cuh || { echo "the mutation did not apply"; return 1; }
+    dev/cuda_emu/emucc --check -O1 -DENABLE_FP32 -o $dir/test_kernels $dir/dev/gpu_kernels/test_kernels.cu || return 1
+    if $dir/test_kernels > $dir/out.txt 2>&1; then echo "the overrun passed"; return 1; fi
+    grep "cuda_emu --check: out-of-bounds access in kernel encoder" $dir/out.txt
 }
 
 # train_gpt2emu (FP32) and train_gpt2cpu from the same model file on the same data: 20 losses within
@@ -169,12 +183,20 @@ check gpu_emu_build bash -c "make -s -f dev/gpu.mk build/gpu/test_gpt2emu_fp32 b
     build/gpu/test_bf16_emu &&
     make -s train_gpt2cpu"
 check gpu_kernel_tests_emu build/gpu/test_kernels_emu
+# the emulated test builds are emucc --check builds: also under two more thread/block/stream orders
+for sched in reverse random:5; do
+    check "gpu_kernel_tests_emu_$sched" env EMU_SCHED=$sched build/gpu/test_kernels_emu
+    check "gpu_bf16_rounding_and_adamw_$sched" env EMU_SCHED=$sched build/gpu/test_bf16_emu
+done
 check gpu_kernel_tests_asan build/gpu/test_kernels_asan
 check gpu_bf16_rounding_and_adamw build/gpu/test_bf16_emu
+check gpu_check_detects_kernel_overrun gpu_check_mutant_fails
 check gpu_asan_detects_kernel_overrun gpu_asan_mutant_fails
 check gpu_test_gpt2emu_fp32 build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
 check gpu_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
 check gpu_test_gpt2emu_bf16_r2_w0 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -r 2 -w 0
+check gpu_test_gpt2emu_fp32_reverse env EMU_SCHED=reverse build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
+check gpu_test_gpt2emu_bf16_random env EMU_SCHED=random:2 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
 check gpu_test_gpt2emu_fp32_r0_r2 bash -c "build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 0 -k 0 &&
     build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 2 -k 0"
 check gpu_test_detects_perturbed_grad bash -c "! build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -p 4 -k 0"

@@ -14,3 +14,57 @@ check multi_gpu_accounting /usr/bin/python3 dev/test_multi_gpu.py accounting
 check multi_gpu_startup_mpi_fs_tcp /usr/bin/python3 dev/test_multi_gpu.py startup
 check multi_gpu_failing_rank /usr/bin/python3 dev/test_multi_gpu.py failures
 check multi_gpu_broken_stage2_fails /usr/bin/python3 dev/test_multi_gpu.py mutant
+
+# The trainer built with emucc --check (races, stream order, memory; dev/cuda_emu/README.md): FP32 and
+# BF16 on 1 and 2 emulated GPUs, each under the reverse and random:4 schedules (on 2 GPUs ZeRO 1 and,
+# with its communication stream, ZeRO 2), 3 steps of the same global batch: no report, and the CPU
+# trainer's losses (FP32 within 1e-4, BF16 within 3e-3).
+multi_gpu_checked() {
+    local d=build/multi_gpu/checked prec np sched run z
+    local flags="-e d2 -V 257 -sl 64 -i data/kjv/kjv_train.bin -j '' -b 2 -t 32 -d 256 -x 3 -l 1e-3 -c 0.1 -s 0 -sf 1"
+    rm -rf $d && mkdir -p $d
+    eval ./train_gpt2cpu $flags -o $d/cpu > $d/cpu.out || { cat $d/cpu.out; return 1; }
+    for prec in fp32 bf16; do for np in 1 2; do for sched in reverse random:4; do
+        run=${prec}_np${np}_${sched%%:*}
+        z=1 && [ $np = 2 ] && [ ${sched%%:*} = random ] && z=2
+        echo "$prec, $np emulated GPU(s), ZeRO $z, EMU_SCHED=$sched"
+        EMU_SCHED=$sched eval mpirun --allow-run-as-root --oversubscribe -np $np -x EMU_SCHED \
+            build/gpu/train_gpt2emu_${prec}_check $flags -z $z -o $d/$run > $d/$run.out 2>&1 || { tail -20 $d/$run.out; return 1; }
+        if grep "cuda_emu --check" $d/$run.out; then return 1; fi
+    done; done; done
+    python3 - $d <<'PY'
+import glob, os, re, sys
+d = sys.argv[1]
+def losses(path):
+    return [float(x) for x in re.findall(r"^s:\d+ trl:(\S+)", open(path).read(), re.M)]
+cpu = losses(d + "/cpu/main.log")
+ok = len(cpu) == 3
+for run in sorted(glob.glob(d + "/*_np*")):
+    if not os.path.isdir(run):
+        continue
+    got, tol = losses(run + "/main.log"), 1e-4 if "fp32" in run else 3e-3
+    worst = max(abs(a - b) for a, b in zip(got, cpu)) if len(got) == len(cpu) else float("inf")
+    print("%-24s losses %s  max |diff| vs CPU %.2e (tolerance %g)" % (os.path.basename(run), got, worst, tol))
+    ok &= worst <= tol
+sys.exit(0 if ok else 1)
+PY
+}
+check multi_gpu_checked_build bash -c "make -s -f dev/gpu.mk build/gpu/train_gpt2emu_fp32_check build/gpu/train_gpt2emu_bf16_check &&
+    make -s train_gpt2cpu"
+check multi_gpu_checked_fp32_bf16_1_2_ranks multi_gpu_checked
+
+# The test of that test: without the cudaStreamWaitEvent that orders the communication stream after
+# the gradients (ZeRO 2), --check must report the reduce-scatter reading what a kernel on stream 0 wrote.
+multi_gpu_checked_stream_mutant() {
+    local d=build/multi_gpu/checked_mutant
+    rm -rf $d && mkdir -p $d && cp -r train_gpt2.cu llmc $d/ || return 1
+    sed -i 's/    cudaCheck(cudaStreamWaitEvent(cs, dp->grads_ready, 0));/    \/\/ mutant: no wait/' $d/train_gpt2.cu
+    grep -q "mutant: no wait" $d/train_gpt2.cu || { echo "the mutation did not apply"; return 1; }
+    dev/cuda_emu/emucc --check -O1 -DENABLE_FP32 -o $d/train_mutant $d/train_gpt2.cu -lnccl || return 1
+    if mpirun --allow-run-as-root --oversubscribe -np 2 $d/train_mutant -e d2 -V 257 -sl 64 -i data/kjv/kjv_train.bin \
+        -j '' -b 2 -t 32 -d 256 -x 2 -l 1e-3 -s 0 -sf 1 -z 2 -o $d/out > $d/out.txt 2>&1; then
+        echo "the missing wait passed"; return 1
+    fi
+    grep -m1 -A3 "cuda_emu --check: unordered stream operations" $d/out.txt
+}
+check multi_gpu_checked_detects_missing_stream_wait multi_gpu_checked_stream_mutant

@@ -64,5 +64,31 @@ class SharedRewrite(unittest.TestCase):
         self.assertEqual(rewrite("#pragma unroll 4\nfor (;;) {}\n#pragma once"), "\nfor (;;) {}\n#pragma once")
 
 
+class CheckedRewrite(unittest.TestCase):
+    """emucc --check: kernels start with the launcher's probe; static shared memory is limited to 48 KiB."""
+
+    def test_kernel_definition_gets_the_entry_probe(self):
+        self.assertEqual(rewrite("__global__ void k(float* x) { x[0] = 1; }", check=True),
+                         " void k(float* x) { if (::emu::kernel_entry(0, __func__)) return; x[0] = 1; }")
+
+    def test_launch_bounds_give_the_thread_limit(self):
+        out = rewrite("template <class T> __global__ void __launch_bounds__(256, 2) k(T* x) {\n}", check=True)
+        self.assertIn("if (::emu::kernel_entry((int)(256), __func__)) return;", out)
+        self.assertNotIn("__launch_bounds__", out)
+        self.assertNotIn("__global__", out)
+        self.assertEqual(out.count("\n"), 1)
+
+    def test_kernel_declaration_keeps_no_probe(self):
+        self.assertEqual(rewrite('extern "C" __global__ void k(int n);', check=True), 'extern "C"  void k(int n);')
+
+    def test_static_shared_is_limited_to_48_kib(self):
+        out = rewrite("__shared__ float a[32][33], b[8];", check=True)
+        self.assertTrue(out.startswith("static float a[32][33], b[8];"))
+        self.assertIn("static_assert(sizeof(a) + sizeof(b) <= 49152", out)
+
+    def test_plain_rewrite_is_unchanged(self):
+        self.assertEqual(rewrite("__global__ void k() {}"), "__global__ void k() {}")
+
+
 if __name__ == "__main__":
     unittest.main()
