@@ -233,10 +233,14 @@ typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, bf16, nvcuda:
 typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, bf16, nvcuda::wmma::col_major> att_frag_b_col;
 typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> att_frag_acc;
 
-// 8 bf16: one 128-bit global or shared access.
-struct __align__(16) att_pack8 {
-    uint32_t w[4];
-};
+// 8 bf16: one 128-bit global or shared access (CUDA's uint4, which the compiler keeps as one
+// vector access where a struct of four words may be split into four 32-bit stores).
+typedef uint4 att_pack8;
+
+// Word i (0..3: bf16 elements 2i, 2i + 1) of a pack.
+__device__ __forceinline__ uint32_t att_word(const att_pack8& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
 
 // The unit of the dynamic shared memory: 128-byte aligned, so every wmma pointer (32-byte
 // alignment) can be computed from byte offsets that are multiples of 32.
@@ -255,7 +259,7 @@ __device__ __forceinline__ void att_load_tile(bf16* tile, const bf16* __restrict
                                               int T) {
     for (int i = threadIdx.x; i < ATT_TILE * 8; i += ATT_THREADS) {
         int r = i / 8, c = (i % 8) * 8;
-        att_pack8 v = {{0u, 0u, 0u, 0u}};
+        att_pack8 v = make_uint4(0u, 0u, 0u, 0u);
         if (t0 + r < T) { v = *reinterpret_cast<const att_pack8*>(src + (size_t)(t0 + r) * row_stride + c); }
         *reinterpret_cast<att_pack8*>(tile + r * ATT_LDB + c) = v;
     }
@@ -271,10 +275,11 @@ __device__ __forceinline__ void att_store_rows(bf16* __restrict__ dst, size_t ro
         int idx = lane + 32 * k, r = idx / 8, c = (idx % 8) * 8;
         if (t0 + r >= T) { continue; }
         const float* s = sS + r * ATT_LDF + c;
-        att_pack8 v;
-#pragma unroll
-        for (int e = 0; e < 4; e++) { v.w[e] = att_pack2(s[2 * e] * scale, s[2 * e + 1] * scale); }
-        *reinterpret_cast<att_pack8*>(dst + (size_t)(t0 + r) * row_stride + c) = v;
+        att_pack8 v = make_uint4(att_pack2(s[0] * scale, s[1] * scale), att_pack2(s[2] * scale, s[3] * scale),
+                                 att_pack2(s[4] * scale, s[5] * scale), att_pack2(s[6] * scale, s[7] * scale));
+        // __stwb: a plain (write-back) store that nvcc keeps as one 128-bit STG, where an assignment
+        // after the wmma stores was split into four 32-bit ones
+        __stwb(reinterpret_cast<att_pack8*>(dst + (size_t)(t0 + r) * row_stride + c), v);
     }
 }
 
@@ -435,7 +440,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_query_flash_ke
             att_pack8 ov = *reinterpret_cast<const att_pack8*>(o + 8 * k);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                bf16 oe = __ushort_as_bfloat16((unsigned short)(ov.w[e / 2] >> (16 * (e % 2))));
+                bf16 oe = __ushort_as_bfloat16((unsigned short)(att_word(ov, e / 2) >> (16 * (e % 2))));
                 d += __bfloat162float(dy[8 * k + e]) * __bfloat162float(oe);
             }
         }
