@@ -325,7 +325,7 @@ __device__ __forceinline__ void att_pv(att_frag_acc* acc, const bf16* p, const b
 // cores, fp32), online softmax in fp32 on the lanes (running max m, sum l, in log2 units), P to
 // bf16, P V (tensor cores) added to the lane's 32 output values after rescaling them.
 // Writes out (B, T, C) and lse (B, NH, T). Shared: K, V tiles + per warp scores and P = 45056 bytes.
-__global__ void __launch_bounds__(ATT_THREADS) attention_forward_flash_kernel(bf16* __restrict__ out,
+__global__ void __launch_bounds__(ATT_THREADS, 4) attention_forward_flash_kernel(bf16* __restrict__ out,
                                                                               float* __restrict__ lse,
                                                                               const bf16* __restrict__ qkv, int T,
                                                                               int C, int NH) {
@@ -359,34 +359,42 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_forward_flash_kernel(bf
         int nsub = !active ? 0 : kb == qb ? warp + 1 : 4; // key sub-tiles at or below the diagonal
         att_scores(sS, qf, sK, 0, nsub);
         __syncwarp();
-        float s[32], mx = -INFINITY;
+        // two passes over the lane's 32 scores in shared memory (max, then exponentials): keeping
+        // them in registers would cost 32 more per thread
+        float mx = -INFINITY;
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             int c = 2 * i + half;
-            bool vis = c < nsub * 16 && att_visible(k0 + c, qrow);
-            s[i] = vis ? sS[r * ATT_LDF + c] * sl2 : -INFINITY;
-            mx = fmaxf(mx, s[i]);
+            if (c < nsub * 16 && att_visible(k0 + c, qrow)) { mx = fmaxf(mx, sS[r * ATT_LDF + c] * sl2); }
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         float mnew = fmaxf(m, mx);
         float alpha = mnew == -INFINITY ? 1.0f : exp2f(m - mnew), sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < 32; i++) {
-            float p = s[i] == -INFINITY ? 0.0f : exp2f(s[i] - mnew);
+            int c = 2 * i + half;
+            bool vis = c < nsub * 16 && att_visible(k0 + c, qrow);
+            float p = vis ? exp2f(sS[r * ATT_LDF + c] * sl2 - mnew) : 0.0f;
             sum += p;
-            sP[r * ATT_LDB + 2 * i + half] = __float2bfloat16(p);
+            sP[r * ATT_LDB + c] = __float2bfloat16(p);
             o[i] *= alpha;
         }
         l = l * alpha + sum + __shfl_xor_sync(0xffffffffu, sum, 1);
         m = mnew;
         __syncwarp();
-        att_frag_acc acc[4];
-#pragma unroll
-        for (int dn = 0; dn < 4; dn++) { nvcuda::wmma::fill_fragment(acc[dn], 0.0f); }
-        att_pv(acc, sP, sV, 0, nsub);
+        // P V, one 16-column block of the output at a time (one accumulator live: fewer registers)
 #pragma unroll
         for (int dn = 0; dn < 4; dn++) {
-            nvcuda::wmma::store_matrix_sync(sS + dn * 16, acc[dn], ATT_LDF, nvcuda::wmma::mem_row_major);
+            att_frag_acc acc;
+            nvcuda::wmma::fill_fragment(acc, 0.0f);
+            for (int j = 0; j < nsub; j++) {
+                att_frag_a a;
+                att_frag_b_row bv;
+                nvcuda::wmma::load_matrix_sync(a, sP + j * 16, ATT_LDB);
+                nvcuda::wmma::load_matrix_sync(bv, sV + j * 16 * ATT_LDB + dn * 16, ATT_LDB);
+                nvcuda::wmma::mma_sync(acc, a, bv, acc);
+            }
+            nvcuda::wmma::store_matrix_sync(sS + dn * 16, acc, ATT_LDF, nvcuda::wmma::mem_row_major);
         }
         __syncwarp();
 #pragma unroll
