@@ -240,8 +240,9 @@ static void time_versions(int B, int T, int NH) {
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
-    // causal: half of the T x T scores; forward 2 matmuls (QK^T, PV), backward 7 as we run it (5 useful)
-    double flop = 2.0 * B * NH * (double)T * T * hs; // one T x T x hs matmul, causal half = 2 T^2 hs / 2 * 2
+    // flop: one full (T x hs) by (hs x T) matmul per (b, h). Causal attention does half of each:
+    // forward 2 of them (Q K^T, P V), backward 5 useful ones (we run 7: S and dP twice)
+    double flop = 2.0 * B * NH * (double)T * T * hs;
     printf("timing B %d NH %d T %d hs 64 (mean of 20 after 3 warm-up runs), TFLOP/s counts the useful causal FLOPs\n",
            B, NH, T);
     for (int vi = 0; vi < NUM_VERSIONS; vi++) {
