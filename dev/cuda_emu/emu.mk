@@ -8,7 +8,7 @@ EMU_BUILD := build/cuda_emu
 EMU_DEPS := $(EMUCC) $(EMU_DIR)/emu_rewrite.py $(wildcard $(EMU_DIR)/include/*.h $(EMU_DIR)/include/*/*.h) $(EMU_DIR)/tests/check.h
 EMU_CFLAGS := -O1 -g -Wall -Werror
 EMU_ASAN := -fsanitize=address -fno-omit-frame-pointer
-EMU_UNIT_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction
+EMU_UNIT_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma
 EMU_NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),/usr/local/cuda/bin/nvcc)
 EMU_NVCC_FLAGS := -c -std=c++17 -Werror all-warnings -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 EMU_MPI_INC := $(addprefix -I,$(shell mpicxx --showme:incdirs 2>/dev/null))

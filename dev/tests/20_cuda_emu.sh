@@ -5,7 +5,8 @@ emu_mpirun="mpirun --allow-run-as-root --oversubscribe"
 check emu_build make -s -j2 -f dev/cuda_emu/emu.mk emu-tests
 check emu_rewrite python3 dev/cuda_emu/tests/test_rewrite.py
 check emu_plain_reduction build/cuda_emu/plain_reduction
-for t in test_primitives test_bf16_errors test_cublaslt plain_reduction; do
+check emu_wmma build/cuda_emu/test_wmma
+for t in test_primitives test_bf16_errors test_cublaslt plain_reduction test_wmma; do
     check "emu_${t#test_}_asan" build/cuda_emu/${t}_asan
 done
 check emu_primitives build/cuda_emu/test_primitives
