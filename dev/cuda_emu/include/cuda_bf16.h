@@ -116,8 +116,8 @@ inline __nv_bfloat16 hrsqrt(__nv_bfloat16 a) { return __nv_bfloat16(1.0f / sqrtf
 inline __nv_bfloat16 htanh(__nv_bfloat16 a) { return __nv_bfloat16(tanhf(a)); }
 
 // warp shuffles and atomics of bf16 go through the generic templates; atomicAdd needs overloads
-inline __nv_bfloat16 atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) { __nv_bfloat16 o = *p; *p = o + v; return o; }
-inline __nv_bfloat162 atomicAdd(__nv_bfloat162* p, __nv_bfloat162 v) { __nv_bfloat162 o = *p; *p = o + v; return o; }
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) { EMU_ATOMIC_CHECK(p); __nv_bfloat16 o = *p; *p = o + v; return o; }
+inline __nv_bfloat162 atomicAdd(__nv_bfloat162* p, __nv_bfloat162 v) { EMU_ATOMIC_CHECK(p); __nv_bfloat162 o = *p; *p = o + v; return o; }
 
 #define CUDART_INF_BF16 __ushort_as_bfloat16((unsigned short)0x7F80U)
 #define CUDART_NAN_BF16 __ushort_as_bfloat16((unsigned short)0x7FFFU)

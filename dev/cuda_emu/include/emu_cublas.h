@@ -261,10 +261,22 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
     *count = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
+// A matmul runs as an operation of its stream (under --check: after the stream's earlier work, unchecked).
+template <class F> cublasStatus_t blas_run(cudaStream_t s, F f) {
+#ifdef EMU_CHECK
+    cublasStatus_t r = CUBLAS_STATUS_SUCCESS;
+    emu::chk::run_now(s, "a cuBLAS matmul", [&] { r = f(); });
+    return r;
+#else
+    (void)s;
+    return f();
+#endif
+}
+
 inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                                      cublasLtMatrixLayout_t Al, const void* B, cublasLtMatrixLayout_t Bl,
                                      const void* beta, const void* C, cublasLtMatrixLayout_t Cl, void* D,
-                                     cublasLtMatrixLayout_t Dl, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+                                     cublasLtMatrixLayout_t Dl, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
     for (auto l : {Al, Bl, Cl, Dl})
         if (l->order != CUBLASLT_ORDER_COL) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (desc->scale != CUDA_R_32F || desc->transc != CUBLAS_OP_N) return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -283,9 +295,12 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc
     e.aux_type = desc->aux_type >= 0 ? desc->aux_type : Dl->type;
     e.aux_ld = desc->aux_ld;
     e.aux_stride = desc->aux_batch_stride;
-    return emu::gemm(desc->transa, desc->transb, m, n, k, *(const float*)alpha, {A, Al->type, Al->ld, Al->stride},
-                     {B, Bl->type, Bl->ld, Bl->stride}, *(const float*)beta, {C, Cl->type, Cl->ld, Cl->stride},
-                     {D, Dl->type, Dl->ld, Dl->stride}, batch, e);
+    float al = *(const float*)alpha, be = *(const float*)beta;
+    return blas_run(stream, [&] {
+        return emu::gemm(desc->transa, desc->transb, m, n, k, al, {A, Al->type, Al->ld, Al->stride},
+                         {B, Bl->type, Bl->ld, Bl->stride}, be, {C, Cl->type, Cl->ld, Cl->stride},
+                         {D, Dl->type, Dl->ld, Dl->stride}, batch, e);
+    });
 }
 
 // ---- cuBLAS (v2 API) ----
@@ -297,14 +312,17 @@ inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) { h->str
 inline cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t* s) { *s = h->stream; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->math = m; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasSetWorkspace(cublasHandle_t, void*, size_t) { return CUBLAS_STATUS_SUCCESS; }
-inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                                                  int k, const void* alpha, const void* A, cudaDataType_t At, int lda,
                                                  long long sa, const void* B, cudaDataType_t Bt, int ldb, long long sb,
                                                  const void* beta, void* C, cudaDataType_t Ct, int ldc, long long sc,
                                                  int batch, cublasComputeType_t compute, cublasGemmAlgo_t) {
     if (compute == CUBLAS_COMPUTE_16F || compute == CUBLAS_COMPUTE_64F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    return emu::gemm(ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, *(const float*)alpha, {A, At, lda, sa}, {B, Bt, ldb, sb},
-                     *(const float*)beta, {C, Ct, ldc, sc}, {C, Ct, ldc, sc}, batch, emu::Epilogue{});
+    float al = *(const float*)alpha, be = *(const float*)beta;
+    return blas_run(h->stream, [&] {
+        return emu::gemm(ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, al, {A, At, lda, sa}, {B, Bt, ldb, sb}, be,
+                         {C, Ct, ldc, sc}, {C, Ct, ldc, sc}, batch, emu::Epilogue{});
+    });
 }
 inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                    const void* alpha, const void* A, cudaDataType_t At, int lda, const void* B,

@@ -4,16 +4,24 @@
 #ifndef EMU_DEVICE_H
 #define EMU_DEVICE_H
 
+#ifdef EMU_CHECK
+namespace emu { namespace chk { inline void atomic_access(const void* p, unsigned size); } }
+// an atomic read-modify-write: checked as atomic (two atomics never race), then done unchecked
+#define EMU_ATOMIC_CHECK(p) ::emu::chk::atomic_access((p), sizeof(*(p))); EMU_RUNTIME
+#else
+#define EMU_ATOMIC_CHECK(p)
+#endif
+
 // ---- barriers and warp operations ----
 inline void __syncthreads() { emu::block_barrier(0); }
 inline int __syncthreads_count(int p) { return emu::block_barrier(p); }
-inline int __syncthreads_and(int p) { return emu::block_barrier(p) == emu::blk.alive; }
+inline int __syncthreads_and(int p) { int n = emu::block_barrier(p); EMU_RUNTIME; return n == emu::blk.alive; }
 inline int __syncthreads_or(int p) { return emu::block_barrier(p) != 0; }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_exchange(mask, 0, -1); }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 inline void __threadfence_system() {}
-inline unsigned __activemask() { return emu::blk.warps[emu::blk.current / 32].alive; }
+inline unsigned __activemask() { EMU_RUNTIME; return emu::blk.warps[emu::blk.current / 32].alive; }
 
 namespace emu {
 inline int lane_id() { return blk.current % 32; }
@@ -55,12 +63,16 @@ inline unsigned __ballot_sync(unsigned mask, int p) {
 }
 inline int __any_sync(unsigned mask, int p) { return __ballot_sync(mask, p) != 0; }
 inline int __all_sync(unsigned mask, int p) {
-    uint32_t group = mask & emu::blk.warps[emu::blk.current / 32].alive;
+    uint32_t group;
+    {
+        EMU_RUNTIME;
+        group = mask & emu::blk.warps[emu::blk.current / 32].alive;
+    }
     return __ballot_sync(mask, p) == group;
 }
 
 // ---- atomics: return the old value ----
-template <class T> T emu_atomic_rmw(T* p, T v, T (*op)(T, T)) { T old = *p; *p = op(old, v); return old; }
+template <class T> T emu_atomic_rmw(T* p, T v, T (*op)(T, T)) { EMU_ATOMIC_CHECK(p); T old = *p; *p = op(old, v); return old; }
 #define EMU_ATOMIC(name, T, expr) \
     inline T name(T* p, T v) { return emu_atomic_rmw<T>(p, v, [](T a, T b) -> T { return expr; }); }
 #define EMU_ATOMIC_ALL_INT(name, expr) EMU_ATOMIC(name, int, expr) EMU_ATOMIC(name, unsigned int, expr) \
@@ -85,9 +97,9 @@ EMU_ATOMIC(atomicXor, unsigned int, a ^ b)
 EMU_ATOMIC(atomicXor, unsigned long long, a ^ b)
 #undef EMU_ATOMIC
 #undef EMU_ATOMIC_ALL_INT
-inline unsigned atomicInc(unsigned* p, unsigned v) { unsigned o = *p; *p = o >= v ? 0 : o + 1; return o; }
-inline unsigned atomicDec(unsigned* p, unsigned v) { unsigned o = *p; *p = (o == 0 || o > v) ? v : o - 1; return o; }
-template <class T> T emu_atomic_cas(T* p, T cmp, T v) { T o = *p; if (o == cmp) *p = v; return o; }
+inline unsigned atomicInc(unsigned* p, unsigned v) { EMU_ATOMIC_CHECK(p); unsigned o = *p; *p = o >= v ? 0 : o + 1; return o; }
+inline unsigned atomicDec(unsigned* p, unsigned v) { EMU_ATOMIC_CHECK(p); unsigned o = *p; *p = (o == 0 || o > v) ? v : o - 1; return o; }
+template <class T> T emu_atomic_cas(T* p, T cmp, T v) { EMU_ATOMIC_CHECK(p); T o = *p; if (o == cmp) *p = v; return o; }
 inline int atomicCAS(int* p, int c, int v) { return emu_atomic_cas(p, c, v); }
 inline unsigned atomicCAS(unsigned* p, unsigned c, unsigned v) { return emu_atomic_cas(p, c, v); }
 inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long c, unsigned long long v) {
