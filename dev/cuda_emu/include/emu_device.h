@@ -160,11 +160,17 @@ inline float __int_as_float(int i) { float x; memcpy(&x, &i, 4); return x; }
 inline float __uint_as_float(unsigned i) { float x; memcpy(&x, &i, 4); return x; }
 inline long long __double_as_longlong(double x) { long long i; memcpy(&i, &x, 8); return i; }
 inline double __longlong_as_double(long long i) { double x; memcpy(&x, &i, 8); return x; }
-inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
-inline int __float2int_rz(float x) { return (int)x; }
-inline int __float2int_rd(float x) { return (int)floorf(x); }
-inline int __float2int_ru(float x) { return (int)ceilf(x); }
-inline unsigned __float2uint_rn(float x) { return (unsigned)nearbyintf(x); }
+// as the GPU's cvt instructions: NaN gives 0, values out of range saturate (a C++ cast is undefined there)
+namespace emu {
+inline int f2i_sat(float r) { return r != r ? 0 : r >= 2147483648.0f ? 2147483647 : r < -2147483648.0f ? (-2147483647 - 1) : (int)r; }
+inline unsigned f2u_sat(float r) { return r != r || r <= 0.0f ? 0u : r >= 4294967296.0f ? 4294967295u : (unsigned)r; }
+}
+inline int __float2int_rn(float x) { return emu::f2i_sat(nearbyintf(x)); }
+inline int __float2int_rz(float x) { return emu::f2i_sat(truncf(x)); }
+inline int __float2int_rd(float x) { return emu::f2i_sat(floorf(x)); }
+inline int __float2int_ru(float x) { return emu::f2i_sat(ceilf(x)); }
+inline unsigned __float2uint_rn(float x) { return emu::f2u_sat(nearbyintf(x)); }
+inline unsigned __float2uint_rz(float x) { return emu::f2u_sat(truncf(x)); }
 inline float __int2float_rn(int i) { return (float)i; }
 inline float __uint2float_rn(unsigned i) { return (float)i; }
 
