@@ -86,19 +86,24 @@ typedef cublasLtMatmulPreferenceOpaque_t* cublasLtMatmulPreference_t;
 
 namespace emu {
 inline bool blas_type_ok(int t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
-inline float blas_load(const void* p, int t, int64_t i) {
-    return t == CUDA_R_32F ? ((const float*)p)[i] : (float)((const __nv_bfloat16*)p)[i];
+// (EMU_UNCHECKED: under --check the matmul's own loads and stores are not instrumented)
+EMU_UNCHECKED inline float blas_load(const void* p, int t, int64_t i) {
+    if (t == CUDA_R_32F) return ((const float*)p)[i];
+    uint32_t u = (uint32_t)((const unsigned short*)p)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
-inline void blas_store(void* p, int t, int64_t i, float v) {
+EMU_UNCHECKED inline void blas_store(void* p, int t, int64_t i, float v) {
     if (t == CUDA_R_32F) ((float*)p)[i] = v;
     else ((__nv_bfloat16*)p)[i] = __nv_bfloat16(v);
 }
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-inline float gelu(float x) {
+EMU_UNCHECKED inline float gelu(float x) {
     float u = kGeluScale * (x + 0.044715f * x * x * x);
     return 0.5f * x * (1.0f + tanhf(u));
 }
-inline float gelu_grad(float x) {
+EMU_UNCHECKED inline float gelu_grad(float x) {
     float u = kGeluScale * (x + 0.044715f * x * x * x);
     float t = tanhf(u);
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
@@ -117,7 +122,7 @@ struct Epilogue {
 
 // D = epilogue(alpha * op(A) op(B) + beta * C) for each batch; op(A) is m x k, op(B) is k x n.
 // C is not read when beta == 0 (as in BLAS). D may alias C.
-inline cublasStatus_t gemm(int ta, int tb, int m, int n, int k, float alpha, Operand A, Operand B, float beta,
+EMU_UNCHECKED inline cublasStatus_t gemm(int ta, int tb, int m, int n, int k, float alpha, Operand A, Operand B, float beta,
                            Operand C, Operand D, int batch, const Epilogue& e) {
     if (m < 0 || n < 0 || k < 0 || batch < 1) return CUBLAS_STATUS_INVALID_VALUE;
     switch (e.kind) {
@@ -135,14 +140,15 @@ inline cublasStatus_t gemm(int ta, int tb, int m, int n, int k, float alpha, Ope
     const bool aux_out = gelu_fwd && (e.kind & 128), dgelu = e.kind & 64, bgrad_d = e.kind == CUBLASLT_EPILOGUE_DGELU_BGRAD;
     if ((has_bias || bgrad_d || e.kind >= CUBLASLT_EPILOGUE_BGRADA) && !e.bias) return CUBLAS_STATUS_INVALID_VALUE;
     if ((aux_out || dgelu) && (!e.aux || e.aux_ld < m)) return CUBLAS_STATUS_INVALID_VALUE;
-    std::vector<float> out((size_t)m * n);
+    std::vector<float> out_buf((size_t)m * n);
+    float* out = out_buf.data();
     for (int b = 0; b < batch; b++) {
         const void* a = (const char*)A.p + b * A.stride * (A.type == CUDA_R_32F ? 4 : 2);
         const void* bm = (const char*)B.p + b * B.stride * (B.type == CUDA_R_32F ? 4 : 2);
         const void* c = (const char*)C.p + b * C.stride * (C.type == CUDA_R_32F ? 4 : 2);
         void* d = (char*)D.p + b * D.stride * (D.type == CUDA_R_32F ? 4 : 2);
-        auto opA = [&](int i, int kk) { return blas_load(a, A.type, ta ? kk + (int64_t)i * A.ld : i + (int64_t)kk * A.ld); };
-        auto opB = [&](int kk, int j) { return blas_load(bm, B.type, tb ? j + (int64_t)kk * B.ld : kk + (int64_t)j * B.ld); };
+        auto opA = [&](int i, int kk) EMU_UNCHECKED { return blas_load(a, A.type, ta ? kk + (int64_t)i * A.ld : i + (int64_t)kk * A.ld); };
+        auto opB = [&](int kk, int j) EMU_UNCHECKED { return blas_load(bm, B.type, tb ? j + (int64_t)kk * B.ld : kk + (int64_t)j * B.ld); };
         const void* bias = e.bias ? (const char*)e.bias + b * e.bias_stride * (e.bias_type == CUDA_R_32F ? 4 : 2) : nullptr;
         void* aux = e.aux ? (char*)e.aux + b * e.aux_stride * (e.aux_type == CUDA_R_32F ? 4 : 2) : nullptr;
         for (int j = 0; j < n; j++)

@@ -115,8 +115,10 @@ struct Suspend {
 }  // namespace chk
 }  // namespace emu
 #define EMU_RUNTIME ::emu::chk::Suspend emu_runtime_scope_
+#define EMU_UNCHECKED __attribute__((no_sanitize_thread))  // the emulator's own heavy loops (cuBLAS)
 #else
 #define EMU_RUNTIME
+#define EMU_UNCHECKED
 #endif
 
 inline cudaError_t cudaGetLastError() { cudaError_t e = emu::last_error; emu::last_error = cudaSuccess; return e; }
