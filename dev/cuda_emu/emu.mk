@@ -2,6 +2,9 @@
 # standalone: make -f dev/cuda_emu/emu.mk emu-tests. Paths are relative to the repository root.
 #   emu-tests  every test program, plain and AddressSanitizer builds, in build/cuda_emu/
 #   emu-nvcc   the same test sources compiled by nvcc for sm_80 and sm_90 (proves they are real CUDA)
+#   emu-bugs   tests/bugs/NAME.cu, one GPU bug each: NAME_plain (emucc), NAME_check (emucc --check; a
+#              build failure is kept in NAME_check.log), NAME_fixed (emucc --check -DFIXED)
+#   emu-check  the unit tests built with --check
 EMUCC := dev/cuda_emu/emucc
 EMU_DIR := dev/cuda_emu
 EMU_BUILD := build/cuda_emu
@@ -16,7 +19,11 @@ EMU_MPI_INC := $(addprefix -I,$(shell mpicxx --showme:incdirs 2>/dev/null))
 emu-tests: $(addprefix $(EMU_BUILD)/,$(EMU_UNIT_TESTS) $(addsuffix _asan,$(EMU_UNIT_TESTS)) oob_write_asan \
     test_primitives_ucontext two_units)
 emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write two_units_main two_units_kernels))
-.PHONY: emu-tests emu-nvcc
+EMU_BUGS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/bugs/*.cu)))
+EMU_CHECK_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma
+emu-bugs: $(foreach b,$(EMU_BUGS),$(EMU_BUILD)/bugs/$(b)_plain $(EMU_BUILD)/bugs/$(b)_fixed $(EMU_BUILD)/bugs/$(b)_check.log)
+emu-check: $(addprefix $(EMU_BUILD)/check/,$(EMU_CHECK_TESTS))
+.PHONY: emu-tests emu-nvcc emu-bugs emu-check
 
 # test_nccl runs over MPI: -lnccl makes emucc build it with mpicxx
 emu_libs = $(if $(filter test_nccl%,$(notdir $@)),-lnccl)
@@ -39,6 +46,22 @@ $(EMU_BUILD)/%_asan: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)
 $(EMU_BUILD)/%: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)
 	@mkdir -p $(@D)
 	$(EMUCC) $(EMU_CFLAGS) -o $@ $< $(emu_libs)
+
+$(EMU_BUILD)/check/%: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)
+	@mkdir -p $(@D)
+	$(EMUCC) --check $(EMU_CFLAGS) -o $@ $< $(emu_libs)
+
+EMU_BUG_DEPS := $(EMU_DEPS) $(EMU_DIR)/tests/bugs/common.h
+$(EMU_BUILD)/bugs/%_plain: $(EMU_DIR)/tests/bugs/%.cu $(EMU_BUG_DEPS)
+	@mkdir -p $(@D)
+	$(EMUCC) -O1 -o $@ $<
+$(EMU_BUILD)/bugs/%_fixed: $(EMU_DIR)/tests/bugs/%.cu $(EMU_BUG_DEPS)
+	@mkdir -p $(@D)
+	$(EMUCC) --check -O1 -DFIXED -o $@ $<
+# the broken program under --check may fail to build (that is the static shared-memory check)
+$(EMU_BUILD)/bugs/%_check.log: $(EMU_DIR)/tests/bugs/%.cu $(EMU_BUG_DEPS)
+	@mkdir -p $(@D)
+	@$(EMUCC) --check -O1 -o $(EMU_BUILD)/bugs/$*_check $< > $@ 2>&1 || echo "emucc --check $< did not build (see $@)"
 
 $(EMU_BUILD)/nvcc/%.o: $(EMU_DIR)/tests/%.cu $(EMU_DIR)/tests/check.h
 	@mkdir -p $(@D)

@@ -23,3 +23,16 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
 else
     echo "SKIP emu_tests_compile_with_nvcc: no nvcc on this machine"
 fi
+# emucc --check (dev/cuda_emu/README.md): the unit tests built checked pass with no report under three
+# schedules; each program of dev/cuda_emu/tests/bugs holds one GPU bug that the plain emulator misses
+# and --check catches, and its fixed twin passes --check silently (check_pair.sh says what is proven).
+check emu_check_build make -s -j2 -f dev/cuda_emu/emu.mk emu-check emu-bugs
+for sched in forward reverse random:1; do
+    check "emu_check_units_$sched" bash -c "for t in test_primitives test_bf16_errors test_cublaslt plain_reduction test_wmma; do
+        EMU_SCHED=$sched build/cuda_emu/check/\$t || exit 1; done &&
+        EMU_SCHED=$sched $emu_mpirun -np 3 -x EMU_SCHED build/cuda_emu/check/test_nccl"
+done
+for bug in dev/cuda_emu/tests/bugs/*.cu; do
+    bug=$(basename $bug .cu)
+    check "emu_check_catches_$bug" dev/cuda_emu/tests/bugs/check_pair.sh $bug
+done

@@ -19,6 +19,20 @@ inline unsigned short f32_to_bf16_rz(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
     return (unsigned short)(u >> 16);
 }
+// double -> bf16 rounded once (to nearest even): through float rounded to odd, which keeps the
+// information a second rounding needs (float has 16 more mantissa bits than bf16)
+inline unsigned short f64_to_bf16_rn(double d) {
+    if (d != d) return 0x7fff;
+    float f = (float)d;
+    if ((double)f != d && std::isfinite(d)) {
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        if (std::fabs((double)f) > std::fabs(d)) u -= 1;  // toward zero, then make the last bit odd
+        u |= 1u;
+        memcpy(&f, &u, 4);
+    }
+    return f32_to_bf16_rn(f);
+}
 inline float bf16_to_f32(unsigned short h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -34,7 +48,7 @@ struct __align__(2) __nv_bfloat16 {
     __nv_bfloat16() = default;
     __nv_bfloat16(__nv_bfloat16_raw r) : __x(r.x) {}
     __nv_bfloat16(float f) : __x(emu::f32_to_bf16_rn(f)) {}
-    __nv_bfloat16(double d) : __x(emu::f32_to_bf16_rn((float)d)) {}
+    __nv_bfloat16(double d) : __x(emu::f64_to_bf16_rn(d)) {}
     __nv_bfloat16(int i) : __x(emu::f32_to_bf16_rn((float)i)) {}
     __nv_bfloat16(unsigned int i) : __x(emu::f32_to_bf16_rn((float)i)) {}
     __nv_bfloat16(long long i) : __x(emu::f32_to_bf16_rn((float)i)) {}
@@ -42,7 +56,7 @@ struct __align__(2) __nv_bfloat16 {
     operator float() const { return emu::bf16_to_f32(__x); }
     operator __nv_bfloat16_raw() const { return __nv_bfloat16_raw{__x}; }
     __nv_bfloat16& operator=(float f) { __x = emu::f32_to_bf16_rn(f); return *this; }
-    __nv_bfloat16& operator=(double d) { __x = emu::f32_to_bf16_rn((float)d); return *this; }
+    __nv_bfloat16& operator=(double d) { __x = emu::f64_to_bf16_rn(d); return *this; }
     __nv_bfloat16& operator+=(__nv_bfloat16 o) { return *this = (float)*this + (float)o; }
     __nv_bfloat16& operator-=(__nv_bfloat16 o) { return *this = (float)*this - (float)o; }
     __nv_bfloat16& operator*=(__nv_bfloat16 o) { return *this = (float)*this * (float)o; }
@@ -72,7 +86,7 @@ inline __nv_bfloat16 operator+(__nv_bfloat16 a) { return a; }
 inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
 inline __nv_bfloat16 __float2bfloat16_rz(float f) { return __nv_bfloat16_raw{emu::f32_to_bf16_rz(f)}; }
-inline __nv_bfloat16 __double2bfloat16(double d) { return __nv_bfloat16((float)d); }
+inline __nv_bfloat16 __double2bfloat16(double d) { return __nv_bfloat16(d); }
 inline float __bfloat162float(__nv_bfloat16 h) { return (float)h; }
 inline __nv_bfloat16 __int2bfloat16_rn(int i) { return __nv_bfloat16((float)i); }
 inline int __bfloat162int_rn(__nv_bfloat16 h) { return (int)nearbyintf((float)h); }
@@ -116,8 +130,8 @@ inline __nv_bfloat16 hrsqrt(__nv_bfloat16 a) { return __nv_bfloat16(1.0f / sqrtf
 inline __nv_bfloat16 htanh(__nv_bfloat16 a) { return __nv_bfloat16(tanhf(a)); }
 
 // warp shuffles and atomics of bf16 go through the generic templates; atomicAdd needs overloads
-inline __nv_bfloat16 atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) { __nv_bfloat16 o = *p; *p = o + v; return o; }
-inline __nv_bfloat162 atomicAdd(__nv_bfloat162* p, __nv_bfloat162 v) { __nv_bfloat162 o = *p; *p = o + v; return o; }
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) { EMU_ATOMIC_CHECK(p); __nv_bfloat16 o = *p; *p = o + v; return o; }
+inline __nv_bfloat162 atomicAdd(__nv_bfloat162* p, __nv_bfloat162 v) { EMU_ATOMIC_CHECK(p); __nv_bfloat162 o = *p; *p = o + v; return o; }
 
 #define CUDART_INF_BF16 __ushort_as_bfloat16((unsigned short)0x7F80U)
 #define CUDART_NAN_BF16 __ushort_as_bfloat16((unsigned short)0x7FFFU)

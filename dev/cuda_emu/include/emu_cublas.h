@@ -86,19 +86,24 @@ typedef cublasLtMatmulPreferenceOpaque_t* cublasLtMatmulPreference_t;
 
 namespace emu {
 inline bool blas_type_ok(int t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
-inline float blas_load(const void* p, int t, int64_t i) {
-    return t == CUDA_R_32F ? ((const float*)p)[i] : (float)((const __nv_bfloat16*)p)[i];
+// (EMU_UNCHECKED: under --check the matmul's own loads and stores are not instrumented)
+EMU_UNCHECKED inline float blas_load(const void* p, int t, int64_t i) {
+    if (t == CUDA_R_32F) return ((const float*)p)[i];
+    uint32_t u = (uint32_t)((const unsigned short*)p)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
-inline void blas_store(void* p, int t, int64_t i, float v) {
+EMU_UNCHECKED inline void blas_store(void* p, int t, int64_t i, float v) {
     if (t == CUDA_R_32F) ((float*)p)[i] = v;
     else ((__nv_bfloat16*)p)[i] = __nv_bfloat16(v);
 }
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-inline float gelu(float x) {
+EMU_UNCHECKED inline float gelu(float x) {
     float u = kGeluScale * (x + 0.044715f * x * x * x);
     return 0.5f * x * (1.0f + tanhf(u));
 }
-inline float gelu_grad(float x) {
+EMU_UNCHECKED inline float gelu_grad(float x) {
     float u = kGeluScale * (x + 0.044715f * x * x * x);
     float t = tanhf(u);
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
@@ -117,7 +122,7 @@ struct Epilogue {
 
 // D = epilogue(alpha * op(A) op(B) + beta * C) for each batch; op(A) is m x k, op(B) is k x n.
 // C is not read when beta == 0 (as in BLAS). D may alias C.
-inline cublasStatus_t gemm(int ta, int tb, int m, int n, int k, float alpha, Operand A, Operand B, float beta,
+EMU_UNCHECKED inline cublasStatus_t gemm(int ta, int tb, int m, int n, int k, float alpha, Operand A, Operand B, float beta,
                            Operand C, Operand D, int batch, const Epilogue& e) {
     if (m < 0 || n < 0 || k < 0 || batch < 1) return CUBLAS_STATUS_INVALID_VALUE;
     switch (e.kind) {
@@ -135,14 +140,15 @@ inline cublasStatus_t gemm(int ta, int tb, int m, int n, int k, float alpha, Ope
     const bool aux_out = gelu_fwd && (e.kind & 128), dgelu = e.kind & 64, bgrad_d = e.kind == CUBLASLT_EPILOGUE_DGELU_BGRAD;
     if ((has_bias || bgrad_d || e.kind >= CUBLASLT_EPILOGUE_BGRADA) && !e.bias) return CUBLAS_STATUS_INVALID_VALUE;
     if ((aux_out || dgelu) && (!e.aux || e.aux_ld < m)) return CUBLAS_STATUS_INVALID_VALUE;
-    std::vector<float> out((size_t)m * n);
+    std::vector<float> out_buf((size_t)m * n);
+    float* out = out_buf.data();
     for (int b = 0; b < batch; b++) {
         const void* a = (const char*)A.p + b * A.stride * (A.type == CUDA_R_32F ? 4 : 2);
         const void* bm = (const char*)B.p + b * B.stride * (B.type == CUDA_R_32F ? 4 : 2);
         const void* c = (const char*)C.p + b * C.stride * (C.type == CUDA_R_32F ? 4 : 2);
         void* d = (char*)D.p + b * D.stride * (D.type == CUDA_R_32F ? 4 : 2);
-        auto opA = [&](int i, int kk) { return blas_load(a, A.type, ta ? kk + (int64_t)i * A.ld : i + (int64_t)kk * A.ld); };
-        auto opB = [&](int kk, int j) { return blas_load(bm, B.type, tb ? j + (int64_t)kk * B.ld : kk + (int64_t)j * B.ld); };
+        auto opA = [&](int i, int kk) EMU_UNCHECKED { return blas_load(a, A.type, ta ? kk + (int64_t)i * A.ld : i + (int64_t)kk * A.ld); };
+        auto opB = [&](int kk, int j) EMU_UNCHECKED { return blas_load(bm, B.type, tb ? j + (int64_t)kk * B.ld : kk + (int64_t)j * B.ld); };
         const void* bias = e.bias ? (const char*)e.bias + b * e.bias_stride * (e.bias_type == CUDA_R_32F ? 4 : 2) : nullptr;
         void* aux = e.aux ? (char*)e.aux + b * e.aux_stride * (e.aux_type == CUDA_R_32F ? 4 : 2) : nullptr;
         for (int j = 0; j < n; j++)
@@ -261,10 +267,22 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
     *count = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
+// A matmul runs as an operation of its stream (under --check: after the stream's earlier work, unchecked).
+template <class F> cublasStatus_t blas_run(cudaStream_t s, F f) {
+#ifdef EMU_CHECK
+    cublasStatus_t r = CUBLAS_STATUS_SUCCESS;
+    emu::chk::run_now(s, "a cuBLAS matmul", [&] { r = f(); });
+    return r;
+#else
+    (void)s;
+    return f();
+#endif
+}
+
 inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                                      cublasLtMatrixLayout_t Al, const void* B, cublasLtMatrixLayout_t Bl,
                                      const void* beta, const void* C, cublasLtMatrixLayout_t Cl, void* D,
-                                     cublasLtMatrixLayout_t Dl, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+                                     cublasLtMatrixLayout_t Dl, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
     for (auto l : {Al, Bl, Cl, Dl})
         if (l->order != CUBLASLT_ORDER_COL) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (desc->scale != CUDA_R_32F || desc->transc != CUBLAS_OP_N) return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -283,9 +301,12 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc
     e.aux_type = desc->aux_type >= 0 ? desc->aux_type : Dl->type;
     e.aux_ld = desc->aux_ld;
     e.aux_stride = desc->aux_batch_stride;
-    return emu::gemm(desc->transa, desc->transb, m, n, k, *(const float*)alpha, {A, Al->type, Al->ld, Al->stride},
-                     {B, Bl->type, Bl->ld, Bl->stride}, *(const float*)beta, {C, Cl->type, Cl->ld, Cl->stride},
-                     {D, Dl->type, Dl->ld, Dl->stride}, batch, e);
+    float al = *(const float*)alpha, be = *(const float*)beta;
+    return blas_run(stream, [&] {
+        return emu::gemm(desc->transa, desc->transb, m, n, k, al, {A, Al->type, Al->ld, Al->stride},
+                         {B, Bl->type, Bl->ld, Bl->stride}, be, {C, Cl->type, Cl->ld, Cl->stride},
+                         {D, Dl->type, Dl->ld, Dl->stride}, batch, e);
+    });
 }
 
 // ---- cuBLAS (v2 API) ----
@@ -297,14 +318,17 @@ inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) { h->str
 inline cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t* s) { *s = h->stream; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->math = m; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasSetWorkspace(cublasHandle_t, void*, size_t) { return CUBLAS_STATUS_SUCCESS; }
-inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                                                  int k, const void* alpha, const void* A, cudaDataType_t At, int lda,
                                                  long long sa, const void* B, cudaDataType_t Bt, int ldb, long long sb,
                                                  const void* beta, void* C, cudaDataType_t Ct, int ldc, long long sc,
                                                  int batch, cublasComputeType_t compute, cublasGemmAlgo_t) {
     if (compute == CUBLAS_COMPUTE_16F || compute == CUBLAS_COMPUTE_64F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    return emu::gemm(ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, *(const float*)alpha, {A, At, lda, sa}, {B, Bt, ldb, sb},
-                     *(const float*)beta, {C, Ct, ldc, sc}, {C, Ct, ldc, sc}, batch, emu::Epilogue{});
+    float al = *(const float*)alpha, be = *(const float*)beta;
+    return blas_run(h->stream, [&] {
+        return emu::gemm(ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, al, {A, At, lda, sa}, {B, Bt, ldb, sb}, be,
+                         {C, Ct, ldc, sc}, {C, Ct, ldc, sc}, batch, emu::Epilogue{});
+    });
 }
 inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                    const void* alpha, const void* A, cudaDataType_t At, int lda, const void* B,

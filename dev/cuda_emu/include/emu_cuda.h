@@ -20,7 +20,10 @@
 #endif
 
 // ---- keywords ----
+#if !(defined(EMU_REWRITE_PASS) && defined(EMU_CHECK))  // --check: the rewrite reads these two itself
 #define __global__
+#define __launch_bounds__(...)
+#endif
 #define __device__
 #define __host__
 #define __constant__
@@ -28,7 +31,6 @@
 #define __grid_constant__
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
-#define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __cudart_builtin__
 // emucc keeps __shared__ as a token during its rewrite pass and turns it into `static` itself
@@ -94,6 +96,30 @@ inline cudaError_t fail(cudaError_t e) { last_error = e; return e; }
 // atexit handlers (an MPI rank must not wait in MPI_Finalize for ranks that are still running).
 inline void report_exit() { fflush(stdout); fflush(stderr); _exit(66); }
 }
+
+#ifdef EMU_CHECK
+// emucc --check: code of the emulator itself is not checked (EMU_RUNTIME in a function body switches the
+// checks off until it returns); the checker's hooks are never instrumented themselves.
+#define EMU_NOSAN __attribute__((no_sanitize_thread, noinline))
+#define EMU_NOSAN_INLINE __attribute__((no_sanitize_thread))
+namespace emu {
+namespace chk {
+enum Mode : int { Host = 0, Kernel = 1, Runtime = 2 };
+inline int mode = Host;  // Runtime: the emulator's own code runs, hooks return at once
+EMU_NOSAN inline void set_mode(int m) { mode = m; }
+struct Suspend {
+    int saved;
+    EMU_NOSAN_INLINE Suspend() : saved(mode) { mode = Runtime; }
+    EMU_NOSAN_INLINE ~Suspend() { mode = saved; }
+};
+}  // namespace chk
+}  // namespace emu
+#define EMU_RUNTIME ::emu::chk::Suspend emu_runtime_scope_
+#define EMU_UNCHECKED __attribute__((no_sanitize_thread))  // the emulator's own heavy loops (cuBLAS)
+#else
+#define EMU_RUNTIME
+#define EMU_UNCHECKED
+#endif
 
 inline cudaError_t cudaGetLastError() { cudaError_t e = emu::last_error; emu::last_error = cudaSuccess; return e; }
 inline cudaError_t cudaPeekAtLastError() { return emu::last_error; }
@@ -236,7 +262,11 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int d) {
 }
 inline cudaError_t cudaDriverGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
 inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
+#ifdef EMU_CHECK
+inline cudaError_t cudaDeviceSynchronize();
+#else
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+#endif
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 
 // ---- memory: host memory underneath, every allocation tracked ----
@@ -250,6 +280,14 @@ enum cudaMemcpyKind {
 #define cudaHostAllocWriteCombined 4
 #define cudaMemAttachGlobal 1
 
+#ifdef EMU_CHECK  // defined in emu_check.h
+inline cudaError_t cudaMalloc(void** p, size_t n);
+inline cudaError_t cudaFree(void* p);
+inline cudaError_t cudaMallocHost(void** p, size_t n);
+inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned int);
+inline cudaError_t cudaMallocManaged(void** p, size_t n, unsigned int = cudaMemAttachGlobal);
+inline cudaError_t cudaFreeHost(void* p);
+#else
 inline cudaError_t cudaMalloc(void** p, size_t n) {
     *p = nullptr;
     void* q = aligned_alloc(256, (n + 255) / 256 * 256);
@@ -272,6 +310,7 @@ inline cudaError_t cudaMallocHost(void** p, size_t n) { return cudaMalloc(p, n);
 inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned int) { return cudaMalloc(p, n); }
 inline cudaError_t cudaMallocManaged(void** p, size_t n, unsigned int = cudaMemAttachGlobal) { return cudaMalloc(p, n); }
 inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+#endif
 template <class T> cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc((void**)p, n); }
 template <class T> cudaError_t cudaMallocHost(T** p, size_t n) { return cudaMallocHost((void**)p, n); }
 template <class T> cudaError_t cudaHostAlloc(T** p, size_t n, unsigned int f) { return cudaHostAlloc((void**)p, n, f); }
@@ -283,12 +322,17 @@ inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
     *free_bytes = emu::kGlobalMem - emu::allocated_bytes;
     return cudaSuccess;
 }
+#ifdef EMU_CHECK
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind);
+inline cudaError_t cudaMemset(void* p, int v, size_t n);
+#else
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
     if ((unsigned)kind > cudaMemcpyDefault) return emu::fail(cudaErrorInvalidMemcpyDirection);
     if (n) memmove(dst, src, n);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* p, int v, size_t n) { if (n) memset(p, v, n); return cudaSuccess; }
+#endif
 inline cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                                 size_t height, cudaMemcpyKind kind) {
     if (width > dpitch || width > spitch) return emu::fail(cudaErrorInvalidValue);
@@ -312,9 +356,9 @@ cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t n, size_t of
 }
 template <class T> cudaError_t cudaGetSymbolAddress(void** p, T& symbol) { *p = (void*)&symbol; return cudaSuccess; }
 
-// ---- streams and events: every operation completes before the call returns ----
-struct CUstream_st { int flags; };
-struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded; };
+// ---- streams and events: every operation completes before the call returns (--check: emu_check.h) ----
+struct CUstream_st { int flags; int index; };
+struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded; int stream; uint32_t seq; void* op; };
 typedef CUstream_st* cudaStream_t;
 typedef CUevent_st* cudaEvent_t;
 #define cudaStreamDefault 0
@@ -325,14 +369,34 @@ typedef CUevent_st* cudaEvent_t;
 #define cudaEventBlockingSync 1
 #define cudaEventDisableTiming 2
 
-inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new CUstream_st{0}; return cudaSuccess; }
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int f) { *s = new CUstream_st{(int)f}; return cudaSuccess; }
+#ifdef EMU_CHECK
+inline cudaError_t cudaStreamCreate(cudaStream_t* s);
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int f);
+inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int f, int);
+inline cudaError_t cudaStreamDestroy(cudaStream_t s);
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s);
+inline cudaError_t cudaStreamQuery(cudaStream_t s);
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int = 0);
+inline cudaError_t cudaEventCreate(cudaEvent_t* e);
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int);
+inline cudaError_t cudaEventDestroy(cudaEvent_t e);
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e);
+inline cudaError_t cudaEventQuery(cudaEvent_t e);
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b);
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st = 0);
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st = 0);
+inline cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t);
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t);
+#else
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new CUstream_st{0, 0}; return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int f) { *s = new CUstream_st{(int)f, 0}; return cudaSuccess; }
 inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int f, int) { return cudaStreamCreateWithFlags(s, f); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int = 0) { return cudaSuccess; }
-inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st{{}, false}; return cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st{{}, false, 0, 0, nullptr}; return cudaSuccess; }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = 0) {
@@ -352,8 +416,9 @@ inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyK
 }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = 0) { return cudaMemset(p, v, n); }
 inline cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
-template <class T> cudaError_t cudaMallocAsync(T** p, size_t n, cudaStream_t s) { return cudaMallocAsync((void**)p, n, s); }
 inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+#endif
+template <class T> cudaError_t cudaMallocAsync(T** p, size_t n, cudaStream_t s) { return cudaMallocAsync((void**)p, n, s); }
 template <class T>
 cudaError_t cudaMemcpyToSymbolAsync(T& symbol, const void* src, size_t n, size_t offset = 0,
                                     cudaMemcpyKind kind = cudaMemcpyHostToDevice, cudaStream_t = 0) {
@@ -362,5 +427,8 @@ cudaError_t cudaMemcpyToSymbolAsync(T& symbol, const void* src, size_t n, size_t
 
 #include "emu_launch.h"
 #include "emu_device.h"
+#ifdef EMU_CHECK
+#include "emu_check.h"
+#endif
 
 #endif

@@ -4,16 +4,24 @@
 #ifndef EMU_DEVICE_H
 #define EMU_DEVICE_H
 
+#ifdef EMU_CHECK
+namespace emu { namespace chk { inline void atomic_access(const void* p, unsigned size); } }
+// an atomic read-modify-write: checked as atomic (two atomics never race), then done unchecked
+#define EMU_ATOMIC_CHECK(p) ::emu::chk::atomic_access((p), sizeof(*(p))); EMU_RUNTIME
+#else
+#define EMU_ATOMIC_CHECK(p)
+#endif
+
 // ---- barriers and warp operations ----
 inline void __syncthreads() { emu::block_barrier(0); }
 inline int __syncthreads_count(int p) { return emu::block_barrier(p); }
-inline int __syncthreads_and(int p) { return emu::block_barrier(p) == emu::blk.alive; }
+inline int __syncthreads_and(int p) { int n = emu::block_barrier(p); EMU_RUNTIME; return n == emu::blk.alive; }
 inline int __syncthreads_or(int p) { return emu::block_barrier(p) != 0; }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_exchange(mask, 0, -1); }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 inline void __threadfence_system() {}
-inline unsigned __activemask() { return emu::blk.warps[emu::blk.current / 32].alive; }
+inline unsigned __activemask() { EMU_RUNTIME; return emu::blk.warps[emu::blk.current / 32].alive; }
 
 namespace emu {
 inline int lane_id() { return blk.current % 32; }
@@ -55,12 +63,16 @@ inline unsigned __ballot_sync(unsigned mask, int p) {
 }
 inline int __any_sync(unsigned mask, int p) { return __ballot_sync(mask, p) != 0; }
 inline int __all_sync(unsigned mask, int p) {
-    uint32_t group = mask & emu::blk.warps[emu::blk.current / 32].alive;
+    uint32_t group;
+    {
+        EMU_RUNTIME;
+        group = mask & emu::blk.warps[emu::blk.current / 32].alive;
+    }
     return __ballot_sync(mask, p) == group;
 }
 
 // ---- atomics: return the old value ----
-template <class T> T emu_atomic_rmw(T* p, T v, T (*op)(T, T)) { T old = *p; *p = op(old, v); return old; }
+template <class T> T emu_atomic_rmw(T* p, T v, T (*op)(T, T)) { EMU_ATOMIC_CHECK(p); T old = *p; *p = op(old, v); return old; }
 #define EMU_ATOMIC(name, T, expr) \
     inline T name(T* p, T v) { return emu_atomic_rmw<T>(p, v, [](T a, T b) -> T { return expr; }); }
 #define EMU_ATOMIC_ALL_INT(name, expr) EMU_ATOMIC(name, int, expr) EMU_ATOMIC(name, unsigned int, expr) \
@@ -85,9 +97,9 @@ EMU_ATOMIC(atomicXor, unsigned int, a ^ b)
 EMU_ATOMIC(atomicXor, unsigned long long, a ^ b)
 #undef EMU_ATOMIC
 #undef EMU_ATOMIC_ALL_INT
-inline unsigned atomicInc(unsigned* p, unsigned v) { unsigned o = *p; *p = o >= v ? 0 : o + 1; return o; }
-inline unsigned atomicDec(unsigned* p, unsigned v) { unsigned o = *p; *p = (o == 0 || o > v) ? v : o - 1; return o; }
-template <class T> T emu_atomic_cas(T* p, T cmp, T v) { T o = *p; if (o == cmp) *p = v; return o; }
+inline unsigned atomicInc(unsigned* p, unsigned v) { EMU_ATOMIC_CHECK(p); unsigned o = *p; *p = o >= v ? 0 : o + 1; return o; }
+inline unsigned atomicDec(unsigned* p, unsigned v) { EMU_ATOMIC_CHECK(p); unsigned o = *p; *p = (o == 0 || o > v) ? v : o - 1; return o; }
+template <class T> T emu_atomic_cas(T* p, T cmp, T v) { EMU_ATOMIC_CHECK(p); T o = *p; if (o == cmp) *p = v; return o; }
 inline int atomicCAS(int* p, int c, int v) { return emu_atomic_cas(p, c, v); }
 inline unsigned atomicCAS(unsigned* p, unsigned c, unsigned v) { return emu_atomic_cas(p, c, v); }
 inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long c, unsigned long long v) {
@@ -148,11 +160,17 @@ inline float __int_as_float(int i) { float x; memcpy(&x, &i, 4); return x; }
 inline float __uint_as_float(unsigned i) { float x; memcpy(&x, &i, 4); return x; }
 inline long long __double_as_longlong(double x) { long long i; memcpy(&i, &x, 8); return i; }
 inline double __longlong_as_double(long long i) { double x; memcpy(&x, &i, 8); return x; }
-inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
-inline int __float2int_rz(float x) { return (int)x; }
-inline int __float2int_rd(float x) { return (int)floorf(x); }
-inline int __float2int_ru(float x) { return (int)ceilf(x); }
-inline unsigned __float2uint_rn(float x) { return (unsigned)nearbyintf(x); }
+// as the GPU's cvt instructions: NaN gives 0, values out of range saturate (a C++ cast is undefined there)
+namespace emu {
+inline int f2i_sat(float r) { return r != r ? 0 : r >= 2147483648.0f ? 2147483647 : r < -2147483648.0f ? (-2147483647 - 1) : (int)r; }
+inline unsigned f2u_sat(float r) { return r != r || r <= 0.0f ? 0u : r >= 4294967296.0f ? 4294967295u : (unsigned)r; }
+}
+inline int __float2int_rn(float x) { return emu::f2i_sat(nearbyintf(x)); }
+inline int __float2int_rz(float x) { return emu::f2i_sat(truncf(x)); }
+inline int __float2int_rd(float x) { return emu::f2i_sat(floorf(x)); }
+inline int __float2int_ru(float x) { return emu::f2i_sat(ceilf(x)); }
+inline unsigned __float2uint_rn(float x) { return emu::f2u_sat(nearbyintf(x)); }
+inline unsigned __float2uint_rz(float x) { return emu::f2u_sat(truncf(x)); }
 inline float __int2float_rn(int i) { return (float)i; }
 inline float __uint2float_rn(unsigned i) { return (float)i; }
 

@@ -88,6 +88,14 @@ inline void ctx_init(Context& c, char* stack, size_t size, void (*entry)()) {
 inline void ctx_switch(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
 #endif
 
+#ifdef EMU_CHECK
+// the checked runtime's bookkeeping (emu_check.h)
+inline uint16_t& chk_clock(int thread);
+inline void chk_barrier();
+inline void chk_fiber_stack(char* stack, size_t size);
+inline void chk_block_start(size_t smem_bytes);
+#endif
+
 enum class State { Ready, Blocked, Done };
 
 struct Fiber {
@@ -131,6 +139,38 @@ inline size_t stack_bytes() {
     return kb * 1024;
 }
 
+// ---- schedules: EMU_SCHED=forward|reverse|random[:SEED] orders the threads of a block between
+// barriers, the blocks of a grid and (under --check) runnable operations of unordered streams ----
+inline int sched_kind = -1;  // 0 forward, 1 reverse, 2 random
+inline uint64_t sched_state = 1;
+inline void sched_init() {
+    if (sched_kind >= 0) return;
+    const char* s = getenv("EMU_SCHED");
+    sched_kind = 0;
+    if (!s || !*s || !strcmp(s, "forward")) return;
+    if (!strcmp(s, "reverse")) { sched_kind = 1; return; }
+    if (!strncmp(s, "random", 6)) {
+        sched_kind = 2;
+        sched_state = s[6] == ':' ? strtoull(s + 7, nullptr, 10) * 2654435761ull + 1 : 12345;
+        return;
+    }
+    fprintf(stderr, "cuda_emu: EMU_SCHED=%s: use forward, reverse or random:SEED\n", s);
+    exit(2);
+}
+inline uint32_t sched_rand() {
+    sched_state = sched_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(sched_state >> 33);
+}
+// A permutation of 0..n-1 in the order EMU_SCHED asks for.
+inline void sched_order(std::vector<int>& order, int n) {
+    sched_init();
+    order.resize(n);
+    for (int i = 0; i < n; i++) order[i] = sched_kind == 1 ? n - 1 - i : i;
+    if (sched_kind == 2)
+        for (int i = n - 1; i > 0; i--) std::swap(order[i], order[sched_rand() % (uint32_t)(i + 1)]);
+}
+
+
 inline void die(const char* msg) {
     fprintf(stderr, "cuda_emu: %s\n", msg);
     abort();
@@ -168,6 +208,14 @@ inline void warp_try_release(Warp& w) {
         for (int j = 0; j < 32; j++)
             if ((group >> j & 1) && w.value[j] != 0) ballot |= 1u << j;
         int warp_index = (int)(&w - blk.warps.data());
+#ifdef EMU_CHECK
+        // lanes that meet in a warp operation are ordered: their warp clocks move past everyone's
+        uint16_t top = 0;
+        for (int j = 0; j < 32; j++)
+            if ((group >> j & 1) && chk_clock(warp_index * 32 + j) > top) top = chk_clock(warp_index * 32 + j);
+        for (int j = 0; j < 32; j++)
+            if (group >> j & 1) chk_clock(warp_index * 32 + j) = (uint16_t)(top + 1);
+#endif
         for (int j = 0; j < 32; j++) {
             if (!(group >> j & 1)) continue;
             int s = w.src[j];
@@ -182,6 +230,7 @@ inline void warp_try_release(Warp& w) {
 // One warp-synchronous step for the calling lane; returns the value of lane `src` (own value when
 // `src` does not take part) and sets *ballot to the lanes of the group whose value was non-zero.
 inline uint64_t warp_exchange(uint32_t mask, uint64_t value, int src, uint32_t* ballot = nullptr) {
+    EMU_RUNTIME;
     int t = blk.current;
     Warp& w = blk.warps[t / 32];
     int lane = t % 32;
@@ -199,6 +248,9 @@ inline uint64_t warp_exchange(uint32_t mask, uint64_t value, int src, uint32_t* 
 
 // Wake every thread waiting in __syncthreads (threads blocked in a warp operation stay blocked).
 inline void release_block_barrier() {
+#ifdef EMU_CHECK
+    chk_barrier();  // a new barrier interval
+#endif
     blk.bar_result = blk.bar_count;
     blk.bar_arrived = blk.bar_count = 0;
     for (int i = 0; i < blk.nthreads; i++)
@@ -208,6 +260,7 @@ inline void release_block_barrier() {
 
 // __syncthreads with a predicate count; threads that returned from the kernel count as arrived.
 inline int block_barrier(int pred) {
+    EMU_RUNTIME;
     blk.bar_count += pred != 0;
     if (++blk.bar_arrived < blk.alive) {
         block_until_ready();
@@ -222,6 +275,9 @@ inline void fiber_main() {
     __sanitizer_finish_switch_fiber(nullptr, &blk.sched_stack, &blk.sched_stack_size);
 #endif
     blk.body(blk.body_arg);
+#ifdef EMU_CHECK
+    chk::set_mode(chk::Runtime);
+#endif
     int t = blk.current;
     blk.fibers[t].state = State::Done;
     Warp& w = blk.warps[t / 32];
@@ -263,9 +319,11 @@ inline void run_block(dim3 block) {
 #endif
         ctx_init(f.ctx, f.stack, f.stack_size, fiber_main);
     }
+    static std::vector<int> order;
     while (blk.alive > 0) {
         bool ran = false;
-        for (int i = 0; i < n; i++) {
+        sched_order(order, n);
+        for (int i : order) {
             Fiber& f = blk.fibers[i];
             if (f.state != State::Ready) continue;
             ran = true;
@@ -274,6 +332,9 @@ inline void run_block(dim3 block) {
             void* fake = nullptr;
 #if EMU_ASAN
             __sanitizer_start_switch_fiber(&fake, f.stack, f.stack_size);
+#endif
+#ifdef EMU_CHECK
+            chk_fiber_stack(f.stack, f.stack_size);
 #endif
             ctx_switch(blk.sched_ctx, f.ctx);
 #if EMU_ASAN
@@ -326,28 +387,68 @@ inline cudaError_t check_config(const void* kid, const LaunchConfig& c) {
 
 template <class F> void call_body(void* f) { (*(F*)f)(); }
 
-// Run `body` (which calls the kernel) as every thread of every block of the grid.
-template <class F> void launch(const void* kid, const LaunchConfig& c, F body) {
-    cudaError_t e = check_config(kid, c);
-    if (e != cudaSuccess) { fail(e); return; }
+// Every block of the grid, in EMU_SCHED's order, with `smem` as dynamic shared memory.
+template <class F> void run_grid(const LaunchConfig& c, F& body, unsigned char* smem) {
     if (blk.current >= 0) die("kernel launched from device code (dynamic parallelism is not emulated)");
-    // exact size, so ASan catches out-of-bounds accesses; 0xff bytes (NaN, -1) expose reads before writes
-    std::vector<unsigned char> smem(c.smem, 0xff);
-    blk.dyn_smem = smem.data();
+    blk.dyn_smem = smem;
     blk.body = &call_body<F>;
     blk.body_arg = &body;
     blockDim = c.block;
     gridDim = c.grid;
-    for (unsigned z = 0; z < c.grid.z; z++)
-        for (unsigned y = 0; y < c.grid.y; y++)
-            for (unsigned x = 0; x < c.grid.x; x++) {
-                blockIdx = uint3{x, y, z};
-                run_block(c.block);
-            }
+    sched_init();
+    uint64_t nb = (uint64_t)c.grid.x * c.grid.y * c.grid.z;
+    std::vector<uint32_t> perm;
+    if (sched_kind == 2 && nb < (1u << 26)) {
+        perm.resize(nb);
+        for (uint32_t i = 0; i < nb; i++) perm[i] = i;
+        for (uint64_t i = nb - 1; i > 0; i--) std::swap(perm[i], perm[sched_rand() % (uint32_t)(i + 1)]);
+    }
+    for (uint64_t k = 0; k < nb; k++) {
+        uint64_t lin = !perm.empty() ? perm[k] : sched_kind == 1 ? nb - 1 - k : k;
+        blockIdx = uint3{(unsigned)(lin % c.grid.x), (unsigned)(lin / c.grid.x % c.grid.y), (unsigned)(lin / ((uint64_t)c.grid.x * c.grid.y))};
+#ifdef EMU_CHECK
+        chk_block_start(c.smem);
+#endif
+        run_block(c.block);
+    }
     blk.dyn_smem = nullptr;
 }
 
+#ifdef EMU_CHECK
+template <class F> void chk_launch(const void* kid, const LaunchConfig& c, F body);  // emu_check.h
+#endif
+
+// Run `body` (which calls the kernel) as every thread of every block of the grid.
+template <class F> void launch(const void* kid, const LaunchConfig& c, F body) {
+    cudaError_t e = check_config(kid, c);
+    if (e != cudaSuccess) { fail(e); return; }
+#ifdef EMU_CHECK
+    chk_launch(kid, c, body);
+#else
+    // exact size, so ASan catches out-of-bounds accesses; 0xff bytes (NaN, -1) expose reads before writes
+    std::vector<unsigned char> smem(c.smem, 0xff);
+    run_grid(c, body, smem.data());
+#endif
+}
+
 inline void* dynamic_smem() { return blk.dyn_smem; }
+
+// --check: every kernel body starts with this call (emu_rewrite.py). While the launcher probes a
+// kernel it records the kernel's name and __launch_bounds__ limit and the kernel returns at once.
+inline bool probing = false;
+inline int probe_bound = 0;
+inline const char* probe_name = nullptr;
+inline bool kernel_entry(int max_threads, const char* name) {
+    if (!probing) {
+#ifdef EMU_CHECK
+        chk::set_mode(chk::Kernel);  // the kernel's own code is checked from here on
+#endif
+        return false;
+    }
+    probe_bound = max_threads;
+    probe_name = name;
+    return true;
+}
 
 }  // namespace emu
 
@@ -408,7 +509,7 @@ struct cudaLaunchConfig_t {
 template <class... P, class... A>
 cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* c, void (*kernel)(P...), A&&... args) {
     emu::launch((const void*)kernel, emu::LaunchConfig(c->gridDim, c->blockDim, c->dynamicSmemBytes, c->stream),
-                [&] { kernel(args...); });
+                [=] { kernel(args...); });
     return cudaPeekAtLastError();
 }
 

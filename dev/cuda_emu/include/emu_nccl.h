@@ -230,53 +230,82 @@ inline ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* e) { *e = nc
 inline ncclResult_t ncclGroupStart() { return ncclSuccess; }
 inline ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 
+namespace emu {
+// A collective runs as an operation of its stream; under --check after the stream's earlier work,
+// with its buffers recorded as read / written for the cross-stream order check.
+template <class F> ncclResult_t nccl_run(cudaStream_t s, const char* what, const void* in, size_t in_bytes, void* out,
+                                         size_t out_bytes, F f) {
+#ifdef EMU_CHECK
+    ncclResult_t r = ncclSuccess;
+    chk::run_now(s, what, [&] {
+        chk::range_access(in, in_bytes, false);
+        chk::range_access(out, out_bytes, true);
+        r = f();
+    });
+    return r;
+#else
+    (void)s; (void)what; (void)in; (void)in_bytes; (void)out; (void)out_bytes;
+    return f();
+#endif
+}
+}  // namespace emu
+
 // recvbuff[i] = op over ranks of sendbuff[i]; sendbuff == recvbuff is allowed.
 inline ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t t, ncclRedOp_t op,
-                                  ncclComm_t comm, cudaStream_t) {
+                                  ncclComm_t comm, cudaStream_t s) {
     if (!comm || !emu::nccl_supported(t, op)) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    auto off = emu::even_chunks(count, comm->size);
-    char* own = (char*)recvbuff + off[comm->rank] * es;
-    emu::ring_reduce_scatter(sendbuff, own, off, t, op, comm);
-    if (op == ncclAvg) emu::divide(own, off[comm->rank + 1] - off[comm->rank], t, comm->size);
-    emu::ring_all_gather(recvbuff, off, t, comm);
-    return ncclSuccess;
+    return emu::nccl_run(s, "ncclAllReduce", sendbuff, count * es, recvbuff, count * es, [&] {
+        auto off = emu::even_chunks(count, comm->size);
+        char* own = (char*)recvbuff + off[comm->rank] * es;
+        emu::ring_reduce_scatter(sendbuff, own, off, t, op, comm);
+        if (op == ncclAvg) emu::divide(own, off[comm->rank + 1] - off[comm->rank], t, comm->size);
+        emu::ring_all_gather(recvbuff, off, t, comm);
+        return ncclSuccess;
+    });
 }
 // recvbuff = rank's block (recvcount elements) of the reduction of every rank's sendbuff
 // (size * recvcount elements); in place when recvbuff == sendbuff + rank * recvcount.
 inline ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t t,
-                                      ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                                      ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
     if (!comm || !emu::nccl_supported(t, op)) return ncclInvalidArgument;
-    auto off = emu::even_chunks(recvcount * comm->size, comm->size);
-    emu::ring_reduce_scatter(sendbuff, recvbuff, off, t, op, comm);
-    if (op == ncclAvg) emu::divide(recvbuff, recvcount, t, comm->size);
-    return ncclSuccess;
+    size_t es = emu::nccl_size(t);
+    return emu::nccl_run(s, "ncclReduceScatter", sendbuff, recvcount * comm->size * es, recvbuff, recvcount * es, [&] {
+        auto off = emu::even_chunks(recvcount * comm->size, comm->size);
+        emu::ring_reduce_scatter(sendbuff, recvbuff, off, t, op, comm);
+        if (op == ncclAvg) emu::divide(recvbuff, recvcount, t, comm->size);
+        return ncclSuccess;
+    });
 }
 // recvbuff (size * sendcount elements) = every rank's sendbuff in rank order; in place when
 // sendbuff == recvbuff + rank * sendcount.
 inline ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t t,
-                                  ncclComm_t comm, cudaStream_t) {
+                                  ncclComm_t comm, cudaStream_t s) {
     if (!comm) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    char* own = (char*)recvbuff + comm->rank * sendcount * es;
-    if (own != sendbuff) memmove(own, sendbuff, sendcount * es);
-    emu::ring_all_gather(recvbuff, emu::even_chunks(sendcount * comm->size, comm->size), t, comm);
-    return ncclSuccess;
+    return emu::nccl_run(s, "ncclAllGather", sendbuff, sendcount * es, recvbuff, sendcount * comm->size * es, [&] {
+        char* own = (char*)recvbuff + comm->rank * sendcount * es;
+        if (own != sendbuff) memmove(own, sendbuff, sendcount * es);
+        emu::ring_all_gather(recvbuff, emu::even_chunks(sendcount * comm->size, comm->size), t, comm);
+        return ncclSuccess;
+    });
 }
 // The root's sendbuff reaches every rank's recvbuff along the ring root, root+1, ...
 inline ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t t, int root,
-                                  ncclComm_t comm, cudaStream_t) {
+                                  ncclComm_t comm, cudaStream_t s) {
     if (!comm || root < 0 || root >= comm->size) return ncclInvalidArgument;
     size_t bytes = count * emu::nccl_size(t);
     int n = comm->size, pos = (comm->rank - root + n) % n;  // position along the chain
-    if (pos == 0 && recvbuff != sendbuff) memmove(recvbuff, sendbuff, bytes);
-    if (bytes > INT_MAX) emu::die("NCCL emulation: a broadcast over 2 GiB");
-    if (pos > 0) MPI_Recv(recvbuff, (int)bytes, MPI_BYTE, (comm->rank - 1 + n) % n, emu::nccl_tag, comm->mpi, MPI_STATUS_IGNORE);
-    if (pos < n - 1) {
-        emu::nccl_bytes += bytes;
-        MPI_Send(recvbuff, (int)bytes, MPI_BYTE, (comm->rank + 1) % n, emu::nccl_tag, comm->mpi);
-    }
-    return ncclSuccess;
+    return emu::nccl_run(s, "ncclBroadcast", pos == 0 ? sendbuff : nullptr, bytes, recvbuff, bytes, [&] {
+        if (pos == 0 && recvbuff != sendbuff) memmove(recvbuff, sendbuff, bytes);
+        if (bytes > INT_MAX) emu::die("NCCL emulation: a broadcast over 2 GiB");
+        if (pos > 0) MPI_Recv(recvbuff, (int)bytes, MPI_BYTE, (comm->rank - 1 + n) % n, emu::nccl_tag, comm->mpi, MPI_STATUS_IGNORE);
+        if (pos < n - 1) {
+            emu::nccl_bytes += bytes;
+            MPI_Send(recvbuff, (int)bytes, MPI_BYTE, (comm->rank + 1) % n, emu::nccl_tag, comm->mpi);
+        }
+        return ncclSuccess;
+    });
 }
 inline ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t s) {
     return ncclBroadcast(buff, buff, count, t, root, comm, s);

@@ -70,7 +70,11 @@ struct Maps {
         }
     }
 };
-inline const Maps& maps() { static Maps m; return m; }
+inline const Maps& maps() {
+    EMU_RUNTIME;
+    static Maps m;
+    return m;
+}
 
 template <class Use> constexpr int kind_of() { return std::is_same<Use, matrix_a>::value ? 0 : std::is_same<Use, matrix_b>::value ? 1 : 2; }
 
@@ -144,6 +148,8 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment
     emu::warp_exchange(0xffffffffu, 0, -1);  // every lane has posted
     const Maps& mp = maps();
     float out[8];
+    {
+    EMU_RUNTIME;  // reading the other lanes' fragments (their registers on a GPU) is not a memory access
     for (int i = 0; i < 8; i++) {
         int p = mp.flat[2][slot(lane, i, 8)], m = p / 16, n = p % 16;
         int sc = mp.slot_of[2][p];
@@ -158,6 +164,7 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment
             acc = fmaf(av, bv, acc);
         }
         out[i] = acc;
+    }
     }
     emu::warp_exchange(0xffffffffu, 0, -1);  // every lane has read the others' fragments
     for (int i = 0; i < 8; i++) d.x[i] = out[i];

@@ -38,6 +38,15 @@ static int launch_result(dim3 grid, dim3 block, size_t smem, int* flag) {
     return (int)e;
 }
 
+// Conversions a GPU does in one step: double -> bf16 rounded once; float -> int saturating, NaN -> 0.
+__global__ void conversions(const double* d, float* bf, int* ints) {
+    *bf = __bfloat162float(__double2bfloat16(*d));
+    ints[0] = __float2int_rn(__int_as_float(0x7fc00000));  // NaN
+    ints[1] = __float2int_rz(3e9f);
+    ints[2] = __float2int_rd(-3e9f);
+    ints[3] = (int)__float2uint_rn(-5.0f);
+}
+
 int main() {
     // host conversions: (input bits, round-to-nearest-even result, round-toward-zero result)
     struct Case { uint32_t in; uint16_t rn, rz; };
@@ -136,5 +145,24 @@ int main() {
     cudaGetLastError();
     EXPECT(launch_result(dim3(1), dim3(32), big, flag) == cudaErrorInvalidValue, "opt-in is per kernel");
     CUDA_CHECK(cudaFree(flag));
+    {
+        // 1 + 2^-8 + 2^-30: the nearest bf16 is 1 + 2^-7; rounding to float first gives a tie that rounds to 1
+        double hd = 1.0 + 1.0 / 256 + 1.0 / (1 << 30), *dd;
+        float hb, *db;
+        int hi[4], *di;
+        CUDA_CHECK(cudaMalloc(&dd, sizeof(double)));
+        CUDA_CHECK(cudaMalloc(&db, sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&di, sizeof(hi)));
+        CUDA_CHECK(cudaMemcpy(dd, &hd, sizeof(double), cudaMemcpyHostToDevice));
+        conversions<<<1, 1>>>(dd, db, di);
+        CUDA_CHECK(cudaMemcpy(&hb, db, sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(hi, di, sizeof(hi), cudaMemcpyDeviceToHost));
+        EXPECT(hb == 1.0f + 1.0f / 128, "__double2bfloat16(1 + 2^-8 + 2^-30) = %.9g, want 1.0078125", hb);
+        EXPECT(hi[0] == 0 && hi[1] == 2147483647 && hi[2] == (-2147483647 - 1) && hi[3] == 0,
+               "float->int conversions %d %d %d %d, want 0 INT_MAX INT_MIN 0", hi[0], hi[1], hi[2], hi[3]);
+        CUDA_CHECK(cudaFree(dd));
+        CUDA_CHECK(cudaFree(db));
+        CUDA_CHECK(cudaFree(di));
+    }
     return finish("test_bf16_errors");
 }
