@@ -70,6 +70,9 @@ build/gpu/attention_emu: dev/cuda/attention.cu $(GPU_SOURCES)
 build/gpu/attention_emu_fp32: dev/cuda/attention.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ dev/cuda/attention.cu
+build/gpu/attention_emu_check: dev/cuda/attention.cu $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) --check $(GPU_EMUCC_FLAGS) -o $@ dev/cuda/attention.cu
 # the kernel tests through the emulator, plain and under AddressSanitizer
 build/gpu/test_kernels_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 	@mkdir -p build/gpu

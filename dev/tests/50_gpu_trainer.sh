@@ -231,6 +231,10 @@ check gpu_bf16_rounding_and_adamw build/gpu/test_bf16_emu
 check gpu_attention_kernels_bf16 build/gpu/attention_emu
 check gpu_attention_kernels_fp32 build/gpu/attention_emu_fp32 --quick
 check gpu_attention_kernels_detect_mask_bug gpu_attention_kernels_detect_mask_bug
+# the same under emucc --check (races, barriers, bounds, alignment, the wmma layout scrambled); T 1024
+# for the tensor-core version only
+check gpu_attention_kernels_checked bash -c "make -s -f dev/gpu.mk build/gpu/attention_emu_check &&
+    build/gpu/attention_emu_check --long-flash-only"
 check gpu_memory_budget gpu_memory_budget
 check gpu_asan_detects_kernel_overrun gpu_asan_mutant_fails
 check gpu_test_gpt2emu_fp32 build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
