@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
     printf("precision %s | recompute %d | master weights %d\n", PRECISION_NAME, recompute, master);
     printf("model L %d C %d NH %d V %d | batch B %d T %d | %zu parameters\n", config.num_layers, config.channels,
            config.num_heads, config.vocab_size, B, T, n);
+    printf("attention: %s\n", attention_path(config.channels, config.num_heads));
 
     float* host = (float*)malloc_check(n * sizeof(float));
     if (bf16_path) {

@@ -318,12 +318,12 @@ static LayerTensors layer_tensors(const ParameterTensors* p, int C, int l) {
 // The CPU trainer's activation table (llmc/activation_table.h): the shared rows in fp32, plus
 // attention's probabilities, the token ids and the per-thread scratch of attention's backward.
 #define ACTIVATIONS(X)                                                                              \
-    GPT2_ACTIVATIONS(X, float)                                                                      \
+    GPT2_ACTIVATIONS(X, float, Vp)                                                                  \
     X(att, float, LAYERS, B * NH * T * T)     /* (L, B, NH, T, T) attention probabilities */        \
     X(tokens, int, ONE, BT)                   /* (B, T) inputs of the last forward */               \
     X(targets, int, ONE, BT)                  /* (B, T) its next-token ids */
 #define ACTIVATION_GRADS(X)                                                                         \
-    GPT2_ACTIVATION_GRADS(X, float)                                                                 \
+    GPT2_ACTIVATION_GRADS(X, float, ONE)                                                            \
     X(datt_rows, float, ONE, threads * 2 * T) /* 2T per OpenMP thread: one row of scores */
 DEFINE_ACTIVATION_STRUCTS
 

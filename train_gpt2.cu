@@ -67,16 +67,20 @@ static void download_floatX(float* dst, const floatX* src, size_t n) {
 // the model
 
 // The GPU trainer's activation table (llmc/activation_table.h): the shared rows in floatX, plus
-// attention's probabilities, a projection's output, the token ids, and backward's scratch.
+// attention's log-sum-exp per row (all its backward needs besides qkv and atty: llmc/attention.cuh),
+// a projection's output, the token ids, and backward's scratch. proj, d4C and dqkv have no memory
+// of their own: they sit at the start of the logits buffer, which is dead while they live (proj in
+// the forward's layers before the logits are computed; d4C and dqkv, never live at once, in
+// backward's layers after the dlogits are consumed); logits rows are max(Vp, 4C) wide for them.
 #define ACTIVATIONS(X)                                                                              \
-    GPT2_ACTIVATIONS(X, floatX)                                                                     \
-    X(att, floatX, LAYERS, B * NH * T * T)    /* (L, B, NH, T, T) attention probabilities */        \
-    X(proj, floatX, ONE, BT * C)              /* (B, T, C) a projection before its residual add */  \
+    GPT2_ACTIVATIONS(X, floatX, (Vp > 4 * C ? Vp : 4 * C))                                          \
+    X(lse, float, LAYERS, B * NH * T)         /* (L, B, NH, T) attention log-sum-exp per row */     \
+    X(proj, floatX, IN_LOGITS, BT * C)        /* (B, T, C) a projection before its residual add */  \
     X(inputs, int, ONE, BT)                   /* (B, T) token ids */                                \
     X(targets, int, ONE, BT)                  /* (B, T) next-token ids */
 #define ACTIVATION_GRADS(X)                                                                         \
-    GPT2_ACTIVATION_GRADS(X, floatX)                                                                \
-    X(dpre, float, ONE, B * NH * T * T)       /* (B, NH, T, T) attention score gradients */         \
+    GPT2_ACTIVATION_GRADS(X, floatX, IN_LOGITS)                                                     \
+    X(att_delta, float, ONE, B * NH * T)      /* (B, NH, T) attention backward's rowsum(dout out) */ \
     X(partial, float, ONE, colsum_chunks((int)BT) * 4 * C) /* column-sum chunks */                  \
     X(norm, float, ONE, NORM_BLOCKS + 1)      /* the grad norm's block sums */
 DEFINE_ACTIVATION_STRUCTS
@@ -135,6 +139,7 @@ static int grad_layers_for_stage(int zero_stage, int num_layers) {
 // the gradient block is padded to a multiple of grads_padding (the stage-0 all-reduce).
 static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, int B, int T, int recompute,
                        int grad_layers, size_t grads_padding) {
+    attention_path(config->channels, config->num_heads); // fails here, at start-up, on a head size we cannot serve
     m->config = *config;
     m->num_parameters = gpt2_num_parameters(config);
     gpt2_parameter_sizes(config, m->sizes);
@@ -155,7 +160,13 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, i
     m->recompute = recompute;
     ActBuffer bufs[NUM_ACT_BUFFERS];
     m->activation_bytes = activation_buffers(m, act_shape(config, B, T, recompute, 1), bufs);
-    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { *bufs[i].slot = device_alloc(bufs[i].bytes); }
+    for (int i = 0; i < NUM_ACT_BUFFERS; i++) {
+        if (bufs[i].bytes > 0) { *bufs[i].slot = device_alloc(bufs[i].bytes); }
+    }
+    // the IN_LOGITS rows (see ACTIVATIONS)
+    m->acts.proj = m->acts.logits;
+    m->acts_grad.d4C = m->acts.logits;
+    m->acts_grad.dqkv = m->acts.logits;
     size_t BT = (size_t)B * T;
     m->tokens = (int*)malloc_check(BT * sizeof(int));
     m->losses_host = (float*)malloc_check(BT * sizeof(float));
@@ -168,7 +179,9 @@ static void gpt2_free(GPT2* m) {
     cudaCheck(cudaFree(m->grads_memory));
     ActBuffer bufs[NUM_ACT_BUFFERS];
     activation_buffers(m, act_shape(&m->config, m->B, m->T, m->recompute, 1), bufs);
-    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { cudaCheck(cudaFree(*bufs[i].slot)); }
+    for (int i = 0; i < NUM_ACT_BUFFERS; i++) {
+        if (bufs[i].bytes > 0) { cudaCheck(cudaFree(*bufs[i].slot)); }
+    }
     encoder_buckets_free(&m->buckets);
     free(m->tokens);
     free(m->losses_host);
@@ -181,8 +194,8 @@ static void gpt2_download_params(const GPT2* m, float* out) { download_floatX(ou
 // recomputation the LayerNorm (-r 2) and GELU (-r 1) outputs share one slab for all layers.
 typedef struct {
     const floatX* x; // the layer's input: the embeddings or the previous layer's output
-    floatX *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fch_gelu, *res3;
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    floatX *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;
+    float *lse, *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
 } LayerActivations;
 
 static LayerActivations layer_activations(const GPT2* m, int l) {
@@ -194,7 +207,7 @@ static LayerActivations layer_activations(const GPT2* m, int l) {
     la.ln1 = a->ln1 + l * ln_stride * C;
     la.qkv = a->qkv + l * stride * 3 * C;
     la.atty = a->atty + l * stride * C;
-    la.att = a->att + l * stride * NH * m->T;
+    la.lse = a->lse + l * stride * NH;
     la.res2 = a->residual2 + l * stride * C;
     la.ln2 = a->ln2 + l * ln_stride * C;
     la.fch = a->fch + l * stride * 4 * C;
@@ -226,7 +239,7 @@ static void gpt2_forward_device(GPT2* m, const int* inputs, const int* targets, 
     for (int l = 0; l < L; l++) {
         LayerActivations la = layer_activations(m, l);
         matmul_forward(la.qkv, la.ln1, layer_slice(p, m, QKVW, l), layer_slice(p, m, QKVB, l), BT, C, 3 * C);
-        attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
+        attention_forward(la.atty, la.lse, la.qkv, B, T, C, NH);
         matmul_forward(a->proj, la.atty, layer_slice(p, m, ATTPROJW, l), layer_slice(p, m, ATTPROJB, l), BT, C, C);
         residual_layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, la.x, a->proj,
                                    layer_slice(p, m, LN2W, l), layer_slice(p, m, LN2B, l), BT, C);
@@ -298,7 +311,7 @@ static void gpt2_backward(GPT2* m, int B, int T, GradsReadyFn ready, void* ctx) 
                            la.res2, layer_slice(p, m, LN2W, l), la.ln2_mean, la.ln2_rstd, BT, C);
         matmul_backward(g->dC, grad_slice(m, ATTPROJW, l), grad_slice(m, ATTPROJB, l), g->partial,
                         g->dresidual, la.atty, layer_slice(p, m, ATTPROJW, l), NULL, BT, C, C);
-        attention_backward(g->dqkv, g->dpre, g->dC, la.qkv, la.att, B, T, C, NH);
+        attention_backward(g->dqkv, g->att_delta, g->dC, la.qkv, la.atty, la.lse, B, T, C, NH);
         if (m->recompute >= 2) {
             residual_layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, NULL, la.x, NULL, layer_slice(p, m, LN1W, l),
                                        layer_slice(p, m, LN1B, l), BT, C);
@@ -792,12 +805,14 @@ int main(int argc, char** argv) {
     mem.activations = gpu.model.activation_bytes;
     CommBytes comm = comm_bytes_per_step(&gpu.dp.layout, &gpu.dp.mesh, zero, run.grad_accum,
                                          gpu.model.num_parameters, sizeof(floatX), sizeof(floatX));
-    char extra[512];
+    char extra[640];
     snprintf(extra, sizeof(extra),
              "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU = local rank\n"
-             "device: %s | precision %s | recompute %d | master weights %s\n",
+             "device: %s | precision %s | recompute %d | master weights %s\n"
+             "attention: %s\n",
              args.init_method, proc.source, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, prop.name, PRECISION_NAME,
-             args.recompute, gpu.opt.master ? "fp32" : "none");
+             args.recompute, gpu.opt.master ? "fp32" : "none",
+             attention_path(gpu.model.config.channels, gpu.model.config.num_heads));
     run_print_start(&run, gpu.model.num_parameters, &mem, &comm, extra);
 
     run_train(&run, &gpu_trainer_ops, &gpu);

@@ -79,6 +79,16 @@ build/gpu/train_gpt2emu_bf16_check: $(GPU_SOURCES) $(GPU_EMU_DEPS)
 build/gpu/gpu_memory_bf16: dev/gpu_memory.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ dev/gpu_memory.cu -lnccl
+# the attention kernels (dev/cuda/attention.cu): BF16 (tensor-core and fallback versions), FP32
+build/gpu/attention_emu: dev/cuda/attention.cu $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ dev/cuda/attention.cu
+build/gpu/attention_emu_fp32: dev/cuda/attention.cu $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ dev/cuda/attention.cu
+build/gpu/attention_emu_check: dev/cuda/attention.cu $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) --check $(GPU_EMUCC_FLAGS) -o $@ dev/cuda/attention.cu
 # the kernel tests through the emulator, plain and under AddressSanitizer
 build/gpu/test_kernels_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
@@ -94,8 +104,9 @@ build/gpu/test_kernels_asan: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 # its precision); ptxas -v output goes to build/gpu/ptxas_*.log and dev/gpu_kernels/ptxas_report.sh turns
 # the trainer's into build/gpu/ptxas_report.txt (and fails on any spill).
 GPU_NVCC_UNITS := train_gpt2.cu:BF16 train_gpt2.cu:FP32 test_gpt2.cu:BF16 test_gpt2.cu:FP32 \
-	dev/gpu_kernels/test_kernels.cu:FP32 dev/gpu_kernels/test_bf16.cu:BF16
-gpu-nvcc-check: test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS)
+	dev/gpu_kernels/test_kernels.cu:FP32 dev/gpu_kernels/test_bf16.cu:BF16 dev/cuda/attention.cu:BF16 \
+	dev/cuda/attention.cu:FP32
+gpu-nvcc-check: test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS) dev/cuda/attention.cu
 	@mkdir -p build/gpu
 	@rm -f build/gpu/ptxas_*.log
 	@for unit in $(GPU_NVCC_UNITS); do \

@@ -16,14 +16,17 @@
 
 // How many slabs of per_slab elements a buffer holds. LAYERS: one per layer. LN and GELU: one per
 // layer, or a single slab shared by every layer when backward recomputes the LayerNorm outputs
-// (-r 2) or the GELU output (-r 1 and 2) instead of keeping them.
-typedef enum { SLABS_ONE, SLABS_LAYERS, SLABS_LN, SLABS_GELU } SlabKind;
+// (-r 2) or the GELU output (-r 1 and 2) instead of keeping them. IN_LOGITS: none of its own; the
+// trainer places it inside the logits buffer while the logits are dead (the GPU trainer: during the
+// forward's layers, and in backward once the dlogits are consumed), and sizes logits to hold it.
+typedef enum { SLABS_ONE, SLABS_LAYERS, SLABS_LN, SLABS_GELU, SLABS_IN_LOGITS } SlabKind;
 
 static size_t act_slabs(SlabKind kind, size_t num_layers, int recompute) {
     switch (kind) {
         case SLABS_LAYERS: return num_layers;
         case SLABS_LN: return recompute >= 2 ? 1 : num_layers;
         case SLABS_GELU: return recompute >= 1 ? 1 : num_layers;
+        case SLABS_IN_LOGITS: return 0;
         default: return 1;
     }
 }
@@ -41,8 +44,9 @@ static ActShape act_shape(const GPT2Config* c, int B, int T, int recompute, int 
 }
 
 // The forward activations of both trainers, with elements of type `type` (float on the CPU,
-// floatX on the GPU). L: layers; per-layer buffers have a leading L.
-#define GPT2_ACTIVATIONS(X, type)                                                                   \
+// floatX on the GPU) and logits rows of logits_width elements (at least Vp). L: layers; per-layer
+// buffers have a leading L.
+#define GPT2_ACTIVATIONS(X, type, logits_width)                                                     \
     X(encoded, type, ONE, BT * C)            /* (B, T, C) wte[token] + wpe[position] */             \
     X(ln1, type, LN, BT * C)                 /* (L, B, T, C) LayerNorm 1 output */                  \
     X(ln1_mean, float, LAYERS, BT)           /* (L, B, T) */                                        \
@@ -59,15 +63,16 @@ static ActShape act_shape(const GPT2Config* c, int B, int T, int recompute, int 
     X(lnf, type, ONE, BT * C)                /* (B, T, C) final LayerNorm output */                 \
     X(lnf_mean, float, ONE, BT)              /* (B, T) */                                           \
     X(lnf_rstd, float, ONE, BT)              /* (B, T) */                                           \
-    X(logits, type, ONE, BT * Vp)            /* (B, T, Vp); dlogits after a training forward */     \
+    X(logits, type, ONE, BT * (logits_width)) /* (B, T, Vp); dlogits after a training forward */    \
     X(losses, float, ONE, BT)                /* (B, T) per-token loss */
 
-// Gradients of activations, one slab reused by every layer in backward.
-#define GPT2_ACTIVATION_GRADS(X, type)                                                              \
+// Gradients of activations, one slab reused by every layer in backward; scratch (ONE or
+// IN_LOGITS): where the layer-local d4C and dqkv live.
+#define GPT2_ACTIVATION_GRADS(X, type, scratch)                                                     \
     X(dresidual, type, ONE, BT * C)          /* (B, T, C) gradient of the residual stream */        \
     X(dC, type, ONE, BT * C)                 /* (B, T, C) */                                        \
-    X(d4C, type, ONE, BT * 4 * C)            /* (B, T, 4C) */                                       \
-    X(dqkv, type, ONE, BT * 3 * C)           /* (B, T, 3C) */
+    X(d4C, type, scratch, BT * 4 * C)        /* (B, T, 4C) */                                       \
+    X(dqkv, type, scratch, BT * 3 * C)       /* (B, T, 3C) */
 
 // One buffer of the table: its name, its size, and the pointer it sets (NULL: sizes only).
 typedef struct {

@@ -4,7 +4,7 @@
 # with 700 warmup steps decaying to 0, weight decay 0.1, ZeRO 1 (optimizer state sharded over
 # the 8 GPUs), GELU recomputed (-r 1), bf16 with fp32 master weights.
 # Memory per rank as the trainer reports it at start (params/grads/optimizer/activations):
-#   params 311189760 grads 311189760 optimizer 124475904 activations 45265191940 bytes = 42.85 GiB
+#   params 311189760 grads 311189760 optimizer 124475904 activations 21952201732 bytes = 21.14 GiB
 #   (from build/gpu/gpu_memory_bf16 d12 50257 1024 64 1024 8 8 1 1 1: the same closed forms and
 #   buffer sizes the trainer prints; this script has not been run on GPUs, see README). NCCL and
 #   cuBLASLt workspaces come on top.

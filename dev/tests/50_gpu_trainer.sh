@@ -3,8 +3,11 @@
 # against the PyTorch reference in FP32 and BF16 (with recompute and master-weight variants), two
 # tests of that test (a perturbed gradient, an off-by-one attention mask), 20 steps against the
 # CPU trainer, checkpoint resume, recomputation, and the kernel tests (also under AddressSanitizer,
-# and the BF16 stochastic rounding and AdamW). The kernel tests and test_gpt2emu are emucc --check
-# builds, also run under the reverse and random schedules (dev/cuda_emu/README.md).
+# and the BF16 stochastic rounding and AdamW); the attention kernels against a double reference
+# (tensor-core and fallback versions, and a mask bug they must catch), the trainer's BF16
+# tensor-core attention against PyTorch, and the activation memory against llm.c's. The kernel
+# tests and test_gpt2emu are emucc --check builds, also run under the reverse and random schedules
+# (dev/cuda_emu/README.md).
 GPU_TMP=build/test_tmp/gpu
 GREF=$GPU_TMP/ref
 GPU_TEST_ARGS="$GREF/model.bin $GREF/state.bin $GREF/losses.txt data/kjv/kjv_val.bin"
@@ -15,6 +18,17 @@ gpu_reference() {
     /usr/bin/python3 train_gpt2.py --model d2 --channels 64 --heads 4 --vocab 257 --max-seq 64 --seed 1 \
         --write-model $GREF/model.bin --write-model-bf16 $GREF/model_bf16.bin --data data/kjv/kjv_val.bin \
         --B 4 --T 32 --write-state $GREF/state.bin --steps 10 --write-losses $GREF/losses.txt
+}
+
+# A model with head size 64 (128 channels, 2 heads), so that BF16 runs the tensor-core attention;
+# T 80 is a full and a partial 64-row tile.
+GREF64=$GPU_TMP/ref64
+GPU_TEST64_ARGS="$GREF64/model.bin $GREF64/state.bin $GREF64/losses.txt data/kjv/kjv_val.bin"
+gpu_reference_hs64() {
+    mkdir -p $GREF64 &&
+    /usr/bin/python3 train_gpt2.py --model d2 --channels 128 --heads 2 --vocab 257 --max-seq 128 --seed 2 \
+        --write-model $GREF64/model.bin --data data/kjv/kjv_val.bin --B 2 --T 80 --write-state $GREF64/state.bin \
+        --steps 10 --write-losses $GREF64/losses.txt
 }
 
 gpu_have_device() { nvidia-smi -L >/dev/null 2>&1; }
@@ -28,19 +42,62 @@ gpu_no_gpu_message() {
     [ $rc -eq 1 ] && [ "$out" = "error: no CUDA GPU found; use ./train_gpt2cpu for CPU training" ]
 }
 
-# The test of the test: train_gpt2.cu with the causal mask one key too wide must fail test_gpt2.
+# The test of the test: train_gpt2.cu with the causal mask one key too wide (att_visible in
+# llmc/attention.cuh, used by every attention kernel) must fail test_gpt2.
+attention_mutant_sources() {
+    local dir=$1
+    rm -rf $dir && mkdir -p $dir/llmc $dir/dev/cuda && cp train_gpt2.cu test_gpt2.cu $dir/ && cp llmc/* $dir/llmc/ &&
+        cp dev/cuda/attention.cu $dir/dev/cuda/ || return 1
+    sed -i 's/return key <= query;/return key <= query + 1;/' $dir/llmc/attention.cuh
+    grep -q "return key <= query + 1;" $dir/llmc/attention.cuh || { echo "the mutation did not apply"; return 1; }
+}
+
 gpu_attention_mutant_fails() {
     local dir=$GPU_TMP/mutant
-    rm -rf $dir && mkdir -p $dir/llmc && cp train_gpt2.cu test_gpt2.cu $dir/ && cp llmc/* $dir/llmc/ || return 1
-    sed -i 's/t2 <= t; t2 += 32)/t2 <= min(t + 1, T - 1); t2 += 32)/; s/t2 = 0; t2 <= t; t2++)/t2 = 0; t2 <= min(t + 1, T - 1); t2++)/' \
-        $dir/llmc/attention.cuh
-    local changed
-    changed=$(grep -c "min(t + 1, T - 1)" $dir/llmc/attention.cuh)
-    echo "mutated loops: $changed"
-    [ "$changed" -ge 3 ] || { echo "the mutation did not apply"; return 1; }
+    attention_mutant_sources $dir || return 1
     dev/cuda_emu/emucc -O1 -DENABLE_FP32 -o $dir/test_gpt2emu $dir/test_gpt2.cu -lnccl || return 1
     if $dir/test_gpt2emu $GPU_TEST_ARGS -k 0; then echo "the broken attention passed"; return 1; fi
     return 0
+}
+
+# The attention kernel test must catch the same mask bug in the tensor-core version.
+gpu_attention_kernels_detect_mask_bug() {
+    local dir=$GPU_TMP/att_mutant
+    attention_mutant_sources $dir || return 1
+    dev/cuda_emu/emucc -O1 -o $dir/attention $dir/dev/cuda/attention.cu || return 1
+    if $dir/attention --quick > $dir/out.txt; then echo "the broken mask passed"; return 1; fi
+    grep "^FAIL" $dir/out.txt | head -5
+    grep -q "^FAIL.* flash " $dir/out.txt && grep -q "^FAIL.* scalar " $dir/out.txt
+}
+
+# Memory (dev/gpu_memory.cu, the trainer's own size table): at GPT-2 124M, B 64, T 1024, -r 1 the
+# activation bytes are at most llm.c's with cuDNN attention (its closed form, printed beside ours);
+# GPT-2 1558M at B 16 -r 1 and at scripts/run_gpt2_1558M.sh's B 32 -r 2 (T 1024, ZeRO 1, 8 ranks)
+# leave at least 8 GB of an 80 GB GPU; the activations grow linearly with T (no T x T buffer).
+gpu_memory_budget() {
+    make -s -f dev/gpu.mk build/gpu/gpu_memory_bf16 || return 1
+    python3 - build/gpu/gpu_memory_bf16 <<'PY'
+import re, subprocess, sys
+def run(*args):
+    out = subprocess.run([sys.argv[1]] + [str(a) for a in args], capture_output=True, text=True, check=True).stdout
+    print(out.strip())
+    mem = [int(x) for x in re.search(r"params (\d+) grads (\d+) optimizer (\d+) activations (\d+)", out).groups()]
+    return sum(mem), mem[3], int(re.search(r"llm.c with cuDNN attention (\d+) bytes", out).group(1))
+_, act, llmc = run("d12", 50257, 1024, 64, 1024, 1, 1, 0, 1, 1)
+ok = act <= llmc
+print("124M B 64 T 1024 -r 1: activations %.3f GB, llm.c %.3f GB: %s" % (act / 1e9, llmc / 1e9, "ok" if ok else "FAIL"))
+for B, r in ((16, 1), (32, 2)):
+    total, _, _ = run("d48", 50257, 1024, B, 1024, 8, 8, 1, r, 1)
+    fits = total <= 72e9
+    print("1558M B %d -r %d ZeRO 1 8 ranks: %.1f GB, %.1f GB of 80 spare (at least 8): %s"
+          % (B, r, total / 1e9, 80 - total / 1e9, "ok" if fits else "FAIL"))
+    ok &= fits
+_, a1, _ = run("d12", 50257, 2048, 8, 1024, 1, 1, 0, 1, 1)
+_, a2, _ = run("d12", 50257, 2048, 8, 2048, 1, 1, 0, 1, 1)
+print("activations at T 2048 / T 1024: %.4f (at most 2: linear in T)" % (a2 / a1))
+ok &= a2 <= 2 * a1
+sys.exit(0 if ok else 1)
+PY
 }
 
 # The test of the ASan run: the encoder kernel with its bound check one element too loose must be
@@ -175,12 +232,13 @@ check gpu_ptxas_report cat build/gpu/ptxas_report.txt
 check gpu_nvcc_link make -s -f dev/gpu.mk train_gpt2 test_gpt2
 check gpu_no_gpu_message gpu_no_gpu_message
 check gpu_reference gpu_reference
+check gpu_reference_hs64 gpu_reference_hs64
 if gpu_have_device; then
     check gpu_test_gpt2_on_device ./test_gpt2 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
 fi
 check gpu_emu_build bash -c "make -s -f dev/gpu.mk build/gpu/test_gpt2emu_fp32 build/gpu/test_gpt2emu_bf16 \
     build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/test_kernels_emu build/gpu/test_kernels_asan \
-    build/gpu/test_bf16_emu &&
+    build/gpu/test_bf16_emu build/gpu/attention_emu build/gpu/attention_emu_fp32 &&
     make -s train_gpt2cpu"
 check gpu_kernel_tests_emu build/gpu/test_kernels_emu
 # the emulated test builds are emucc --check builds: also under two more thread/block/stream orders
@@ -191,12 +249,22 @@ done
 check gpu_kernel_tests_asan build/gpu/test_kernels_asan
 check gpu_bf16_rounding_and_adamw build/gpu/test_bf16_emu
 check gpu_check_detects_kernel_overrun gpu_check_mutant_fails
+check gpu_attention_kernels_bf16 build/gpu/attention_emu
+check gpu_attention_kernels_fp32 build/gpu/attention_emu_fp32 --quick
+check gpu_attention_kernels_detect_mask_bug gpu_attention_kernels_detect_mask_bug
+# the same under emucc --check (races, barriers, bounds, alignment, the wmma layout scrambled); T 1024
+# for the tensor-core version only
+check gpu_attention_kernels_checked bash -c "make -s -f dev/gpu.mk build/gpu/attention_emu_check &&
+    build/gpu/attention_emu_check --long-flash-only"
+check gpu_memory_budget gpu_memory_budget
 check gpu_asan_detects_kernel_overrun gpu_asan_mutant_fails
 check gpu_test_gpt2emu_fp32 build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
 check gpu_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
 check gpu_test_gpt2emu_bf16_r2_w0 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -r 2 -w 0
 check gpu_test_gpt2emu_fp32_reverse env EMU_SCHED=reverse build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
 check gpu_test_gpt2emu_bf16_random env EMU_SCHED=random:2 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
+check gpu_test_gpt2emu_bf16_tensor_core_attention bash -c "build/gpu/test_gpt2emu_bf16 $GPU_TEST64_ARGS | tee $GPU_TMP/tc.out &&
+    grep -q 'attention: tensor-core' $GPU_TMP/tc.out"
 check gpu_test_gpt2emu_fp32_r0_r2 bash -c "build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 0 -k 0 &&
     build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 2 -k 0"
 check gpu_test_detects_perturbed_grad bash -c "! build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -p 4 -k 0"
