@@ -156,6 +156,7 @@ gpu_train_smoke() {
     grep -q "s:3 tel:" $GPU_TMP/smoke/main.log && [ -s $GPU_TMP/smoke/model_final.bin ]
 }
 
+check gpu_model_arithmetic python3 dev/bench/test_gpu_model.py
 check gpu_nvcc_sm80_sm90 make -s -f dev/gpu.mk gpu-nvcc-check
 check gpu_ptxas_report cat build/gpu/ptxas_report.txt
 check gpu_nvcc_link make -s -f dev/gpu.mk train_gpt2 test_gpt2
