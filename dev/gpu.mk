@@ -3,7 +3,8 @@
 #   make test_gpt2 [PRECISION=...]             the GPU test
 #   make train_gpt2emu / test_gpt2emu          the same sources through the CUDA emulator (CPU)
 #   make gpu-nvcc-check                        every .cu for sm_80 and sm_90, both precisions, warnings
-#                                              as errors; registers and spills per kernel in a report
+#                                              as errors; registers and spills per kernel in a report;
+#                                              the SASS report of the sm_90 trainer (build/gpu/sass_report.txt)
 ifeq ($(.DEFAULT_GOAL),)
 .DEFAULT_GOAL := all
 endif
@@ -21,6 +22,8 @@ NVCC ?= nvcc
 NVCC_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 NVCC_FLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation \
 	$(shell mpicc --showme:incdirs | sed 's/\([^ ]*\)/-I\1/g')
+# one architecture, for the cubin that nvdisasm reads (the SASS report)
+NVCC_CUBIN_FLAGS := -O3 -std=c++17 -arch=sm_90 -Werror all-warnings $(shell mpicc --showme:incdirs | sed 's/\([^ ]*\)/-I\1/g')
 # the multi-GPU trainer links NCCL (the CUDA toolkit's) and Open MPI (-pi mpi start-up)
 GPU_LIBS := -lcublasLt -lnccl $(shell mpicc --showme:libdirs | sed 's/\([^ ]*\)/-L\1/g') -lmpi
 GPU_EMUCC := dev/cuda_emu/emucc
@@ -92,5 +95,14 @@ gpu-nvcc-check: test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS)
 	@bash dev/gpu_kernels/ptxas_report.sh build/gpu/ptxas_train_gpt2_BF16.log build/gpu/ptxas_train_gpt2_FP32.log \
 	  > build/gpu/ptxas_report.txt || { cat build/gpu/ptxas_report.txt; exit 1; }
 	@echo "registers and spills per kernel: build/gpu/ptxas_report.txt"
+	@for prec in BF16 FP32; do flags=; [ $$prec = FP32 ] && flags=-DENABLE_FP32; \
+	  $(NVCC) $(NVCC_CUBIN_FLAGS) $$flags -Xptxas -v -cubin -o build/gpu/train_gpt2_$$prec.sm_90.cubin train_gpt2.cu \
+	    2> build/gpu/sass_ptxas_$$prec.log || { cat build/gpu/sass_ptxas_$$prec.log; exit 1; }; \
+	done
+	@python3 dev/gpu_kernels/sass_report.py --check \
+	  BF16:build/gpu/train_gpt2_BF16.sm_90.cubin:build/gpu/sass_ptxas_BF16.log \
+	  FP32:build/gpu/train_gpt2_FP32.sm_90.cubin:build/gpu/sass_ptxas_FP32.log \
+	  > build/gpu/sass_report.txt || { cat build/gpu/sass_report.txt; exit 1; }
+	@echo "SASS per kernel (tensor-core and 128-bit instructions): build/gpu/sass_report.txt"
 
 .PHONY: gpu-nvcc-check

@@ -56,6 +56,20 @@ gpu_asan_mutant_fails() {
     grep "AddressSanitizer" $dir/out.txt
 }
 
+# The test of the SASS rules: planted kernels (2-byte loads in a LayerNorm-named kernel, a kernel
+# that spills) must be reported by dev/gpu_kernels/sass_report.py --check.
+gpu_sass_rules_catch_planted() {
+    local d=$GPU_TMP/sass_planted
+    mkdir -p $d
+    nvcc -cubin -arch=sm_90 -maxrregcount 16 -Xptxas -v -o $d/k.cubin dev/gpu_kernels/sass_planted.cu 2> $d/k.log ||
+        { cat $d/k.log; return 1; }
+    if python3 dev/gpu_kernels/sass_report.py --check P:$d/k.cubin:$d/k.log > $d/out.txt; then
+        cat $d/out.txt; echo "the planted kernels passed"; return 1
+    fi
+    cat $d/out.txt
+    grep -q "FAIL: P layernorm_scalar_kernel: 0 LDG.128" $d/out.txt && grep -q "FAIL: P pressure_kernel.* spills" $d/out.txt
+}
+
 # train_gpt2emu (FP32) and train_gpt2cpu from the same model file on the same data: 20 losses within
 # 1e-4, with two micro-steps of gradient accumulation per step.
 gpu_vs_cpu_20_steps() {
@@ -159,6 +173,8 @@ gpu_train_smoke() {
 check gpu_model_arithmetic python3 dev/bench/test_gpu_model.py
 check gpu_nvcc_sm80_sm90 make -s -f dev/gpu.mk gpu-nvcc-check
 check gpu_ptxas_report cat build/gpu/ptxas_report.txt
+check gpu_sass_report cat build/gpu/sass_report.txt
+check gpu_sass_rules_catch_planted gpu_sass_rules_catch_planted
 check gpu_nvcc_link make -s -f dev/gpu.mk train_gpt2 test_gpt2
 check gpu_no_gpu_message gpu_no_gpu_message
 check gpu_reference gpu_reference
