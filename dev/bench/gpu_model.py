@@ -192,8 +192,8 @@ def step_kernels(size, B, T, after, accum=1, att_bwd_launches=2):
         bwd.append(Kernel("encoder backward (wte, wpe; blocking copy)", 2, bytes_=enc_bytes, narrow=True, syncs=1,
                           host_s=host, phase="bwd"))
     micro = fwd + bwd
-    if not after:  # the training loop's device wait per micro-step
-        micro.append(Kernel("wait per micro-step", 0, syncs=1, phase="bwd"))
+    # the training loop's device wait per micro-step (issue 12 item 4 would remove it; not done)
+    micro.append(Kernel("wait per micro-step", 0, syncs=1, phase="bwd"))
     for k in micro:
         k.launches *= accum
         k.tc *= accum

@@ -48,8 +48,8 @@ gpu_asan_mutant_fails() {
     local dir=$GPU_TMP/asan_mutant
     rm -rf $dir && mkdir -p $dir/llmc $dir/dev/gpu_kernels && cp llmc/* $dir/llmc/ &&
         cp dev/gpu_kernels/test_kernels.cu $dir/dev/gpu_kernels/ || return 1
-    sed -i 's/if (i >= (size_t)BT \* C) { return; }/if (i > (size_t)BT * C) { return; }/' $dir/llmc/encoder.cuh
-    grep -q "i > (size_t)BT \* C" $dir/llmc/encoder.cuh || { echo "the mutation did not apply"; return 1; }
+    sed -i 's/if (idx >= (size_t)BT \* packs) { return; }/if (idx > (size_t)BT * packs) { return; }/' $dir/llmc/encoder.cuh
+    grep -q "idx > (size_t)BT \* packs" $dir/llmc/encoder.cuh || { echo "the mutation did not apply"; return 1; }
     dev/cuda_emu/emucc -O1 -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $dir/test_kernels \
         $dir/dev/gpu_kernels/test_kernels.cu || return 1
     if $dir/test_kernels > $dir/out.txt 2>&1; then echo "the overrun passed"; return 1; fi
