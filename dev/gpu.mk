@@ -30,6 +30,9 @@ GPU_EMUCC := dev/cuda_emu/emucc
 GPU_EMUCC_FLAGS := -O1 -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation
 GPU_SOURCES := train_gpt2.cu $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
 GPU_KERNEL_TESTS := $(wildcard dev/gpu_kernels/*.cu)
+# dev/cuda/: one standalone file per kernel family (versions, CPU check, timing on a GPU)
+DEV_CUDA_FAMILIES := layernorm classifier encoder matmul adamw
+DEV_CUDA_EMU := $(patsubst %,build/gpu/dev_cuda_%,$(DEV_CUDA_FAMILIES))
 
 # A stamp per precision: switching PRECISION rebuilds the root binaries.
 build/gpu/precision_$(PRECISION):
@@ -77,12 +80,24 @@ build/gpu/test_kernels_asan: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $@ dev/gpu_kernels/test_kernels.cu
 
+# dev/cuda/ through the emulator: FP32 (tight against the CPU), AdamW in BF16 (stochastic rounding)
+build/gpu/dev_cuda_adamw: dev/cuda/adamw.cu dev/cuda/common.cuh $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ $<
+build/gpu/dev_cuda_%: dev/cuda/%.cu dev/cuda/common.cuh $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ $<
+dev-cuda-emu: $(DEV_CUDA_EMU)
+	@for f in $(DEV_CUDA_EMU); do echo "== $$f"; $$f || exit 1; done
+.PHONY: dev-cuda-emu
+
 # nvcc for sm_80 and sm_90: the trainer and its test in both precisions, the kernel tests (each in
 # its precision); ptxas -v output goes to build/gpu/ptxas_*.log and dev/gpu_kernels/ptxas_report.sh turns
 # the trainer's into build/gpu/ptxas_report.txt (and fails on any spill).
 GPU_NVCC_UNITS := train_gpt2.cu:BF16 train_gpt2.cu:FP32 test_gpt2.cu:BF16 test_gpt2.cu:FP32 \
-	dev/gpu_kernels/test_kernels.cu:FP32 dev/gpu_kernels/test_bf16.cu:BF16
-gpu-nvcc-check: test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS)
+	dev/gpu_kernels/test_kernels.cu:FP32 dev/gpu_kernels/test_bf16.cu:BF16 \
+	$(patsubst %,dev/cuda/%.cu:BF16,$(DEV_CUDA_FAMILIES))
+gpu-nvcc-check: test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS) $(wildcard dev/cuda/*.cu dev/cuda/*.cuh)
 	@mkdir -p build/gpu
 	@rm -f build/gpu/ptxas_*.log
 	@for unit in $(GPU_NVCC_UNITS); do \
