@@ -233,6 +233,8 @@ static void gpt2_forward_device(GPT2* m, const int* inputs, const int* targets, 
     memcpy(m->tokens, inputs, (size_t)BT * sizeof(int));
     cudaCheck(cudaMemcpy(a->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
     if (targets) { cudaCheck(cudaMemcpy(a->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice)); }
+    // a training forward: the encoder backward's token buckets, built now and copied asynchronously
+    if (targets && dloss > 0.0f) { encoder_buckets_prepare(&m->buckets, inputs, BT); }
     floatX* const* p = m->params;
     encoder_forward(a->encoded, a->inputs, p[WTE], p[WPE], B, T, C);
     residual_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, NULL, a->encoded, NULL, p[LN1W], p[LN1B], BT, C);
@@ -322,7 +324,7 @@ static void gpt2_backward(GPT2* m, int B, int T, GradsReadyFn ready, void* ctx) 
                            layer_slice(p, m, LN1W, l), la.ln1_mean, la.ln1_rstd, BT, C);
         if (ready) { ready(ctx, m, l); }
     }
-    encoder_backward(d[WTE], d[WPE], &m->buckets, g->dresidual, m->tokens, B, T, C);
+    encoder_backward(d[WTE], d[WPE], &m->buckets, g->dresidual, NULL, B, T, C);
     if (ready) { ready(ctx, m, -1); }
     m->dlogits_ready = 0;
 }
@@ -338,7 +340,9 @@ typedef struct {
     size_t n;
     float* m;
     float* v;
-    float* master; // NULL without master weights
+    float* master;     // NULL without master weights
+    AdamWMulti table;  // what one launch updates: every tensor, or this rank's slices (ZeRO 1, 2)
+    int table_built;
 } Optimizer;
 
 // State for n parameters (all of them, or a rank's ZeRO shard). master: keep fp32 master
@@ -349,6 +353,7 @@ static void optimizer_init(Optimizer* o, size_t n, int master, const float* para
     o->m = (float*)device_alloc(o->n * sizeof(float));
     o->v = (float*)device_alloc(o->n * sizeof(float));
     o->master = NULL;
+    o->table_built = 0;
     if (master && sizeof(floatX) != sizeof(float)) {
         o->master = (float*)device_alloc(o->n * sizeof(float));
         cudaCheck(cudaMemcpy(o->master, params, o->n * sizeof(float), cudaMemcpyHostToDevice));
@@ -359,20 +364,26 @@ static void optimizer_free(Optimizer* o) {
     cudaCheck(cudaFree(o->m));
     cudaCheck(cudaFree(o->v));
     if (o->master) { cudaCheck(cudaFree(o->master)); }
+    if (o->table_built) { adamw_multi_free(&o->table); }
 }
 
-// AdamW (t = 1-based step) on every tensor; the stochastic rounding is seeded by seed, t and the tensor.
+// AdamW (t = 1-based step) on every tensor, one launch; the stochastic rounding is seeded by seed,
+// t and the tensor.
 static void optimizer_step(Optimizer* o, GPT2* m, const AdamWConfig* h, float grad_scale, int t, uint32_t seed) {
+    if (!o->table_built) {
+        adamw_multi_init(&o->table, NUM_PARAMETER_TENSORS);
+        size_t off = 0;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            adamw_multi_add(&o->table, off, off, m->sizes[i], 0, i, parameter_is_matrix[i]);
+            off += m->sizes[i];
+        }
+        adamw_multi_upload(&o->table);
+        o->table_built = 1;
+    }
     float bias1, bias2;
     adamw_bias_corrections(h, t, &bias1, &bias2);
-    size_t off = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        float wd = adamw_weight_decay(h, i);
-        adamw_update(m->params_memory + off, o->master ? o->master + off : NULL, m->grads_memory + off, o->m + off,
-                     o->v + off, m->sizes[i], h->lr, h->beta1, h->beta2, h->eps, wd, grad_scale, bias1, bias2,
-                     seed + (uint32_t)t * NUM_PARAMETER_TENSORS + (uint32_t)i);
-        off += m->sizes[i];
-    }
+    adamw_multi_update(&o->table, m->params_memory, o->master, m->grads_memory, o->m, o->v, h->lr, h->beta1, h->beta2,
+                       h->eps, h->weight_decay, grad_scale, bias1, bias2, seed + (uint32_t)t * NUM_PARAMETER_TENSORS);
 }
 
 // ----------------------------------------------------------------------------
@@ -531,8 +542,8 @@ static float dp_grad_norm(DataParallel* dp, GPT2* m) {
     return sqrtf(sq);
 }
 
-// AdamW (t = 1-based step) on what this rank owns, then (stages 1, 2) the parameter all-gather,
-// all on stream 0. Each slice draws the stochastic-rounding bits its whole tensor would.
+// AdamW (t = 1-based step) on what this rank owns (one launch), then (stages 1, 2) the parameter
+// all-gathers, all on stream 0. Each slice draws the stochastic-rounding bits its whole tensor would.
 static void dp_optimizer_step(DataParallel* dp, GPT2* m, Optimizer* o, const AdamWConfig* h, float grad_scale, int t,
                               uint32_t seed) {
     if (dp->zero_stage == 0) {
@@ -542,16 +553,26 @@ static void dp_optimizer_step(DataParallel* dp, GPT2* m, Optimizer* o, const Ada
     float bias1, bias2;
     adamw_bias_corrections(h, t, &bias1, &bias2);
     int s = dp->mesh.shard_idx, S = dp->mesh.dp_shard;
+    if (!o->table_built) { // this rank's slice of every unit, one segment each
+        adamw_multi_init(&o->table, dp->layout.num_units);
+        for (int u = 0; u < dp->layout.num_units; u++) {
+            const ShardUnit* unit = &dp->layout.units[u];
+            size_t first;
+            size_t count = unit_owned(unit, s, &first);
+            size_t in_tensor = (unit->layer >= 0 ? unit->layer * unit->size : 0) + first;
+            adamw_multi_add(&o->table, unit->offset + first, unit->shard_offset, count, in_tensor, unit->tensor,
+                            parameter_is_matrix[unit->tensor]);
+        }
+        adamw_multi_upload(&o->table);
+        o->table_built = 1;
+    }
+    adamw_multi_update(&o->table, m->params_memory, o->master, dp->shard_grads, o->m, o->v, h->lr, h->beta1, h->beta2,
+                       h->eps, h->weight_decay, grad_scale, bias1, bias2, seed + (uint32_t)t * NUM_PARAMETER_TENSORS);
     for (int u = 0; u < dp->layout.num_units; u++) {
         const ShardUnit* unit = &dp->layout.units[u];
         size_t first;
         size_t count = unit_owned(unit, s, &first);
-        size_t so = unit->shard_offset, in_tensor = (unit->layer >= 0 ? unit->layer * unit->size : 0) + first;
-        float wd = adamw_weight_decay(h, unit->tensor);
         floatX* p = m->params_memory + unit->offset;
-        adamw_update(p + first, o->master ? o->master + so : NULL, dp->shard_grads + so, o->m + so, o->v + so, count,
-                     h->lr, h->beta1, h->beta2, h->eps, wd, grad_scale, bias1, bias2,
-                     seed + (uint32_t)t * NUM_PARAMETER_TENSORS + (uint32_t)unit->tensor, in_tensor);
         if (unit->size == unit->slice * S) {
             ncclCheck(ncclAllGather(p + first, p, unit->slice, ncclFloatX, dp->shard, 0));
         } else {

@@ -3,7 +3,8 @@
 #   make test_gpt2 [PRECISION=...]             the GPU test
 #   make train_gpt2emu / test_gpt2emu          the same sources through the CUDA emulator (CPU)
 #   make gpu-nvcc-check                        every .cu for sm_80 and sm_90, both precisions, warnings
-#                                              as errors; registers and spills per kernel in a report
+#                                              as errors; registers and spills per kernel in a report;
+#                                              the SASS report of the sm_90 trainer (build/gpu/sass_report.txt)
 ifeq ($(.DEFAULT_GOAL),)
 .DEFAULT_GOAL := all
 endif
@@ -27,6 +28,8 @@ GPU_MPI_INC = $(addprefix -I,$(shell $(GPU_MPICC) --showme:incdirs))
 GPU_MPI_LIB = $(addprefix -L,$(shell $(GPU_MPICC) --showme:libdirs))
 NVCC_FLAGS = -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation \
 	$(GPU_NEED_MPI) $(GPU_MPI_INC)
+# one architecture, for the cubin that nvdisasm reads (the SASS report)
+NVCC_CUBIN_FLAGS = -O3 -std=c++17 -arch=sm_90 -Werror all-warnings $(GPU_NEED_MPI) $(GPU_MPI_INC)
 # the multi-GPU trainer links NCCL (the CUDA toolkit's) and Open MPI (-pi mpi start-up)
 GPU_LIBS = -lcublasLt -lnccl $(GPU_MPI_LIB) -lmpi
 GPU_EMUCC := dev/cuda_emu/emucc
@@ -36,6 +39,9 @@ GPU_EMU_CHECK := --check
 GPU_EMU_DEPS := $(wildcard dev/cuda_emu/include/*.h) dev/cuda_emu/emucc dev/cuda_emu/emu_rewrite.py
 GPU_SOURCES := train_gpt2.cu $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
 GPU_KERNEL_TESTS := $(wildcard dev/gpu_kernels/*.cu)
+# dev/cuda/: one standalone file per kernel family (versions, CPU check, timing on a GPU)
+DEV_CUDA_FAMILIES := layernorm classifier encoder matmul adamw
+DEV_CUDA_EMU := $(patsubst %,build/gpu/dev_cuda_%,$(DEV_CUDA_FAMILIES))
 
 # A stamp per precision: switching PRECISION rebuilds the root binaries.
 build/gpu/precision_$(PRECISION):
@@ -100,13 +106,24 @@ build/gpu/test_kernels_asan: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $@ dev/gpu_kernels/test_kernels.cu
 
+# dev/cuda/ through the emulator: FP32 (tight against the CPU), AdamW in BF16 (stochastic rounding)
+build/gpu/dev_cuda_adamw: dev/cuda/adamw.cu dev/cuda/common.cuh $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ $<
+build/gpu/dev_cuda_%: dev/cuda/%.cu dev/cuda/common.cuh $(GPU_SOURCES)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ $<
+dev-cuda-emu: $(DEV_CUDA_EMU)
+	@for f in $(DEV_CUDA_EMU); do echo "== $$f"; $$f || exit 1; done
+.PHONY: dev-cuda-emu
+
 # nvcc for sm_80 and sm_90: the trainer and its test in both precisions, the kernel tests (each in
 # its precision); ptxas -v output goes to build/gpu/ptxas_*.log and dev/gpu_kernels/ptxas_report.sh turns
 # the trainer's into build/gpu/ptxas_report.txt (and fails on any spill).
 GPU_NVCC_UNITS := train_gpt2.cu:BF16 train_gpt2.cu:FP32 test_gpt2.cu:BF16 test_gpt2.cu:FP32 \
 	dev/gpu_kernels/test_kernels.cu:FP32 dev/gpu_kernels/test_bf16.cu:BF16 dev/cuda/attention.cu:BF16 \
-	dev/cuda/attention.cu:FP32
-gpu-nvcc-check: test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS) dev/cuda/attention.cu
+	dev/cuda/attention.cu:FP32 $(patsubst %,dev/cuda/%.cu:BF16,$(DEV_CUDA_FAMILIES))
+gpu-nvcc-check: test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS) $(wildcard dev/cuda/*.cu dev/cuda/*.cuh)
 	@mkdir -p build/gpu
 	@rm -f build/gpu/ptxas_*.log
 	@for unit in $(GPU_NVCC_UNITS); do \
@@ -119,5 +136,14 @@ gpu-nvcc-check: test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS) dev/cuda/attenti
 	@bash dev/gpu_kernels/ptxas_report.sh build/gpu/ptxas_train_gpt2_BF16.log build/gpu/ptxas_train_gpt2_FP32.log \
 	  > build/gpu/ptxas_report.txt || { cat build/gpu/ptxas_report.txt; exit 1; }
 	@echo "registers and spills per kernel: build/gpu/ptxas_report.txt"
+	@for prec in BF16 FP32; do flags=; [ $$prec = FP32 ] && flags=-DENABLE_FP32; \
+	  $(NVCC) $(NVCC_CUBIN_FLAGS) $$flags -Xptxas -v -cubin -o build/gpu/train_gpt2_$$prec.sm_90.cubin train_gpt2.cu \
+	    2> build/gpu/sass_ptxas_$$prec.log || { cat build/gpu/sass_ptxas_$$prec.log; exit 1; }; \
+	done
+	@python3 dev/gpu_kernels/sass_report.py --check \
+	  BF16:build/gpu/train_gpt2_BF16.sm_90.cubin:build/gpu/sass_ptxas_BF16.log \
+	  FP32:build/gpu/train_gpt2_FP32.sm_90.cubin:build/gpu/sass_ptxas_FP32.log \
+	  > build/gpu/sass_report.txt || { cat build/gpu/sass_report.txt; exit 1; }
+	@echo "SASS per kernel (tensor-core and 128-bit instructions): build/gpu/sass_report.txt"
 
 .PHONY: gpu-nvcc-check

@@ -4,9 +4,19 @@
 # reference BLAS), Debian's CPU PyTorch and matplotlib for /usr/bin/python3, the KJV text
 # (bible-kjv), and clang with its libFuzzer and sanitizer runtimes (make fuzz,
 # dev/tests/45_fuzz.sh); then, from PyPI for /usr/bin/python3, transformers and safetensors
-# (dev/hf.py), in the versions tested with Debian's torch 1.13.
+# (dev/hf.py), in the versions tested with Debian's torch 1.13; where nvcc is installed,
+# nvdisasm from PyPI (nvidia-cuda-nvdisasm, into build/tools unless a site-packages has it) for
+# the SASS report of make gpu-nvcc-check.
 # Packages already present are left alone; it does nothing when everything is there.
 set -e
+cd "$(dirname "$0")/.."
+
+install_nvdisasm() {
+    command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || return 0
+    python3 dev/gpu_kernels/sass_report.py --find-nvdisasm >/dev/null 2>&1 && return 0
+    echo "installing: nvidia-cuda-nvdisasm (PyPI) into build/tools"
+    python3 -m pip install -q --target build/tools nvidia-cuda-nvdisasm
+}
 packages="openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-openmp python3-torch python3-numpy python3-matplotlib python3-pip bible-kjv clang libclang-rt-14-dev"
 missing=""
 for p in $packages; do
@@ -17,6 +27,7 @@ pip_ok() {
     /usr/bin/python3 -c 'import safetensors, transformers; assert transformers.__version__ == "4.40.2"' 2>/dev/null
 }
 if [ -z "$missing" ] && pip_ok; then
+    install_nvdisasm
     exit 0
 fi
 if [ "$(id -u)" != 0 ] && ! command -v sudo >/dev/null; then
@@ -37,3 +48,4 @@ if ! pip_ok; then
     echo "installing (pip, /usr/bin/python3): $pip_packages"
     $SUDO /usr/bin/python3 -m pip install $pip_flags $pip_packages
 fi
+install_nvdisasm

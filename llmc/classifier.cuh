@@ -1,42 +1,58 @@
 // The fused classifier: per row of logits, softmax, the cross-entropy loss and (when asked)
-// dlogits = (softmax - onehot(target)) * dloss written over the logits, in two passes over the
-// row: one read for the online max and sum, one that turns each logit into its gradient.
+// dlogits = (softmax - onehot(target)) * dloss written over the logits, one HBM read and one
+// write of the row: a read for the online max and sum, then (from L2) one that turns each logit
+// into its gradient, 128 bits at a time.
 // Only the first V of Vp columns take part; the padded columns' gradient is 0.
 #ifndef LLMC_CLASSIFIER_CUH
 #define LLMC_CLASSIFIER_CUH
 
 #include "cuda_common.cuh"
 
-#define CLASSIFIER_THREADS 256
+#define CLASSIFIER_THREADS 1024
 
-__global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss,
-                                        int write_dlogits, int V, int Vp) {
+// In: logits (N, Vp), targets (N). Out: losses (N); with write_dlogits, logits become dlogits =
+// (softmax - onehot(target)) * dloss (padded columns 0). Nothing else saved. One block per row:
+// pass 1 reads the row once from HBM (online max and sum, 128 bits at a time); pass 2 reads it
+// again (from L2: a 100 KB row per block) and writes the gradient over it.
+__global__ void __launch_bounds__(CLASSIFIER_THREADS)
+    fused_classifier_kernel(floatX* __restrict__ logits, float* __restrict__ losses, const int* __restrict__ targets,
+                            float dloss, int write_dlogits, int V, int Vp, bool vec) {
     int row = blockIdx.x;
     floatX* x = logits + (size_t)row * Vp;
     int target = targets[row];
-    float target_logit = to_f(x[target]);
     float m = -INFINITY, sum = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float v = to_f(x[i]);
-        if (v > m) { sum = sum * expf(m - v) + 1.0f; m = v; }
-        else { sum += expf(v - m); }
+    for (int c = threadIdx.x * X128; c < V; c += blockDim.x * X128) {
+        Packed128<floatX> p = load_pack(x + c, vec, Vp - c);
+        for (int i = 0; i < X128 && c + i < V; i++) {
+            float v = p.f(i);
+            if (v > m) { sum = sum * expf(m - v) + 1.0f; m = v; }
+            else { sum += expf(v - m); }
+        }
     }
     float maxv = block_max(m);
     float total = block_sum(m == -INFINITY ? 0.0f : sum * expf(m - maxv));
+    float target_logit = to_f(x[target]);
     if (threadIdx.x == 0) { losses[row] = logf(total) + maxv - target_logit; }
     if (!write_dlogits) { return; }
+    __syncthreads(); // every thread has read x[target] before it is overwritten
     float inv = 1.0f / total;
-    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
-        float d = 0.0f;
-        if (i < V) { d = (expf(to_f(x[i]) - maxv) * inv - (i == target ? 1.0f : 0.0f)) * dloss; }
-        x[i] = to_X(d);
+    for (int c = threadIdx.x * X128; c < Vp; c += blockDim.x * X128) {
+        Packed128<floatX> p = load_pack(x + c, vec, Vp - c), d;
+        for (int i = 0; i < X128; i++) {
+            int j = c + i;
+            float g = 0.0f;
+            if (j < V) { g = (expf(p.f(i) - maxv) * inv - (j == target ? 1.0f : 0.0f)) * dloss; }
+            d.v[i] = to_X(g);
+        }
+        store_pack(x + c, d, vec, Vp - c);
     }
 }
 
 // losses (N) = per-row loss; with write_dlogits, logits (N, Vp) become dlogits scaled by dloss.
 static void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int write_dlogits, int N,
                              int V, int Vp) {
-    fused_classifier_kernel<<<N, CLASSIFIER_THREADS>>>(logits, losses, targets, dloss, write_dlogits, V, Vp);
+    fused_classifier_kernel<<<N, CLASSIFIER_THREADS>>>(logits, losses, targets, dloss, write_dlogits, V, Vp,
+                                                       vec_ok(Vp, sizeof(floatX), logits));
     cudaLaunchCheck();
 }
 

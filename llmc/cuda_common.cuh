@@ -92,58 +92,149 @@ __device__ inline float block_max(float v) {
 }
 
 // ----------------------------------------------------------------------------
-// Column sums of (N, C) row-major data: blocks of 32 columns x COLSUM_ROWS rows write partial
-// sums (chunks, C); column_sum_finish adds each column's chunks, in order, into the output.
+// Packed128<T>: 16 bytes of T (8 bf16 or 4 floats) moved by one 128-bit load or store (LDG.E.128 /
+// STG.E.128 in SASS). load128/store128 need a 16-byte-aligned address; load_part/store_part move
+// the first `count` elements one by one (row tails, unaligned data), the rest reading as 0.
+
+template <class T>
+struct alignas(16) Packed128 {
+    static constexpr int N = 16 / sizeof(T);
+    T v[N];
+    __device__ __forceinline__ float f(int i) const { return to_f(v[i]); }
+};
+
+template <class T>
+__device__ __forceinline__ Packed128<T> load128(const T* __restrict__ p) {
+    Packed128<T> r;
+    *reinterpret_cast<int4*>(&r) = *reinterpret_cast<const int4*>(p);
+    return r;
+}
+
+template <class T>
+__device__ __forceinline__ void store128(T* __restrict__ p, const Packed128<T>& x) {
+    *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&x);
+}
+
+template <class T>
+__device__ __forceinline__ Packed128<T> load_part(const T* __restrict__ p, int count) {
+    Packed128<T> r;
+    for (int i = 0; i < Packed128<T>::N; i++) { r.v[i] = i < count ? p[i] : (T)0.0f; }
+    return r;
+}
+
+template <class T>
+__device__ __forceinline__ void store_part(T* __restrict__ p, const Packed128<T>& x, int count) {
+    for (int i = 0; i < Packed128<T>::N && i < count; i++) { p[i] = x.v[i]; }
+}
+
+// A pack at element offset c of data whose rows are whole packs (vec) or not: 128-bit when vec,
+// else element by element, at most `count` elements.
+template <class T>
+__device__ __forceinline__ Packed128<T> load_pack(const T* __restrict__ p, bool vec, int count) {
+    return vec ? load128(p) : load_part(p, count);
+}
+
+template <class T>
+__device__ __forceinline__ void store_pack(T* __restrict__ p, const Packed128<T>& x, bool vec, int count) {
+    if (vec) { store128(p, x); } else { store_part(p, x, count); }
+}
+
+__host__ __device__ inline bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
+// 128-bit access is possible for rows of `width` elements of T starting at these pointers.
+static inline bool vec_ok(size_t width, size_t elem, const void* a, const void* b = NULL, const void* c = NULL,
+                          const void* d = NULL) {
+    return (width * elem) % 16 == 0 && aligned16(a) && (!b || aligned16(b)) && (!c || aligned16(c)) &&
+           (!d || aligned16(d));
+}
+
+#define X128 Packed128<floatX>::N
+
+// ----------------------------------------------------------------------------
+// Deterministic "last block finishes" reductions: each block writes its partial sums, then takes
+// a ticket from a counter; the block with the last ticket adds every partial in block order (a
+// fixed order, whatever order the blocks ran in) and resets the counter for the next launch.
+// The counters live in one zeroed device array, allocated at first use.
+
+#define MAX_COUNTERS 4096
+
+static unsigned int* reduction_counters(void) {
+    static unsigned int* counters = NULL;
+    if (!counters) {
+        cudaCheck(cudaMalloc((void**)&counters, MAX_COUNTERS * sizeof(unsigned int)));
+        cudaCheck(cudaMemset(counters, 0, MAX_COUNTERS * sizeof(unsigned int)));
+    }
+    return counters;
+}
+
+// True in every thread of the block whose ticket is the last of `blocks`; call after the block's
+// partial results are written (it fences them, then syncs the block).
+__device__ inline bool last_block_done(unsigned int* counter, unsigned int blocks) {
+    __shared__ unsigned int ticket;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) { ticket = atomicAdd(counter, 1u); }
+    __syncthreads();
+    bool last = ticket == blocks - 1;
+    if (last) {
+        __threadfence();
+        if (threadIdx.x == 0 && threadIdx.y == 0) { *counter = 0; }
+    }
+    return last;
+}
+
+// ----------------------------------------------------------------------------
+// Column sums of (N, C) row-major data, one launch (the bias gradients): each thread owns one
+// pack of columns; blocks of 32 packs x COLSUM_ROWS rows write partial sums (chunks, C); the last
+// block of each strip of 32 packs adds the strip's chunks, in chunk order, into the output.
 
 #define COLSUM_ROWS 256
 #define COLSUM_THREADS_Y 8
 
 static int colsum_chunks(int N) { return (N + COLSUM_ROWS - 1) / COLSUM_ROWS; }
 
-// The 8 row-lanes' sums of one column, combined in a fixed order through shared memory.
-__device__ inline float colsum_combine(float v, float (*tile)[33]) {
-    tile[threadIdx.y][threadIdx.x] = v;
-    __syncthreads();
-    float s = 0.0f;
-    if (threadIdx.y == 0) {
-        for (int y = 0; y < COLSUM_THREADS_Y; y++) { s += tile[y][threadIdx.x]; }
-    }
-    return s;
-}
-
-// partial[chunk][c] = sum of x[n][c] over the chunk's rows. Block (32, 8), grid (C/32, chunks).
-__global__ void bias_partial_kernel(float* partial, const floatX* x, int N, int C) {
-    __shared__ float tile[COLSUM_THREADS_Y][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
+// In: x (N, C). Out: out (C) += column sums of x. Scratch: partial (chunks, C) floats and one
+// counter per strip. Block (32, 8), grid (ceil(C / (32 X128)), chunks). vec: rows are whole packs.
+__global__ void bias_backward_kernel(floatX* __restrict__ out, float* __restrict__ partial,
+                                     unsigned int* __restrict__ counters, const floatX* __restrict__ x, int N, int C,
+                                     bool vec) {
+    __shared__ float tile[COLSUM_THREADS_Y][32 * X128];
+    int c0 = (blockIdx.x * 32 + threadIdx.x) * X128;
     int n0 = blockIdx.y * COLSUM_ROWS, n1 = min(n0 + COLSUM_ROWS, N);
-    float s = 0.0f;
-    if (c < C) {
-        for (int n = n0 + threadIdx.y; n < n1; n += COLSUM_THREADS_Y) { s += to_f(x[(size_t)n * C + c]); }
+    float s[X128];
+    for (int i = 0; i < X128; i++) { s[i] = 0.0f; }
+    if (c0 < C) {
+        for (int n = n0 + threadIdx.y; n < n1; n += COLSUM_THREADS_Y) {
+            Packed128<floatX> p = load_pack(x + (size_t)n * C + c0, vec, C - c0);
+            for (int i = 0; i < X128; i++) { s[i] += p.f(i); }
+        }
     }
-    s = colsum_combine(s, tile);
-    if (threadIdx.y == 0 && c < C) { partial[(size_t)blockIdx.y * C + c] = s; }
+    for (int i = 0; i < X128; i++) { tile[threadIdx.y][threadIdx.x * X128 + i] = s[i]; }
+    __syncthreads();
+    if (threadIdx.y == 0) { // the 8 row-lanes combined in a fixed order
+        for (int i = 0; i < X128 && c0 + i < C; i++) {
+            float t = 0.0f;
+            for (int y = 0; y < COLSUM_THREADS_Y; y++) { t += tile[y][threadIdx.x * X128 + i]; }
+            partial[(size_t)blockIdx.y * C + c0 + i] = t;
+        }
+    }
+    if (!last_block_done(&counters[blockIdx.x], gridDim.y)) { return; }
+    if (threadIdx.y == 0) {
+        for (int i = 0; i < X128 && c0 + i < C; i++) {
+            float t = 0.0f;
+            for (int k = 0; k < (int)gridDim.y; k++) { t += partial[(size_t)k * C + c0 + i]; }
+            out[c0 + i] = to_X(to_f(out[c0 + i]) + t);
+        }
+    }
 }
 
-// out[c] += sum over chunks of partial[chunk][c], in chunk order.
-__global__ void column_sum_finish_kernel(floatX* out, const float* partial, int chunks, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) { return; }
-    float s = 0.0f;
-    for (int k = 0; k < chunks; k++) { s += partial[(size_t)k * C + c]; }
-    out[c] = to_X(to_f(out[c]) + s);
-}
-
-static void column_sum_finish(floatX* out, const float* partial, int chunks, int C) {
-    column_sum_finish_kernel<<<ceil_div_u(C, 128), 128>>>(out, partial, chunks, C);
-    cudaLaunchCheck();
-}
-
-// dbias (C) += column sums of dout (N, C). partial: colsum_chunks(N) * C floats.
+// dbias (C) += column sums of dout (N, C), one launch. partial: colsum_chunks(N) * C floats.
 static void bias_backward(floatX* dbias, float* partial, const floatX* dout, int N, int C) {
-    dim3 grid(ceil_div_u(C, 32), colsum_chunks(N));
-    bias_partial_kernel<<<grid, dim3(32, COLSUM_THREADS_Y)>>>(partial, dout, N, C);
+    dim3 grid(ceil_div_u(C, 32 * X128), colsum_chunks(N));
+    if (grid.x > MAX_COUNTERS) { fail("bias_backward: %d columns exceed %d strips", C, MAX_COUNTERS); }
+    bias_backward_kernel<<<grid, dim3(32, COLSUM_THREADS_Y)>>>(dbias, partial, reduction_counters(), dout, N, C,
+                                                               vec_ok(C, sizeof(floatX), dout));
     cudaLaunchCheck();
-    column_sum_finish(dbias, partial, colsum_chunks(N), C);
 }
 
 #endif

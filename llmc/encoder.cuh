@@ -1,75 +1,114 @@
-// Token + position embedding, forward and backward. The backward is deterministic without
-// atomics: dwpe sums each position over the batch in order, and dwte sums each token's
-// positions in order, from buckets (positions grouped by token) that the host builds from the
-// tokens it already holds.
+// Token + position embedding, forward and backward, 128 bits at a time. The backward is
+// deterministic without atomics: dwpe sums each position over the batch in order, and dwte sums
+// each token's positions in order, from buckets (positions grouped by token) that the host builds
+// from the tokens it already holds when the training forward starts, and copies to the device
+// asynchronously from pinned memory (two slots in turn): no blocking copy in the step.
 #ifndef LLMC_ENCODER_CUH
 #define LLMC_ENCODER_CUH
 
+#include <string.h>
 #include "cuda_common.cuh"
 
-// out (B*T, C) = wte[token] + wpe[t]
-__global__ void encoder_forward_kernel(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
-                                       int BT, int T, int C) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)BT * C) { return; }
-    int bt = (int)(i / C), c = (int)(i % C);
-    out[i] = to_X(to_f(wte[(size_t)tokens[bt] * C + c]) + to_f(wpe[(size_t)(bt % T) * C + c]));
+// In: tokens (B*T), wte (V, C), wpe (maxT, C). Out: out (B*T, C) = wte[token] + wpe[t]. Nothing
+// saved (the tokens are). One thread per pack of X128 channels.
+__global__ void encoder_forward_kernel(floatX* __restrict__ out, const int* __restrict__ tokens,
+                                       const floatX* __restrict__ wte, const floatX* __restrict__ wpe, int BT, int T,
+                                       int C, bool vec) {
+    int packs = (C + X128 - 1) / X128;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)BT * packs) { return; }
+    int bt = (int)(idx / packs), c = (int)(idx % packs) * X128;
+    Packed128<floatX> e = load_pack(wte + (size_t)tokens[bt] * C + c, vec, C - c),
+                      p = load_pack(wpe + (size_t)(bt % T) * C + c, vec, C - c), o;
+    for (int i = 0; i < X128; i++) { o.v[i] = to_X(e.f(i) + p.f(i)); }
+    store_pack(out + (size_t)bt * C + c, o, vec, C - c);
 }
 
 static void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe, int B, int T, int C) {
-    size_t n = (size_t)B * T * C;
-    encoder_forward_kernel<<<ceil_div_u(n, 256), 256>>>(out, tokens, wte, wpe, B * T, T, C);
+    size_t n = (size_t)B * T * ((C + X128 - 1) / X128);
+    encoder_forward_kernel<<<ceil_div_u(n, 256), 256>>>(out, tokens, wte, wpe, B * T, T, C,
+                                                       vec_ok(C, sizeof(floatX), out, wte, wpe));
     cudaLaunchCheck();
 }
 
-// dwpe[t][c] += sum over b of dout[b][t][c]
-__global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, int B, int T, int C) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)T * C) { return; }
-    float s = 0.0f;
-    for (int b = 0; b < B; b++) { s += to_f(dout[(size_t)b * T * C + i]); }
-    dwpe[i] = to_X(to_f(dwpe[i]) + s);
+// In: dout (B, T, C). Out: dwpe (T, C) += sum over b of dout[b]. One thread per pack.
+__global__ void encoder_backward_wpe_kernel(floatX* __restrict__ dwpe, const floatX* __restrict__ dout, int B, int T,
+                                            int C, bool vec) {
+    int packs = (C + X128 - 1) / X128;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)T * packs) { return; }
+    int t = (int)(idx / packs), c = (int)(idx % packs) * X128;
+    size_t o = (size_t)t * C + c;
+    float s[X128];
+    for (int i = 0; i < X128; i++) { s[i] = 0.0f; }
+    for (int b = 0; b < B; b++) {
+        Packed128<floatX> d = load_pack(dout + (size_t)b * T * C + o, vec, C - c);
+        for (int i = 0; i < X128; i++) { s[i] += d.f(i); }
+    }
+    Packed128<floatX> w = load_pack(dwpe + o, vec, C - c);
+    for (int i = 0; i < X128; i++) { w.v[i] = to_X(w.f(i) + s[i]); }
+    store_pack(dwpe + o, w, vec, C - c);
 }
 
 // Bucket k holds positions order[start[k] .. start[k+1]) of token bucket_token[k], ascending.
-// dwte[token][c] += sum of dout[pos][c] over the bucket. Grid (buckets, C / blockDim).
-__global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* order, const int* start,
-                                            const int* bucket_token, int C) {
-    int k = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+// Out: dwte[token] += sum of dout[pos] over the bucket. Grid (buckets, packs / blockDim).
+__global__ void encoder_backward_wte_kernel(floatX* __restrict__ dwte, const floatX* __restrict__ dout,
+                                            const int* __restrict__ order, const int* __restrict__ start,
+                                            const int* __restrict__ bucket_token, int C, bool vec) {
+    int k = blockIdx.x, c = (blockIdx.y * blockDim.x + threadIdx.x) * X128;
     if (c >= C) { return; }
-    float s = 0.0f;
-    for (int j = start[k]; j < start[k + 1]; j++) { s += to_f(dout[(size_t)order[j] * C + c]); }
-    size_t o = (size_t)bucket_token[k] * C + c;
-    dwte[o] = to_X(to_f(dwte[o]) + s);
+    float s[X128];
+    for (int i = 0; i < X128; i++) { s[i] = 0.0f; }
+    for (int j = start[k]; j < start[k + 1]; j++) {
+        Packed128<floatX> d = load_pack(dout + (size_t)order[j] * C + c, vec, C - c);
+        for (int i = 0; i < X128; i++) { s[i] += d.f(i); }
+    }
+    floatX* w = dwte + (size_t)bucket_token[k] * C + c;
+    Packed128<floatX> p = load_pack(w, vec, C - c);
+    for (int i = 0; i < X128; i++) { p.v[i] = to_X(p.f(i) + s[i]); }
+    store_pack(w, p, vec, C - c);
 }
 
-// Host-side bucket building and device buffers for encoder_backward.
+// The buckets for encoder_backward: built on the host, copied asynchronously on stream 0.
 typedef struct {
-    int* host;   // order (BT), start (BT + 1), bucket_token (BT)
-    int* device; // the same three arrays
-    int* count;  // per token id, scratch (V)
-    int BT, V;
+    int* host[2];          // pinned: order (BT), start (BT + 1), bucket_token (BT); two slots in turn
+    cudaEvent_t copied[2]; // a slot's copy finished (the host may refill it)
+    int* device;           // the same three arrays
+    int* count;            // per token id, scratch (V + 1)
+    int BT, V, slot, buckets, prepared_BT;
 } EncoderBuckets;
 
 static void encoder_buckets_init(EncoderBuckets* e, int BT, int V) {
     e->BT = BT;
     e->V = V;
-    e->host = (int*)malloc_check((size_t)(3 * BT + 1) * sizeof(int));
+    e->slot = 0;
+    e->buckets = 0;
+    e->prepared_BT = -1;
+    for (int s = 0; s < 2; s++) {
+        cudaCheck(cudaMallocHost((void**)&e->host[s], (size_t)(3 * BT + 1) * sizeof(int)));
+        cudaCheck(cudaEventCreateWithFlags(&e->copied[s], cudaEventDisableTiming));
+    }
     e->count = (int*)malloc_check((size_t)(V + 1) * sizeof(int));
     cudaCheck(cudaMalloc((void**)&e->device, (size_t)(3 * BT + 1) * sizeof(int)));
 }
 
 static void encoder_buckets_free(EncoderBuckets* e) {
-    free(e->host);
+    for (int s = 0; s < 2; s++) {
+        cudaCheck(cudaFreeHost(e->host[s]));
+        cudaCheck(cudaEventDestroy(e->copied[s]));
+    }
     free(e->count);
     cudaCheck(cudaFree(e->device));
 }
 
-// dwte, dwpe += encoder backward of dout (B*T, C) for the host tokens (B*T).
-static void encoder_backward(floatX* dwte, floatX* dwpe, EncoderBuckets* e, const floatX* dout, const int* tokens,
-                             int B, int T, int C) {
-    int BT = B * T;
-    int *order = e->host, *start = order + BT, *bucket_token = start + BT + 1;
+// Groups the positions of tokens (BT of them, host) by token and queues their copy to the
+// device on stream 0, ahead of the backward that reads them.
+static void encoder_buckets_prepare(EncoderBuckets* e, const int* tokens, int BT) {
+    if (BT > e->BT) { fail("encoder buckets for %d tokens, built for %d", BT, e->BT); }
+    int s = e->slot;
+    e->slot ^= 1;
+    cudaCheck(cudaEventSynchronize(e->copied[s])); // the copy from this slot two steps ago is done
+    int *order = e->host[s], *start = order + BT, *bucket_token = start + BT + 1;
     memset(e->count, 0, (size_t)(e->V + 1) * sizeof(int));
     for (int i = 0; i < BT; i++) { e->count[tokens[i] + 1]++; }
     for (int v = 0; v < e->V; v++) { e->count[v + 1] += e->count[v]; } // count[v]: first slot of token v
@@ -79,14 +118,28 @@ static void encoder_backward(floatX* dwte, floatX* dwpe, EncoderBuckets* e, cons
     }
     start[buckets] = BT;
     for (int i = 0; i < BT; i++) { order[e->count[tokens[i]]++] = i; } // ascending within a token
-    cudaCheck(cudaMemcpy(e->device, e->host, (size_t)(3 * BT + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpyAsync(e->device, order, (size_t)(3 * BT + 1) * sizeof(int), cudaMemcpyHostToDevice, 0));
+    cudaCheck(cudaEventRecord(e->copied[s], 0));
+    e->buckets = buckets;
+    e->prepared_BT = BT;
+}
+
+// dwte, dwpe += encoder backward of dout (B*T, C), for the tokens of the last
+// encoder_buckets_prepare (or, when tokens is not NULL, for these host tokens, prepared here).
+static void encoder_backward(floatX* dwte, floatX* dwpe, EncoderBuckets* e, const floatX* dout, const int* tokens,
+                             int B, int T, int C) {
+    int BT = B * T;
+    if (tokens) { encoder_buckets_prepare(e, tokens, BT); }
+    if (e->prepared_BT != BT) { fail("encoder_backward of %d tokens, buckets prepared for %d", BT, e->prepared_BT); }
     int* d_order = e->device;
     int* d_start = d_order + BT;
     int* d_token = d_start + BT + 1;
-    dim3 grid(buckets, ceil_div_u(C, 128));
-    encoder_backward_wte_kernel<<<grid, 128>>>(dwte, dout, d_order, d_start, d_token, C);
+    bool vec = vec_ok(C, sizeof(floatX), dwte, dwpe, dout);
+    int packs = (C + X128 - 1) / X128;
+    dim3 grid(e->buckets, ceil_div_u(packs, 128));
+    encoder_backward_wte_kernel<<<grid, 128>>>(dwte, dout, d_order, d_start, d_token, C, vec);
     cudaLaunchCheck();
-    encoder_backward_wpe_kernel<<<ceil_div_u((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
+    encoder_backward_wpe_kernel<<<ceil_div_u((size_t)T * packs, 256), 256>>>(dwpe, dout, B, T, C, vec);
     cudaLaunchCheck();
 }
 

@@ -2,8 +2,10 @@
 // their backward. Row-major (N, C) data is column-major (C, N) to cuBLASLt, so the forward is
 // D (OC x N) = W^T(op T on the stored C x OC) * X (C x N). Epilogues: bias in the forward,
 // GELU (keeping the pre-activation as aux) in the MLP forward, and the GELU gradient (from that
-// aux) in the backward of the MLP projection. Bias gradients use our column-sum kernel, since
-// they accumulate over micro-steps. Compute is fp32 (no TF32) in both precisions.
+// aux) in the backward of the MLP projection. Bias gradients use our one-launch column-sum kernel,
+// since they accumulate over micro-steps (cuBLASLt's BGRAD epilogues overwrite). Compute is fp32
+// (no TF32) in both precisions. Descriptors, layouts and heuristic results are cached per shape
+// (MatmulPlan), with one workspace for all.
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
 
@@ -21,10 +23,25 @@ static void cublas_check(cublasStatus_t status, const char* what, const char* fi
     if (status != CUBLAS_STATUS_SUCCESS) { fail("cuBLASLt error %d at %s:%d (%s)", (int)status, file, line, what); }
 }
 
+// A cached matmul: its descriptor, layouts and the heuristic's algorithm, per shape and epilogue
+// (the bias and aux pointers are set on the cached descriptor at each call).
+typedef struct {
+    int m, n, k, trans_a, trans_b, has_bias, has_aux;
+    cublasLtEpilogue_t epilogue;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+} MatmulPlan;
+
+#define MATMUL_PLANS 64
+
 typedef struct {
     cublasLtHandle_t handle;
-    void* workspace;
+    void* workspace; // one workspace for every matmul
     size_t workspace_size;
+    MatmulPlan plans[MATMUL_PLANS];
+    int num_plans, next_evict;
+    long plan_misses; // plans built (heuristic queries), for tests and the curious
 } MatmulContext;
 
 static MatmulContext matmul_ctx;
@@ -33,54 +50,96 @@ static void matmul_init(void) {
     cublasCheck(cublasLtCreate(&matmul_ctx.handle));
     matmul_ctx.workspace_size = 32u << 20;
     cudaCheck(cudaMalloc(&matmul_ctx.workspace, matmul_ctx.workspace_size));
+    matmul_ctx.num_plans = 0;
+    matmul_ctx.next_evict = 0;
+    matmul_ctx.plan_misses = 0;
+}
+
+static void matmul_plan_destroy(MatmulPlan* p) {
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(p->ld));
+    cublasCheck(cublasLtMatmulDescDestroy(p->desc));
 }
 
 static void matmul_free(void) {
+    for (int i = 0; i < matmul_ctx.num_plans; i++) { matmul_plan_destroy(&matmul_ctx.plans[i]); }
+    matmul_ctx.num_plans = 0;
     cudaCheck(cudaFree(matmul_ctx.workspace));
     cublasCheck(cublasLtDestroy(matmul_ctx.handle));
 }
 
-// D (m x n, column-major, ld m) = op(A) op(B) + beta D, then the epilogue. A is stored k x m
-// when transposed (else m x k), B n x k when transposed (else k x n); all dense.
-static void matmul_lt(floatX* d, const floatX* a, const floatX* b, int m, int n, int k, int trans_a, int trans_b,
-                      float beta, cublasLtEpilogue_t epilogue, const floatX* bias, const floatX* aux) {
-    cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+// Builds the descriptor, layouts and heuristic choice of one shape into p.
+static void matmul_plan_build(MatmulPlan* p, int m, int n, int k, int trans_a, int trans_b,
+                              cublasLtEpilogue_t epilogue, int has_bias, int has_aux) {
+    p->m = m; p->n = n; p->k = k; p->trans_a = trans_a; p->trans_b = trans_b;
+    p->epilogue = epilogue; p->has_bias = has_bias; p->has_aux = has_aux;
+    cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    if (bias) {
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    }
-    if (aux) {
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (has_aux) {
         int64_t ld = m;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
     }
-    cublasLtMatrixLayout_t la, lb, ld_;
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUBLAS_FLOATX, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUBLAS_FLOATX, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
-    cublasCheck(cublasLtMatrixLayoutCreate(&ld_, CUBLAS_FLOATX, m, n, m));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->la, CUBLAS_FLOATX, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->lb, CUBLAS_FLOATX, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->ld, CUBLAS_FLOATX, m, n, m));
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &matmul_ctx.workspace_size, sizeof(matmul_ctx.workspace_size)));
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(matmul_ctx.handle, desc, la, lb, ld_, ld_, pref, 1, &heuristic, &found));
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(matmul_ctx.handle, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1,
+                                               &heuristic, &found));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
     if (found == 0) {
         fail("cuBLASLt has no algorithm for m %d n %d k %d transa %d transb %d epilogue %d", m, n, k, trans_a, trans_b,
              (int)epilogue);
     }
+    p->algo = heuristic.algo;
+    matmul_ctx.plan_misses++;
+}
+
+// The cached plan of a shape, built on first use (the oldest evicted when the cache is full).
+static MatmulPlan* matmul_plan(int m, int n, int k, int trans_a, int trans_b, cublasLtEpilogue_t epilogue,
+                               int has_bias, int has_aux) {
+    for (int i = 0; i < matmul_ctx.num_plans; i++) {
+        MatmulPlan* p = &matmul_ctx.plans[i];
+        if (p->m == m && p->n == n && p->k == k && p->trans_a == trans_a && p->trans_b == trans_b &&
+            p->epilogue == epilogue && p->has_bias == has_bias && p->has_aux == has_aux) {
+            return p;
+        }
+    }
+    MatmulPlan* p;
+    if (matmul_ctx.num_plans < MATMUL_PLANS) {
+        p = &matmul_ctx.plans[matmul_ctx.num_plans++];
+    } else {
+        p = &matmul_ctx.plans[matmul_ctx.next_evict];
+        matmul_ctx.next_evict = (matmul_ctx.next_evict + 1) % MATMUL_PLANS;
+        matmul_plan_destroy(p);
+    }
+    matmul_plan_build(p, m, n, k, trans_a, trans_b, epilogue, has_bias, has_aux);
+    return p;
+}
+
+// D (m x n, column-major, ld m) = op(A) op(B) + beta D, then the epilogue. A is stored k x m
+// when transposed (else m x k), B n x k when transposed (else k x n); all dense.
+static void matmul_lt(floatX* d, const floatX* a, const floatX* b, int m, int n, int k, int trans_a, int trans_b,
+                      float beta, cublasLtEpilogue_t epilogue, const floatX* bias, const floatX* aux) {
+    MatmulPlan* p = matmul_plan(m, n, k, trans_a, trans_b, epilogue, bias != NULL, aux != NULL);
+    if (bias) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (aux) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                   sizeof(aux)));
+    }
     float alpha = 1.0f;
-    cublasCheck(cublasLtMatmul(matmul_ctx.handle, desc, &alpha, a, la, b, lb, &beta, d, ld_, d, ld_, &heuristic.algo,
-                               matmul_ctx.workspace, matmul_ctx.workspace_size, 0));
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(ld_));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    cublasCheck(cublasLtMatmul(matmul_ctx.handle, p->desc, &alpha, a, p->la, b, p->lb, &beta, d, p->ld, d, p->ld,
+                               &p->algo, matmul_ctx.workspace, matmul_ctx.workspace_size, 0));
 }
 
 // out (N, OC) = inp (N, C) weight (OC, C)^T + bias (OC); bias may be NULL.

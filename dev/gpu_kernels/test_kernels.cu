@@ -429,6 +429,12 @@ int main(void) {
     test_classifier(21, 257, 384);
     test_matmul(21, 48, 200);
     test_matmul(300, 48, 72);
+    test_matmul(600, 40, 520); // bias sums over 3 chunks and 5 strips of columns
+    long plans = matmul_ctx.plan_misses;
+    test_matmul(21, 48, 200); // the same shapes again: every plan comes from the cache
+    printf("%-4s matmul plans built on the repeat: %ld (want 0), cached %d\n",
+           matmul_ctx.plan_misses == plans ? "ok" : "FAIL", matmul_ctx.plan_misses - plans, matmul_ctx.num_plans);
+    if (matmul_ctx.plan_misses != plans) { failures++; }
     test_adamw_and_norm(70001);
     matmul_free();
     printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);

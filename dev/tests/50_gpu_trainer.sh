@@ -106,8 +106,8 @@ gpu_asan_mutant_fails() {
     local dir=$GPU_TMP/asan_mutant
     rm -rf $dir && mkdir -p $dir/llmc $dir/dev/gpu_kernels && cp llmc/* $dir/llmc/ &&
         cp dev/gpu_kernels/test_kernels.cu $dir/dev/gpu_kernels/ || return 1
-    sed -i 's/if (i >= (size_t)BT \* C) { return; }/if (i > (size_t)BT * C) { return; }/' $dir/llmc/encoder.cuh
-    grep -q "i > (size_t)BT \* C" $dir/llmc/encoder.cuh || { echo "the mutation did not apply"; return 1; }
+    sed -i 's/if (idx >= (size_t)BT \* packs) { return; }/if (idx > (size_t)BT * packs) { return; }/' $dir/llmc/encoder.cuh
+    grep -q "idx > (size_t)BT \* packs" $dir/llmc/encoder.cuh || { echo "the mutation did not apply"; return 1; }
     dev/cuda_emu/emucc -O1 -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $dir/test_kernels \
         $dir/dev/gpu_kernels/test_kernels.cu || return 1
     if $dir/test_kernels > $dir/out.txt 2>&1; then echo "the overrun passed"; return 1; fi
@@ -120,11 +120,25 @@ gpu_check_mutant_fails() {
     local dir=$GPU_TMP/check_mutant
     rm -rf $dir && mkdir -p $dir/llmc $dir/dev/gpu_kernels && cp llmc/* $dir/llmc/ &&
         cp dev/gpu_kernels/test_kernels.cu $dir/dev/gpu_kernels/ || return 1
-    sed -i 's/if (i >= (size_t)BT \* C) { return; }/if (i > (size_t)BT * C) { return; }/' $dir/llmc/encoder.cuh
-    grep -q "i > (size_t)BT \* C" $dir/llmc/encoder.cuh || { echo "the mutation did not apply"; return 1; }
+    sed -i 's/if (idx >= (size_t)BT \* packs) { return; }/if (idx > (size_t)BT * packs) { return; }/' $dir/llmc/encoder.cuh
+    grep -q "idx > (size_t)BT \* packs" $dir/llmc/encoder.cuh || { echo "the mutation did not apply"; return 1; }
     dev/cuda_emu/emucc --check -O1 -DENABLE_FP32 -o $dir/test_kernels $dir/dev/gpu_kernels/test_kernels.cu || return 1
     if $dir/test_kernels > $dir/out.txt 2>&1; then echo "the overrun passed"; return 1; fi
     grep "cuda_emu --check: out-of-bounds access in kernel encoder" $dir/out.txt
+}
+
+# The test of the SASS rules: planted kernels (2-byte loads in a LayerNorm-named kernel, a kernel
+# that spills) must be reported by dev/gpu_kernels/sass_report.py --check.
+gpu_sass_rules_catch_planted() {
+    local d=$GPU_TMP/sass_planted
+    mkdir -p $d
+    nvcc -cubin -arch=sm_90 -maxrregcount 16 -Xptxas -v -o $d/k.cubin dev/gpu_kernels/sass_planted.cu 2> $d/k.log ||
+        { cat $d/k.log; return 1; }
+    if python3 dev/gpu_kernels/sass_report.py --check P:$d/k.cubin:$d/k.log > $d/out.txt; then
+        cat $d/out.txt; echo "the planted kernels passed"; return 1
+    fi
+    cat $d/out.txt
+    grep -q "FAIL: P layernorm_scalar_kernel: 0 LDG.128" $d/out.txt && grep -q "FAIL: P pressure_kernel.* spills" $d/out.txt
 }
 
 # train_gpt2emu (FP32) and train_gpt2cpu from the same model file on the same data: 20 losses within
@@ -227,8 +241,11 @@ gpu_train_smoke() {
     grep -q "s:3 tel:" $GPU_TMP/smoke/main.log && [ -s $GPU_TMP/smoke/model_final.bin ]
 }
 
+check gpu_model_arithmetic python3 dev/bench/test_gpu_model.py
 check gpu_nvcc_sm80_sm90 make -s -f dev/gpu.mk gpu-nvcc-check
 check gpu_ptxas_report cat build/gpu/ptxas_report.txt
+check gpu_sass_report cat build/gpu/sass_report.txt
+check gpu_sass_rules_catch_planted gpu_sass_rules_catch_planted
 check gpu_nvcc_link make -s -f dev/gpu.mk train_gpt2 test_gpt2
 check gpu_no_gpu_message gpu_no_gpu_message
 check gpu_reference gpu_reference
