@@ -8,7 +8,8 @@ metrics.jsonl against main.log and closed forms: a config record first (the run'
 sizes), then exactly one JSON object per step 0..6 in order; its train/val/eval numbers equal
 main.log's; tokens_per_s = tokens per step / (ms / 1000); flops_per_token = 6 N + 6 L C (T + 1)
 with N counted here from the shapes; mfu = flops_per_token * tokens_per_s / peak, the peak being
--pk's; the printed step lines show the same MFU. Then plot_loss.py draws the run from
+-pk's; the printed step lines show the same MFU. A run resumed from its step-3 checkpoint logs
+every number once, equal to the uninterrupted run's. Then plot_loss.py draws the run from
 metrics.jsonl.
 """
 import json
@@ -88,6 +89,30 @@ def main():
            f"printed MFU {printed} matches the records")
     expect(f"against a peak of {peak:g} TFLOP/s per rank x 1 (-pk)" in r.stdout,
            "the start line states the peak and its source")
+
+    # A run killed after its step-3 checkpoint (its DONE_6 removed), resumed with -y 1: the merged
+    # records of each step hold every number once, equal to the uninterrupted run's.
+    logdir2 = os.path.join(work, "log_resumed")
+    cmd2 = [x if x != logdir else logdir2 for x in cmd] + ["-n", "3"]
+    env1 = dict(os.environ, OMP_NUM_THREADS="1")
+    ok = subprocess.run(cmd2, capture_output=True, env=env1).returncode == 0
+    for f in os.listdir(logdir2):
+        if f.startswith("DONE_") and int(f[5:]) == 6:
+            os.remove(os.path.join(logdir2, f))
+    ok = ok and subprocess.run(cmd2 + ["-y", "1"], capture_output=True, env=env1).returncode == 0
+    merged, dup = {}, []
+    for line in open(os.path.join(logdir2, "metrics.jsonl")):
+        rec = json.loads(line)
+        if "config" in rec:
+            continue
+        got = merged.setdefault(rec["step"], {})
+        dup += [(rec["step"], k) for k in rec if k != "step" and k in got]
+        got.update(rec)
+    exact = ("train_loss", "val_loss", "hellaswag", "lr", "grad_norm")
+    want = {rec["step"]: {k: rec[k] for k in exact if k in rec} for rec in recs[1:]}
+    have = {st: {k: r2[k] for k in exact if k in r2} for st, r2 in merged.items()}
+    expect(ok and not dup and have == want, f"resumed from step 3: each number once, equal to the fresh run's "
+           f"(duplicates {dup}, differences {[st for st in want if have.get(st) != want[st]]})")
 
     png = os.path.join(work, "metrics.png")
     p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "plot_loss.py"), logdir, "-o", png],

@@ -25,6 +25,17 @@ typedef struct {
     size_t pending_len;
 } Logger;
 
+// Removes ", \"name\": value" from a one-line JSON record written by logger_field.
+static void json_drop_field(char* line, const char* name) {
+    char key[64];
+    snprintf(key, sizeof(key), ", \"%s\": ", name);
+    char* at = strstr(line, key);
+    if (!at) { return; }
+    char* end = at + strlen(key);
+    while (*end && *end != ',' && *end != '}') { end++; }
+    memmove(at, end, strlen(end) + 1);
+}
+
 // Rewrites a log of an interrupted run for a resume from resume_step (see logger_init); lines
 // without a step (metrics.jsonl's config records) are kept.
 static void logger_trim(const char* path, int resume_step, int jsonl) {
@@ -36,7 +47,11 @@ static void logger_trim(const char* path, int resume_step, int jsonl) {
         int step = -1;
         int keep;
         if (jsonl) {
-            keep = sscanf(line, "{\"step\": %d", &step) != 1 || step < resume_step;
+            keep = sscanf(line, "{\"step\": %d", &step) != 1 || step <= resume_step;
+            if (step == resume_step) { // the resumed run measures these again
+                json_drop_field(line, "val_loss");
+                json_drop_field(line, "hellaswag");
+            }
         } else {
             keep = sscanf(line, "s:%d", &step) != 1 || step < resume_step ||
                    (step == resume_step && strstr(line, " tel:") == NULL && strstr(line, " eval:") == NULL);
@@ -50,8 +65,8 @@ static void logger_trim(const char* path, int resume_step, int jsonl) {
 // A run resuming from step resume_step (-1: a fresh run, which truncates both files) keeps what
 // the interrupted run logged up to resume_step and drops what it wrote after its checkpoint: in
 // main.log the lines of steps up to resume_step (the validation line of resume_step itself is
-// repeated by the resumed run), in metrics.jsonl the records of steps before resume_step (step
-// resume_step's record, validation included, is written again). A file that was moved away is
+// repeated by the resumed run), in metrics.jsonl the records up to resume_step, less the
+// validation and HellaSwag numbers of resume_step (the resumed run adds a record for them). A file that was moved away is
 // started anew.
 static void logger_init(Logger* l, const char* log_dir, int rank, int resume_step) {
     l->file = l->jsonl = NULL;
