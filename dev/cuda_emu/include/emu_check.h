@@ -73,6 +73,21 @@ inline uintptr_t host_stack_lo = 0, host_stack_hi = 0;
 struct BlockRec { uint32_t first; uint3 idx; };
 inline std::vector<BlockRec>& blocks_run() { static std::vector<BlockRec> v; return v; }
 
+// Ordering between blocks of one launch through a fence and an atomic flag (the "last block
+// sums the partials" pattern): a block that has run __threadfence() and then an atomic on address
+// X releases its intervals so far; a later atomic on X by another block acquires them, so that
+// block's accesses afterwards are ordered after the releasing block's accesses up to its atomic.
+// Tracked per block, not per thread (the pattern passes the acquisition on with __syncthreads).
+struct Release { uintptr_t addr; uint32_t lo, hi; };
+inline std::vector<Release>& releases() { static std::vector<Release> v; return v; }  // this launch's
+struct Range { uint32_t lo, hi; };
+inline std::vector<Range>& acquired() { static std::vector<Range> v; return v; }  // the running block's
+inline uint32_t fence_int = 0;  // interval of the running block's last __threadfence (0: none yet)
+inline bool acquired_interval(uint32_t i) {
+    for (const Range& r : acquired()) if (i >= r.lo && i <= r.hi) return true;
+    return false;
+}
+
 // ---- reports ----
 EMU_NOSAN inline std::string where(uint32_t pc) {
     if (!pc) return "(runtime call)";
@@ -273,7 +288,7 @@ EMU_NOSAN_INLINE inline int conflict(uint32_t ri, uint16_t rt, uint16_t rc, bool
     }
     if (ri >= block_first) return 0;
     if (shared_mem) return 0;
-    if (ri >= launch_first) return both_atomic ? 0 : 2;
+    if (ri >= launch_first) return both_atomic || acquired_interval(ri) ? 0 : 2;
     if (op_ordered || !running_op) return 0;
     Op* p = op_of_interval(ri);
     if (!p || happens_before(p, running_op)) return 0;
@@ -513,6 +528,8 @@ inline void chk_block_start(size_t smem_bytes) {
     chk::Suspend guard;
     chk::block_first = ++chk::cur_int;
     chk::blocks_run().push_back({chk::block_first, blockIdx});
+    chk::fence_int = 0;
+    chk::acquired().clear();
     memset(chk::clk, 0, sizeof(chk::clk));
     if (smem_bytes) memset((void*)chk::smem.lo, 0xff, smem_bytes);  // fresh shared memory: NaN bytes
     if (smem_bytes != chk_smem_marked) {
@@ -548,6 +565,7 @@ template <class F> void chk_launch(const void* kid, const LaunchConfig& c, F bod
         chk::Suspend g;
         chk::kernel_name = name.c_str();
         chk::blocks_run().clear();
+        chk::releases().clear();
         chk::set_mode(chk::Runtime);
         run_grid(cfg, body, (unsigned char*)chk::smem.lo);
         chk::kernel_name = "?";
@@ -591,7 +609,14 @@ EMU_NOSAN inline void atomic_access(const void* p, unsigned size) {
     if (mode != Kernel) return;
     mode = Runtime;
     kernel_access((uintptr_t)p, size, true, true, true, pc_off(__builtin_return_address(0)));
+    for (const Release& r : releases())
+        if (r.addr == (uintptr_t)p && r.lo != block_first) acquired().push_back({r.lo, r.hi});
+    if (fence_int >= block_first) releases().push_back({(uintptr_t)p, block_first, cur_int});
     mode = Kernel;
+}
+// __threadfence(): the block's accesses so far are released by its next atomic
+EMU_NOSAN inline void thread_fence() {
+    if (mode == Kernel) fence_int = cur_int;
 }
 
 // A non-kernel stream operation (copy, memset, cuBLAS, NCCL) reads or writes [p, p+n) of device memory:

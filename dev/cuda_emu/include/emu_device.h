@@ -5,11 +5,13 @@
 #define EMU_DEVICE_H
 
 #ifdef EMU_CHECK
-namespace emu { namespace chk { inline void atomic_access(const void* p, unsigned size); } }
+namespace emu { namespace chk { inline void atomic_access(const void* p, unsigned size); inline void thread_fence(); } }
 // an atomic read-modify-write: checked as atomic (two atomics never race), then done unchecked
 #define EMU_ATOMIC_CHECK(p) ::emu::chk::atomic_access((p), sizeof(*(p))); EMU_RUNTIME
+#define EMU_FENCE_CHECK() ::emu::chk::thread_fence()
 #else
 #define EMU_ATOMIC_CHECK(p)
+#define EMU_FENCE_CHECK()
 #endif
 
 // ---- barriers and warp operations ----
@@ -18,7 +20,7 @@ inline int __syncthreads_count(int p) { return emu::block_barrier(p); }
 inline int __syncthreads_and(int p) { int n = emu::block_barrier(p); EMU_RUNTIME; return n == emu::blk.alive; }
 inline int __syncthreads_or(int p) { return emu::block_barrier(p) != 0; }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_exchange(mask, 0, -1); }
-inline void __threadfence() {}
+inline void __threadfence() { EMU_FENCE_CHECK(); }
 inline void __threadfence_block() {}
 inline void __threadfence_system() {}
 inline unsigned __activemask() { EMU_RUNTIME; return emu::blk.warps[emu::blk.current / 32].alive; }
