@@ -28,8 +28,6 @@ GPU_MPI_INC = $(addprefix -I,$(shell $(GPU_MPICC) --showme:incdirs))
 GPU_MPI_LIB = $(addprefix -L,$(shell $(GPU_MPICC) --showme:libdirs))
 NVCC_FLAGS = -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation \
 	$(GPU_NEED_MPI) $(GPU_MPI_INC)
-# one architecture, for the cubin that nvdisasm reads (the SASS report)
-NVCC_CUBIN_FLAGS = -O3 -std=c++17 -arch=sm_90 -Werror all-warnings $(GPU_NEED_MPI) $(GPU_MPI_INC)
 # the multi-GPU trainer links NCCL (the CUDA toolkit's) and Open MPI (-pi mpi start-up)
 GPU_LIBS = -lcublasLt -lnccl $(GPU_MPI_LIB) -lmpi
 GPU_EMUCC := dev/cuda_emu/emucc
@@ -115,7 +113,7 @@ build/gpu/dev_cuda_%: dev/cuda/%.cu dev/cuda/common.cuh $(GPU_SOURCES)
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ $<
 dev-cuda-emu: $(DEV_CUDA_EMU)
 	@for f in $(DEV_CUDA_EMU); do echo "== $$f"; $$f || exit 1; done
-.PHONY: dev-cuda-emu
+.PHONY: gpu-nvcc-link dev-cuda-emu
 
 # nvcc for sm_80 and sm_90: the trainer and its test in both precisions, the kernel tests (each in
 # its precision); ptxas -v output goes to build/gpu/ptxas_*.log and dev/gpu_kernels/ptxas_report.sh turns
@@ -126,24 +124,25 @@ GPU_NVCC_UNITS := train_gpt2.cu:BF16 train_gpt2.cu:FP32 test_gpt2.cu:BF16 test_g
 gpu-nvcc-check: test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS) $(wildcard dev/cuda/*.cu dev/cuda/*.cuh)
 	@mkdir -p build/gpu
 	@rm -f build/gpu/ptxas_*.log
-	@for unit in $(GPU_NVCC_UNITS); do \
-	  src=$${unit%:*}; prec=$${unit#*:}; flags=; [ $$prec = FP32 ] && flags=-DENABLE_FP32; \
-	  name=$$(basename $$src .cu)_$$prec; \
+	@for unit in $(GPU_NVCC_UNITS); do echo $$unit; done | xargs -P 2 -n 1 bash -c ' \
+	  unit=$$0; src=$${unit%:*}; prec=$${unit#*:}; flags=; [ $$prec = FP32 ] && flags=-DENABLE_FP32; \
+	  name=$$(basename $$src .cu)_$$prec; keep=build/gpu/keep_$$name; rm -rf $$keep; mkdir -p $$keep; \
 	  echo "$(NVCC) -c $$src ($$prec, sm_80 + sm_90, -Werror all-warnings)"; \
-	  $(NVCC) $(NVCC_FLAGS) $$flags -Xptxas -v -c -o build/gpu/$$name.o $$src 2> build/gpu/ptxas_$$name.log \
-	    || { cat build/gpu/ptxas_$$name.log; exit 1; }; \
-	done
+	  $(NVCC) $(NVCC_FLAGS) $$flags -Xptxas -v -keep -keep-dir $$keep -c -o build/gpu/$$name.o $$src \
+	    2> build/gpu/ptxas_$$name.log || { cat build/gpu/ptxas_$$name.log; exit 255; }'
 	@bash dev/gpu_kernels/ptxas_report.sh build/gpu/ptxas_train_gpt2_BF16.log build/gpu/ptxas_train_gpt2_FP32.log \
 	  > build/gpu/ptxas_report.txt || { cat build/gpu/ptxas_report.txt; exit 1; }
 	@echo "registers and spills per kernel: build/gpu/ptxas_report.txt"
-	@for prec in BF16 FP32; do flags=; [ $$prec = FP32 ] && flags=-DENABLE_FP32; \
-	  $(NVCC) $(NVCC_CUBIN_FLAGS) $$flags -Xptxas -v -cubin -o build/gpu/train_gpt2_$$prec.sm_90.cubin train_gpt2.cu \
-	    2> build/gpu/sass_ptxas_$$prec.log || { cat build/gpu/sass_ptxas_$$prec.log; exit 1; }; \
-	done
 	@python3 dev/gpu_kernels/sass_report.py --check \
-	  BF16:build/gpu/train_gpt2_BF16.sm_90.cubin:build/gpu/sass_ptxas_BF16.log \
-	  FP32:build/gpu/train_gpt2_FP32.sm_90.cubin:build/gpu/sass_ptxas_FP32.log \
+	  BF16:build/gpu/keep_train_gpt2_BF16/train_gpt2.compute_90.cubin:build/gpu/ptxas_train_gpt2_BF16.log \
+	  FP32:build/gpu/keep_train_gpt2_FP32/train_gpt2.compute_90.cubin:build/gpu/ptxas_train_gpt2_FP32.log \
 	  > build/gpu/sass_report.txt || { cat build/gpu/sass_report.txt; exit 1; }
 	@echo "SASS per kernel (tensor-core and 128-bit instructions): build/gpu/sass_report.txt"
+
+# The trainer and its test linked (CUDA runtime, cuBLASLt, NCCL, Open MPI) from gpu-nvcc-check's
+# BF16 objects: what `make train_gpt2 test_gpt2` would link, without compiling them again.
+gpu-nvcc-link: gpu-nvcc-check
+	$(NVCC) $(NVCC_ARCH) -o build/gpu/train_gpt2_linked build/gpu/train_gpt2_BF16.o $(GPU_LIBS)
+	$(NVCC) $(NVCC_ARCH) -o build/gpu/test_gpt2_linked build/gpu/test_gpt2_BF16.o $(GPU_LIBS)
 
 .PHONY: gpu-nvcc-check

@@ -37,7 +37,7 @@ gpu_have_device() { nvidia-smi -L >/dev/null 2>&1; }
 gpu_no_gpu_message() {
     if gpu_have_device; then echo "a GPU is present: nothing to check"; return 0; fi
     local out rc
-    out=$(./train_gpt2 -x 1 2>&1); rc=$?
+    out=$(build/gpu/train_gpt2_linked -x 1 2>&1); rc=$?
     echo "$out (exit $rc)"
     [ $rc -eq 1 ] && [ "$out" = "error: no CUDA GPU found; use ./train_gpt2cpu for CPU training" ]
 }
@@ -246,12 +246,12 @@ check gpu_nvcc_sm80_sm90 make -s -f dev/gpu.mk gpu-nvcc-check
 check gpu_ptxas_report cat build/gpu/ptxas_report.txt
 check gpu_sass_report cat build/gpu/sass_report.txt
 check gpu_sass_rules_catch_planted gpu_sass_rules_catch_planted
-check gpu_nvcc_link make -s -f dev/gpu.mk train_gpt2 test_gpt2
+check gpu_nvcc_link make -s -f dev/gpu.mk gpu-nvcc-link
 check gpu_no_gpu_message gpu_no_gpu_message
 check gpu_reference gpu_reference
 check gpu_reference_hs64 gpu_reference_hs64
 if gpu_have_device; then
-    check gpu_test_gpt2_on_device ./test_gpt2 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
+    check gpu_test_gpt2_on_device build/gpu/test_gpt2_linked $GPU_TEST_ARGS -b $GREF/model_bf16.bin
 fi
 check gpu_emu_build bash -c "make -s -f dev/gpu.mk build/gpu/test_gpt2emu_fp32 build/gpu/test_gpt2emu_bf16 \
     build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/test_kernels_emu build/gpu/test_kernels_asan \
