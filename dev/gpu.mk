@@ -140,8 +140,11 @@ gpu-nvcc-check: test_gpt2.cu $(GPU_SOURCES) $(GPU_KERNEL_TESTS) $(wildcard dev/c
 	@echo "SASS per kernel (tensor-core and 128-bit instructions): build/gpu/sass_report.txt"
 
 # The trainer and its test linked (CUDA runtime, cuBLASLt, NCCL, Open MPI) from gpu-nvcc-check's
-# BF16 objects: what `make train_gpt2 test_gpt2` would link, without compiling them again.
-gpu-nvcc-link: gpu-nvcc-check
+# BF16 objects: what `make train_gpt2 test_gpt2` would link, without compiling them again (run
+# gpu-nvcc-check first).
+gpu-nvcc-link:
+	@[ -f build/gpu/train_gpt2_BF16.o ] && [ -f build/gpu/test_gpt2_BF16.o ] || \
+	  { echo "error: build/gpu/train_gpt2_BF16.o missing: run make -f dev/gpu.mk gpu-nvcc-check first"; exit 1; }
 	$(NVCC) $(NVCC_ARCH) -o build/gpu/train_gpt2_linked build/gpu/train_gpt2_BF16.o $(GPU_LIBS)
 	$(NVCC) $(NVCC_ARCH) -o build/gpu/test_gpt2_linked build/gpu/test_gpt2_BF16.o $(GPU_LIBS)
 

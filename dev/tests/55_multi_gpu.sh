@@ -10,6 +10,9 @@ check multi_gpu_equivalence_fp32 /usr/bin/python3 dev/test_multi_gpu.py equivale
 check multi_gpu_equivalence_bf16 /usr/bin/python3 dev/test_multi_gpu.py equivalence bf16
 check multi_gpu_stage2_layer_slots /usr/bin/python3 dev/test_multi_gpu.py stage2_slots
 check multi_gpu_val_loss_and_resume /usr/bin/python3 dev/test_multi_gpu.py resume
+# a 2-rank ZeRO-1 checkpoint of the emulated GPU trainer resumed on 1 rank ZeRO 0 and 2 ranks ZeRO 2
+# (dev/test_resilience.py layout, docs/checkpoints.md)
+check multi_gpu_resume_on_other_layouts env TRAINER=build/gpu/train_gpt2emu_fp32 /usr/bin/python3 dev/test_resilience.py layout
 check multi_gpu_accounting /usr/bin/python3 dev/test_multi_gpu.py accounting
 check multi_gpu_startup_mpi_fs_tcp /usr/bin/python3 dev/test_multi_gpu.py startup
 check multi_gpu_failing_rank /usr/bin/python3 dev/test_multi_gpu.py failures
