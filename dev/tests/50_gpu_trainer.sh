@@ -100,31 +100,30 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-# The test of the ASan run: the encoder kernel with its bound check one element too loose must be
-# reported by AddressSanitizer.
-gpu_asan_mutant_fails() {
-    local dir=$GPU_TMP/asan_mutant
+# The kernel tests built from a copy of llmc/ whose encoder bound check is one element too loose
+# (mutant_kernel_tests DIR EMUCC_FLAGS...): the build the two checks below must catch.
+mutant_kernel_tests() {
+    local dir=$1
+    shift
     rm -rf $dir && mkdir -p $dir/llmc $dir/dev/gpu_kernels && cp llmc/* $dir/llmc/ &&
         cp dev/gpu_kernels/test_kernels.cu $dir/dev/gpu_kernels/ || return 1
     sed -i 's/if (idx >= (size_t)BT \* packs) { return; }/if (idx > (size_t)BT * packs) { return; }/' $dir/llmc/encoder.cuh
     grep -q "idx > (size_t)BT \* packs" $dir/llmc/encoder.cuh || { echo "the mutation did not apply"; return 1; }
-    dev/cuda_emu/emucc -O1 -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $dir/test_kernels \
-        $dir/dev/gpu_kernels/test_kernels.cu || return 1
+    dev/cuda_emu/emucc -O1 -DENABLE_FP32 "$@" -o $dir/test_kernels $dir/dev/gpu_kernels/test_kernels.cu || return 1
     if $dir/test_kernels > $dir/out.txt 2>&1; then echo "the overrun passed"; return 1; fi
-    grep "AddressSanitizer" $dir/out.txt
 }
 
-# The test of the --check build: the same encoder overrun, built with emucc --check (no ASan), must be
+# The test of the ASan run: the encoder overrun must be reported by AddressSanitizer.
+gpu_asan_mutant_fails() {
+    mutant_kernel_tests $GPU_TMP/asan_mutant -Xcompiler -fsanitize=address,-fno-omit-frame-pointer &&
+        grep "AddressSanitizer" $GPU_TMP/asan_mutant/out.txt
+}
+
+# The test of the --check build: the same overrun, built with emucc --check (no ASan), must be
 # reported as an out-of-bounds access naming the kernel.
 gpu_check_mutant_fails() {
-    local dir=$GPU_TMP/check_mutant
-    rm -rf $dir && mkdir -p $dir/llmc $dir/dev/gpu_kernels && cp llmc/* $dir/llmc/ &&
-        cp dev/gpu_kernels/test_kernels.cu $dir/dev/gpu_kernels/ || return 1
-    sed -i 's/if (idx >= (size_t)BT \* packs) { return; }/if (idx > (size_t)BT * packs) { return; }/' $dir/llmc/encoder.cuh
-    grep -q "idx > (size_t)BT \* packs" $dir/llmc/encoder.cuh || { echo "the mutation did not apply"; return 1; }
-    dev/cuda_emu/emucc --check -O1 -DENABLE_FP32 -o $dir/test_kernels $dir/dev/gpu_kernels/test_kernels.cu || return 1
-    if $dir/test_kernels > $dir/out.txt 2>&1; then echo "the overrun passed"; return 1; fi
-    grep "cuda_emu --check: out-of-bounds access in kernel encoder" $dir/out.txt
+    mutant_kernel_tests $GPU_TMP/check_mutant --check &&
+        grep "cuda_emu --check: out-of-bounds access in kernel encoder" $GPU_TMP/check_mutant/out.txt
 }
 
 # The test of the SASS rules: planted kernels (2-byte loads in a LayerNorm-named kernel, a kernel
