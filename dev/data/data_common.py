@@ -83,6 +83,21 @@ def write_tiktoken_tokenizer(path, enc):
     write_tokenizer(path, pieces, enc.eot_token)
 
 
+def download_once(url, path):
+    """Downloads url to path (atomically) unless path exists; a failed download exits with one line."""
+    if os.path.exists(path):
+        return path
+    import urllib.request
+    print("downloading", url)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r:
+            data = r.read()
+    except OSError as e:
+        sys.exit("error: download of %s failed (no internet?): %s" % (url, e))
+    write_atomic(path, [data])
+    return path
+
+
 def need_tiktoken():
     """Import tiktoken's gpt2 encoding or exit with a clear message."""
     try:

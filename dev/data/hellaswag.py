@@ -11,26 +11,15 @@ import argparse
 import json
 import os
 import sys
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data_common import need_tiktoken, write_atomic, write_eval_file  # noqa: E402
+from data_common import download_once, need_tiktoken, write_eval_file  # noqa: E402
 
 URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_%s.jsonl"
 
 
 def fetch(split, out_dir):
-    path = os.path.join(out_dir, "hellaswag_%s.jsonl" % split)
-    if not os.path.exists(path):
-        url = URL % split
-        print("downloading", url)
-        try:
-            with urllib.request.urlopen(url, timeout=60) as r:
-                data = r.read()
-        except OSError as e:
-            sys.exit("error: download of %s failed (no internet?): %s" % (url, e))
-        write_atomic(path, [data])
-    return path
+    return download_once(URL % split, os.path.join(out_dir, "hellaswag_%s.jsonl" % split))
 
 
 def main():

@@ -9,10 +9,9 @@ Usage: python3 dev/data/tinyshakespeare.py [--out-dir data/tinyshakespeare]
 import argparse
 import os
 import sys
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data_common import need_tiktoken, write_atomic, write_shard, write_tiktoken_tokenizer  # noqa: E402
+from data_common import download_once, need_tiktoken, write_shard, write_tiktoken_tokenizer  # noqa: E402
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 VAL_TOKENS = 32768
@@ -23,15 +22,7 @@ def main():
     ap.add_argument("--out-dir", default="data/tinyshakespeare")
     a = ap.parse_args()
     enc = need_tiktoken()
-    text_path = os.path.join(a.out_dir, "tiny_shakespeare.txt")
-    if not os.path.exists(text_path):
-        print("downloading", URL)
-        try:
-            with urllib.request.urlopen(URL, timeout=60) as r:
-                data = r.read()
-        except OSError as e:
-            sys.exit("error: download of %s failed (no internet?): %s" % (URL, e))
-        write_atomic(text_path, [data])
+    text_path = download_once(URL, os.path.join(a.out_dir, "tiny_shakespeare.txt"))
     with open(text_path, encoding="utf-8") as f:
         text = f.read()
     tokens = []
