@@ -85,6 +85,10 @@ static void download_floatX(float* dst, const floatX* src, size_t n) {
     X(norm, float, ONE, NORM_BLOCKS + 1)      /* the grad norm's block sums */
 DEFINE_ACTIVATION_STRUCTS
 
+// Called by the forward just before it first uses layer l's weights (layer -1: wte, wpe, lnfw,
+// lnfb), so that it can wait for them (ZeRO's parameter all-gathers on the communication stream).
+typedef void (*ParamsWaitFn)(void* ctx, int layer);
+
 typedef struct {
     GPT2Config config;
     size_t num_parameters;
@@ -100,7 +104,11 @@ typedef struct {
     Activations acts;
     ActivationGrads acts_grad;
     size_t activation_bytes;
-    int* tokens;        // host copy of the last forward's inputs (B, T)
+    int* staging[2];         // pinned host slots (2 B T ints: inputs, targets), used in turn
+    cudaEvent_t staged[2];   // stream 0: slot i's copy to the device has run
+    int stage_slot;          // the slot the next forward fills
+    ParamsWaitFn params_wait; // NULL, or the data-parallel wait for a layer's gathered weights
+    void* params_ctx;
     float* losses_host; // (B, T)
     EncoderBuckets buckets;
     int dlogits_ready;  // the last forward turned logits into dlogits
@@ -168,7 +176,13 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, i
     m->acts_grad.d4C = m->acts.logits;
     m->acts_grad.dqkv = m->acts.logits;
     size_t BT = (size_t)B * T;
-    m->tokens = (int*)malloc_check(BT * sizeof(int));
+    for (int i = 0; i < 2; i++) {
+        cudaCheck(cudaMallocHost((void**)&m->staging[i], 2 * BT * sizeof(int)));
+        cudaCheck(cudaEventCreateWithFlags(&m->staged[i], cudaEventDisableTiming));
+    }
+    m->stage_slot = 0;
+    m->params_wait = NULL;
+    m->params_ctx = NULL;
     m->losses_host = (float*)malloc_check(BT * sizeof(float));
     encoder_buckets_init(&m->buckets, (int)BT, config->vocab_size);
     m->dlogits_ready = 0;
@@ -183,7 +197,10 @@ static void gpt2_free(GPT2* m) {
         if (bufs[i].bytes > 0) { cudaCheck(cudaFree(*bufs[i].slot)); }
     }
     encoder_buckets_free(&m->buckets);
-    free(m->tokens);
+    for (int i = 0; i < 2; i++) {
+        cudaCheck(cudaFreeHost(m->staging[i]));
+        cudaCheck(cudaEventDestroy(m->staged[i]));
+    }
     free(m->losses_host);
 }
 
@@ -220,6 +237,31 @@ static LayerActivations layer_activations(const GPT2* m, int l) {
     return la;
 }
 
+// Before the forward's first use of layer's weights (-1: wte, wpe, lnfw, lnfb).
+static void params_needed(GPT2* m, int layer) {
+    if (m->params_wait) { m->params_wait(m->params_ctx, layer); }
+}
+
+// The micro-batch's token ids (and targets) to the device without a host wait on the device: they
+// go through a pinned staging slot (two, used in turn) and an asynchronous copy on stream 0; the
+// host only waits, before refilling a slot, for the copy that used it two forwards ago.
+static void upload_tokens(GPT2* m, const int* inputs, const int* targets, int BT) {
+    int s = m->stage_slot;
+    m->stage_slot ^= 1;
+    wait_event(m->staged[s], "the token copy of two forwards ago", 0);
+    int* slot = m->staging[s];
+    for (int i = 0; i < BT; i++) { slot[i] = inputs[i]; }
+    if (targets) {
+        for (int i = 0; i < BT; i++) { slot[BT + i] = targets[i]; }
+    }
+    Activations* a = &m->acts;
+    cudaCheck(cudaMemcpyAsync(a->inputs, slot, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, 0));
+    if (targets) {
+        cudaCheck(cudaMemcpyAsync(a->targets, slot + BT, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, 0));
+    }
+    cudaCheck(cudaEventRecord(m->staged[s], 0));
+}
+
 // Forward pass over a (B, T) micro-batch (B, T no larger than built for), leaving the per-token
 // losses on the device (acts.losses) when there are targets. dloss > 0 makes it the forward of
 // a training micro-step: the classifier then also turns the logits into dlogits for
@@ -230,13 +272,13 @@ static void gpt2_forward_device(GPT2* m, const int* inputs, const int* targets, 
     if (B > m->B || T > m->T) { fail("forward of B %d T %d on a model built for B %d T %d", B, T, m->B, m->T); }
     int BT = B * T;
     Activations* a = &m->acts;
-    memcpy(m->tokens, inputs, (size_t)BT * sizeof(int));
-    cudaCheck(cudaMemcpy(a->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice));
-    if (targets) { cudaCheck(cudaMemcpy(a->targets, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice)); }
+    upload_tokens(m, inputs, targets, BT);
     // a training forward: the encoder backward's token buckets, built now and copied asynchronously
     if (targets && dloss > 0.0f) { encoder_buckets_prepare(&m->buckets, inputs, BT); }
     floatX* const* p = m->params;
+    params_needed(m, -1);
     encoder_forward(a->encoded, a->inputs, p[WTE], p[WPE], B, T, C);
+    params_needed(m, 0);
     residual_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, NULL, a->encoded, NULL, p[LN1W], p[LN1B], BT, C);
     for (int l = 0; l < L; l++) {
         LayerActivations la = layer_activations(m, l);
@@ -251,6 +293,7 @@ static void gpt2_forward_device(GPT2* m, const int* inputs, const int* targets, 
                        C);
         // the residual add fused with the next LayerNorm: the next layer's ln1, or lnf
         if (l + 1 < L) {
+            params_needed(m, l + 1);
             LayerActivations next = layer_activations(m, l + 1);
             residual_layernorm_forward(next.ln1, next.ln1_mean, next.ln1_rstd, la.res3, la.res2, a->proj,
                                        layer_slice(p, m, LN1W, l + 1), layer_slice(p, m, LN1B, l + 1), BT, C);
@@ -390,12 +433,15 @@ static void optimizer_step(Optimizer* o, GPT2* m, const AdamWConfig* h, float gr
 // data parallelism over NCCL (docs/design.md sections 3-5), the CPU trainer's semantics
 // Compute (forward, backward, optimizer) runs on the legacy default stream 0. Stages 1 and 2
 // reduce-scatter each layer's gradients on comm_stream (non-blocking, so it overlaps stream 0)
-// as soon as backward reports the layer, ordered after it by an event; each slice is added to
-// an fp32 shard accumulator. Stage 2 keeps two layer slots of gradients: layer l's slot is
-// cleared on comm_stream once reduced, and backward waits for that before layer l-2 reuses it.
-// After the last micro-step the replicas all-reduce the shard (comm_stream), stream 0 waits for
-// it (the norm needs every slice), updates this rank's slices and all-gathers the parameters
-// on stream 0, after the update. Stage 0 all-reduces the full gradient after backward.
+// as soon as backward reports the layer, ordered after it by an event: the layer's units in one
+// NCCL group, then one add of their slices into an fp32 shard accumulator. Stage 2 keeps two
+// layer slots of gradients: layer l's slot is cleared on comm_stream once reduced, and backward
+// waits for that before layer l-2 reuses it. After the last micro-step the replicas all-reduce
+// the shard (comm_stream), stream 0 waits for it (the norm needs every slice) and updates this
+// rank's slices; comm_stream then all-gathers the parameters, one NCCL group and one event per
+// layer (wte, wpe, lnf first), and the next forward waits for layer l's event just before it
+// uses layer l's weights, so the gathers overlap the next step's start. The host waits for the
+// device twice a step (the grad norm, the loss). Stage 0 all-reduces the full gradient after backward.
 
 typedef struct {
     Mesh mesh;
@@ -408,13 +454,34 @@ typedef struct {
     cudaEvent_t comm_done;     // comm_stream: every reduction queued so far
     cudaEvent_t slot_free[2];  // comm_stream, stage 2: a layer slot was reduced and cleared
     cudaEvent_t host_event;    // for wait_device
+    cudaEvent_t update_done;   // stream 0: the optimizer wrote this rank's slices
+    cudaEvent_t* params_ready; // L + 1, comm_stream: [0] wte, wpe, lnfw, lnfb, [1 + l] layer l gathered
     size_t owned;              // elements of m, v (and master weights) on this rank
     float* shard_grads;        // stages 1, 2: reduced fp32 slices, padded to a multiple of dp_replicate
-    floatX* unit_pad;          // a unit padded to S slices (for units S does not divide)
-    floatX* slice_recv;        // one reduce-scattered slice
+    floatX* group_pad;         // a group's units S does not divide, each padded to S slices (or NULL)
+    floatX* group_recv;        // a group's reduce-scattered slices, in shard order
     float* loss;               // world floats: [0] the loss being summed, the rest 0 (ring padding)
     float* norm;               // dp_shard floats ([0] the squared norm), then NORM_BLOCKS of scratch
 } DataParallel;
+
+// Elements of the scratch one group of units (a layer, or wte, wpe, lnfw, lnfb) needs: its
+// slices (recv) and zero-padded copies of its units that S does not divide (pad).
+static void group_scratch(const ShardLayout* layout, size_t* recv, size_t* pad) {
+    *recv = 0;
+    *pad = 0;
+    for (int layer = -1; layer < layout->num_layers; layer++) {
+        int first, count;
+        layer_units(layout, layer, &first, &count);
+        size_t r = 0, p = 0;
+        for (int u = first; u < first + count; u++) {
+            const ShardUnit* unit = &layout->units[u];
+            r += unit->slice;
+            if (unit->size != unit->slice * layout->S) { p += unit->slice * layout->S; }
+        }
+        if (r > *recv) { *recv = r; }
+        if (p > *pad) { *pad = p; }
+    }
+}
 
 static void dp_init(DataParallel* dp, ncclComm_t world, int rank, int world_size, const GPT2Config* c, int zero_stage,
                     int dp_shard) {
@@ -432,23 +499,33 @@ static void dp_init(DataParallel* dp, ncclComm_t world, int rank, int world_size
     cudaCheck(cudaStreamCreateWithFlags(&dp->comm_stream, cudaStreamNonBlocking));
     cudaEvent_t* events[] = {&dp->grads_ready, &dp->comm_done, &dp->slot_free[0], &dp->slot_free[1], &dp->host_event};
     for (int i = 0; i < 5; i++) { cudaCheck(cudaEventCreateWithFlags(events[i], cudaEventDisableTiming)); }
+    cudaCheck(cudaEventCreateWithFlags(&dp->update_done, cudaEventDisableTiming));
+    dp->params_ready = (cudaEvent_t*)malloc_check((c->num_layers + 1) * sizeof(cudaEvent_t));
+    for (int i = 0; i <= c->num_layers; i++) {
+        cudaCheck(cudaEventCreateWithFlags(&dp->params_ready[i], cudaEventDisableTiming));
+    }
     dp->shard_grads = NULL;
-    dp->unit_pad = NULL;
-    dp->slice_recv = NULL;
+    dp->group_pad = NULL;
+    dp->group_recv = NULL;
     if (zero_stage != 0) {
         dp->shard_grads = (float*)device_alloc(round_up(dp->layout.shard_elements, mesh->dp_replicate) * sizeof(float));
-        dp->unit_pad = (floatX*)device_alloc(dp->layout.max_padded * sizeof(floatX));
-        dp->slice_recv = (floatX*)device_alloc(dp->layout.max_padded / mesh->dp_shard * sizeof(floatX));
+        size_t recv, pad;
+        group_scratch(&dp->layout, &recv, &pad);
+        dp->group_recv = (floatX*)device_alloc(recv * sizeof(floatX));
+        if (pad > 0) { dp->group_pad = (floatX*)device_alloc(pad * sizeof(floatX)); }
     }
     dp->loss = (float*)device_alloc(mesh->world * sizeof(float));
     dp->norm = (float*)device_alloc((mesh->dp_shard + NORM_BLOCKS) * sizeof(float));
 }
 
 static void dp_free(DataParallel* dp) {
-    void* bufs[] = {dp->shard_grads, dp->unit_pad, dp->slice_recv, dp->loss, dp->norm};
+    void* bufs[] = {dp->shard_grads, dp->group_pad, dp->group_recv, dp->loss, dp->norm};
     for (int i = 0; i < 5; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
-    cudaEvent_t events[] = {dp->grads_ready, dp->comm_done, dp->slot_free[0], dp->slot_free[1], dp->host_event};
-    for (int i = 0; i < 5; i++) { cudaCheck(cudaEventDestroy(events[i])); }
+    cudaEvent_t events[] = {dp->grads_ready, dp->comm_done, dp->slot_free[0], dp->slot_free[1], dp->host_event,
+                            dp->update_done};
+    for (int i = 0; i < 6; i++) { cudaCheck(cudaEventDestroy(events[i])); }
+    for (int i = 0; i <= dp->layout.num_layers; i++) { cudaCheck(cudaEventDestroy(dp->params_ready[i])); }
+    free(dp->params_ready);
     cudaCheck(cudaStreamDestroy(dp->comm_stream));
     ncclCheck(ncclCommDestroy(dp->shard));
     ncclCheck(ncclCommDestroy(dp->replica));
@@ -460,20 +537,82 @@ static floatX* unit_grad(const GPT2* m, const ShardUnit* u) {
     return u->layer >= 0 ? grad_slice(m, u->tensor, u->layer) : m->grads[u->tensor];
 }
 
-// On comm_stream: reduce-scatters unit u over the shard group (in floatX) and adds this rank's
-// slice of the sum into the fp32 shard accumulator.
-static void dp_reduce_scatter_unit(DataParallel* dp, GPT2* m, int u) {
-    const ShardUnit* unit = &dp->layout.units[u];
+// On comm_stream: reduce-scatters units [first, first + count) (a layer's, or the globals) over the
+// shard group (in floatX) in one NCCL group, then adds this rank's slices of the sums (contiguous
+// in the shard layout, as in group_recv) into the fp32 shard accumulator in one launch. A group's
+// collectives start at ncclGroupEnd, so each unit has its own send and receive space.
+static void dp_reduce_scatter_group(DataParallel* dp, GPT2* m, int first, int count) {
     int S = dp->mesh.dp_shard;
     cudaStream_t cs = dp->comm_stream;
-    const floatX* send = unit_grad(m, unit);
-    if (unit->size != unit->slice * S) {
-        cudaCheck(cudaMemcpyAsync(dp->unit_pad, send, unit->size * sizeof(floatX), cudaMemcpyDeviceToDevice, cs));
-        cudaCheck(cudaMemsetAsync(dp->unit_pad + unit->size, 0, (unit->slice * S - unit->size) * sizeof(floatX), cs));
-        send = dp->unit_pad;
+    floatX* pad = dp->group_pad;
+    ncclCheck(ncclGroupStart());
+    size_t received = 0;
+    for (int u = first; u < first + count; u++) {
+        const ShardUnit* unit = &dp->layout.units[u];
+        const floatX* send = unit_grad(m, unit);
+        if (unit->size != unit->slice * S) { // issued before the group's collectives run
+            cudaCheck(cudaMemcpyAsync(pad, send, unit->size * sizeof(floatX), cudaMemcpyDeviceToDevice, cs));
+            cudaCheck(cudaMemsetAsync(pad + unit->size, 0, (unit->slice * S - unit->size) * sizeof(floatX), cs));
+            send = pad;
+            pad += unit->slice * S;
+        }
+        ncclCheck(ncclReduceScatter(send, dp->group_recv + received, unit->slice, ncclFloatX, ncclSum, dp->shard, cs));
+        received += unit->slice;
     }
-    ncclCheck(ncclReduceScatter(send, dp->slice_recv, unit->slice, ncclFloatX, ncclSum, dp->shard, cs));
-    accumulate(dp->shard_grads + unit->shard_offset, dp->slice_recv, unit->slice, cs);
+    ncclCheck(ncclGroupEnd());
+    accumulate(dp->shard_grads + dp->layout.units[first].shard_offset, dp->group_recv, received, cs);
+}
+
+// On comm_stream, after the update (stages 1, 2): the parameters all-gathered from every rank's
+// slices, one NCCL group per layer (wte, wpe, lnfw, lnfb first: the forward needs them first),
+// each followed by its params_ready event. Units S does not divide go through a zero-padded copy.
+static void dp_all_gather_params(DataParallel* dp, GPT2* m) {
+    int s = dp->mesh.shard_idx, S = dp->mesh.dp_shard;
+    cudaStream_t cs = dp->comm_stream;
+    cudaCheck(cudaEventRecord(dp->update_done, 0));
+    cudaCheck(cudaStreamWaitEvent(cs, dp->update_done, 0));
+    for (int layer = -1; layer < dp->layout.num_layers; layer++) {
+        int first, count;
+        layer_units(&dp->layout, layer, &first, &count);
+        floatX* pad = dp->group_pad;
+        ncclCheck(ncclGroupStart());
+        for (int u = first; u < first + count; u++) {
+            const ShardUnit* unit = &dp->layout.units[u];
+            size_t mine;
+            size_t owned = unit_owned(unit, s, &mine);
+            floatX* p = m->params_memory + unit->offset;
+            if (unit->size == unit->slice * S) {
+                ncclCheck(ncclAllGather(p + mine, p, unit->slice, ncclFloatX, dp->shard, cs));
+                continue;
+            }
+            cudaCheck(cudaMemcpyAsync(pad + mine, p + mine, owned * sizeof(floatX), cudaMemcpyDeviceToDevice, cs));
+            cudaCheck(cudaMemsetAsync(pad + mine + owned, 0, (unit->slice - owned) * sizeof(floatX), cs));
+            ncclCheck(ncclAllGather(pad + mine, pad, unit->slice, ncclFloatX, dp->shard, cs));
+            pad += unit->slice * S;
+        }
+        ncclCheck(ncclGroupEnd());
+        pad = dp->group_pad;
+        for (int u = first; u < first + count; u++) {
+            const ShardUnit* unit = &dp->layout.units[u];
+            if (unit->size == unit->slice * S) { continue; }
+            floatX* p = m->params_memory + unit->offset;
+            cudaCheck(cudaMemcpyAsync(p, pad, unit->size * sizeof(floatX), cudaMemcpyDeviceToDevice, cs));
+            pad += unit->slice * S;
+        }
+        cudaCheck(cudaEventRecord(dp->params_ready[layer + 1], cs));
+    }
+    cudaCheck(cudaEventRecord(dp->comm_done, cs));
+}
+
+// The forward's hook (ParamsWaitFn): stream 0 waits for layer's gathered weights.
+static void dp_params_wait(void* ctx, int layer) {
+    DataParallel* dp = (DataParallel*)ctx;
+    if (dp->zero_stage != 0) { cudaCheck(cudaStreamWaitEvent(0, dp->params_ready[layer + 1], 0)); }
+}
+
+// Stream 0 waits for every collective issued so far (before the parameters are read other than by a forward).
+static void dp_comm_wait(DataParallel* dp) {
+    cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0));
 }
 
 // Before a micro-step's backward writes gradients: stream 0 waits for the reductions still
@@ -492,7 +631,7 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     cudaCheck(cudaStreamWaitEvent(cs, dp->grads_ready, 0));
     int first, count;
     layer_units(&dp->layout, layer, &first, &count);
-    for (int u = first; u < first + count; u++) { dp_reduce_scatter_unit(dp, m, u); }
+    dp_reduce_scatter_group(dp, m, first, count);
     if (dp->zero_stage == 2) {
         for (int u = first; u < first + count; u++) {
             const ShardUnit* unit = &dp->layout.units[u];
@@ -542,8 +681,9 @@ static float dp_grad_norm(DataParallel* dp, GPT2* m) {
     return sqrtf(sq);
 }
 
-// AdamW (t = 1-based step) on what this rank owns (one launch), then (stages 1, 2) the parameter
-// all-gathers, all on stream 0. Each slice draws the stochastic-rounding bits its whole tensor would.
+// AdamW (t = 1-based step) on what this rank owns (one launch, stream 0), then (stages 1, 2) the
+// parameter all-gathers on comm_stream (dp_all_gather_params). Each slice draws the
+// stochastic-rounding bits its whole tensor would.
 static void dp_optimizer_step(DataParallel* dp, GPT2* m, Optimizer* o, const AdamWConfig* h, float grad_scale, int t,
                               uint32_t seed) {
     if (dp->zero_stage == 0) {
@@ -552,7 +692,7 @@ static void dp_optimizer_step(DataParallel* dp, GPT2* m, Optimizer* o, const Ada
     }
     float bias1, bias2;
     adamw_bias_corrections(h, t, &bias1, &bias2);
-    int s = dp->mesh.shard_idx, S = dp->mesh.dp_shard;
+    int s = dp->mesh.shard_idx;
     if (!o->table_built) { // this rank's slice of every unit, one segment each
         adamw_multi_init(&o->table, dp->layout.num_units);
         for (int u = 0; u < dp->layout.num_units; u++) {
@@ -568,21 +708,7 @@ static void dp_optimizer_step(DataParallel* dp, GPT2* m, Optimizer* o, const Ada
     }
     adamw_multi_update(&o->table, m->params_memory, o->master, dp->shard_grads, o->m, o->v, h->lr, h->beta1, h->beta2,
                        h->eps, h->weight_decay, grad_scale, bias1, bias2, seed + (uint32_t)t * NUM_PARAMETER_TENSORS);
-    for (int u = 0; u < dp->layout.num_units; u++) {
-        const ShardUnit* unit = &dp->layout.units[u];
-        size_t first;
-        size_t count = unit_owned(unit, s, &first);
-        floatX* p = m->params_memory + unit->offset;
-        if (unit->size == unit->slice * S) {
-            ncclCheck(ncclAllGather(p + first, p, unit->slice, ncclFloatX, dp->shard, 0));
-        } else {
-            floatX* mine = dp->unit_pad + first;
-            cudaCheck(cudaMemcpyAsync(mine, p + first, count * sizeof(floatX), cudaMemcpyDeviceToDevice, 0));
-            cudaCheck(cudaMemsetAsync(mine + count, 0, (unit->slice - count) * sizeof(floatX), 0));
-            ncclCheck(ncclAllGather(mine, dp->unit_pad, unit->slice, ncclFloatX, dp->shard, 0));
-            cudaCheck(cudaMemcpyAsync(p, dp->unit_pad, unit->size * sizeof(floatX), cudaMemcpyDeviceToDevice, 0));
-        }
-    }
+    dp_all_gather_params(dp, m);
 }
 
 static void dp_zero_shard_grads(DataParallel* dp) {
@@ -648,11 +774,10 @@ static void gpu_begin_step(void* ctx) {
     cudaCheck(cudaMemsetAsync(g->dp.loss, 0, g->dp.mesh.world * sizeof(float), 0));
 }
 
+// No host wait on the device here: the tokens go up asynchronously (upload_tokens); the step's
+// host waits (with NCCL's error checks and the deadline) are the grad norm's and the loss's.
 static void gpu_micro_step(void* ctx, const int* inputs, const int* targets, int B, int T, float dloss, int last) {
     GpuTrainer* g = (GpuTrainer*)ctx;
-    // the forward's input copy waits for stream 0 (and so for the reductions it waits on)
-    // anyway; waiting here first bounds that wait and checks NCCL's errors
-    wait_device(0, g->dp.host_event, "the previous micro-step");
     gpt2_forward_device(&g->model, inputs, targets, B, T, dloss);
     loss_accumulate(g->dp.loss, g->model.acts.losses, B * T, dloss);
     g->dp.last_micro_step = last;
@@ -728,6 +853,7 @@ static int gpu_sum_count(void* ctx, int count) {
 // The model file: v5 (bf16) in BF16, v3 (fp32) in FP32.
 static void gpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     GPT2* m = &((GpuTrainer*)ctx)->model;
+    dp_comm_wait(&((GpuTrainer*)ctx)->dp); // the last update's all-gathers
     float* params = (float*)malloc_check(m->num_parameters * sizeof(float));
     gpt2_download_params(m, params);
     gpt2_write_model_crc(path, &m->config, params, sizeof(floatX) == 4 ? MODEL_VERSION_FP32 : MODEL_VERSION_BF16,
@@ -815,6 +941,8 @@ int main(int argc, char** argv) {
     dp_init(&gpu.dp, world_comm, rank, world, &run.config, zero, args.dp_shard);
     gpt2_build(&gpu.model, &run.config, params, args.B, args.T, args.recompute,
                grad_layers_for_stage(zero, run.config.num_layers), zero == 0 ? (size_t)world : 1);
+    gpu.model.params_wait = dp_params_wait;
+    gpu.model.params_ctx = &gpu.dp;
     float* owned_init = dp_owned_values(&gpu.dp, params);
     optimizer_init(&gpu.opt, gpu.dp.owned, args.master_weights, owned_init);
     free(owned_init);

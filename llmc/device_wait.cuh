@@ -29,18 +29,18 @@ static void abort_all_ranks(void) {
     num_watched_comms = 0;
 }
 
-// Blocks until everything issued so far on stream has run. Polls the event and the
-// communicators' asynchronous errors; fails (naming what it waited for and the step) on an
-// NCCL error or after -wt seconds (10 times that after watchdog_grace; TRAIN_GPT2_TIMEOUT when
-// -wt is 0).
-static void wait_device(cudaStream_t stream, cudaEvent_t ev, const char* what) {
-    cudaCheck(cudaEventRecord(ev, stream));
+// Blocks until the work before the last record of ev has run (at once if ev was never recorded).
+// Polls the event and the communicators' asynchronous errors; fails (naming what it waited for
+// and the step) on an NCCL error or after -wt seconds (10 times that after watchdog_grace;
+// TRAIN_GPT2_TIMEOUT when -wt is 0). end_grace: this is the wait a grace is for (watchdog.h), so
+// completing it ends the grace; a short wait for an earlier copy passes 0.
+static void wait_event(cudaEvent_t ev, const char* what, int end_grace) {
     double limit = watchdog_timeout_s > 0.0 ? watchdog_limit_s() : peer_timeout_s();
     double deadline = now_seconds() + limit;
     for (;;) {
         cudaError_t q = cudaEventQuery(ev);
         if (q == cudaSuccess) {
-            watchdog_disarm(); // a completed wait ends any grace
+            watchdog_disarm_after(end_grace);
             return;
         }
         if (q != cudaErrorNotReady) { cudaCheck(q); }
@@ -56,6 +56,12 @@ static void wait_device(cudaStream_t stream, cudaEvent_t ev, const char* what) {
         }
         usleep(50);
     }
+}
+
+// Blocks until everything issued so far on stream has run (wait_event on ev recorded now).
+static void wait_device(cudaStream_t stream, cudaEvent_t ev, const char* what) {
+    cudaCheck(cudaEventRecord(ev, stream));
+    wait_event(ev, what, 1);
 }
 
 #endif

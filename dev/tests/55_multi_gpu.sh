@@ -3,7 +3,8 @@
 # CPU trainer for 1/2/4 GPUs, ZeRO 0/1/2 and a 2 x 2 mesh (FP32 within 1e-4, BF16 within the stated
 # tolerance), printed memory/communication against closed forms and the bytes NCCL moved, the
 # mpi/fs/tcp start-ups, val loss and a sharded resume, a failing rank, and a broken stage 2 that
-# must fail. See dev/test_multi_gpu.py.
+# must fail. See dev/test_multi_gpu.py. The checked builds (emucc --check) prove the stream order of
+# the per-layer reduce-scatters and parameter all-gathers, each with a mutant --check must catch.
 check multi_gpu_build bash -c "make -s -f dev/gpu.mk build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/gpu_memory_bf16 &&
     make -s train_gpt2cpu"
 check multi_gpu_equivalence_fp32 /usr/bin/python3 dev/test_multi_gpu.py equivalence fp32
@@ -71,3 +72,20 @@ multi_gpu_checked_stream_mutant() {
     grep -m1 -A3 "cuda_emu --check: unordered stream operations" $d/out.txt
 }
 check multi_gpu_checked_detects_missing_stream_wait multi_gpu_checked_stream_mutant
+
+# The same for the ZeRO parameter all-gathers (comm_stream, one event per layer): a forward that does
+# not wait for a layer's event must be reported by --check as reading what the all-gather writes.
+multi_gpu_checked_allgather_mutant() {
+    local d=build/multi_gpu/checked_allgather_mutant
+    rm -rf $d && mkdir -p $d && cp -r train_gpt2.cu llmc $d/ || return 1
+    sed -i 's/    if (dp->zero_stage != 0) { cudaCheck(cudaStreamWaitEvent(0, dp->params_ready\[layer + 1\], 0)); }/    \/\/ mutant: no wait/' $d/train_gpt2.cu
+    grep -q "mutant: no wait" $d/train_gpt2.cu || { echo "the mutation did not apply"; return 1; }
+    dev/cuda_emu/emucc --check -O1 -DENABLE_FP32 -o $d/train_mutant $d/train_gpt2.cu -lnccl || return 1
+    if mpirun --allow-run-as-root --oversubscribe -np 2 $d/train_mutant -e d2 -V 257 -sl 64 -i data/kjv/kjv_train.bin \
+        -j '' -b 2 -t 32 -d 256 -x 2 -l 1e-3 -s 0 -sf 1 -z 1 -o $d/out > $d/out.txt 2>&1; then
+        echo "the missing wait passed"; return 1
+    fi
+    grep -m1 -A3 "cuda_emu --check: unordered stream operations" $d/out.txt | tee $d/report.txt
+    grep -q "write by ncclAllGather" $d/report.txt
+}
+check multi_gpu_checked_detects_missing_allgather_wait multi_gpu_checked_allgather_mutant

@@ -64,6 +64,9 @@ inline std::map<uintptr_t, Alloc>& allocs() { static std::map<uintptr_t, Alloc> 
 
 inline uint32_t cur_int = 0;      // current interval id (grows at every block start and barrier)
 inline uint32_t launch_first = 0; // first interval id of the running operation
+// The thread that runs the emulator (the first to call the runtime); other host threads (a
+// program's watchdog) are not checked: the checker's state belongs to the emulating thread.
+inline thread_local bool emu_thread = false;
 inline uint32_t block_first = 0;  // first interval id of the running block
 inline bool op_ordered = true;    // every earlier operation happens before the running one
 inline uint16_t clk[1024];        // warp clocks of the block's threads
@@ -182,6 +185,7 @@ EMU_NOSAN inline void* reserve(size_t n) {
 }
 EMU_NOSAN inline void init() {
     if (arena.lo) return;
+    emu_thread = true;
     Suspend s;
     arena.lo = (uintptr_t)reserve(kArenaBytes);
     arena.hi = arena.lo + kArenaBytes;
@@ -592,7 +596,7 @@ EMU_NOSAN inline void host_access(uintptr_t a, unsigned size, bool write, uint32
 }
 
 EMU_NOSAN_INLINE inline void access(void* p, unsigned size, bool write, bool aligned, void* ret) {
-    if (mode == Runtime) return;
+    if (mode == Runtime || !emu_thread) return;
     uintptr_t a = (uintptr_t)p;
     if (mode == Kernel) {
         mode = Runtime;
@@ -606,7 +610,7 @@ EMU_NOSAN_INLINE inline void access(void* p, unsigned size, bool write, bool ali
 }
 // atomics call this for their read-modify-write
 EMU_NOSAN inline void atomic_access(const void* p, unsigned size) {
-    if (mode != Kernel) return;
+    if (mode != Kernel || !emu_thread) return;
     mode = Runtime;
     kernel_access((uintptr_t)p, size, true, true, true, pc_off(__builtin_return_address(0)));
     for (const Release& r : releases())

@@ -4,12 +4,16 @@
 // is counted: emu_nccl_bytes_sent() returns the bytes this rank has passed to MPI_Sendrecv and
 // MPI_Send (per all-reduce of N bytes on n ranks: 2 (n-1)/n N, up to rounding of uneven chunks).
 // ncclCommInitRank is collective over MPI_COMM_WORLD: every world rank must call it (ranks of other
-// communicators with another id at the same time). Calls run eagerly on the calling thread; group
-// calls therefore have nothing to defer. bf16 partial sums are rounded to bf16 at each ring step.
+// communicators with another id at the same time). Calls run eagerly on the calling thread, except
+// between ncclGroupStart and ncclGroupEnd (nestable): there they are only recorded, and the
+// outermost ncclGroupEnd issues them all, in call order, on their streams, as NCCL launches a
+// group's operations at ncclGroupEnd (so stream work issued inside the group runs before them, and
+// their buffers must stay untouched until then). bf16 partial sums are rounded to bf16 at each ring step.
 #ifndef EMU_NCCL_H
 #define EMU_NCCL_H
 #include <mpi.h>
 #include <climits>
+#include <functional>
 #include <vector>
 #include "emu_cuda.h"
 #include "cuda_bf16.h"
@@ -227,35 +231,63 @@ inline ncclResult_t ncclCommCount(const ncclComm_t comm, int* n) { *n = comm->si
 inline ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* r) { *r = comm->rank; return ncclSuccess; }
 inline ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* d) { *d = comm->device; return ncclSuccess; }
 inline ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* e) { *e = ncclSuccess; return ncclSuccess; }
-inline ncclResult_t ncclGroupStart() { return ncclSuccess; }
-inline ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 
 namespace emu {
+inline int nccl_group_depth = 0;                                // open ncclGroupStart calls
+inline std::vector<std::function<ncclResult_t()>> nccl_group;  // the collectives they deferred
+
 // A collective runs as an operation of its stream; under --check after the stream's earlier work,
-// with its buffers recorded as read / written for the cross-stream order check.
+// with its buffers recorded as read / written for the cross-stream order check. Inside a group it
+// is recorded and issued by the outermost ncclGroupEnd.
 template <class F> ncclResult_t nccl_run(cudaStream_t s, const char* what, const void* in, size_t in_bytes, void* out,
                                          size_t out_bytes, F f) {
+    auto issue = [=]() mutable -> ncclResult_t {
 #ifdef EMU_CHECK
-    ncclResult_t r = ncclSuccess;
-    chk::run_now(s, what, [&] {
-        chk::range_access(in, in_bytes, false);
-        chk::range_access(out, out_bytes, true);
-        r = f();
-    });
-    return r;
+        ncclResult_t r = ncclSuccess;
+        chk::run_now(s, what, [&] {
+            chk::range_access(in, in_bytes, false);
+            chk::range_access(out, out_bytes, true);
+            r = f();
+        });
+        return r;
 #else
-    (void)s; (void)what; (void)in; (void)in_bytes; (void)out; (void)out_bytes;
-    return f();
+        (void)s; (void)what; (void)in; (void)in_bytes; (void)out; (void)out_bytes;
+        return f();
 #endif
+    };
+    if (nccl_group_depth > 0) {
+        nccl_group.push_back(issue);
+        return ncclSuccess;
+    }
+    return issue();
 }
 }  // namespace emu
+
+inline ncclResult_t ncclGroupStart() {
+    emu::nccl_group_depth++;
+    return ncclSuccess;
+}
+// Closes a group; the outermost issues every deferred collective in call order (the first error is
+// returned, as NCCL reports a group's errors at ncclGroupEnd).
+inline ncclResult_t ncclGroupEnd() {
+    if (emu::nccl_group_depth == 0) return ncclInvalidUsage;
+    if (--emu::nccl_group_depth > 0) return ncclSuccess;
+    std::vector<std::function<ncclResult_t()>> ops;
+    ops.swap(emu::nccl_group);
+    ncclResult_t result = ncclSuccess;
+    for (auto& op : ops) {
+        ncclResult_t r = op();
+        if (result == ncclSuccess) result = r;
+    }
+    return result;
+}
 
 // recvbuff[i] = op over ranks of sendbuff[i]; sendbuff == recvbuff is allowed.
 inline ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t t, ncclRedOp_t op,
                                   ncclComm_t comm, cudaStream_t s) {
     if (!comm || !emu::nccl_supported(t, op)) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    return emu::nccl_run(s, "ncclAllReduce", sendbuff, count * es, recvbuff, count * es, [&] {
+    return emu::nccl_run(s, "ncclAllReduce", sendbuff, count * es, recvbuff, count * es, [=] {
         auto off = emu::even_chunks(count, comm->size);
         char* own = (char*)recvbuff + off[comm->rank] * es;
         emu::ring_reduce_scatter(sendbuff, own, off, t, op, comm);
@@ -270,7 +302,7 @@ inline ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size
                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
     if (!comm || !emu::nccl_supported(t, op)) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    return emu::nccl_run(s, "ncclReduceScatter", sendbuff, recvcount * comm->size * es, recvbuff, recvcount * es, [&] {
+    return emu::nccl_run(s, "ncclReduceScatter", sendbuff, recvcount * comm->size * es, recvbuff, recvcount * es, [=] {
         auto off = emu::even_chunks(recvcount * comm->size, comm->size);
         emu::ring_reduce_scatter(sendbuff, recvbuff, off, t, op, comm);
         if (op == ncclAvg) emu::divide(recvbuff, recvcount, t, comm->size);
@@ -283,7 +315,7 @@ inline ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t s
                                   ncclComm_t comm, cudaStream_t s) {
     if (!comm) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    return emu::nccl_run(s, "ncclAllGather", sendbuff, sendcount * es, recvbuff, sendcount * comm->size * es, [&] {
+    return emu::nccl_run(s, "ncclAllGather", sendbuff, sendcount * es, recvbuff, sendcount * comm->size * es, [=] {
         char* own = (char*)recvbuff + comm->rank * sendcount * es;
         if (own != sendbuff) memmove(own, sendbuff, sendcount * es);
         emu::ring_all_gather(recvbuff, emu::even_chunks(sendcount * comm->size, comm->size), t, comm);
@@ -296,7 +328,7 @@ inline ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t c
     if (!comm || root < 0 || root >= comm->size) return ncclInvalidArgument;
     size_t bytes = count * emu::nccl_size(t);
     int n = comm->size, pos = (comm->rank - root + n) % n;  // position along the chain
-    return emu::nccl_run(s, "ncclBroadcast", pos == 0 ? sendbuff : nullptr, bytes, recvbuff, bytes, [&] {
+    return emu::nccl_run(s, "ncclBroadcast", pos == 0 ? sendbuff : nullptr, bytes, recvbuff, bytes, [=] {
         if (pos == 0 && recvbuff != sendbuff) memmove(recvbuff, sendbuff, bytes);
         if (bytes > INT_MAX) emu::die("NCCL emulation: a broadcast over 2 GiB");
         if (pos > 0) MPI_Recv(recvbuff, (int)bytes, MPI_BYTE, (comm->rank - 1 + n) % n, emu::nccl_tag, comm->mpi, MPI_STATUS_IGNORE);

@@ -154,6 +154,39 @@ static void broadcast(ncclComm_t comm, int root, size_t count) {
     cudaFree(recv);
 }
 
+// A (nested) group: its collectives are issued at the outermost ncclGroupEnd, so a copy queued on
+// the same stream inside the group still sees the buffer before the all-reduce.
+static void group_calls(ncclComm_t comm) {
+    const size_t n = 9, per = 3;
+    float *x, *seen, *g;
+    CUDA_CHECK(cudaMalloc(&x, n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&seen, n * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&g, per * nranks * sizeof(float)));
+    std::vector<double> mine(n), sum(n, 0.0), part(per);
+    for (size_t i = 0; i < n; i++) {
+        mine[i] = value(rank_, i);
+        for (int r = 0; r < nranks; r++) sum[i] += value(r, i);
+    }
+    for (size_t i = 0; i < per; i++) part[i] = value(rank_, i);
+    put(x, F32, mine);
+    put(g + rank_ * per, F32, part);
+    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(ncclAllReduce(x, x, n, ncclFloat32, ncclSum, comm, 0));
+    CUDA_CHECK(cudaMemcpyAsync(seen, x, n * sizeof(float), cudaMemcpyDeviceToDevice, 0));
+    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(ncclAllGather(g + rank_ * per, g, per, ncclFloat32, comm, 0));
+    NCCL_CHECK(ncclGroupEnd());
+    NCCL_CHECK(ncclGroupEnd());
+    std::vector<double> got_x = get(x, F32, n), got_seen = get(seen, F32, n), got_g = get(g, F32, per * nranks);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad += (got_x[i] != sum[i]) + (got_seen[i] != mine[i]);
+    for (size_t i = 0; i < per * nranks; i++) bad += got_g[i] != value((int)(i / per), i % per);
+    EXPECT(bad == 0, "rank %d group calls: %d wrong", rank_, bad);
+    cudaFree(x);
+    cudaFree(seen);
+    cudaFree(g);
+}
+
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -194,11 +227,7 @@ int main(int argc, char** argv) {
         }
     for (int root = 0; root < nranks; root++) broadcast(comm, root, 33);
 
-    // group calls around two collectives
-    NCCL_CHECK(ncclGroupStart());
-    all_reduce(comm, F32, ncclSum, 9, false);
-    all_gather(comm, F32, 3, false);
-    NCCL_CHECK(ncclGroupEnd());
+    group_calls(comm);
 
     // split into even and odd ranks; the last rank opts out when there are 3 or more
     bool opt_out = nranks >= 3 && rank_ == nranks - 1;
