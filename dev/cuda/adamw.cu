@@ -60,14 +60,10 @@ static void run(size_t per) {
         results[version - 1][2] = to_host_f(d_v, n);
         results[version - 1][3] = d_master ? to_host_f(d_master, n) : to_host_x(d_p, n);
         char what[96];
-        snprintf(what, sizeof(what), "v%d adamw m", version);
-        report(what, results[version - 1][1], wm, n);
-        snprintf(what, sizeof(what), "v%d adamw v", version);
-        report(what, results[version - 1][2], wv, n);
-        snprintf(what, sizeof(what), "v%d adamw master weights", version);
-        report(what, results[version - 1][3], wp, n);
-        snprintf(what, sizeof(what), "v%d adamw params (floatX)", version);
-        report(what, results[version - 1][0], wp, n);
+        report_v(version, "adamw m", results[version - 1][1], wm, n);
+        report_v(version, "adamw v", results[version - 1][2], wv, n);
+        report_v(version, "adamw master weights", results[version - 1][3], wp, n);
+        report_v(version, "adamw params (floatX)", results[version - 1][0], wp, n);
         snprintf(what, sizeof(what), "v%d adamw, %d tensors", version, TENSORS);
         double bytes = (double)n * (2 * sizeof(floatX) + 16 + (d_master ? 8 : 0));
         time_it(what, launch, bytes);

@@ -14,10 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../llmc/utils.h"
-#include "../../llmc/rng.h"
-#include "../../llmc/gpt2_model.h"
-#include "../../llmc/cuda_common.cuh"
+#include "common.cuh"
 #include "../../llmc/attention.cuh"
 
 // Tolerances on max |got - ref| / max(max |ref|, 0.01) per tensor. BF16: the outputs are rounded to bf16
@@ -122,19 +119,6 @@ static floatX* to_device(const float* x, size_t n) {
     return d;
 }
 
-static float* to_host(const floatX* d, size_t n) {
-    float* x = (float*)malloc_check(n * sizeof(float));
-    if (sizeof(floatX) == 4) {
-        cudaCheck(cudaMemcpy(x, d, n * sizeof(float), cudaMemcpyDeviceToHost));
-        return x;
-    }
-    uint16_t* tmp = (uint16_t*)malloc_check(n * sizeof(uint16_t));
-    cudaCheck(cudaMemcpy(tmp, d, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++) { x[i] = bf16_to_float(tmp[i]); }
-    free(tmp);
-    return x;
-}
-
 // max |got - ref| / max |ref| over n values (elements i with i % period in [lo, hi)); NaN counts as
 // infinite. The scale is at least 0.01: at T = 1, dq and dk are exactly zero.
 static double rel_error(const float* got, const double* ref, size_t n, size_t period, size_t lo, size_t hi) {
@@ -195,7 +179,7 @@ static void check_case(const Version* v, int B, int T, int NH, int hs, float a) 
     cudaCheck(cudaMemset(d_dqkv, 0xff, nqkv * sizeof(floatX)));
     v->forward(d_out, d_lse, d_qkv, B, T, C, NH);
     v->backward(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
-    float *g_out = to_host(d_out, nout), *g_dqkv = to_host(d_dqkv, nqkv);
+    float *g_out = to_host_x(d_out, nout), *g_dqkv = to_host_x(d_dqkv, nqkv);
     float* g_lse = (float*)malloc_check(nlse * sizeof(float));
     cudaCheck(cudaMemcpy(g_lse, d_lse, nlse * sizeof(float), cudaMemcpyDeviceToHost));
     double lse_err = 0.0;
@@ -214,7 +198,7 @@ static void check_case(const Version* v, int B, int T, int NH, int hs, float a) 
     // determinism: the same backward again, into a NaN-filled buffer, must give the same bits
     cudaCheck(cudaMemset(d_dqkv, 0xff, nqkv * sizeof(floatX)));
     v->backward(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
-    float* again = to_host(d_dqkv, nqkv);
+    float* again = to_host_x(d_dqkv, nqkv);
     size_t diffs = 0;
     for (size_t i = 0; i < nqkv; i++) { diffs += memcmp(&again[i], &g_dqkv[i], sizeof(float)) != 0; }
     report("  rerun dqkv bits differ (count)", v->name, (double)diffs, 0.0);

@@ -64,10 +64,8 @@ static void run(int N, int V, int Vp) {
         launch();
         float *g = to_host_x(d_x, n), *gl = to_host_f(d_losses, N);
         char what[96];
-        snprintf(what, sizeof(what), "v%d fused_classifier losses", version);
-        report(what, gl, losses, N);
-        snprintf(what, sizeof(what), "v%d fused_classifier dlogits", version);
-        report(what, g, want, n);
+        report_v(version, "fused_classifier losses", gl, losses, N);
+        report_v(version, "fused_classifier dlogits", g, want, n);
         snprintf(what, sizeof(what), "v%d fused classifier (dlogits in place)", version);
         time_it(what, launch, 2.0 * n * sizeof(floatX)); // reruns on dlogits: same traffic, for timing only
         free(g); free(gl);

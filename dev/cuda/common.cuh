@@ -83,6 +83,13 @@ static void report(const char* what, const float* got, const float* want, size_t
     if (!ok) { dev_failures++; }
 }
 
+// report() under the name "vVERSION WHAT".
+static void report_v(int version, const char* what, const float* got, const float* want, size_t n) {
+    char name[160];
+    snprintf(name, sizeof(name), "v%d %s", version, what);
+    report(name, got, want, n);
+}
+
 // 1 on a real GPU; under the emulator or without a device, says so once and returns 0.
 static int gpu_present(void) {
 #ifdef EMU_CUDA

@@ -72,8 +72,7 @@ static void run(int B, int T, int C, int V) {
         };
         fwd();
         float* g = to_host_x(d_out, (size_t)BT * C);
-        snprintf(what, sizeof(what), "v%d encoder_forward", version);
-        report(what, g, out, (size_t)BT * C);
+        report_v(version, "encoder_forward", g, out, (size_t)BT * C);
         time_it(what, fwd, 3.0 * BT * C * sizeof(floatX));
         cudaCheck(cudaMemset(d_dwte, 0, (size_t)V * C * sizeof(floatX)));
         cudaCheck(cudaMemset(d_dwpe, 0, (size_t)T * C * sizeof(floatX)));
@@ -85,10 +84,8 @@ static void run(int B, int T, int C, int V) {
             encoder_backward(d_dwte, d_dwpe, &buckets, d_dout, NULL, B, T, C);
         }
         float *gw = to_host_x(d_dwte, (size_t)V * C), *gp = to_host_x(d_dwpe, (size_t)T * C);
-        snprintf(what, sizeof(what), "v%d encoder_backward dwte", version);
-        report(what, gw, dwte, (size_t)V * C);
-        snprintf(what, sizeof(what), "v%d encoder_backward dwpe", version);
-        report(what, gp, dwpe, (size_t)T * C);
+        report_v(version, "encoder_backward dwte", gw, dwte, (size_t)V * C);
+        report_v(version, "encoder_backward dwpe", gp, dwpe, (size_t)T * C);
         if (version == 2) { // the backward alone (buckets prepared once), accumulating: timing only
             snprintf(what, sizeof(what), "v2 encoder_backward (kernels)");
             time_it(what, [&]() { encoder_backward(d_dwte, d_dwpe, &buckets, d_dout, NULL, B, T, C); },

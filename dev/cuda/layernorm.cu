@@ -128,10 +128,8 @@ static void run(int N, int C) {
         fwd();
         char what[96];
         float *g_out = to_host_x(d_out, n), *g_mean = to_host_f(d_mean, N);
-        snprintf(what, sizeof(what), "v%d residual_layernorm_forward out", version);
-        report(what, g_out, out, n);
-        snprintf(what, sizeof(what), "v%d residual_layernorm_forward mean", version);
-        report(what, g_mean, mean, N);
+        report_v(version, "residual_layernorm_forward out", g_out, out, n);
+        report_v(version, "residual_layernorm_forward mean", g_mean, mean, N);
         snprintf(what, sizeof(what), "v%d forward", version);
         time_it(what, fwd, (4.0 * n) * sizeof(floatX));
         // backward from the reference's saved statistics (so both versions see the same input)
@@ -153,12 +151,9 @@ static void run(int N, int C) {
         };
         bwd();
         float *g_dinp = to_host_x(d_dinp, n), *g_dw = to_host_x(d_dw, C), *g_db = to_host_x(d_db, C);
-        snprintf(what, sizeof(what), "v%d layernorm_backward dinp", version);
-        report(what, g_dinp, dinp, n);
-        snprintf(what, sizeof(what), "v%d layernorm_backward dweight", version);
-        report(what, g_dw, dw, C);
-        snprintf(what, sizeof(what), "v%d layernorm_backward dbias", version);
-        report(what, g_db, db, C);
+        report_v(version, "layernorm_backward dinp", g_dinp, dinp, n);
+        report_v(version, "layernorm_backward dweight", g_dw, dw, C);
+        report_v(version, "layernorm_backward dbias", g_db, db, C);
         snprintf(what, sizeof(what), "v%d backward", version);
         time_it(what, bwd, (4.0 * n) * sizeof(floatX)); // dout, x, dinp read + dinp written
         free(g_out); free(g_mean); free(dinp); free(dw); free(db); free(g_dinp); free(g_dw); free(g_db);

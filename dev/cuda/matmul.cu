@@ -90,10 +90,8 @@ static void run(int N, int C, int OC) {
         };
         fwd();
         float *g_y = to_host_x(d_y, no), *g_pre = to_host_x(d_pre, no);
-        snprintf(what, sizeof(what), "v%d matmul + bias + GELU: out", version);
-        report(what, g_y, act, no);
-        snprintf(what, sizeof(what), "v%d matmul + bias + GELU: pre-activation", version);
-        report(what, g_pre, pre, no);
+        report_v(version, "matmul + bias + GELU: out", g_y, act, no);
+        report_v(version, "matmul + bias + GELU: pre-activation", g_pre, pre, no);
         snprintf(what, sizeof(what), "v%d forward (bias, GELU)", version);
         time_it(what, fwd, (double)(ni + (size_t)OC * C + 2 * no) * sizeof(floatX), flops);
         auto bwd = [&]() {
@@ -106,8 +104,7 @@ static void run(int N, int C, int OC) {
         };
         bwd();
         float* g_dx = to_host_x(d_dx, ni);
-        snprintf(what, sizeof(what), "v%d backward dinp * GELU'(pre)", version);
-        report(what, g_dx, dx, ni);
+        report_v(version, "backward dinp * GELU'(pre)", g_dx, dx, ni);
         snprintf(what, sizeof(what), "v%d backward dinp (dGELU)", version);
         time_it(what, bwd, (double)(2 * ni + (size_t)OC * C + no) * sizeof(floatX), flops);
         cudaCheck(cudaMemset(d_db, 0, OC * sizeof(floatX)));
@@ -117,8 +114,7 @@ static void run(int N, int C, int OC) {
             bias_backward(d_db, d_partial, d_dy, N, OC);
         }
         float* g_db = to_host_x(d_db, OC);
-        snprintf(what, sizeof(what), "v%d bias gradient (column sums)", version);
-        report(what, g_db, db, OC);
+        report_v(version, "bias gradient (column sums)", g_db, db, OC);
         free(g_y); free(g_pre); free(g_dx); free(g_db);
     }
     free(x); free(w); free(b); free(dy); free(pre); free(act); free(dx); free(db);

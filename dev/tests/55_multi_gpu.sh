@@ -57,35 +57,35 @@ check multi_gpu_checked_build bash -c "make -s -f dev/gpu.mk build/gpu/train_gpt
     make -s train_gpt2cpu"
 check multi_gpu_checked_fp32_bf16_1_2_ranks multi_gpu_checked
 
-# The test of that test: without the cudaStreamWaitEvent that orders the communication stream after
-# the gradients (ZeRO 2), --check must report the reduce-scatter reading what a kernel on stream 0 wrote.
-multi_gpu_checked_stream_mutant() {
-    local d=build/multi_gpu/checked_mutant
+# A checked 2-rank run of train_gpt2.cu with one line replaced by a comment (checked_mutant DIR
+# SED_PATTERN ZERO_STAGE): it must fail with a --check report of unordered stream operations,
+# which goes to DIR/report.txt.
+checked_mutant() {
+    local d=$1 pattern=$2 stage=$3
     rm -rf $d && mkdir -p $d && cp -r train_gpt2.cu llmc $d/ || return 1
-    sed -i 's/    cudaCheck(cudaStreamWaitEvent(cs, dp->grads_ready, 0));/    \/\/ mutant: no wait/' $d/train_gpt2.cu
+    sed -i "s/$pattern/    \/\/ mutant: no wait/" $d/train_gpt2.cu
     grep -q "mutant: no wait" $d/train_gpt2.cu || { echo "the mutation did not apply"; return 1; }
     dev/cuda_emu/emucc --check -O1 -DENABLE_FP32 -o $d/train_mutant $d/train_gpt2.cu -lnccl || return 1
     if mpirun --allow-run-as-root --oversubscribe -np 2 $d/train_mutant -e d2 -V 257 -sl 64 -i data/kjv/kjv_train.bin \
-        -j '' -b 2 -t 32 -d 256 -x 2 -l 1e-3 -s 0 -sf 1 -z 2 -o $d/out > $d/out.txt 2>&1; then
+        -j '' -b 2 -t 32 -d 256 -x 2 -l 1e-3 -s 0 -sf 1 -z $stage -o $d/out > $d/out.txt 2>&1; then
         echo "the missing wait passed"; return 1
     fi
-    grep -m1 -A3 "cuda_emu --check: unordered stream operations" $d/out.txt
+    grep -m1 -A3 "cuda_emu --check: unordered stream operations" $d/out.txt | tee $d/report.txt
+    [ -s $d/report.txt ]
+}
+
+# The test of that test: without the cudaStreamWaitEvent that orders the communication stream after
+# the gradients (ZeRO 2), --check must report the reduce-scatter reading what a kernel on stream 0 wrote.
+multi_gpu_checked_stream_mutant() {
+    checked_mutant build/multi_gpu/checked_mutant '    cudaCheck(cudaStreamWaitEvent(cs, dp->grads_ready, 0));' 2
 }
 check multi_gpu_checked_detects_missing_stream_wait multi_gpu_checked_stream_mutant
 
 # The same for the ZeRO parameter all-gathers (comm_stream, one event per layer): a forward that does
 # not wait for a layer's event must be reported by --check as reading what the all-gather writes.
 multi_gpu_checked_allgather_mutant() {
-    local d=build/multi_gpu/checked_allgather_mutant
-    rm -rf $d && mkdir -p $d && cp -r train_gpt2.cu llmc $d/ || return 1
-    sed -i 's/    if (dp->zero_stage != 0) { cudaCheck(cudaStreamWaitEvent(0, dp->params_ready\[layer + 1\], 0)); }/    \/\/ mutant: no wait/' $d/train_gpt2.cu
-    grep -q "mutant: no wait" $d/train_gpt2.cu || { echo "the mutation did not apply"; return 1; }
-    dev/cuda_emu/emucc --check -O1 -DENABLE_FP32 -o $d/train_mutant $d/train_gpt2.cu -lnccl || return 1
-    if mpirun --allow-run-as-root --oversubscribe -np 2 $d/train_mutant -e d2 -V 257 -sl 64 -i data/kjv/kjv_train.bin \
-        -j '' -b 2 -t 32 -d 256 -x 2 -l 1e-3 -s 0 -sf 1 -z 1 -o $d/out > $d/out.txt 2>&1; then
-        echo "the missing wait passed"; return 1
-    fi
-    grep -m1 -A3 "cuda_emu --check: unordered stream operations" $d/out.txt | tee $d/report.txt
-    grep -q "write by ncclAllGather" $d/report.txt
+    checked_mutant build/multi_gpu/checked_allgather_mutant \
+        '    if (dp->zero_stage != 0) { cudaCheck(cudaStreamWaitEvent(0, dp->params_ready\[layer + 1\], 0)); }' 1 &&
+        grep -q "write by ncclAllGather" build/multi_gpu/checked_allgather_mutant/report.txt
 }
 check multi_gpu_checked_detects_missing_allgather_wait multi_gpu_checked_allgather_mutant
