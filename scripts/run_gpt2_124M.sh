@@ -8,12 +8,6 @@
 #   (from build/gpu/gpu_memory_bf16 d12 50257 1024 64 1024 8 8 1 1 1: the same closed forms and
 #   buffer sizes the trainer prints; this script has not been run on GPUs, see README). NCCL and
 #   cuBLASLt workspaces come on top.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-GPUS=${GPUS:-8}
-make -s train_gpt2 PRECISION=BF16
-mpirun -np "$GPUS" --bind-to none ./train_gpt2 \
-    -i "data/fineweb10B/fineweb_train_*.bin" -j "data/fineweb10B/fineweb_val_*.bin" \
-    -tk data/gpt2_tokenizer.bin -e d12 -b 64 -t 1024 -d 524288 \
-    -x 18865 -l 6e-4 -u 700 -q 0.0 -c 0.1 -v 250 -m 20 -s 20000 -g 144 \
-    -z 1 -r 1 -w 1 -n 5000 -o log_gpt2_124M "$@"
+source "$(dirname "$0")/fineweb_node.sh"
+train_fineweb -e d12 -b 64 -t 1024 -d 524288 -x 18865 -l 6e-4 -u 700 -q 0.0 -c 0.1 -v 250 -m 20 \
+    -s 20000 -g 144 -z 1 -r 1 -w 1 -n 5000 -o log_gpt2_124M "$@"

@@ -9,12 +9,6 @@
 #   (from build/gpu/gpu_memory_bf16 d48 50257 1024 32 1024 8 8 1 2 1: the same closed forms and
 #   buffer sizes the trainer prints; this script has not been run on GPUs, see README). NCCL and
 #   cuBLASLt workspaces come on top.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-GPUS=${GPUS:-8}
-make -s train_gpt2 PRECISION=BF16
-mpirun -np "$GPUS" --bind-to none ./train_gpt2 \
-    -i "data/fineweb10B/fineweb_train_*.bin" -j "data/fineweb10B/fineweb_val_*.bin" \
-    -tk data/gpt2_tokenizer.bin -e d48 -b 32 -t 1024 -d 524288 \
-    -x 18865 -l 2e-4 -u 700 -q 0.0 -c 0.1 -v 250 -m 20 -s 20000 -g 144 \
-    -z 1 -r 2 -w 1 -n 2000 -o log_gpt2_1558M "$@"
+source "$(dirname "$0")/fineweb_node.sh"
+train_fineweb -e d48 -b 32 -t 1024 -d 524288 -x 18865 -l 2e-4 -u 700 -q 0.0 -c 0.1 -v 250 -m 20 \
+    -s 20000 -g 144 -z 1 -r 2 -w 1 -n 2000 -o log_gpt2_1558M "$@"
