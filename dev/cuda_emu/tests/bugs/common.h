@@ -16,3 +16,26 @@ static inline int expect_equal(const float* got, const float* want, int n, const
     printf("%s: ok\n", what);
     return 0;
 }
+// a device copy of n host floats
+static inline float* device_copy(const float* h, int n) {
+    float* d;
+    CK(cudaMalloc(&d, n * sizeof(float)));
+    CK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
+// n floats of device memory filled with NaN (an element the kernel does not write fails the check)
+static inline float* device_nan(int n) {
+    float* d;
+    CK(cudaMalloc(&d, n * sizeof(float)));
+    CK(cudaMemset(d, 0xff, n * sizeof(float)));
+    return d;
+}
+// after a launch: its error, then the n floats at d against want (expect_equal's exit status)
+static inline int expect_device(const float* d, const float* want, int n, const char* what) {
+    CK(cudaGetLastError());
+    float* got = (float*)malloc(n * sizeof(float));
+    CK(cudaMemcpy(got, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    int rc = expect_equal(got, want, n, what);
+    free(got);
+    return rc;
+}

@@ -11,14 +11,11 @@ __global__ void shift(const float* in, float* out) {
     out[t] = t > 0 ? s[t - 1] : 0.0f;
 }
 int main() {
-    float h[256], want[256], got[256], *din, *dout;
+    float h[256], want[256];
     for (int i = 0; i < 256; i++) h[i] = (float)i;
     for (int i = 0; i < 256; i++) want[i] = i > 0 ? 2.0f * (i - 1) : 0.0f;
-    CK(cudaMalloc(&din, sizeof(h)));
-    CK(cudaMalloc(&dout, sizeof(h)));
-    CK(cudaMemcpy(din, h, sizeof(h), cudaMemcpyHostToDevice));
+    float* din = device_copy(h, 256);
+    float* dout = device_nan(256);
     shift<<<1, 256>>>(din, dout);
-    CK(cudaGetLastError());
-    CK(cudaMemcpy(got, dout, sizeof(h), cudaMemcpyDeviceToHost));
-    return expect_equal(got, want, 256, "shift");
+    return expect_device(dout, want, 256, "shift");
 }

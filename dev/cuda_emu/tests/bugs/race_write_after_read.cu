@@ -16,14 +16,11 @@ __global__ void shift_down(const float* in, float* out) {
     out[t] = s[t];
 }
 int main() {
-    float h[128], want[128], got[128], *din, *dout;
+    float h[128], want[128];
     for (int i = 0; i < 128; i++) h[i] = (float)(3 * i + 1);
     for (int i = 0; i < 128; i++) want[i] = i + 1 < 128 ? h[i + 1] : h[i];
-    CK(cudaMalloc(&din, sizeof(h)));
-    CK(cudaMalloc(&dout, sizeof(h)));
-    CK(cudaMemcpy(din, h, sizeof(h), cudaMemcpyHostToDevice));
+    float* din = device_copy(h, 128);
+    float* dout = device_nan(128);
     shift_down<<<1, 128>>>(din, dout);
-    CK(cudaGetLastError());
-    CK(cudaMemcpy(got, dout, sizeof(h), cudaMemcpyDeviceToHost));
-    return expect_equal(got, want, 128, "shift_down");
+    return expect_device(dout, want, 128, "shift_down");
 }

@@ -13,14 +13,10 @@ __global__ void reverse(const float* in, float* out) {
     for (int i = threadIdx.x; i < TILE; i += blockDim.x) out[i] = tile[TILE - 1 - i];
 }
 int main() {
-    static float h[TILE], want[TILE], got[TILE];
-    float *din, *dout;
+    static float h[TILE], want[TILE];
     for (int i = 0; i < TILE; i++) { h[i] = (float)i; want[i] = (float)(TILE - 1 - i); }
-    CK(cudaMalloc(&din, sizeof(h)));
-    CK(cudaMalloc(&dout, sizeof(h)));
-    CK(cudaMemcpy(din, h, sizeof(h), cudaMemcpyHostToDevice));
+    float* din = device_copy(h, TILE);
+    float* dout = device_nan(TILE);
     reverse<<<1, 256>>>(din, dout);
-    CK(cudaGetLastError());
-    CK(cudaMemcpy(got, dout, sizeof(got), cudaMemcpyDeviceToHost));
-    return expect_equal(got, want, TILE, "reverse");
+    return expect_device(dout, want, TILE, "reverse");
 }
