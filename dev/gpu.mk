@@ -94,13 +94,13 @@ build/gpu/attention_emu_check: dev/cuda/attention.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) --check $(GPU_EMUCC_FLAGS) -o $@ dev/cuda/attention.cu
 # the kernel tests through the emulator, plain and under AddressSanitizer
-build/gpu/test_kernels_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES) $(GPU_EMU_DEPS)
+build/gpu/test_kernels_emu: $(GPU_KERNEL_TESTS) dev/cuda/copies.cuh $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -DENABLE_FP32 -o $@ dev/gpu_kernels/test_kernels.cu
 build/gpu/test_bf16_emu: $(GPU_KERNEL_TESTS) $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -o $@ dev/gpu_kernels/test_bf16.cu
-build/gpu/test_kernels_asan: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
+build/gpu/test_kernels_asan: $(GPU_KERNEL_TESTS) dev/cuda/copies.cuh $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $@ dev/gpu_kernels/test_kernels.cu
 
@@ -108,7 +108,7 @@ build/gpu/test_kernels_asan: $(GPU_KERNEL_TESTS) $(GPU_SOURCES)
 build/gpu/dev_cuda_adamw: dev/cuda/adamw.cu dev/cuda/common.cuh $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ $<
-build/gpu/dev_cuda_%: dev/cuda/%.cu dev/cuda/common.cuh $(GPU_SOURCES)
+build/gpu/dev_cuda_%: dev/cuda/%.cu dev/cuda/common.cuh dev/cuda/copies.cuh $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ $<
 dev-cuda-emu: $(DEV_CUDA_EMU)

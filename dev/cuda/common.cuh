@@ -11,6 +11,7 @@
 #include "../../llmc/rng.h"
 #include "../../llmc/gpt2_model.h" // float_to_bf16, bf16_to_float
 #include "../../llmc/cuda_common.cuh"
+#include "copies.cuh"
 
 static Rng dev_rng;
 static int dev_failures = 0;
@@ -18,48 +19,6 @@ static int dev_failures = 0;
 static float* host_random(size_t n, float scale) {
     float* x = (float*)malloc_check(n * sizeof(float));
     for (size_t i = 0; i < n; i++) { x[i] = (rng_uniform(&dev_rng) * 2.0f - 1.0f) * scale; }
-    return x;
-}
-
-// floatX device copy of n host floats (rounded to nearest in BF16); the host copy is rounded too,
-// so the CPU reference sees exactly the device's inputs.
-static floatX* to_device_x(float* x, size_t n) {
-    floatX* d;
-    cudaCheck(cudaMalloc((void**)&d, n * sizeof(floatX)));
-    if (sizeof(floatX) == sizeof(float)) {
-        cudaCheck(cudaMemcpy(d, x, n * sizeof(float), cudaMemcpyHostToDevice));
-        return d;
-    }
-    uint16_t* t = (uint16_t*)malloc_check(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) { t[i] = float_to_bf16(x[i]); x[i] = bf16_to_float(t[i]); }
-    cudaCheck(cudaMemcpy(d, t, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    free(t);
-    return d;
-}
-
-static float* to_host_x(const floatX* d, size_t n) {
-    float* x = (float*)malloc_check(n * sizeof(float));
-    if (sizeof(floatX) == sizeof(float)) {
-        cudaCheck(cudaMemcpy(x, d, n * sizeof(float), cudaMemcpyDeviceToHost));
-        return x;
-    }
-    uint16_t* t = (uint16_t*)malloc_check(n * sizeof(uint16_t));
-    cudaCheck(cudaMemcpy(t, d, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++) { x[i] = bf16_to_float(t[i]); }
-    free(t);
-    return x;
-}
-
-static float* to_device_f(const float* x, size_t n) {
-    float* d;
-    cudaCheck(cudaMalloc((void**)&d, n * sizeof(float)));
-    cudaCheck(cudaMemcpy(d, x, n * sizeof(float), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static float* to_host_f(const float* d, size_t n) {
-    float* x = (float*)malloc_check(n * sizeof(float));
-    cudaCheck(cudaMemcpy(x, d, n * sizeof(float), cudaMemcpyDeviceToHost));
     return x;
 }
 
@@ -71,13 +30,7 @@ static float* to_host_f(const float* d, size_t n) {
 #endif
 
 static void report(const char* what, const float* got, const float* want, size_t n) {
-    float err = 0.0f, scale = 1.0f;
-    for (size_t i = 0; i < n; i++) {
-        float d = fabsf(got[i] - want[i]);
-        if (!(d <= err)) { err = d; }
-        if (fabsf(want[i]) > scale) { scale = fabsf(want[i]); }
-    }
-    err /= scale;
+    float err = rel_max_error(got, want, n);
     int ok = err <= DEV_TOL;
     printf("%-4s %-44s n %-8zu error %.2e (tolerance %.0e)\n", ok ? "ok" : "FAIL", what, n, err, DEV_TOL);
     if (!ok) { dev_failures++; }

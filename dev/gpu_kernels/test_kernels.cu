@@ -17,6 +17,7 @@
 #include "../../llmc/classifier.cuh"
 #include "../../llmc/matmul.cuh"
 #include "../../llmc/adamw.cuh"
+#include "../cuda/copies.cuh"
 
 #ifndef ENABLE_FP32
 #error "the kernel tests compare fp32 kernels: build with -DENABLE_FP32"
@@ -187,13 +188,7 @@ static int failures = 0;
 static Rng rng;
 
 static void report(const char* what, const float* got, const float* want, size_t n) {
-    float err = 0.0f, scale = 1.0f;
-    for (size_t i = 0; i < n; i++) {
-        float d = fabsf(got[i] - want[i]);
-        if (!(d <= err)) { err = d; }
-        if (fabsf(want[i]) > scale) { scale = fabsf(want[i]); }
-    }
-    err /= scale;
+    float err = rel_max_error(got, want, n);
     int ok = err <= TOL;
     printf("%-4s %-34s n %-7zu error %.3e (tolerance %.0e)\n", ok ? "ok" : "FAIL", what, n, err, TOL);
     if (!ok) { failures++; }
@@ -205,26 +200,6 @@ static float* host_random(size_t n, float scale) {
     return x;
 }
 
-static float* to_device(const float* x, size_t n) {
-    float* d;
-    cudaCheck(cudaMalloc((void**)&d, n * sizeof(float)));
-    cudaCheck(cudaMemcpy(d, x, n * sizeof(float), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static int* to_device_int(const int* x, size_t n) {
-    int* d;
-    cudaCheck(cudaMalloc((void**)&d, n * sizeof(int)));
-    cudaCheck(cudaMemcpy(d, x, n * sizeof(int), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static float* to_host(const float* d, size_t n) {
-    float* x = (float*)malloc_check(n * sizeof(float));
-    cudaCheck(cudaMemcpy(x, d, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return x;
-}
-
 static void test_encoder(int B, int T, int C, int V) {
     size_t BT = (size_t)B * T;
     int* tokens = (int*)malloc_check(BT * sizeof(int));
@@ -232,23 +207,23 @@ static void test_encoder(int B, int T, int C, int V) {
     float *wte = host_random((size_t)V * C, 1.0f), *wpe = host_random((size_t)T * C, 1.0f);
     float* out = (float*)calloc_check(BT * C, sizeof(float));
     cpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
-    float *d_wte = to_device(wte, (size_t)V * C), *d_wpe = to_device(wpe, (size_t)T * C);
-    float* d_out = to_device(out, BT * C);
-    int* d_tok = to_device_int(tokens, BT);
+    float *d_wte = to_device_f(wte, (size_t)V * C), *d_wpe = to_device_f(wpe, (size_t)T * C);
+    float* d_out = to_device_f(out, BT * C);
+    int* d_tok = to_device_copy(tokens, BT);
     cudaCheck(cudaMemset(d_out, 0, BT * C * sizeof(float)));
     encoder_forward(d_out, d_tok, d_wte, d_wpe, B, T, C);
-    float* got = to_host(d_out, BT * C);
+    float* got = to_host_f(d_out, BT * C);
     report("encoder_forward", got, out, BT * C);
     // backward accumulates into existing gradients
     float* dout = host_random(BT * C, 1.0f);
     float *dwte = host_random((size_t)V * C, 0.1f), *dwpe = host_random((size_t)T * C, 0.1f);
-    float *d_dwte = to_device(dwte, (size_t)V * C), *d_dwpe = to_device(dwpe, (size_t)T * C);
-    float* d_dout = to_device(dout, BT * C);
+    float *d_dwte = to_device_f(dwte, (size_t)V * C), *d_dwpe = to_device_f(dwpe, (size_t)T * C);
+    float* d_dout = to_device_f(dout, BT * C);
     cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
     EncoderBuckets buckets;
     encoder_buckets_init(&buckets, (int)BT, V);
     encoder_backward(d_dwte, d_dwpe, &buckets, d_dout, tokens, B, T, C);
-    float *got_wte = to_host(d_dwte, (size_t)V * C), *got_wpe = to_host(d_dwpe, (size_t)T * C);
+    float *got_wte = to_host_f(d_dwte, (size_t)V * C), *got_wpe = to_host_f(d_dwpe, (size_t)T * C);
     report("encoder_backward dwte", got_wte, dwte, (size_t)V * C);
     report("encoder_backward dwpe", got_wpe, dwpe, (size_t)T * C);
     encoder_buckets_free(&buckets);
@@ -267,10 +242,10 @@ static void test_layernorm(int N, int C) {
     float *out = (float*)malloc_check(n * sizeof(float)), *mean = (float*)malloc_check(N * sizeof(float));
     float* rstd = (float*)malloc_check(N * sizeof(float));
     cpu::layernorm_forward(out, mean, rstd, res, w, bias, N, C);
-    float *d_a = to_device(a, n), *d_b = to_device(b, n), *d_w = to_device(w, C), *d_bias = to_device(bias, C);
-    float *d_res = to_device(a, n), *d_out = to_device(a, n), *d_mean = to_device(mean, N), *d_rstd = to_device(rstd, N);
+    float *d_a = to_device_f(a, n), *d_b = to_device_f(b, n), *d_w = to_device_f(w, C), *d_bias = to_device_f(bias, C);
+    float *d_res = to_device_f(a, n), *d_out = to_device_f(a, n), *d_mean = to_device_f(mean, N), *d_rstd = to_device_f(rstd, N);
     residual_layernorm_forward(d_out, d_mean, d_rstd, d_res, d_a, d_b, d_w, d_bias, N, C);
-    float *g_out = to_host(d_out, n), *g_res = to_host(d_res, n), *g_mean = to_host(d_mean, N), *g_rstd = to_host(d_rstd, N);
+    float *g_out = to_host_f(d_out, n), *g_res = to_host_f(d_res, n), *g_mean = to_host_f(d_mean, N), *g_rstd = to_host_f(d_rstd, N);
     report("residual_layernorm_forward res", g_res, res, n);
     report("residual_layernorm_forward out", g_out, out, n);
     report("residual_layernorm_forward mean", g_mean, mean, N);
@@ -279,16 +254,16 @@ static void test_layernorm(int N, int C) {
     cudaCheck(cudaMemset(d_out, 0, n * sizeof(float)));
     residual_layernorm_forward(d_out, d_mean, d_rstd, NULL, d_res, NULL, d_w, d_bias, N, C);
     free(g_out);
-    g_out = to_host(d_out, n);
+    g_out = to_host_f(d_out, n);
     report("layernorm_forward out", g_out, out, n);
     // backward, accumulating into dinp, dweight, dbias
     float *dout = host_random(n, 1.0f), *dinp = host_random(n, 0.1f), *dw = host_random(C, 0.1f), *db = host_random(C, 0.1f);
-    float *d_dout = to_device(dout, n), *d_dinp = to_device(dinp, n), *d_dw = to_device(dw, C), *d_db = to_device(db, C);
+    float *d_dout = to_device_f(dout, n), *d_dinp = to_device_f(dinp, n), *d_dw = to_device_f(dw, C), *d_db = to_device_f(db, C);
     float* d_partial;
     cudaCheck(cudaMalloc((void**)&d_partial, 2 * (size_t)colsum_chunks(N) * C * sizeof(float)));
     cpu::layernorm_backward(dinp, dw, db, dout, res, w, mean, rstd, N, C);
     layernorm_backward(d_dinp, d_dw, d_db, d_partial, d_dout, d_res, d_w, d_mean, d_rstd, N, C);
-    float *g_dinp = to_host(d_dinp, n), *g_dw = to_host(d_dw, C), *g_db = to_host(d_db, C);
+    float *g_dinp = to_host_f(d_dinp, n), *g_dw = to_host_f(d_dw, C), *g_db = to_host_f(d_db, C);
     report("layernorm_backward dinp", g_dinp, dinp, n);
     report("layernorm_backward dweight", g_dw, dw, C);
     report("layernorm_backward dbias", g_db, db, C);
@@ -301,9 +276,9 @@ static void test_layernorm(int N, int C) {
 static void test_gelu(size_t n) {
     float *x = host_random(n, 4.0f), *want = (float*)malloc_check(n * sizeof(float));
     for (size_t i = 0; i < n; i++) { want[i] = (float)cpu::gelu(x[i]); }
-    float *d_x = to_device(x, n), *d_y = to_device(x, n);
+    float *d_x = to_device_f(x, n), *d_y = to_device_f(x, n);
     gelu_forward(d_y, d_x, n);
-    float* got = to_host(d_y, n);
+    float* got = to_host_f(d_y, n);
     report("gelu_forward", got, want, n);
     free(x); free(want); free(got);
     cudaFree(d_x); cudaFree(d_y);
@@ -316,18 +291,18 @@ static void test_attention(int B, int T, int C, int NH) {
     float* qkv = host_random(BT * 3 * C, 1.0f);
     float *out = (float*)calloc_check(BT * C, sizeof(float)), *att = (float*)calloc_check(natt, sizeof(float));
     cpu::attention_forward(out, att, qkv, B, T, C, NH);
-    float *d_qkv = to_device(qkv, BT * 3 * C), *d_out = to_device(out, BT * C), *d_lse = to_device(qkv, nlse);
+    float *d_qkv = to_device_f(qkv, BT * 3 * C), *d_out = to_device_f(out, BT * C), *d_lse = to_device_f(qkv, nlse);
     cudaCheck(cudaMemset(d_out, 0, BT * C * sizeof(float)));
     attention_forward(d_out, d_lse, d_qkv, B, T, C, NH);
-    float* g_out = to_host(d_out, BT * C);
+    float* g_out = to_host_f(d_out, BT * C);
     report("attention_forward out", g_out, out, BT * C);
     float* dout = host_random(BT * C, 1.0f);
     float* dqkv = (float*)calloc_check(BT * 3 * C, sizeof(float));
     cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
-    float *d_dout = to_device(dout, BT * C), *d_dqkv = to_device(dqkv, BT * 3 * C), *d_delta = to_device(qkv, nlse);
+    float *d_dout = to_device_f(dout, BT * C), *d_dqkv = to_device_f(dqkv, BT * 3 * C), *d_delta = to_device_f(qkv, nlse);
     cudaCheck(cudaMemset(d_dqkv, 0xff, BT * 3 * C * sizeof(float))); // NaN: every element must be written
     attention_backward(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
-    float* g_dqkv = to_host(d_dqkv, BT * 3 * C);
+    float* g_dqkv = to_host_f(d_dqkv, BT * 3 * C);
     report("attention_backward dqkv", g_dqkv, dqkv, BT * 3 * C);
     free(qkv); free(out); free(att); free(g_out); free(dout); free(dqkv); free(g_dqkv);
     cudaFree(d_qkv); cudaFree(d_out); cudaFree(d_lse); cudaFree(d_dout); cudaFree(d_dqkv); cudaFree(d_delta);
@@ -339,19 +314,19 @@ static void test_classifier(int N, int V, int Vp) {
     int* targets = (int*)malloc_check(N * sizeof(int));
     for (int i = 0; i < N; i++) { targets[i] = i == 0 ? V - 1 : (int)rng_below(&rng, V); }
     float* losses = (float*)malloc_check(N * sizeof(float));
-    float *d_logits = to_device(logits, n), *d_losses = to_device(logits, N);
-    int* d_targets = to_device_int(targets, N);
+    float *d_logits = to_device_f(logits, n), *d_losses = to_device_f(logits, N);
+    int* d_targets = to_device_copy(targets, N);
     cpu::classifier(logits, losses, targets, 0.0f, N, V, Vp);
     fused_classifier(d_logits, d_losses, d_targets, 0.0f, 0, N, V, Vp);
-    float *g_losses = to_host(d_losses, N), *g_logits = to_host(d_logits, n);
+    float *g_losses = to_host_f(d_losses, N), *g_logits = to_host_f(d_logits, n);
     report("fused_classifier loss", g_losses, losses, N);
     report("fused_classifier keeps logits", g_logits, logits, n);
     float dloss = 1.0f / N;
     cpu::classifier(logits, losses, targets, dloss, N, V, Vp);
     fused_classifier(d_logits, d_losses, d_targets, dloss, 1, N, V, Vp);
     free(g_losses); free(g_logits);
-    g_losses = to_host(d_losses, N);
-    g_logits = to_host(d_logits, n);
+    g_losses = to_host_f(d_losses, N);
+    g_logits = to_host_f(d_logits, n);
     report("fused_classifier loss (training)", g_losses, losses, N);
     report("fused_classifier dlogits", g_logits, logits, n);
     free(logits); free(targets); free(losses); free(g_losses); free(g_logits);
@@ -363,29 +338,29 @@ static void test_matmul(int N, int C, int OC) {
     float *inp = host_random((size_t)N * C, 1.0f), *w = host_random((size_t)OC * C, 0.5f), *b = host_random(OC, 0.5f);
     float* out = (float*)malloc_check((size_t)N * OC * sizeof(float));
     cpu::matmul_forward(out, inp, w, b, N, C, OC);
-    float *d_inp = to_device(inp, (size_t)N * C), *d_w = to_device(w, (size_t)OC * C), *d_b = to_device(b, OC);
-    float *d_out = to_device(out, (size_t)N * OC), *d_pre = to_device(out, (size_t)N * OC);
+    float *d_inp = to_device_f(inp, (size_t)N * C), *d_w = to_device_f(w, (size_t)OC * C), *d_b = to_device_f(b, OC);
+    float *d_out = to_device_f(out, (size_t)N * OC), *d_pre = to_device_f(out, (size_t)N * OC);
     matmul_forward(d_out, d_inp, d_w, d_b, N, C, OC);
-    float* got = to_host(d_out, (size_t)N * OC);
+    float* got = to_host_f(d_out, (size_t)N * OC);
     report("matmul_forward (bias epilogue)", got, out, (size_t)N * OC);
     float* gelu = (float*)malloc_check((size_t)N * OC * sizeof(float));
     for (size_t i = 0; i < (size_t)N * OC; i++) { gelu[i] = (float)cpu::gelu(out[i]); }
     matmul_forward_gelu(d_out, d_pre, d_inp, d_w, d_b, N, C, OC);
-    float *g_gelu = to_host(d_out, (size_t)N * OC), *g_pre = to_host(d_pre, (size_t)N * OC);
+    float *g_gelu = to_host_f(d_out, (size_t)N * OC), *g_pre = to_host_f(d_pre, (size_t)N * OC);
     report("matmul_forward_gelu out", g_gelu, gelu, (size_t)N * OC);
     report("matmul_forward_gelu pre", g_pre, out, (size_t)N * OC);
     // backward with the GELU-gradient epilogue: dinp = (dout W) * gelu'(pre)
     float *dout = host_random((size_t)N * OC, 1.0f), *dinp = (float*)malloc_check((size_t)N * C * sizeof(float));
     float *dw = host_random((size_t)OC * C, 0.1f), *db = host_random(OC, 0.1f);
     float* pre = host_random((size_t)N * C, 2.0f);
-    float *d_dout = to_device(dout, (size_t)N * OC), *d_dinp = to_device(dinp, (size_t)N * C);
-    float *d_dw = to_device(dw, (size_t)OC * C), *d_db = to_device(db, OC), *d_gpre = to_device(pre, (size_t)N * C);
+    float *d_dout = to_device_f(dout, (size_t)N * OC), *d_dinp = to_device_f(dinp, (size_t)N * C);
+    float *d_dw = to_device_f(dw, (size_t)OC * C), *d_db = to_device_f(db, OC), *d_gpre = to_device_f(pre, (size_t)N * C);
     float* d_partial;
     cudaCheck(cudaMalloc((void**)&d_partial, (size_t)colsum_chunks(N) * OC * sizeof(float)));
     cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
     for (size_t i = 0; i < (size_t)N * C; i++) { dinp[i] = (float)(dinp[i] * cpu::gelu_grad(pre[i])); }
     matmul_backward(d_dinp, d_dw, d_db, d_partial, d_dout, d_inp, d_w, d_gpre, N, C, OC);
-    float *g_dinp = to_host(d_dinp, (size_t)N * C), *g_dw = to_host(d_dw, (size_t)OC * C), *g_db = to_host(d_db, OC);
+    float *g_dinp = to_host_f(d_dinp, (size_t)N * C), *g_dw = to_host_f(d_dw, (size_t)OC * C), *g_db = to_host_f(d_db, OC);
     report("matmul_backward dinp (dgelu epilogue)", g_dinp, dinp, (size_t)N * C);
     report("matmul_backward dweight", g_dw, dw, (size_t)OC * C);
     report("matmul_backward dbias", g_db, db, OC);
@@ -398,7 +373,7 @@ static void test_matmul(int N, int C, int OC) {
 static void test_adamw_and_norm(size_t n) {
     float *p = host_random(n, 1.0f), *g = host_random(n, 0.3f), *m = host_random(n, 0.01f), *v = host_random(n, 0.01f);
     for (size_t i = 0; i < n; i++) { v[i] = fabsf(v[i]); }
-    float *d_p = to_device(p, n), *d_g = to_device(g, n), *d_m = to_device(m, n), *d_v = to_device(v, n);
+    float *d_p = to_device_f(p, n), *d_g = to_device_f(g, n), *d_m = to_device_f(m, n), *d_v = to_device_f(v, n);
     float* d_scratch;
     cudaCheck(cudaMalloc((void**)&d_scratch, (NORM_BLOCKS + 1) * sizeof(float)));
     float norm = global_norm(d_g, n, d_scratch);
@@ -409,7 +384,7 @@ static void test_adamw_and_norm(size_t n) {
     float bias1 = 1.0f - powf(0.9f, 3.0f), bias2 = 1.0f - powf(0.95f, 3.0f);
     cpu::adamw(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, bias1, bias2);
     adamw_update(d_p, NULL, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, bias1, bias2, 7u);
-    float *g_p = to_host(d_p, n), *g_m = to_host(d_m, n), *g_v = to_host(d_v, n);
+    float *g_p = to_host_f(d_p, n), *g_m = to_host_f(d_m, n), *g_v = to_host_f(d_v, n);
     report("adamw params", g_p, p, n);
     report("adamw m", g_m, m, n);
     report("adamw v", g_v, v, n);

@@ -105,8 +105,8 @@ PY
 mutant_kernel_tests() {
     local dir=$1
     shift
-    rm -rf $dir && mkdir -p $dir/llmc $dir/dev/gpu_kernels && cp llmc/* $dir/llmc/ &&
-        cp dev/gpu_kernels/test_kernels.cu $dir/dev/gpu_kernels/ || return 1
+    rm -rf $dir && mkdir -p $dir/llmc $dir/dev/gpu_kernels $dir/dev/cuda && cp llmc/* $dir/llmc/ &&
+        cp dev/gpu_kernels/test_kernels.cu $dir/dev/gpu_kernels/ && cp dev/cuda/copies.cuh $dir/dev/cuda/ || return 1
     sed -i 's/if (idx >= (size_t)BT \* packs) { return; }/if (idx > (size_t)BT * packs) { return; }/' $dir/llmc/encoder.cuh
     grep -q "idx > (size_t)BT \* packs" $dir/llmc/encoder.cuh || { echo "the mutation did not apply"; return 1; }
     dev/cuda_emu/emucc -O1 -DENABLE_FP32 "$@" -o $dir/test_kernels $dir/dev/gpu_kernels/test_kernels.cu || return 1
