@@ -77,7 +77,8 @@ def equivalence(prec):
     trainer = FP32 if prec == "fp32" else BF16
     tol = TOL[prec]
     failures = 0
-    cases = [(r, s, z) for r, s in MESHES for z in (0, 1, 2)] if prec == "fp32" else BF16_CASES
+    # ZeRO 0 on 4 ranks is the all-reduce of 2 ranks again: left out for time
+    cases = [(r, s, z) for r, s in MESHES for z in (0, 1, 2) if not (r == 4 and z == 0)] if prec == "fp32" else BF16_CASES
     for ranks, shard, stage in cases:
         ok, le, we = compare(trainer, prec, ranks, shard, stage, base_losses, base_w, tol)
         failures += not ok

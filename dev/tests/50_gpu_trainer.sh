@@ -279,7 +279,7 @@ check gpu_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/
 check gpu_test_gpt2emu_bf16_r2_w0 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -r 2 -w 0
 check gpu_test_gpt2emu_fp32_reverse env EMU_SCHED=reverse build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
 check gpu_test_gpt2emu_bf16_random env EMU_SCHED=random:2 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
-check gpu_test_gpt2emu_bf16_tensor_core_attention bash -c "build/gpu/test_gpt2emu_bf16 $GPU_TEST64_ARGS | tee $GPU_TMP/tc.out &&
+check gpu_test_gpt2emu_bf16_tensor_core_attention bash -c "build/gpu/test_gpt2emu_bf16 $GPU_TEST64_ARGS -k 0 | tee $GPU_TMP/tc.out &&
     grep -q 'attention: tensor-core' $GPU_TMP/tc.out"
 check gpu_test_gpt2emu_fp32_r0_r2 bash -c "build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 0 -k 0 &&
     build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 2 -k 0"
