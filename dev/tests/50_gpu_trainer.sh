@@ -47,7 +47,7 @@ gpu_no_gpu_message() {
 attention_mutant_sources() {
     local dir=$1
     rm -rf $dir && mkdir -p $dir/llmc $dir/dev/cuda && cp train_gpt2.cu test_gpt2.cu $dir/ && cp llmc/* $dir/llmc/ &&
-        cp dev/cuda/attention.cu $dir/dev/cuda/ || return 1
+        cp dev/cuda/attention.cu dev/cuda/*.cuh $dir/dev/cuda/ || return 1
     sed -i 's/return key <= query;/return key <= query + 1;/' $dir/llmc/attention.cuh
     grep -q "return key <= query + 1;" $dir/llmc/attention.cuh || { echo "the mutation did not apply"; return 1; }
 }
@@ -252,41 +252,43 @@ check gpu_reference_hs64 gpu_reference_hs64
 if gpu_have_device; then
     check gpu_test_gpt2_on_device build/gpu/test_gpt2_linked $GPU_TEST_ARGS -b $GREF/model_bf16.bin
 fi
-check gpu_emu_build bash -c "make -s -f dev/gpu.mk build/gpu/test_gpt2emu_fp32 build/gpu/test_gpt2emu_bf16 \
+check gpu_emu_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/test_gpt2emu_fp32 build/gpu/test_gpt2emu_bf16 \
     build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/test_kernels_emu build/gpu/test_kernels_asan \
-    build/gpu/test_bf16_emu build/gpu/attention_emu build/gpu/attention_emu_fp32 &&
-    make -s train_gpt2cpu"
-check gpu_kernel_tests_emu build/gpu/test_kernels_emu
-# the emulated test builds are emucc --check builds: also under two more thread/block/stream orders
-for sched in reverse random:5; do
-    check "gpu_kernel_tests_emu_$sched" env EMU_SCHED=$sched build/gpu/test_kernels_emu
-    check "gpu_bf16_rounding_and_adamw_$sched" env EMU_SCHED=$sched build/gpu/test_bf16_emu
-done
-check gpu_kernel_tests_asan build/gpu/test_kernels_asan
-check gpu_bf16_rounding_and_adamw build/gpu/test_bf16_emu
-check gpu_check_detects_kernel_overrun gpu_check_mutant_fails
-check gpu_attention_kernels_bf16 build/gpu/attention_emu
-check gpu_attention_kernels_fp32 build/gpu/attention_emu_fp32 --quick
-check gpu_attention_kernels_detect_mask_bug gpu_attention_kernels_detect_mask_bug
-# the same under emucc --check (races, barriers, bounds, alignment, the wmma layout scrambled); T 1024
-# for the tensor-core version only
-check gpu_attention_kernels_checked bash -c "make -s -f dev/gpu.mk build/gpu/attention_emu_check &&
-    build/gpu/attention_emu_check --long-flash-only"
-check gpu_memory_budget gpu_memory_budget
-check gpu_asan_detects_kernel_overrun gpu_asan_mutant_fails
-check gpu_test_gpt2emu_fp32 build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
-check gpu_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
-check gpu_test_gpt2emu_bf16_r2_w0 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -r 2 -w 0
-check gpu_test_gpt2emu_fp32_reverse env EMU_SCHED=reverse build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
-check gpu_test_gpt2emu_bf16_random env EMU_SCHED=random:2 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
-check gpu_test_gpt2emu_bf16_tensor_core_attention bash -c "build/gpu/test_gpt2emu_bf16 $GPU_TEST64_ARGS -k 0 | tee $GPU_TMP/tc.out &&
+    build/gpu/test_bf16_emu build/gpu/attention_emu build/gpu/attention_emu_fp32 build/gpu/attention_emu_check \
+    build/gpu/gpu_memory_bf16 && make -s train_gpt2cpu"
+# Emulated programs run on one thread: the checks below run two at a time (check_bg), longest first.
+# The emulated test builds are emucc --check builds: also under two more thread/block/stream orders.
+check_bg gpu_test_gpt2emu_fp32 build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
+check_bg gpu_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin
+check_bg gpu_test_gpt2emu_bf16_r2_w0 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -r 2 -w 0
+check_bg gpu_test_gpt2emu_fp32_reverse env EMU_SCHED=reverse build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
+check_bg gpu_test_gpt2emu_bf16_random env EMU_SCHED=random:2 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
+check_bg gpu_test_gpt2emu_bf16_tensor_core_attention bash -c "build/gpu/test_gpt2emu_bf16 $GPU_TEST64_ARGS -k 0 | tee $GPU_TMP/tc.out &&
     grep -q 'attention: tensor-core' $GPU_TMP/tc.out"
-check gpu_test_gpt2emu_fp32_r0_r2 bash -c "build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 0 -k 0 &&
+check_bg gpu_test_gpt2emu_fp32_r0_r2 bash -c "build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 0 -k 0 &&
     build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 2 -k 0"
-check gpu_test_detects_perturbed_grad bash -c "! build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -p 4 -k 0"
-check gpu_test_detects_attention_mask_bug gpu_attention_mutant_fails
+check_bg gpu_test_detects_perturbed_grad bash -c "! build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -p 4 -k 0"
+check_bg gpu_test_detects_attention_mask_bug gpu_attention_mutant_fails
+# the same kernel checks under emucc --check (races, barriers, bounds, alignment, the wmma layout
+# scrambled); T 1024 for the tensor-core version only
+check_bg gpu_attention_kernels_checked build/gpu/attention_emu_check --long-flash-only
+check_bg gpu_attention_kernels_bf16 build/gpu/attention_emu
+check_bg gpu_attention_kernels_fp32 build/gpu/attention_emu_fp32 --quick
+check_bg gpu_attention_kernels_detect_mask_bug gpu_attention_kernels_detect_mask_bug
+check_bg gpu_recompute gpu_recompute
+check_bg gpu_resume_bf16 gpu_resume_bf16
+check_bg gpu_train_smoke gpu_train_smoke
+check_bg gpu_kernel_tests_emu build/gpu/test_kernels_emu
+for sched in reverse random:5; do
+    check_bg "gpu_kernel_tests_emu_$sched" env EMU_SCHED=$sched build/gpu/test_kernels_emu
+    check_bg "gpu_bf16_rounding_and_adamw_$sched" env EMU_SCHED=$sched build/gpu/test_bf16_emu
+done
+check_bg gpu_kernel_tests_asan build/gpu/test_kernels_asan
+check_bg gpu_bf16_rounding_and_adamw build/gpu/test_bf16_emu
+check_bg gpu_check_detects_kernel_overrun gpu_check_mutant_fails
+check_bg gpu_asan_detects_kernel_overrun gpu_asan_mutant_fails
+check_bg gpu_memory_budget gpu_memory_budget
+check_wait
+# these also run the CPU trainer, whose OpenMP threads want both cores
 check gpu_emu_vs_cpu_20_steps gpu_vs_cpu_20_steps
-check gpu_resume_bf16 gpu_resume_bf16
 check gpu_cpu_checkpoints_cross gpu_cpu_checkpoints_cross
-check gpu_recompute gpu_recompute
-check gpu_train_smoke gpu_train_smoke

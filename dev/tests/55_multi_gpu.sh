@@ -5,7 +5,7 @@
 # mpi/fs/tcp start-ups, val loss and a sharded resume, a failing rank, and a broken stage 2 that
 # must fail. See dev/test_multi_gpu.py. The checked builds (emucc --check) prove the stream order of
 # the per-layer reduce-scatters and parameter all-gathers, each with a mutant --check must catch.
-check multi_gpu_build bash -c "make -s -f dev/gpu.mk build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/gpu_memory_bf16 &&
+check multi_gpu_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/gpu_memory_bf16 &&
     make -s train_gpt2cpu"
 check multi_gpu_equivalence_fp32 /usr/bin/python3 dev/test_multi_gpu.py equivalence fp32
 check multi_gpu_equivalence_bf16 /usr/bin/python3 dev/test_multi_gpu.py equivalence bf16
@@ -23,19 +23,35 @@ check multi_gpu_broken_stage2_fails /usr/bin/python3 dev/test_multi_gpu.py mutan
 # BF16 on 1 and 2 emulated GPUs, each under the reverse and random:4 schedules (on 2 GPUs ZeRO 1 and,
 # with its communication stream, ZeRO 2), 3 steps of the same global batch: no report, and the CPU
 # trainer's losses (FP32 within 1e-4, BF16 within 3e-3).
+MGC_DIR=build/multi_gpu/checked
+MGC_FLAGS="-e d2 -V 257 -sl 64 -i data/kjv/kjv_train.bin -j '' -b 2 -t 32 -d 256 -x 3 -l 1e-3 -c 0.1 -s 0 -sf 1"
+
+# checked_run PREC NP SCHED: one checked run (ZeRO 2 for 2 GPUs under random, ZeRO 1 otherwise);
+# fails on a --check report.
+checked_run() {
+    local prec=$1 np=$2 sched=$3 run z=1
+    run=${prec}_np${np}_${sched%%:*}
+    [ $np = 2 ] && [ ${sched%%:*} = random ] && z=2
+    echo "$prec, $np emulated GPU(s), ZeRO $z, EMU_SCHED=$sched"
+    EMU_SCHED=$sched eval mpirun --allow-run-as-root --oversubscribe -np $np -x EMU_SCHED \
+        build/gpu/train_gpt2emu_${prec}_check $MGC_FLAGS -z $z -o $MGC_DIR/$run > $MGC_DIR/$run.out 2>&1 ||
+        { tail -20 $MGC_DIR/$run.out; return 1; }
+    ! grep "cuda_emu --check" $MGC_DIR/$run.out
+}
+
 multi_gpu_checked() {
-    local d=build/multi_gpu/checked prec np sched run z
-    local flags="-e d2 -V 257 -sl 64 -i data/kjv/kjv_train.bin -j '' -b 2 -t 32 -d 256 -x 3 -l 1e-3 -c 0.1 -s 0 -sf 1"
+    local d=$MGC_DIR prec sched a b
     rm -rf $d && mkdir -p $d
-    eval ./train_gpt2cpu $flags -o $d/cpu > $d/cpu.out || { cat $d/cpu.out; return 1; }
-    for prec in fp32 bf16; do for np in 1 2; do for sched in reverse random:4; do
-        run=${prec}_np${np}_${sched%%:*}
-        z=1 && [ $np = 2 ] && [ ${sched%%:*} = random ] && z=2
-        echo "$prec, $np emulated GPU(s), ZeRO $z, EMU_SCHED=$sched"
-        EMU_SCHED=$sched eval mpirun --allow-run-as-root --oversubscribe -np $np -x EMU_SCHED \
-            build/gpu/train_gpt2emu_${prec}_check $flags -z $z -o $d/$run > $d/$run.out 2>&1 || { tail -20 $d/$run.out; return 1; }
-        if grep "cuda_emu --check" $d/$run.out; then return 1; fi
-    done; done; done
+    eval ./train_gpt2cpu $MGC_FLAGS -o $d/cpu > $d/cpu.out || { cat $d/cpu.out; return 1; }
+    for prec in fp32 bf16; do
+        # the one-GPU runs take one core each: two at a time
+        checked_run $prec 1 reverse & a=$!
+        checked_run $prec 1 random:4 & b=$!
+        wait $a; a=$?
+        wait $b; b=$?
+        [ $a = 0 ] && [ $b = 0 ] || return 1
+        for sched in reverse random:4; do checked_run $prec 2 $sched || return 1; done
+    done
     python3 - $d <<'PY'
 import glob, os, re, sys
 d = sys.argv[1]
@@ -53,13 +69,13 @@ for run in sorted(glob.glob(d + "/*_np*")):
 sys.exit(0 if ok else 1)
 PY
 }
-check multi_gpu_checked_build bash -c "make -s -f dev/gpu.mk build/gpu/train_gpt2emu_fp32_check build/gpu/train_gpt2emu_bf16_check &&
+check multi_gpu_checked_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/train_gpt2emu_fp32_check build/gpu/train_gpt2emu_bf16_check &&
     make -s train_gpt2cpu"
 check multi_gpu_checked_fp32_bf16_1_2_ranks multi_gpu_checked
 
 # A checked 2-rank run of train_gpt2.cu with one line replaced by a comment (checked_mutant DIR
 # SED_PATTERN ZERO_STAGE): it must fail with a --check report of unordered stream operations,
-# which goes to DIR/report.txt.
+# which goes to DIR/report.txt. The two such checks compile on one core each: side by side.
 checked_mutant() {
     local d=$1 pattern=$2 stage=$3
     rm -rf $d && mkdir -p $d && cp -r train_gpt2.cu llmc $d/ || return 1
@@ -79,7 +95,7 @@ checked_mutant() {
 multi_gpu_checked_stream_mutant() {
     checked_mutant build/multi_gpu/checked_mutant '    cudaCheck(cudaStreamWaitEvent(cs, dp->grads_ready, 0));' 2
 }
-check multi_gpu_checked_detects_missing_stream_wait multi_gpu_checked_stream_mutant
+check_bg multi_gpu_checked_detects_missing_stream_wait multi_gpu_checked_stream_mutant
 
 # The same for the ZeRO parameter all-gathers (comm_stream, one event per layer): a forward that does
 # not wait for a layer's event must be reported by --check as reading what the all-gather writes.
@@ -88,4 +104,4 @@ multi_gpu_checked_allgather_mutant() {
         '    if (dp->zero_stage != 0) { cudaCheck(cudaStreamWaitEvent(0, dp->params_ready\[layer + 1\], 0)); }' 1 &&
         grep -q "write by ncclAllGather" build/multi_gpu/checked_allgather_mutant/report.txt
 }
-check multi_gpu_checked_detects_missing_allgather_wait multi_gpu_checked_allgather_mutant
+check_bg multi_gpu_checked_detects_missing_allgather_wait multi_gpu_checked_allgather_mutant
