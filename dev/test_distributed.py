@@ -77,11 +77,16 @@ def equivalence():
             w_err = float(np.max(np.abs(weights(d + "/model_final.bin") - base_w)))
             ok = loss_err <= LOSS_TOL and w_err <= WEIGHT_TOL and len(losses) == STEPS
             failures += not ok
-            print(f"{'ok' if ok else 'FAIL'}  {ranks} ranks x grad_accum {GLOBAL_ROWS // ranks}, "
-                  f"mesh {ranks // shard}x{shard}, ZeRO {stage}: max loss error {loss_err:.2e} "
-                  f"(tol {LOSS_TOL:.0e}), max weight error {w_err:.2e} (tol {WEIGHT_TOL:.0e})")
+            report_case(ok, f"{ranks} ranks", ranks, shard, stage, loss_err, w_err, (LOSS_TOL, WEIGHT_TOL))
     print(f"baseline losses: {[round(base_losses[s], 6) for s in sorted(base_losses)]}")
     sys.exit(1 if failures else 0)
+
+
+def report_case(ok, who, ranks, shard, stage, loss_err, w_err, tol):
+    """One line of an equivalence test: the layout, its errors against the baseline, the tolerances."""
+    print(f"{'ok' if ok else 'FAIL'}  {who} x grad_accum {GLOBAL_ROWS // ranks}, mesh {ranks // shard}x{shard}, "
+          f"ZeRO {stage}: max loss error {loss_err:.2e} (tol {tol[0]:.0e}), max weight error {w_err:.2e} "
+          f"(tol {tol[1]:.0e})")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -90,9 +90,7 @@ def equivalence(prec):
     for ranks, shard, stage in cases:
         ok, le, we = results[(ranks, shard, stage)]
         failures += not ok
-        print(f"{'ok' if ok else 'FAIL'}  {prec} {ranks} GPUs x grad_accum {td.GLOBAL_ROWS // ranks}, "
-              f"mesh {ranks // shard}x{shard}, ZeRO {stage}: max loss error {le:.2e} (tol {tol[0]:.0e}), "
-              f"max weight error {we:.2e} (tol {tol[1]:.0e})")
+        td.report_case(ok, f"{prec} {ranks} GPUs", ranks, shard, stage, le, we, tol)
     print(f"CPU losses: {[round(base_losses[s], 6) for s in sorted(base_losses)]}")
     sys.exit(1 if failures else 0)
 
