@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Test runner for `make test`: sources every dev/tests/*.sh in name order. Each of those files
+# Test runner for `make test`: sources every dev/tests/*.sh (or $TEST_DIR/*.sh) in name order. Each of those files
 # registers checks with `check NAME COMMAND...`; a check passes when COMMAND exits 0.
 # A failing check prints the tail of its log; the run ends with "N passed, N failed".
 set -u
@@ -78,7 +78,7 @@ check_wait() {
 }
 
 only=${TESTS:-}
-for file in dev/tests/*.sh; do
+for file in "${TEST_DIR:-dev/tests}"/*.sh; do
     if [ -n "$only" ] && [[ "$file" != *"$only"* ]]; then continue; fi
     echo "== $file"
     source "$file"
