@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Test runner for `make test`: sources every dev/tests/*.sh (or $TEST_DIR/*.sh) in name order. Each of those files
-# registers checks with `check NAME COMMAND...`; a check passes when COMMAND exits 0.
+# Test runner for `make test`: sources every dev/tests/*.sh (or $TEST_DIR/*.sh) in name order.
+# Each of those files registers checks with `check NAME COMMAND...` (or check_bg, below); a check
+# passes when COMMAND exits 0.
 # A failing check prints the tail of its log; the run ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
