@@ -104,13 +104,14 @@ build/gpu/test_kernels_asan: $(GPU_KERNEL_TESTS) dev/cuda/copies.cuh $(GPU_SOURC
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -Xcompiler -fsanitize=address,-fno-omit-frame-pointer -o $@ dev/gpu_kernels/test_kernels.cu
 
-# dev/cuda/ through the emulator: FP32 (tight against the CPU), AdamW in BF16 (stochastic rounding)
-build/gpu/dev_cuda_adamw: dev/cuda/adamw.cu dev/cuda/common.cuh $(GPU_SOURCES)
+# dev/cuda/ through the emulator, checked builds: FP32 (tight against the CPU), AdamW in BF16
+# (stochastic rounding)
+build/gpu/dev_cuda_adamw: dev/cuda/adamw.cu dev/cuda/common.cuh dev/cuda/copies.cuh $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ $<
-build/gpu/dev_cuda_%: dev/cuda/%.cu dev/cuda/common.cuh dev/cuda/copies.cuh $(GPU_SOURCES)
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -o $@ $<
+build/gpu/dev_cuda_%: dev/cuda/%.cu dev/cuda/common.cuh dev/cuda/copies.cuh $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ $<
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -DENABLE_FP32 -o $@ $<
 dev-cuda-emu: $(DEV_CUDA_EMU)
 	@for f in $(DEV_CUDA_EMU); do echo "== $$f"; $$f || exit 1; done
 .PHONY: gpu-nvcc-link dev-cuda-emu
