@@ -87,9 +87,9 @@ build/gpu/gpu_memory_bf16: dev/gpu_memory.cu $(GPU_SOURCES)
 build/gpu/attention_emu: dev/cuda/attention.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ dev/cuda/attention.cu
-build/gpu/attention_emu_fp32: dev/cuda/attention.cu $(GPU_SOURCES)
+build/gpu/attention_emu_fp32: dev/cuda/attention.cu dev/cuda/common.cuh dev/cuda/copies.cuh $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_FP32 -o $@ dev/cuda/attention.cu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -DENABLE_FP32 -o $@ dev/cuda/attention.cu
 build/gpu/attention_emu_check: dev/cuda/attention.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) --check $(GPU_EMUCC_FLAGS) -o $@ dev/cuda/attention.cu

@@ -273,7 +273,9 @@ check_bg gpu_test_detects_attention_mask_bug gpu_attention_mutant_fails
 # scrambled); T 1024 for the tensor-core version only
 check_bg gpu_attention_kernels_checked build/gpu/attention_emu_check --long-flash-only
 check_bg gpu_attention_kernels_bf16 build/gpu/attention_emu
-check_bg gpu_attention_kernels_fp32 build/gpu/attention_emu_fp32 --quick
+# FP32 (a checked build) and the small BF16 cases again under two more schedules
+check_bg gpu_attention_kernels_fp32_checked_reverse env EMU_SCHED=reverse build/gpu/attention_emu_fp32 --quick
+check_bg gpu_attention_kernels_checked_random env EMU_SCHED=random:7 build/gpu/attention_emu_check --quick
 check_bg gpu_attention_kernels_detect_mask_bug gpu_attention_kernels_detect_mask_bug
 check_bg gpu_recompute gpu_recompute
 check_bg gpu_resume_bf16 gpu_resume_bf16
