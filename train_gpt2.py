@@ -4,9 +4,13 @@
 It builds (or loads) a model, reads the file formats of docs/formats.md, and writes the files
 the C/CUDA trainers are tested against: model .bin (fp32 v3 / bf16 v5), the debug state of the
 first batch (x, y, logits, loss, all 16 gradients) and the per-step losses of a hand-written AdamW.
+With `--replicas R --sync-every H` it simulates DiLoCo in one process: R replicas, each with its own
+AdamW on its own B rows of an R*B-row batch, averaged every H steps by an outer Nesterov-momentum
+SGD step on the pseudo-gradient (`--outer-lr`, `--outer-momentum`, from step `--sync-start` on).
 Everything is float32 and single-threaded by default so runs are repeatable. Only torch, numpy and
 the standard library are used; it runs on torch 1.13 and newer. `--selftest` checks the
-hand-written parts (gradients, bf16 rounding, file I/O, AdamW) against independent math.
+hand-written parts (gradients, bf16 rounding, file I/O, AdamW, the DiLoCo outer step) against
+independent math.
 """
 import argparse
 import math
@@ -167,6 +171,93 @@ class AdamW:
             wd = self.wd if n in DECAYED else 0.0
             p.sub_(self.lr * ((m / c1) / (torch.sqrt(v / c2) + self.eps) + wd * p))
         return float(norm)
+
+
+# ----------------------------------------------------------------------------------------------
+# training: synchronous AdamW, or DiLoCo (R replicas simulated in one process, each with its own
+# AdamW, averaged every H steps by an outer Nesterov-momentum SGD step)
+
+def outer_step(outer, buf, local, lr, momentum):
+    """One DiLoCo outer update, in place, on every tensor of `outer` (float32), in this order:
+    delta = (sum over r = 0..R-1 of (outer - local[r])) / R; buf = momentum * buf + delta;
+    outer = outer - lr * (delta + momentum * buf); then every local[r] = outer. This is
+    torch.optim.SGD(lr, momentum, dampening=0, nesterov=True) with gradient delta. Returns the
+    L2 norm of delta over all tensors (the pseudo-gradient, before the momentum)."""
+    sq = 0.0
+    for n in outer:
+        delta = outer[n] - local[0][n]
+        for rep in local[1:]:
+            delta = delta + (outer[n] - rep[n])
+        delta = delta / len(local)
+        buf[n].mul_(momentum).add_(delta)
+        outer[n].sub_(lr * (delta + momentum * buf[n]))
+        sq += float((delta.double() ** 2).sum())
+        for rep in local:
+            rep[n].copy_(outer[n])
+    return math.sqrt(sq)
+
+
+def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0, replicas=1,
+          sync_every=0, outer_lr=0.7, outer_momentum=0.9, sync_start=0, on_first_batch=None,
+          path="data", log=print):
+    """Train `steps` AdamW steps; returns (losses, reps): each step's loss before its update and
+    the R replicas' final parameters (reps[0] is P itself, updated in place; after the final
+    outer sync all replicas are equal). Step t (1-based) reads the next global batch of R*B rows
+    from batches(tokens, R*B, T); replica r's rows are [r*B, (r+1)*B). DiLoCo is active at step t
+    when sync_every H > 0 and t > sync_start S: each replica then takes its own AdamW step on its
+    own rows (logged loss and printed norm: the means over the replicas), and after step t with
+    (t - S) % H == 0 or t == steps they sync through outer_step (outer state taken at the end of
+    step S). Otherwise (synchronous) every replica's AdamW applies the gradient of the whole
+    global batch.
+    on_first_batch(x, y, logits, loss, grads), if given, gets the global batch of step 1 on the
+    initial model (with steps <= 0 only that is done)."""
+    R, H, S = replicas, sync_every, sync_start
+    loader = batches(tokens, R * B, T, path)
+    reps = [P] + [{n: t.clone() for n, t in P.items()} for _ in range(R - 1)]
+    if steps <= 0:
+        if on_first_batch is not None:
+            x, y = next(loader)
+            loss, grads, logits = loss_and_grads(P, cfg, x, y)
+            on_first_batch(x, y, logits, loss, grads)
+        return [], reps
+    opts = [AdamW(rep, lr, weight_decay, grad_clip) for rep in reps]
+    outer = buf = None
+
+    def take_outer():
+        return ({n: P[n].clone() for n in PARAM_NAMES}, {n: torch.zeros_like(P[n]) for n in PARAM_NAMES})
+
+    if H > 0 and S == 0:
+        outer, buf = take_outer()
+    losses = []
+    for t in range(1, steps + 1):
+        x, y = next(loader)
+        active = H > 0 and t > S
+        if not active or (t == 1 and on_first_batch is not None):
+            full = loss_and_grads(reps[0], cfg, x, y)
+            if t == 1 and on_first_batch is not None:
+                loss, grads, logits = full
+                on_first_batch(x, y, logits, loss, grads)
+        if not active:
+            loss, grads, _ = full
+            norms = [opt.step(rep, grads) for rep, opt in zip(reps, opts)]
+            loss, norm = float(loss), norms[0]
+        else:
+            rl, norms = [], []
+            for r in range(R):
+                loss_r, grads_r, _ = loss_and_grads(reps[r], cfg, x[r * B:(r + 1) * B], y[r * B:(r + 1) * B])
+                norms.append(opts[r].step(reps[r], grads_r))
+                rl.append(float(loss_r))
+            loss, norm = sum(rl) / R, sum(norms) / R
+        losses.append(loss)
+        if log:
+            log(f"step {t - 1}: loss {loss:.6f} norm {norm:.4f}")
+        if H > 0 and t == S:
+            outer, buf = take_outer()
+        if active and ((t - S) % H == 0 or t == steps):
+            pg = outer_step(outer, buf, reps, outer_lr, outer_momentum)
+            if log:
+                log(f"outer sync after step {t}: pseudo-gradient norm {pg:.6f}")
+    return losses, reps
 
 
 # ----------------------------------------------------------------------------------------------
@@ -434,6 +525,60 @@ def selftest():
     expect(starts(19, 5) == [0, 6, 12, 0, 6] and starts(18, 4) == [0, 6, 0, 6],
            "data loader: wraps exactly when B*T+1 tokens no longer fit")
 
+    # 7. DiLoCo: the outer step vs torch.optim.SGD (Nesterov), then train() on a tiny float32 model
+    torch.manual_seed(3)
+    w0 = torch.randn(5, 7)
+    outer, buf = {"w": w0.clone()}, {"w": torch.zeros_like(w0)}
+    ref_w = w0.clone().requires_grad_(True)
+    sgd = torch.optim.SGD([ref_w], lr=0.7, momentum=0.9, dampening=0, nesterov=True)
+    pg_ok = True
+    for k in range(3):
+        local = [{"w": outer["w"] + 0.1 * torch.randn(5, 7)} for _ in range(3)]
+        delta = sum((outer["w"] - rep["w"]) for rep in local) / 3
+        ref_w.grad = delta.clone()
+        sgd.step()
+        pg = outer_step(outer, buf, local, 0.7, 0.9)
+        pg_ok &= abs(pg - float(delta.norm())) < 1e-5 * float(delta.norm()) \
+            and all(torch.equal(rep["w"], outer["w"]) for rep in local)
+    diff = float((outer["w"] - ref_w.detach()).abs().max())
+    expect(diff <= 1e-6 and pg_ok, f"DiLoCo outer step vs torch.optim.SGD(nesterov=True, momentum 0.9), "
+           f"3 syncs (max diff {diff:.1e}); replicas reset to outer, pseudo-gradient norm")
+
+    cfg = dict(T_max=8, V=32, L=1, NH=2, C=16, Vp=128)
+    torch.manual_seed(4)
+    P0 = init_params(cfg)
+    toks = np.random.default_rng(4).integers(0, cfg["V"], 300).astype(np.int64)
+
+    # lr 1e-3: the key part of qkvb has an exactly-zero true gradient, so AdamW turns rounding noise
+    # (the outer step's, ~1e-9) into steps of size lr; at lr 1e-2 that drifts past 1e-6 in 5 steps
+    def run(B, steps, **kw):
+        P = {n: t.clone() for n, t in P0.items()}
+        return train(P, cfg, toks, B, 8, steps, lr=1e-3, weight_decay=0.1, log=None, **kw)
+
+    def maxdiff(A, Bp):
+        return max(float((A[n] - Bp[n]).abs().max()) for n in PARAM_NAMES)
+
+    l_sync, r_sync = run(2, 5)
+    l_dl, r_dl = run(2, 5, sync_every=2, outer_lr=1.0, outer_momentum=0.0)
+    dl = max(abs(u - v) for u, v in zip(l_sync, l_dl))
+    dp = maxdiff(r_sync[0], r_dl[0])
+    expect(len(l_dl) == 5 and dl <= 1e-6 and dp <= 1e-6,
+           f"DiLoCo R=1, outer lr 1, momentum 0, H=2 == synchronous (loss diff {dl:.1e}, param diff {dp:.1e})")
+    l_big, r_big = run(4, 4)
+    l_pre, r_pre = run(2, 4, replicas=2, sync_every=2, sync_start=4)
+    expect(l_pre == l_big and maxdiff(r_pre[0], r_big[0]) == 0 and maxdiff(r_pre[1], r_big[0]) == 0,
+           "R=2 before --sync-start == synchronous run on the 2B-row global batch")
+    x, y = next(batches(toks, 4, 8))
+    own = [float(loss_and_grads({n: t.clone() for n, t in P0.items()}, cfg, x[r * 2:(r + 1) * 2],
+                                y[r * 2:(r + 1) * 2])[0]) for r in range(2)]
+    l2, r2 = run(2, 4, replicas=2, sync_every=2)
+    expect(abs(l2[0] - (own[0] + own[1]) / 2) < 1e-6 and own[0] != own[1],
+           f"R=2 DiLoCo step 1 loss {l2[0]:.6f} = mean of the replicas' own losses {own[0]:.6f}, {own[1]:.6f}")
+    l2b, r2b = run(2, 2, replicas=2, sync_every=2)
+    same = all(torch.equal(r2[0][n], r2[1][n]) and torch.equal(r2b[0][n], r2b[1][n]) for n in PARAM_NAMES)
+    expect(same and l2b == l2[:2] and maxdiff(r2b[0], r_sync[0]) > 1e-4,
+           "R=2 DiLoCo: both replicas hold identical params after a sync (steps 2 and 4)")
+
     print(f"selftest: {'FAILED ' + str(len(failures)) if failures else 'all passed'}")
     return 1 if failures else 0
 
@@ -456,14 +601,34 @@ def main(argv=None):
     ap.add_argument("--data", metavar="FILE", help="data shard to read batches from")
     ap.add_argument("--B", type=int, default=4, help="batch size (default 4)")
     ap.add_argument("--T", type=int, default=64, help="sequence length (default 64)")
-    ap.add_argument("--write-state", metavar="FILE", help="write the debug state of batch 0 on the initial model")
+    ap.add_argument("--write-state", metavar="FILE",
+                    help="write the debug state of batch 0 (all R*B rows) on the initial model")
     ap.add_argument("--steps", type=int, default=0, help="AdamW steps to train (default 0)")
     ap.add_argument("--write-losses", metavar="FILE", help="write each step's loss (before its update)")
-    ap.add_argument("--write-final", metavar="FILE", help="write the fp32 model after training")
+    ap.add_argument("--write-final", metavar="FILE",
+                    help="write the fp32 model after training (replica 0: the outer model after the last sync)")
     ap.add_argument("--lr", type=float, default=1e-4, help="constant learning rate (default 1e-4)")
     ap.add_argument("--weight-decay", type=float, default=0.0, help="decoupled, 2-D weights only (default 0)")
     ap.add_argument("--grad-clip", type=float, default=1.0, help="global grad-norm clip (default 1.0)")
+    ap.add_argument("--replicas", type=int, default=1, metavar="R",
+                    help="DiLoCo replicas simulated in one process; --B is rows per replica (default 1)")
+    ap.add_argument("--sync-every", type=int, default=0, metavar="H",
+                    help="DiLoCo outer sync every H steps; 0 = synchronous training (default 0)")
+    ap.add_argument("--outer-lr", type=float, default=0.7, help="DiLoCo outer Nesterov SGD lr (default 0.7)")
+    ap.add_argument("--outer-momentum", type=float, default=0.9, help="DiLoCo outer momentum (default 0.9)")
+    ap.add_argument("--sync-start", type=int, default=0, metavar="S",
+                    help="DiLoCo starts after step S; steps 1..S are synchronous (default 0)")
     a = ap.parse_args(argv)
+    if a.replicas < 1:
+        ap.error(f"--replicas must be >= 1 (got {a.replicas})")
+    if a.sync_every < 0:
+        ap.error(f"--sync-every must be >= 0, 0 = synchronous (got {a.sync_every})")
+    if a.sync_start < 0:
+        ap.error(f"--sync-start must be >= 0 (got {a.sync_start})")
+    if not 0.0 <= a.outer_momentum < 1.0:
+        ap.error(f"--outer-momentum must be in [0, 1) (got {a.outer_momentum})")
+    if not a.outer_lr > 0.0:
+        ap.error(f"--outer-lr must be > 0 (got {a.outer_lr})")
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -493,23 +658,15 @@ def main(argv=None):
         ap.error("--write-state and --steps need --data")
     if not 1 <= a.T <= cfg["T_max"] or a.B < 1:
         ap.error(f"need B >= 1 and 1 <= T <= max-seq ({cfg['T_max']})")
-    loader = batches(load_shard(a.data, cfg["V"]), a.B, a.T, a.data)
-    opt = AdamW(P, a.lr, a.weight_decay, a.grad_clip)
-    losses = []
-    for step in range(max(a.steps, 1)):
-        x, y = next(loader)
-        loss, grads, logits = loss_and_grads(P, cfg, x, y)
-        if step == 0 and a.write_state:
-            write_state(a.write_state, x, y, logits, loss, grads)
-        if a.steps == 0:
-            break
-        norm = opt.step(P, grads)
-        losses.append(float(loss))
-        print(f"step {step}: loss {float(loss):.6f} norm {norm:.4f}")
+    dump = (lambda x, y, logits, loss, grads: write_state(a.write_state, x, y, logits, loss, grads)) \
+        if a.write_state else None
+    losses, reps = train(P, cfg, load_shard(a.data, cfg["V"]), a.B, a.T, a.steps, a.lr, a.weight_decay,
+                         a.grad_clip, a.replicas, a.sync_every, a.outer_lr, a.outer_momentum, a.sync_start,
+                         on_first_batch=dump, path=a.data)
     if a.write_losses:
         write_atomic(a.write_losses, ["".join(f"{v:.9f}\n" for v in losses).encode()])
     if a.write_final:
-        write_model(a.write_final, P, cfg)
+        write_model(a.write_final, reps[0], cfg)
     return 0
 
 
