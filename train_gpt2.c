@@ -501,6 +501,11 @@ typedef struct {
     int zero_stage;
     int grad_accum;
     int last_micro_step;  // set by the training loop: 1 during the step's last backward
+    int replica_reduce;   // 1: gradients averaged over every rank; 0 (-ls): over the shard group only
+    float* outer;         // -ls: outer parameters and momentum (owned elements), else NULL
+    float* outer_m;
+    OwnedSpan* spans;     // this rank's owned elements in the parameters (llmc/outer_sync.h)
+    int num_spans;
     size_t owned;         // elements of m and v on this rank
     float* shard_grads;   // stages 1, 2: this rank's reduced gradient slices (padded to dp_replicate)
     float* opt_m;
@@ -510,7 +515,7 @@ typedef struct {
     float** unit_grads;   // where each unit's full gradient lives
 } DataParallel;
 
-static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, int dp_shard) {
+static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, int dp_shard, int outer_state) {
     int world, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -524,15 +529,21 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->zero_stage = zero_stage;
     dp->grad_accum = grad_accum;
     dp->last_micro_step = 0;
+    dp->replica_reduce = 1;
     shard_layout_init(&dp->layout, &m->config, dp->mesh.dp_shard);
     dp->owned = zero_stage == 0 ? m->num_parameters : dp->layout.shard_elements;
     dp->opt_m = (float*)calloc_check(dp->owned, sizeof(float));
     dp->opt_v = (float*)calloc_check(dp->owned, sizeof(float));
+    dp->outer = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
+    dp->outer_m = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
+    dp->spans = (OwnedSpan*)malloc_check(dp->layout.num_units * sizeof(OwnedSpan));
+    dp->num_spans = owned_spans(&dp->layout, zero_stage, dp->mesh.shard_idx, m->num_parameters, dp->spans);
     size_t padded_shard = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
     dp->shard_grads = zero_stage == 0 ? NULL : (float*)calloc_check(padded_shard, sizeof(float));
-    // scratch: a padded unit (stages 1, 2) or one slice of the stage-0 all-reduce;
-    // ring_tmp: the largest slice a ring step receives
-    size_t scratch = zero_stage == 0 ? ceil_div(m->num_parameters, world) : dp->layout.max_padded;
+    // scratch: a padded unit (stages 1, 2) or one slice of the stage-0 all-reduce (over the shard
+    // group with -ls, or the outer sync's over the replicas); ring_tmp: the largest slice a ring
+    // step receives
+    size_t scratch = zero_stage == 0 ? ceil_div(m->num_parameters, outer_state ? 1 : world) : dp->layout.max_padded;
     size_t tmp = zero_stage == 0 ? 1 : dp->layout.max_padded / dp->mesh.dp_shard;
     if (zero_stage != 0 && padded_shard / dp->mesh.dp_replicate > tmp) { tmp = padded_shard / dp->mesh.dp_replicate; }
     dp->scratch = (float*)calloc_check(scratch, sizeof(float));
@@ -573,17 +584,21 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     if (dp->zero_stage == 2 && layer < 0) { gpt2_zero_grads(m); }
 }
 
-// After the last micro-step: finish the reduction across ranks and average over the world.
+// After the last micro-step: finish the reduction across ranks and average over the world (or,
+// with -ls between syncs, over the replica's shard group: the replicas keep their own gradients).
 static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
-    if (dp->mesh.world == 1) { return; } // nothing to reduce, and the average is the gradient itself
-    float inv = 1.0f / (float)dp->mesh.world;
+    CommGroup* group = dp->replica_reduce ? &dp->world : &dp->shard;
+    if (group->size == 1) { return; } // nothing to reduce, and the average is the gradient itself
+    float inv = 1.0f / (float)group->size;
     if (dp->zero_stage == 0) {
-        size_t padded = round_up(m->num_parameters, dp->world.size);
-        ring_all_reduce(&dp->world, m->grads_memory, padded, dp->scratch);
+        size_t padded = round_up(m->num_parameters, group->size);
+        ring_all_reduce(group, m->grads_memory, padded, dp->scratch);
         for (size_t i = 0; i < m->num_parameters; i++) { m->grads_memory[i] *= inv; }
     } else {
-        size_t padded = round_up(dp->layout.shard_elements, dp->replica.size);
-        ring_all_reduce(&dp->replica, dp->shard_grads, padded, dp->ring_tmp);
+        if (dp->replica_reduce) {
+            size_t padded = round_up(dp->layout.shard_elements, dp->replica.size);
+            ring_all_reduce(&dp->replica, dp->shard_grads, padded, dp->ring_tmp);
+        }
         for (size_t i = 0; i < dp->layout.shard_elements; i++) { dp->shard_grads[i] *= inv; }
     }
 }
@@ -628,6 +643,19 @@ static void adamw_update(float* params, const float* grads, float* m, float* v, 
     }
 }
 
+// Stages 1, 2: unit u's parameters all-gathered over the shard group from each rank's slice.
+static void dp_all_gather_unit(DataParallel* dp, GPT2* m, int u) {
+    const ShardUnit* unit = &dp->layout.units[u];
+    size_t first;
+    size_t count = unit_owned(unit, dp->shard.rank, &first);
+    float* p = m->params_memory + unit->offset;
+    float* buf = dp->scratch;
+    memset(buf + first, 0, unit->slice * sizeof(float));
+    memcpy(buf + first, p + first, count * sizeof(float));
+    ring_all_gather(&dp->shard, buf, unit->slice);
+    memcpy(p, buf, unit->size * sizeof(float));
+}
+
 // AdamW (t = 1-based step) on what this rank owns, then (stages 1, 2) the parameter all-gather.
 static void dp_optimizer_step(DataParallel* dp, GPT2* m, const AdamWConfig* h, float grad_scale, int t) {
     float bias1, bias2;
@@ -652,12 +680,90 @@ static void dp_optimizer_step(DataParallel* dp, GPT2* m, const AdamWConfig* h, f
         float* p = m->params_memory + unit->offset;
         adamw_update(p + first, dp->shard_grads + unit->shard_offset, dp->opt_m + unit->shard_offset,
                      dp->opt_v + unit->shard_offset, count, grad_scale, wd, h, bias1, bias2);
-        float* buf = dp->scratch;
-        memset(buf + first, 0, unit->slice * sizeof(float));
-        memcpy(buf + first, p + first, count * sizeof(float));
-        ring_all_gather(&dp->shard, buf, unit->slice);
-        memcpy(p, buf, unit->size * sizeof(float));
+        dp_all_gather_unit(dp, m, u);
     }
+}
+
+// ----------------------------------------------------------------------------
+// -ls: the outer sync of the replicas (llmc/outer_sync.h) on this rank's owned elements
+
+// dst (owned order) = the owned parameters.
+static void dp_owned_params(const DataParallel* dp, const GPT2* m, float* dst) {
+    for (int i = 0; i < dp->num_spans; i++) {
+        const OwnedSpan* sp = &dp->spans[i];
+        memcpy(dst + sp->owned_offset, m->params_memory + sp->param_offset, sp->count * sizeof(float));
+    }
+}
+
+// The owned parameters = src (owned order), then (stages 1, 2) every unit all-gathered in the
+// shard group, so that the replica's ranks hold the same full parameters again.
+static void dp_set_owned_params(DataParallel* dp, GPT2* m, const float* src) {
+    for (int i = 0; i < dp->num_spans; i++) {
+        const OwnedSpan* sp = &dp->spans[i];
+        memcpy(m->params_memory + sp->param_offset, src + sp->owned_offset, sp->count * sizeof(float));
+    }
+    if (dp->zero_stage == 0) { return; }
+    for (int u = 0; u < dp->layout.num_units; u++) { dp_all_gather_unit(dp, m, u); }
+}
+
+static void dp_outer_init(DataParallel* dp, GPT2* m) {
+    memset(dp->outer, 0, dp->owned * sizeof(float));
+    memset(dp->outer_m, 0, dp->owned * sizeof(float));
+    dp_owned_params(dp, m, dp->outer);
+}
+
+// The outer step: each owned element's message (outer_message: the pseudo-gradient outer - local)
+// into the idle gradient buffer, padded to the replicas, summed over them by one ring all-reduce,
+// then outer_update on every owned element with local = outer, and the all-gather in the replica.
+// Returns the mean pseudo-gradient's squared norm over the whole model.
+static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
+    float* msg = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
+    int R = dp->replica.size, plain = outer_plain_average(c);
+    size_t padded = round_up(dp->owned, R);
+    memset(msg, 0, padded * sizeof(float));
+    for (int i = 0; i < dp->num_spans; i++) {
+        const OwnedSpan* sp = &dp->spans[i];
+        const float* local = m->params_memory + sp->param_offset;
+        const float* outer = dp->outer + sp->owned_offset;
+        float* d = msg + sp->owned_offset;
+        for (size_t j = 0; j < sp->count; j++) { d[j] = outer_message(outer[j], local[j], plain); }
+    }
+    ring_all_reduce(&dp->replica, msg, padded, dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp);
+    float inv_R = 1.0f / (float)R;
+    double sq = 0.0;
+    for (int i = 0; i < dp->num_spans; i++) {
+        const OwnedSpan* sp = &dp->spans[i];
+        float* local = m->params_memory + sp->param_offset;
+        size_t o = sp->owned_offset;
+        for (size_t j = 0; j < sp->count; j++) {
+            float delta;
+            local[j] = outer_update(&dp->outer[o + j], &dp->outer_m[o + j], msg[o + j], inv_R, c->lr, c->momentum,
+                                    plain, &delta);
+            sq += (double)delta * delta;
+        }
+    }
+    if (dp->zero_stage == 0) { return (float)sq; }
+    for (int u = 0; u < dp->layout.num_units; u++) { dp_all_gather_unit(dp, m, u); }
+    return all_reduce_sum_scalar(&dp->shard, (float)sq);
+}
+
+// The CRC-32C of the owned outer (outer 1) or local parameters, all-gathered over the replicas.
+static void dp_replica_crcs(DataParallel* dp, GPT2* m, int outer, uint32_t* crcs) {
+    uint32_t crc = 0;
+    if (outer) {
+        crc = crc32c_update(0, dp->outer, dp->owned * sizeof(float));
+    } else {
+        for (int i = 0; i < dp->num_spans; i++) {
+            const OwnedSpan* sp = &dp->spans[i];
+            crc = crc32c_update(crc, m->params_memory + sp->param_offset, sp->count * sizeof(float));
+        }
+    }
+    int R = dp->replica.size;
+    float* all = (float*)calloc_check(2 * (size_t)R, sizeof(float));
+    crc_to_floats(crc, all + 2 * dp->replica.rank);
+    ring_all_gather(&dp->replica, all, 2);
+    for (int r = 0; r < R; r++) { crcs[r] = crc_from_floats(all + 2 * r); }
+    free(all);
 }
 
 static void dp_zero_shard_grads(DataParallel* dp) {
@@ -667,6 +773,9 @@ static void dp_zero_shard_grads(DataParallel* dp) {
 }
 
 static void dp_free(DataParallel* dp) {
+    free(dp->outer);
+    free(dp->outer_m);
+    free(dp->spans);
     free(dp->opt_m);
     free(dp->opt_v);
     free(dp->shard_grads);
@@ -764,12 +873,24 @@ static void cpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     gpt2_write_model_crc(path, &m->config, m->params_memory, MODEL_VERSION_FP32, crc);
 }
 
+// m, v and, with -ls, the owned local parameters (the replicas differ between syncs) and the
+// outer state.
 static void cpu_write_state(void* ctx, const char* path, const TrainState* s) {
-    state_write(path, s, cpu_of(ctx)->dp.opt_m, cpu_of(ctx)->dp.opt_v, NULL);
+    DataParallel* dp = &cpu_of(ctx)->dp;
+    float* local = s->has_local ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
+    if (local) { dp_owned_params(dp, &cpu_of(ctx)->model, local); }
+    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m}};
+    state_write_arrays(path, s, &arrays);
+    free(local);
 }
 
 static void cpu_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
-    state_load(dir, step, target, got, cpu_of(ctx)->dp.opt_m, cpu_of(ctx)->dp.opt_v, NULL);
+    DataParallel* dp = &cpu_of(ctx)->dp;
+    float* local = dp->outer ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
+    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m}};
+    state_load_arrays(dir, step, target, got, &arrays);
+    if (got->has_local) { dp_set_owned_params(dp, &cpu_of(ctx)->model, local); }
+    free(local);
 }
 
 static void cpu_barrier(void* ctx) {
@@ -784,11 +905,24 @@ static size_t cpu_comm_bytes_sent(void* ctx) {
     return comm_bytes_sent;
 }
 
+static void cpu_set_replica_reduce(void* ctx, int every_step) { cpu_of(ctx)->dp.replica_reduce = every_step; }
+
+static void cpu_outer_init(void* ctx) { dp_outer_init(&cpu_of(ctx)->dp, &cpu_of(ctx)->model); }
+
+static float cpu_outer_step(void* ctx, const OuterConfig* c) {
+    return dp_outer_step(&cpu_of(ctx)->dp, &cpu_of(ctx)->model, c);
+}
+
+static void cpu_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
+    dp_replica_crcs(&cpu_of(ctx)->dp, &cpu_of(ctx)->model, outer, crcs);
+}
+
 static const TrainerOps cpu_trainer_ops = {cpu_begin_step, cpu_micro_step, cpu_reduce_gradients, cpu_update,
                                            cpu_agree, cpu_evaluate, cpu_next_logits, cpu_write_model,
                                            cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent,
                                            cpu_eval_losses, cpu_sum_count, CPU_PEAK_TFLOPS, CPU_PEAK_SOURCE,
-                                           "train_gpt2cpu"};
+                                           "train_gpt2cpu", cpu_set_replica_reduce, cpu_outer_init, cpu_outer_step,
+                                           cpu_replica_crcs};
 
 static void mpi_abort_all(void) {
     int world = 1;
@@ -815,13 +949,14 @@ int main(int argc, char** argv) {
     CpuTrainer cpu;
     int zero = args.zero_stage;
     gpt2_build(&cpu.model, &run.config, params, args.B, args.T, (size_t)world, zero == 2);
-    dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard);
+    int outer = args.outer_every > 0;
+    dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer);
     run_prepare(&run, &cpu.dp.mesh, zero, cpu.dp.owned, 0, &cpu_trainer_ops, &cpu);
 
-    MemoryBytes mem = memory_bytes_per_rank(&cpu.dp.layout, zero, cpu.model.num_parameters, 4, 4, 0, 1);
+    MemoryBytes mem = memory_bytes_per_rank(&cpu.dp.layout, zero, cpu.model.num_parameters, 4, 4, 0, 1, outer);
     mem.activations = cpu.model.activation_bytes;
     CommBytes comm = comm_bytes_per_step(&cpu.dp.layout, &cpu.dp.mesh, zero, run.grad_accum,
-                                         cpu.model.num_parameters, 4, 4);
+                                         cpu.model.num_parameters, 4, 4, &run.outer);
     char extra[128];
     snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank\n", omp_get_max_threads());
     run_print_start(&run, cpu.model.num_parameters, &mem, &comm, extra);

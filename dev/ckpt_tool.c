@@ -56,6 +56,15 @@ static void info_one(const char* dir, int step) {
            s.has_master ? "yes" : "no");
     printf("  position: step %d, data epoch %d file %d row %ld, skipped steps %d (%d in a row), spike window %d\n",
            s.step, s.epoch, s.file_pos, s.row_pos, s.skipped, s.consecutive_skips, s.loss_count);
+    if (s.outer_every > 0) {
+        int in_window = s.step > s.outer_start ? (s.step - s.outer_start) % s.outer_every : 0;
+        printf("  outer sync: -ls %d -lss %d -ol %g -om %g, %d replicas; step %d is %d steps into its window, the "
+               "replicas %s\n", s.outer_every, s.outer_start, s.outer_lr, s.outer_momentum, s.world / s.dp_shard,
+               s.step, in_window, s.in_agreement ? "agree (a sync step or synchronous)" : "differ (mid-window)");
+        printf("  outer state: %s; each rank's local parameters: %s\n",
+               s.has_outer ? "outer parameters and momentum in every state file" : "not begun yet (before -lss)",
+               s.has_local ? "in its state file" : "no");
+    }
 }
 
 // Exports the weights of checkpoint `step` as an fp32 model file.
@@ -70,7 +79,7 @@ static void export_model(const char* dir, int step, const char* out) {
     const char* source = "its model file";
     if (s.has_master) {
         size_t n = gpt2_num_parameters(&c);
-        StateTarget t = {0, 1, 1, 0, s.B, s.T, s.total_batch, n, 1, &c};
+        StateTarget t = {0, 1, 1, 0, s.B, s.T, s.total_batch, n, 1, &c, s.outer_every, s.outer_start};
         float* m = (float*)malloc_check(n * sizeof(float));
         float* v = (float*)malloc_check(n * sizeof(float));
         state_load_resharded(dir, step, &t, &s, m, v, params);

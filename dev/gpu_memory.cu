@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     size_t n = gpt2_num_parameters(&config);
     ActBuffer bufs[NUM_ACT_BUFFERS];
     MemoryBytes mem = memory_bytes_per_rank(&layout, zero, n, sizeof(floatX), sizeof(floatX), master,
-                                            grad_layers_for_stage(zero, config.num_layers));
+                                            grad_layers_for_stage(zero, config.num_layers), 0);
     mem.activations = activation_buffers(NULL, act_shape(&config, B, T, recompute, 1), bufs);
     printf("%s %zu parameters, %s, B %d T %d, %d ranks (dp_shard %d), ZeRO %d, -r %d, master %s\n", argv[1], n,
            PRECISION_NAME, B, T, world, mesh.dp_shard, zero, recompute, master ? "fp32" : "none");

@@ -7,6 +7,7 @@
 
 #include "utils.h"
 #include "mesh.h"
+#include "outer_sync.h"
 
 // Closed forms. Collectives are rings: on a group of G ranks, a reduce-scatter or an
 // all-gather of G slices of k elements sends (G-1) k elements per rank, and an all-reduce of
@@ -18,21 +19,36 @@ static size_t ring_all_reduce_elements(size_t n, int G) { return 2 * (size_t)(G 
 
 typedef struct {
     size_t grad_reduce; // gradient reduce-scatters / all-reduces within the shard group or world
-    size_t replica;     // all-reduce of the gradient shard across replicas
+    size_t replica;     // all-reduce of the gradient shard across replicas (-ls: the outer sync's, per step)
     size_t param_gather;// all-gather of the updated parameters
     size_t scalars;     // loss and grad-norm all-reduces
     size_t total;
+    // -ls H (0 otherwise): the fields above are averaged over an H-step window (rounded); a step
+    // without an outer sync sends step_no_sync, a sync adds sync_replica across the replicas and
+    // sync_inner inside the shard group; synchronous training would send replica_sync_training
+    // across the replicas every step.
+    int sync_every;
+    size_t step_no_sync, sync_replica, sync_inner, replica_sync_training;
 } CommBytes;
 
 // Bytes each rank sends per optimizer step. grad_bytes: bytes per gradient element on the
-// wire (4 for fp32, 2 for bf16); param_bytes likewise for the parameter all-gather.
+// wire (4 for fp32, 2 for bf16); param_bytes likewise for the parameter all-gather. outer: -ls
+// (NULL or every 0: synchronous training).
 static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int zero_stage, int grad_accum,
-                                     size_t num_parameters, size_t grad_bytes, size_t param_bytes) {
-    CommBytes b = {0, 0, 0, 0, 0};
+                                     size_t num_parameters, size_t grad_bytes, size_t param_bytes,
+                                     const OuterConfig* outer) {
+    CommBytes b;
+    memset(&b, 0, sizeof(b));
     int S = m->dp_shard, R = m->dp_replicate, W = m->world;
+    int local = outer && outer->every > 0; // the replicas do not reduce gradients every step
     b.scalars = ring_all_reduce_elements(1, W) * 4; // the step's loss, over all ranks
+    size_t owned = zero_stage == 0 ? num_parameters : s->shard_elements;
+    size_t replica_grads = 0;
     if (zero_stage == 0) {
-        b.grad_reduce = ring_all_reduce_elements(num_parameters, W) * grad_bytes;
+        b.grad_reduce = ring_all_reduce_elements(num_parameters, local ? S : W) * grad_bytes;
+        // the part of the world all-reduce that a shard-group all-reduce would not send
+        replica_grads = (ring_all_reduce_elements(num_parameters, W) - ring_all_reduce_elements(num_parameters, S)) *
+                        grad_bytes;
     } else {
         size_t rs = 0, ag = 0;
         for (int u = 0; u < s->num_units; u++) {
@@ -41,26 +57,42 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
         }
         int reduce_scatters = zero_stage == 1 ? 1 : grad_accum;
         b.grad_reduce = rs * reduce_scatters * grad_bytes;
-        b.replica = ring_all_reduce_elements(s->shard_elements, R) * 4; // fp32 shard accumulator
+        replica_grads = ring_all_reduce_elements(s->shard_elements, R) * 4; // fp32 shard accumulator
+        b.replica = local ? 0 : replica_grads;
         b.param_gather = ag * param_bytes;
         b.scalars += ring_all_reduce_elements(1, S) * 4;                // squared norm over the shard group
     }
     b.total = b.grad_reduce + b.replica + b.param_gather + b.scalars;
+    if (local) {
+        int H = outer->every;
+        b.sync_every = H;
+        b.step_no_sync = b.total;
+        b.sync_replica = outer_sync_replica_bytes(owned, R);
+        b.sync_inner = outer_sync_shard_bytes(zero_stage, S) + b.param_gather; // the synced slices all-gathered again
+        b.replica_sync_training = replica_grads;
+        b.replica = (b.sync_replica + H / 2) / H;
+        b.scalars += (b.sync_inner + H / 2) / H;
+        b.total = b.grad_reduce + b.replica + b.param_gather + b.scalars;
+    }
     return b;
 }
 
 typedef struct {
     size_t params, grads, optimizer, activations;
+    size_t outer; // -ls: the outer parameters and momentum (fp32, sharded like the AdamW state)
 } MemoryBytes;
 
 // Per-rank bytes for parameters (param_bytes each, plus fp32 master copies when master is
 // set), gradients, and optimizer state (fp32 m and v) for the chosen stage. Stage 2 keeps
 // layer_slots layers of full gradients (1 on the CPU; 2 on the GPU, where one layer is being
-// reduced while the next is computed). Activations are the trainer's own count.
+// reduced while the next is computed). outer_state: -ls keeps the outer parameters and momentum
+// (8 bytes per owned element). Activations are the trainer's own count.
 static MemoryBytes memory_bytes_per_rank(const ShardLayout* s, int zero_stage, size_t num_parameters,
-                                         size_t param_bytes, size_t grad_bytes, int master, int layer_slots) {
-    MemoryBytes mb = {0, 0, 0, 0};
+                                         size_t param_bytes, size_t grad_bytes, int master, int layer_slots,
+                                         int outer_state) {
+    MemoryBytes mb = {0, 0, 0, 0, 0};
     size_t owned = zero_stage == 0 ? num_parameters : s->shard_elements;
+    mb.outer = outer_state ? 2 * owned * 4 : 0;
     mb.params = num_parameters * param_bytes + (master ? owned * 4 : 0);
     mb.optimizer = 2 * owned * 4;
     if (zero_stage == 0) {

@@ -48,6 +48,10 @@ typedef struct {
     const char* hellaswag_path; // -hf
     int hellaswag_examples;    // -hn (0 = all)
     float peak_tflops;         // -pk (0 = the trainer's default)
+    int outer_every;           // -ls (0 = synchronous replicas)
+    float outer_lr;            // -ol
+    float outer_momentum;      // -om
+    int outer_start;           // -lss
     // GPU trainer only
     int recompute;             // -r
     int master_weights;        // -w
@@ -107,6 +111,10 @@ static const ArgSpec arg_specs[] = {
     ARG("-hf", ARG_STRING, hellaswag_path, 0, "HellaSwag eval file (llm.c format, dev/data/hellaswag.py)"),
     ARG("-hn", ARG_INT, hellaswag_examples, 0, "HellaSwag examples to score (0 = all)"),
     ARG("-pk", ARG_FLOAT, peak_tflops, 0, "peak TFLOP/s per rank for the MFU (0 = built-in, docs/tools.md)"),
+    ARG("-ls", ARG_INT, outer_every, 0, "replicas train alone, outer sync every H steps (DiLoCo; 0 = every step)"),
+    ARG("-ol", ARG_FLOAT, outer_lr, 0, "-ls: outer learning rate (Nesterov SGD on the pseudo-gradients)"),
+    ARG("-om", ARG_FLOAT, outer_momentum, 0, "-ls: outer Nesterov momentum"),
+    ARG("-lss", ARG_INT, outer_start, 0, "-ls: synchronous steps before the first window (outer starts there)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-pi", ARG_STRING, init_method, 1, "multi-process start-up: mpi | fs | tcp"),
@@ -157,6 +165,10 @@ static void args_defaults(TrainArgs* a) {
     a->hellaswag_path = "data/hellaswag/hellaswag_val.bin";
     a->hellaswag_examples = 0;
     a->peak_tflops = 0.0f;
+    a->outer_every = 0;
+    a->outer_lr = 0.7f;
+    a->outer_momentum = 0.9f;
+    a->outer_start = 0;
     a->recompute = 1;
     a->master_weights = 1;
     a->init_method = "mpi";
@@ -258,6 +270,11 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_float("-pk", a->peak_tflops, 0.0f, 1e9f);
     require_int("-V", a->vocab_size, 0, 65536);
     require_int("-sl", a->max_seq_len, 1, 1 << 20);
+    require_int("-ls", a->outer_every, 0, big);
+    require_float("-ol", a->outer_lr, 1e-6f, 10.0f);
+    require_float("-om", a->outer_momentum, 0.0f, 0.999f);
+    require_int("-lss", a->outer_start, 0, big);
+    if (a->outer_start > 0 && a->outer_every == 0) { fail("-lss %d: needs -ls H > 0", a->outer_start); }
     if (a->hellaswag && a->val_every == 0) { fail("-h 1: HellaSwag runs at every validation, so -v must be > 0"); }
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {
         fail("-y/-n: checkpoints need a log dir (-o)");

@@ -6,7 +6,10 @@
 // itself. Every file goes to a temporary name, is fsync'ed and renamed, so a checkpoint is
 // complete and verifiable the moment DONE_S exists, and a crash at any moment never leaves one
 // that verifies but is incomplete. A checkpoint resumes on any world size, -ds, -z and -b with
-// the same -t and -d (the optimizer shards are re-cut). See docs/checkpoints.md.
+// the same -t and -d (the optimizer shards are re-cut). With -ls (llmc/outer_sync.h) a state file
+// also holds the rank's owned local parameters (the replicas differ between syncs) and its outer
+// parameters and momentum; such a checkpoint resumes on its own layout at any step, and on
+// another layout with the same dp_replicate only where the replicas agreed. See docs/checkpoints.md.
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
@@ -35,14 +38,38 @@ typedef struct {
     int consecutive_skips;
     int loss_count;  // entries of loss_history (the spike guard's window, oldest first)
     float loss_history[LOSS_HISTORY_MAX];
+    // -ls (0 without): the run's -ls and -lss, its -ol and -om, whether the replicas held the same
+    // parameters at this step, and which arrays follow m, v (and master): the owned local
+    // parameters (as fp32; exact for bf16), the outer parameters and the outer momentum.
+    int outer_every, outer_start, in_agreement;
+    float outer_lr, outer_momentum;
+    int has_local, has_outer;
 } TrainState;
+
+// The arrays of a state file, in file order; an absent one is skipped (llmc/outer_sync.h for
+// the last three).
+enum { STATE_M, STATE_V, STATE_MASTER, STATE_LOCAL, STATE_OUTER, STATE_OUTER_M, STATE_ARRAYS };
+typedef struct {
+    float* a[STATE_ARRAYS]; // this rank's owned elements of each, or NULL
+} StateArrays;
+
+// Where array `kind` sits in a file with header s (0-based, in units of owned elements), or -1.
+static int state_array_slot(const TrainState* s, int kind) {
+    int present[STATE_ARRAYS] = {1, 1, s->has_master, s->has_local, s->has_outer, s->has_outer};
+    if (!present[kind]) { return -1; }
+    int slot = 0;
+    for (int k = 0; k < kind; k++) { slot += present[k]; }
+    return slot;
+}
+
+static int state_array_count(const TrainState* s) { return 2 + s->has_master + s->has_local + 2 * s->has_outer; }
 
 static void checkpoint_path(char* out, size_t len, const char* dir, const char* kind, int step, int rank) {
     if (rank >= 0) { snprintf(out, len, "%s/%s_%08d_%05d.bin", dir, kind, step, rank); }
     else { snprintf(out, len, "%s/%s_%08d%s", dir, kind, step, strcmp(kind, "DONE") ? ".bin" : ""); }
 }
 
-static long state_file_bytes(uint64_t owned, int has_master) { return 1024 + (long)(owned * 4 * (has_master ? 3 : 2)); }
+static long state_file_bytes(const TrainState* s) { return 1024 + (long)(s->owned * 4 * state_array_count(s)); }
 
 static void state_pack_header(int* h, const TrainState* s) {
     memset(h, 0, STATE_HEADER_INTS * sizeof(int));
@@ -58,6 +85,10 @@ static void state_pack_header(int* h, const TrainState* s) {
     memcpy(&h[18], &s->owned, 8);
     h[22] = s->consecutive_skips;
     h[23] = s->loss_count;
+    h[24] = s->has_local; h[25] = s->has_outer;
+    h[26] = s->outer_every; h[27] = s->outer_start; h[28] = s->in_agreement;
+    memcpy(&h[29], &s->outer_lr, 4);
+    memcpy(&h[30], &s->outer_momentum, 4);
     memcpy(&h[64], s->loss_history, LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -74,6 +105,10 @@ static void state_unpack_header(const int* h, TrainState* s) {
     memcpy(&s->owned, &h[18], 8);
     s->consecutive_skips = h[22];
     s->loss_count = h[23];
+    s->has_local = h[24]; s->has_outer = h[25];
+    s->outer_every = h[26]; s->outer_start = h[27]; s->in_agreement = h[28];
+    memcpy(&s->outer_lr, &h[29], 4);
+    memcpy(&s->outer_momentum, &h[30], 4);
     memcpy(s->loss_history, &h[64], LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -89,23 +124,32 @@ static void fwrite_crc(const void* src, size_t bytes, FILE* f, const char* path,
     *crc = crc32c_update(*crc, src, bytes);
 }
 
-// Writes a state file: the header, then m, v (and master) while computing the payload's CRC,
-// then the header again with both CRCs (slot 20: payload, slot 21: header).
-static void state_write(const char* path, const TrainState* s, const float* m, const float* v, const float* master) {
+// Writes a state file: the header, then the arrays its header names (m, v, and master, local,
+// outer, outer momentum where present) while computing the payload's CRC, then the header again
+// with both CRCs (slot 20: payload, slot 21: header).
+static void state_write_arrays(const char* path, const TrainState* s, const StateArrays* arrays) {
     int header[STATE_HEADER_INTS];
     state_pack_header(header, s);
     char tmp[4096];
     FILE* f = fopen_tmp_for(path, tmp, sizeof(tmp));
     fwrite_check(header, sizeof(int), STATE_HEADER_INTS, f, tmp);
     uint32_t crc = 0;
-    fwrite_crc(m, s->owned * sizeof(float), f, tmp, &crc);
-    fwrite_crc(v, s->owned * sizeof(float), f, tmp, &crc);
-    if (s->has_master && master) { fwrite_crc(master, s->owned * sizeof(float), f, tmp, &crc); }
+    for (int k = 0; k < STATE_ARRAYS; k++) {
+        if (state_array_slot(s, k) < 0) { continue; }
+        if (arrays->a[k] == NULL) { fail("%s: state array %d missing (a bug)", path, k); }
+        fwrite_crc(arrays->a[k], s->owned * sizeof(float), f, tmp, &crc);
+    }
     header[20] = (int)crc;
     header[21] = (int)state_header_crc(header);
     if (fseek(f, 0, SEEK_SET) != 0) { fail("%s: seek failed", tmp); }
     fwrite_check(header, sizeof(int), STATE_HEADER_INTS, f, tmp);
     commit_tmp(f, tmp, path);
+}
+
+// A state file without -ls arrays: m, v (and master when s->has_master).
+static void state_write(const char* path, const TrainState* s, const float* m, const float* v, const float* master) {
+    StateArrays arrays = {{(float*)m, (float*)v, (float*)master, NULL, NULL, NULL}};
+    state_write_arrays(path, s, &arrays);
 }
 
 // Reads and checks a state file's header (magic, version, header CRC, size); fills s. Returns 1,
@@ -131,7 +175,12 @@ static int state_read_header(FILE* f, const char* path, TrainState* s, int* head
         return 0;
     }
     state_unpack_header(header, s);
-    long expected = state_file_bytes(s->owned, s->has_master);
+    if ((unsigned)s->has_master > 1 || (unsigned)s->has_local > 1 || (unsigned)s->has_outer > 1) {
+        snprintf(why, why_len, "%s: header names arrays %d %d %d (each must be 0 or 1)", path, s->has_master,
+                 s->has_local, s->has_outer);
+        return 0;
+    }
+    long expected = state_file_bytes(s);
     if (size != expected) {
         snprintf(why, why_len, "%s: file size %ld, expected %ld (truncated or appended to)", path, size, expected);
         return 0;
@@ -179,7 +228,8 @@ static void state_read(const char* path, const TrainState* expect, TrainState* o
         fail("%s: written with -b %d -t %d -d %d; expected -b %d -t %d -d %d", path, out->B, out->T, out->total_batch,
              expect->B, expect->T, expect->total_batch);
     }
-    if (out->owned != expect->owned || out->has_master != expect->has_master) {
+    if (out->owned != expect->owned || out->has_master != expect->has_master || out->has_local != expect->has_local ||
+        out->has_outer != expect->has_outer) {
         fail("%s: holds %llu optimizer elements (master weights %d), expected %llu (%d)", path,
              (unsigned long long)out->owned, out->has_master, (unsigned long long)expect->owned, expect->has_master);
     }
@@ -205,23 +255,27 @@ typedef struct {
     uint64_t owned;
     int has_master;
     const GPT2Config* config; // the model (shapes the shard layouts)
+    int outer_every, outer_start; // -ls and -lss of this run (0 without)
 } StateTarget;
 
 // The files of a checkpoint written on another layout, opened as needed: shard s of the old
-// layout is old rank s's file (replica 0); a ZeRO-0 checkpoint holds everything in rank 0's.
+// layout is old rank replica * old dp_shard + s (replica 0 but with -ls, where each replica reads
+// its own); a ZeRO-0 checkpoint holds everything in the replica's first rank's file.
 typedef struct {
     const char* dir;
     int step;
+    int replica;
     TrainState old;       // rank 0's header: the old layout
     ShardLayout layout;   // the old shard layout (ZeRO 1, 2)
     FILE** files;         // per old shard
-    int read_master;
 } OldShards;
 
+static const char* state_array_names[STATE_ARRAYS] = {"m", "v", "master weights", "local parameters",
+                                                      "outer parameters", "outer momentum"};
+
 // Reads elements [e0, e0 + n) of unit u (or, for a ZeRO-0 checkpoint, of the flat parameters
-// from unit u's offset) into m, v (and master).
-static void old_shards_read(OldShards* o, const ShardUnit* unit, int u, size_t e0, size_t n, float* m, float* v,
-                            float* master) {
+// from unit u's offset) into each non-NULL dst array (advanced past them).
+static void old_shards_read(OldShards* o, const ShardUnit* unit, int u, size_t e0, size_t n, float** dst) {
     while (n > 0) {
         int s = 0;
         size_t pos = unit->offset + e0, take = n;
@@ -233,51 +287,55 @@ static void old_shards_read(OldShards* o, const ShardUnit* unit, int u, size_t e
             if (take > ou->slice - within) { take = ou->slice - within; }
         }
         char path[4096];
-        checkpoint_path(path, sizeof(path), o->dir, "state", o->step, s);
+        checkpoint_path(path, sizeof(path), o->dir, "state", o->step, o->replica * o->old.dp_shard + s);
         if (o->files[s] == NULL) { o->files[s] = fopen_check(path, "rb"); }
         FILE* f = o->files[s];
-        float* dst[3] = {m, v, master};
-        static const char* what[3] = {"m", "v", "master weights"};
-        for (int a = 0; a < (o->read_master ? 3 : 2); a++) {
-            long at = 1024 + (long)(((uint64_t)a * o->old.owned + pos) * sizeof(float));
+        for (int k = 0; k < STATE_ARRAYS; k++) {
+            if (dst[k] == NULL) { continue; }
+            int slot = state_array_slot(&o->old, k);
+            long at = 1024 + (long)(((uint64_t)slot * o->old.owned + pos) * sizeof(float));
             if (fseek(f, at, SEEK_SET) != 0) { fail("%s: seek to %ld failed", path, at); }
-            fread_check(dst[a], sizeof(float), take, f, path, what[a]);
-            dst[a] += take;
+            fread_check(dst[k], sizeof(float), take, f, path, state_array_names[k]);
+            dst[k] += take;
         }
-        m = dst[0]; v = dst[1]; master = dst[2];
         e0 += take;
         n -= take;
     }
 }
 
-// Re-cuts the optimizer state of a checkpoint written with another world size, -ds or -z for
-// this rank: for every unit, the elements this rank owns (all of them in ZeRO 0), read from the
-// old shard that holds each piece. Padding elements stay 0.
-static void state_load_resharded(const char* dir, int step, const StateTarget* t, const TrainState* old, float* m,
-                                 float* v, float* master) {
+// Re-cuts the state of a checkpoint written with another world size, -ds or -z for this rank:
+// for every unit, the elements this rank owns (all of them in ZeRO 0), read from the old shard
+// that holds each piece, into every array both the checkpoint and `arrays` have (the others are
+// zeroed). Padding elements stay 0. replica: whose files to read (-ls; else 0).
+static void state_load_resharded_arrays(const char* dir, int step, const StateTarget* t, const TrainState* old,
+                                        int replica, const StateArrays* arrays) {
     OldShards o;
     o.dir = dir;
     o.step = step;
+    o.replica = replica;
     o.old = *old;
-    o.read_master = old->has_master && t->has_master && master != NULL;
     int old_files = old->zero_stage == 0 ? 1 : old->dp_shard;
     o.files = (FILE**)calloc_check(old_files, sizeof(FILE*));
     shard_layout_init(&o.layout, t->config, old->zero_stage == 0 ? 1 : old->dp_shard);
     ShardLayout now;
     shard_layout_init(&now, t->config, t->zero_stage == 0 ? 1 : t->dp_shard);
     int shard_idx = t->rank % t->dp_shard;
-    memset(m, 0, t->owned * sizeof(float));
-    memset(v, 0, t->owned * sizeof(float));
-    if (o.read_master && master) { memset(master, 0, t->owned * sizeof(float)); }
+    float* base[STATE_ARRAYS];
+    for (int k = 0; k < STATE_ARRAYS; k++) {
+        base[k] = state_array_slot(old, k) >= 0 ? arrays->a[k] : NULL;
+        if (arrays->a[k]) { memset(arrays->a[k], 0, t->owned * sizeof(float)); }
+    }
     for (int u = 0; u < now.num_units; u++) {
         const ShardUnit* unit = &now.units[u];
-        size_t first = 0, count = unit->size, dst = unit->offset;
+        size_t first = 0, count = unit->size, at = unit->offset;
         if (t->zero_stage != 0) {
             count = unit_owned(unit, shard_idx, &first);
-            dst = unit->shard_offset;
+            at = unit->shard_offset;
         }
         if (count == 0) { continue; }
-        old_shards_read(&o, unit, u, first, count, m + dst, v + dst, o.read_master ? master + dst : NULL);
+        float* dst[STATE_ARRAYS];
+        for (int k = 0; k < STATE_ARRAYS; k++) { dst[k] = base[k] ? base[k] + at : NULL; }
+        old_shards_read(&o, unit, u, first, count, dst);
     }
     for (int s = 0; s < old_files; s++) {
         if (o.files[s]) { fclose(o.files[s]); }
@@ -287,12 +345,44 @@ static void state_load_resharded(const char* dir, int step, const StateTarget* t
     shard_layout_free(&now);
 }
 
-// Loads this rank's optimizer state and the run position of checkpoint `step` (already verified
-// by checkpoint_select). The same world size, -ds and -z read this rank's own file (exact); any
-// other layout with the same -t and -d re-cuts the old shards (state_load_resharded).
-// out->has_master says whether master received fp32 master weights.
-static void state_load(const char* dir, int step, const StateTarget* t, TrainState* out, float* m, float* v,
-                       float* master) {
+// m, v (and master, when both the checkpoint and the target keep them) re-cut from replica 0.
+static void state_load_resharded(const char* dir, int step, const StateTarget* t, const TrainState* old, float* m,
+                                 float* v, float* master) {
+    StateArrays arrays = {{m, v, old->has_master && t->has_master ? master : NULL, NULL, NULL, NULL}};
+    state_load_resharded_arrays(dir, step, t, old, 0, &arrays);
+}
+
+// The -ls rules of a resume (rank 0's header `old` of checkpoint `path`): the same -ls and -lss
+// (a checkpoint of synchronous training also serves a run whose windows start later); another
+// layout only with the same dp_replicate and where the replicas agreed.
+static void state_check_outer(const char* path, const TrainState* old, const StateTarget* t, int same_layout) {
+    int old_R = old->world / old->dp_shard, R = t->world / t->dp_shard;
+    if (old->outer_every != t->outer_every || old->outer_start != t->outer_start) {
+        int from_sync = old->outer_every == 0 && old->step <= t->outer_start;
+        if (!from_sync) {
+            fail("%s: written with -ls %d -lss %d at step %d; this run has -ls %d -lss %d (resume with the same, or "
+                 "a checkpoint of synchronous training with -lss at or after its step)", path, old->outer_every,
+                 old->outer_start, old->step, t->outer_every, t->outer_start);
+        }
+    }
+    if (same_layout || old->outer_every == 0) { return; }
+    if (old_R != R) {
+        fail("%s: written by %d replicas (-ls %d); a resume on another layout needs the same dp_replicate, this run "
+             "has %d", path, old_R, old->outer_every, R);
+    }
+    if (!old->in_agreement) {
+        fail("%s: step %d is inside an -ls window (the replicas differ): it resumes only on its own layout (%d ranks, "
+             "-ds %d, -z %d)", path, old->step, old->world, old->dp_shard, old->zero_stage);
+    }
+}
+
+// Loads this rank's state (every array `arrays` has room for and the checkpoint holds; out says
+// which came) and the run position of checkpoint `step` (already verified by checkpoint_select).
+// The same world size, -ds and -z read this rank's own file (exact); any other layout with the
+// same -t and -d re-cuts the old shards (state_load_resharded_arrays), from the rank's own replica
+// under -ls.
+static void state_load_arrays(const char* dir, int step, const StateTarget* t, TrainState* out,
+                              const StateArrays* arrays) {
     char path[4096], why[4096 + 256];
     checkpoint_path(path, sizeof(path), dir, "state", step, 0);
     int header[STATE_HEADER_INTS];
@@ -304,24 +394,37 @@ static void state_load(const char* dir, int step, const StateTarget* t, TrainSta
              "-t %d -d %d)", path, out->T, out->total_batch, t->T, t->total_batch);
     }
     int same = out->world == t->world && out->dp_shard == t->dp_shard && out->zero_stage == t->zero_stage;
+    state_check_outer(path, out, t, same);
     if (!same) {
-        state_load_resharded(dir, step, t, out, m, v, master);
-        out->has_master = out->has_master && t->has_master;
-        return;
+        int replica = out->outer_every > 0 ? t->rank / t->dp_shard : 0;
+        state_load_resharded_arrays(dir, step, t, out, replica, arrays);
+    } else {
+        checkpoint_path(path, sizeof(path), dir, "state", step, t->rank);
+        f = fopen_check(path, "rb");
+        if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
+        if (out->owned != t->owned) {
+            fail("%s: holds %llu optimizer elements, this run %llu", path, (unsigned long long)out->owned,
+                 (unsigned long long)t->owned);
+        }
+        for (int k = 0; k < STATE_ARRAYS; k++) {
+            int slot = state_array_slot(out, k);
+            if (slot < 0 || arrays->a[k] == NULL) { continue; }
+            fseek(f, 1024 + (long)((uint64_t)slot * out->owned * sizeof(float)), SEEK_SET);
+            fread_check(arrays->a[k], sizeof(float), out->owned, f, path, state_array_names[k]);
+        }
+        fclose(f);
     }
-    checkpoint_path(path, sizeof(path), dir, "state", step, t->rank);
-    f = fopen_check(path, "rb");
-    if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
-    if (out->owned != t->owned) {
-        fail("%s: holds %llu optimizer elements, this run %llu", path, (unsigned long long)out->owned,
-             (unsigned long long)t->owned);
-    }
-    fseek(f, 1024, SEEK_SET);
-    fread_check(m, sizeof(float), out->owned, f, path, "m");
-    fread_check(v, sizeof(float), out->owned, f, path, "v");
-    out->has_master = out->has_master && t->has_master;
-    if (out->has_master) { fread_check(master, sizeof(float), out->owned, f, path, "master weights"); }
-    fclose(f);
+    out->has_master = out->has_master && arrays->a[STATE_MASTER] != NULL;
+    out->has_local = out->has_local && arrays->a[STATE_LOCAL] != NULL;
+    out->has_outer = out->has_outer && arrays->a[STATE_OUTER] != NULL && arrays->a[STATE_OUTER_M] != NULL;
+}
+
+// m, v (and master): state_load_arrays without the -ls arrays. out->has_master says whether
+// master received fp32 master weights.
+static void state_load(const char* dir, int step, const StateTarget* t, TrainState* out, float* m, float* v,
+                       float* master) {
+    StateArrays arrays = {{m, v, t->has_master ? master : NULL, NULL, NULL, NULL}};
+    state_load_arrays(dir, step, t, out, &arrays);
 }
 
 // ----------------------------------------------------------------------------

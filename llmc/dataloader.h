@@ -4,6 +4,10 @@
 // R = B * dp_degree * grad_accum rows of the current shard (in file order, or in a seeded
 // shuffled order); micro-step m of data rank r takes rows [(m * dp_degree + r) * B, +B).
 // So the global batch of a step is the same whatever the number of ranks and grad_accum are.
+// With -ls (replicas that train alone) the batch is cut replica-major instead: replica i takes
+// the i-th run of R / dp_replicate rows, and within it micro-step m of shard rank s takes rows
+// [(m * dp_shard + s) * B, +B); a replica's rows then depend only on its index, not on -ds or
+// grad_accum (dataloader_replica_major).
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
 
@@ -19,6 +23,7 @@ typedef struct {
     // configuration
     int B, T;
     int dp_rank, dp_degree, grad_accum;
+    int replica_major; // dp_shard when the batch is cut replica-major (-ls), else 0
     int vocab_size;
     int shuffle;
     uint64_t seed;
@@ -180,9 +185,20 @@ static void dataloader_init(DataLoader* d, const char* pattern, const char* flag
     dataloader_reset(d);
 }
 
+// Cuts the following global batches replica-major over replicas of dp_shard ranks (0: rank-major).
+static void dataloader_replica_major(DataLoader* d, int dp_shard) { d->replica_major = dp_shard; }
+
+// The first row of this rank's current micro-batch.
+static long dataloader_first_row(const DataLoader* d) {
+    long m = d->micro_step;
+    if (d->replica_major == 0) { return d->row_pos + (m * d->dp_degree + d->dp_rank) * d->B; }
+    long S = d->replica_major, replica = d->dp_rank / S, s = d->dp_rank % S;
+    return d->row_pos + replica * S * d->grad_accum * d->B + (m * S + s) * d->B;
+}
+
 // Fills inputs/targets with this rank's next micro-batch.
 static void dataloader_next(DataLoader* d) {
-    long first = d->row_pos + ((long)d->micro_step * d->dp_degree + d->dp_rank) * d->B;
+    long first = dataloader_first_row(d);
     for (int b = 0; b < d->B; b++) {
         long row = first + b;
         long start = (d->row_order ? d->row_order[row] : row) * (long)d->T;

@@ -6,6 +6,7 @@
 //   hang      this rank stops answering (sleeps forever) as step STEP begins
 //   die_ckpt  this rank kills itself in the checkpoint write of step STEP, after its state file
 //             is written and before the DONE manifest
+//   preempt   this rank sends itself SIGUSR1 as step STEP begins (a preemption at a known step)
 #ifndef LLMC_FAULTS_H
 #define LLMC_FAULTS_H
 
@@ -15,7 +16,7 @@
 #include <unistd.h>
 #include "utils.h"
 
-typedef enum { FAULT_NONE, FAULT_NAN, FAULT_DIE, FAULT_HANG, FAULT_DIE_CKPT, FAULT_SPIKE } FaultKind;
+typedef enum { FAULT_NONE, FAULT_NAN, FAULT_DIE, FAULT_HANG, FAULT_DIE_CKPT, FAULT_SPIKE, FAULT_USR1 } FaultKind;
 
 typedef struct {
     FaultKind kind;
@@ -27,15 +28,15 @@ static Fault run_fault = {FAULT_NONE, -1, 0}; // this run's -fi, set by the trai
 static Fault fault_parse(const char* spec) {
     Fault f = {FAULT_NONE, -1, 0};
     if (spec == NULL || spec[0] == '\0') { return f; }
-    static const char* names[] = {"", "nan", "die", "hang", "die_ckpt", "spike"};
+    static const char* names[] = {"", "nan", "die", "hang", "die_ckpt", "spike", "preempt"};
     char kind[32];
     int step = -1, rank = 0, used = 0;
     int n = sscanf(spec, "%31[a-z_]@%d%n:%d%n", kind, &step, &used, &rank, &used);
-    for (int k = 1; k < 6 && n >= 2; k++) {
+    for (int k = 1; k < 7 && n >= 2; k++) {
         if (strcmp(kind, names[k]) == 0) { f.kind = (FaultKind)k; }
     }
     if (n < 2 || f.kind == FAULT_NONE || spec[used] != '\0' || step < 1 || rank < 0) {
-        fail("-fi %s: expected KIND@STEP[:RANK] with KIND nan, spike, die, hang or die_ckpt", spec);
+        fail("-fi %s: expected KIND@STEP[:RANK] with KIND nan, spike, die, hang, die_ckpt or preempt", spec);
     }
     f.step = step;
     f.rank = rank;
@@ -52,6 +53,11 @@ static void fault_step_begin(const Fault* f, int step, int rank) {
         fprintf(stderr, "fault injection: rank %d kills itself at step %d\n", rank, step);
         fflush(stderr);
         raise(SIGKILL);
+    }
+    if (fault_is(f, FAULT_USR1, step, rank)) {
+        fprintf(stderr, "fault injection: rank %d sends itself SIGUSR1 at step %d\n", rank, step);
+        fflush(stderr);
+        raise(SIGUSR1);
     }
     if (fault_is(f, FAULT_HANG, step, rank)) {
         fprintf(stderr, "fault injection: rank %d hangs at step %d\n", rank, step);

@@ -165,6 +165,14 @@ static void logger_log_skip(Logger* l, int step, float loss, float lr, float nor
     logger_field(l, step, "skipped", 1.0);
 }
 
+// -ls: an outer sync after `step`, with the norm of the mean pseudo-gradient (outer - local).
+static void logger_log_outer(Logger* l, int step, float pg_norm) {
+    if (!l->file) { return; }
+    fprintf(l->file, "s:%d outer_sync pgnorm:%f\n", step, pg_norm);
+    fflush(l->file);
+    logger_field(l, step, "outer_sync_pgnorm", pg_norm);
+}
+
 static void logger_log_val(Logger* l, int step, float loss) {
     if (!l->file) { return; }
     fprintf(l->file, "s:%d tel:%.6f\n", step, loss);

@@ -55,23 +55,37 @@ static void progress_model(const char* source, const GPT2Config* c, size_t num_p
 
 static void progress_accounting(const Mesh* mesh, int zero_stage, const MemoryBytes* mem, const CommBytes* comm) {
     printf("mesh: dp_replicate %d x dp_shard %d | ZeRO stage %d\n", mesh->dp_replicate, mesh->dp_shard, zero_stage);
-    printf("memory per rank: params %zu grads %zu optimizer %zu activations %zu bytes\n", mem->params, mem->grads,
+    printf("memory per rank: params %zu grads %zu optimizer %zu activations %zu bytes", mem->params, mem->grads,
            mem->optimizer, mem->activations);
+    if (mem->outer) { printf(" | outer state %zu bytes (-ls: outer parameters and momentum, fp32)", mem->outer); }
+    printf("\n");
+    const char* avg = comm->sync_every ? ", averaged over a window of -ls steps" : "";
     printf("communication per step: %zu bytes sent per rank (gradients %zu, replicas %zu, parameters %zu, "
-           "scalars %zu)\n", comm->total, comm->grad_reduce, comm->replica, comm->param_gather, comm->scalars);
+           "scalars %zu)%s\n", comm->total, comm->grad_reduce, comm->replica, comm->param_gather, comm->scalars, avg);
+    if (comm->sync_every) {
+        int H = comm->sync_every;
+        printf("communication per outer sync (every %d steps): %zu bytes sent per rank across replicas, %zu inside "
+               "the replica; a step without a sync sends %zu\n", H, comm->sync_replica, comm->sync_inner,
+               comm->step_no_sync);
+        if (mesh->dp_replicate == 1) { return; }
+        printf("communication across replicas: %.1f bytes per rank per step with -ls %d, %zu with synchronous "
+               "training (%.1fx fewer)\n", (double)comm->sync_replica / H, H, comm->replica_sync_training,
+               comm->sync_replica ? comm->replica_sync_training * (double)H / comm->sync_replica : 0.0);
+    }
 }
 
-// Records a step of dt seconds (step: 0-based) and, when print is set, prints its line.
+// Records a step of dt seconds (step: 0-based) and, when print is set, prints its line (mark: a
+// suffix, "" or the -ls outer sync's).
 static void progress_step(StepTimes* t, int step, int max_steps, double dt, float loss, float norm, float lr,
-                          int tokens, int print) {
+                          int tokens, const char* mark, int print) {
     if (step > t->first_step) { t->total += dt; t->steps++; }
     t->last_mfu = t->peak_flops > 0.0 ? t->flops_per_token * tokens / dt / t->peak_flops : -1.0;
     if (!print) { return; }
     char eta[32];
     double avg = t->steps > 0 ? t->total / t->steps : dt;
     format_eta(eta, sizeof(eta), avg * (max_steps - step - 1));
-    printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | mfu %.1f%% | eta %s\n", step + 1,
-           max_steps, loss, norm, lr, dt * 1000.0, tokens / dt, 100.0 * t->last_mfu, eta);
+    printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | mfu %.1f%% | eta %s%s\n", step + 1,
+           max_steps, loss, norm, lr, dt * 1000.0, tokens / dt, 100.0 * t->last_mfu, eta, mark);
     fflush(stdout);
 }
 

@@ -73,11 +73,10 @@ static TrainState train_state_now(const TrainArgs* a, const Mesh* mesh, int zero
 // Rank 0, once every rank's state file of checkpoint `step` is written: the manifest DONE_S
 // (the model file's size and CRC-32C, the state files' size), then -nk retention.
 static void checkpoint_commit(const TrainArgs* args, int step, const char* model_path, uint32_t model_crc, int world,
-                              uint64_t owned, int has_master) {
+                              const TrainState* s) {
     struct stat st;
     if (stat(model_path, &st) != 0) { fail("%s: missing after it was written", model_path); }
-    checkpoint_write_manifest(args->log_dir, step, model_crc, (long)st.st_size, world,
-                              state_file_bytes(owned, has_master));
+    checkpoint_write_manifest(args->log_dir, step, model_crc, (long)st.st_size, world, state_file_bytes(s));
     checkpoint_retain(args->log_dir, args->keep_checkpoints);
 }
 

@@ -3,8 +3,8 @@
 // settings, resuming a checkpoint, the start-up report, and the loop itself: validation and
 // sampling (and HellaSwag, -h 1) on their schedule, one optimizer step made of grad_accum
 // micro-steps (skipped when non-finite or spiking), the step's stdout and main.log lines, the
-// periodic checkpoints, and the preemption checkpoint and exit (docs/checkpoints.md). A trainer
-// brings its model and its
+// periodic checkpoints, and the preemption checkpoint and exit (docs/checkpoints.md), and with -ls
+// the replicas' outer syncs (llmc/outer_sync.h). A trainer brings its model and its
 // communication through TrainerOps; whatever both trainers do alike lives here, once.
 #ifndef LLMC_TRAIN_LOOP_H
 #define LLMC_TRAIN_LOOP_H
@@ -29,6 +29,7 @@
 #include "step_guard.h"
 #include "watchdog.h"
 #include "eval_loader.h"
+#include "outer_sync.h"
 
 // What a trainer does its own way. ctx is the trainer's own state (model, optimizer, communicators).
 typedef struct {
@@ -68,6 +69,19 @@ typedef struct {
     const char* peak_source;
     // The trainer's name in metrics.jsonl.
     const char* name;
+    // -ls (llmc/outer_sync.h). Whether the next steps average their gradients over every rank (1,
+    // synchronous) or over the replica's shard group only (0).
+    void (*set_replica_reduce)(void* ctx, int every_step);
+    // outer = this rank's owned local parameters, the outer momentum 0.
+    void (*outer_init)(void* ctx);
+    // The outer step on this rank's owned elements: their outer_message (the pseudo-gradients
+    // outer - local) summed over the replicas, outer_update on each, local = outer, then the
+    // all-gather inside the replica. Returns the squared norm of the mean pseudo-gradient over the
+    // whole model.
+    float (*outer_step)(void* ctx, const OuterConfig* c);
+    // The CRC-32C of this rank's owned outer (outer 1) or local (0) parameters on every replica:
+    // crcs[r] from the rank of replica r with this shard index (an all-gather over them).
+    void (*replica_crcs)(void* ctx, int outer, uint32_t* crcs);
 } TrainerOps;
 
 typedef struct {
@@ -92,6 +106,9 @@ typedef struct {
     int opt_has_master;       // whether it keeps fp32 master weights
     StepGuard guard;          // skipped (non-finite, spiking) steps
     int preempted;            // the run stopped on a signal (llmc/preempt.h)
+    OuterConfig outer;        // -ls, -lss, -ol, -om (outer.every 0: synchronous)
+    int outer_ready;          // the outer state holds the outer parameters (from step -lss on)
+    float last_pg_norm;       // the pseudo-gradient norm of the last outer sync
 } TrainRun;
 
 // Start-up, part 1 (before the trainer builds its model): the tokenizer, the checkpoint to
@@ -120,6 +137,15 @@ static TrainState run_train_state(const TrainRun* r, int step) {
     TrainState s = train_state_now(a, r->mesh, r->zero_stage, step, &r->train, &r->sample_rng, r->opt_owned,
                                    r->opt_has_master);
     step_guard_save(&r->guard, &s);
+    if (r->outer.every > 0) {
+        s.outer_every = r->outer.every;
+        s.outer_start = r->outer.start;
+        s.outer_lr = r->outer.lr;
+        s.outer_momentum = r->outer.momentum;
+        s.in_agreement = outer_in_agreement(&r->outer, step, r->max_steps);
+        s.has_local = 1;
+        s.has_outer = r->outer_ready;
+    }
     return s;
 }
 
@@ -138,12 +164,18 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->adamw = adamw_config_from_args(a);
     rng_seed(&r->sample_rng, (uint64_t)a->seed + 1);
     r->start_step = 0;
+    OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum};
+    r->outer = outer;
+    r->outer_ready = 0;
+    r->last_pg_norm = -1.0f;
+    if (outer.every > 0 && !ops->outer_step) { fail("-ls %d: not supported by %s", outer.every, ops->name); }
     step_guard_init(&r->guard, a->max_skips, a->spike_z, a->spike_window);
     if (r->resume_step >= 0) {
         StateTarget target = {r->rank, r->world, mesh->dp_shard, zero_stage, a->B, a->T, a->total_batch, opt_owned,
-                              opt_has_master, &r->config};
+                              opt_has_master, &r->config, outer.every, outer.start};
         TrainState got;
         ops->read_state(ctx, a->log_dir, r->resume_step, &target, &got);
+        r->outer_ready = got.has_outer;
         r->start_step = got.step;
         step_guard_restore(&r->guard, &got);
         r->sample_rng.state = got.rng;
@@ -153,6 +185,62 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     if (a->hellaswag) {
         eval_open(&r->hellaswag, a->hellaswag_path, a->hellaswag_examples, r->config.vocab_size, a->T);
     }
+}
+
+// -ls: validation, sampling and HellaSwag need the replicas to agree, so each of their steps must
+// be an outer sync (or synchronous); refused at start-up otherwise.
+static void run_check_outer_schedule(const TrainRun* r) {
+    const TrainArgs* a = r->args;
+    if (r->outer.every == 0) { return; }
+    for (int step = r->start_step; step <= r->max_steps; step++) {
+        if (outer_in_agreement(&r->outer, step, r->max_steps)) { continue; }
+        int val = (r->have_val || a->hellaswag) && a->val_every > 0 && step % a->val_every == 0;
+        int sample = a->sample_every > 0 && step > 0 && step % a->sample_every == 0;
+        if (val || sample) {
+            fail("%s %d: step %d falls inside a -ls %d window (the replicas differ there; outer syncs after steps "
+                 "-lss + k * %d = %d + k * %d and the last): use a multiple of -ls", val ? "-v" : "-s",
+                 val ? a->val_every : a->sample_every, step, r->outer.every, r->outer.every, r->outer.start,
+                 r->outer.every);
+        }
+    }
+}
+
+// -ls: the replicas hold the same outer (outer 1) or local (0) parameters after `step` steps,
+// checked through their CRC-32Cs (a few bytes across the replicas); a mismatch stops the job.
+static void run_check_replicas(TrainRun* r, const TrainerOps* ops, void* ctx, int step, int outer) {
+    int R = r->mesh->dp_replicate;
+    if (R == 1) { return; }
+    uint32_t* crcs = (uint32_t*)malloc_check(R * sizeof(uint32_t));
+    ops->replica_crcs(ctx, outer, crcs);
+    outer_check_agreement(crcs, R, r->mesh, step, outer ? "the outer parameters" : "the parameters");
+    free(crcs);
+}
+
+// -ls, before the first step: the replicas start equal (the outer state too, where it exists),
+// and the outer parameters begin at -lss 0.
+static void run_outer_begin(TrainRun* r, const TrainerOps* ops, void* ctx) {
+    if (r->outer.every == 0) { return; }
+    run_check_outer_schedule(r);
+    if (!r->outer_ready && r->start_step >= r->outer.start) {
+        ops->outer_init(ctx);
+        r->outer_ready = 1;
+    }
+    if (outer_in_agreement(&r->outer, r->start_step, r->max_steps)) { run_check_replicas(r, ops, ctx, r->start_step, 0); }
+    if (r->outer_ready) { run_check_replicas(r, ops, ctx, r->start_step, 1); }
+}
+
+// -ls, after the update of step t (1-based): the outer parameters begin after step -lss, and an
+// outer sync follows every step outer_sync_due names. Returns whether one ran.
+static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, int t) {
+    if (r->outer.every == 0) { return 0; }
+    if (!r->outer_ready && t >= r->outer.start) {
+        ops->outer_init(ctx);
+        r->outer_ready = 1;
+    }
+    if (!outer_sync_due(&r->outer, t, r->max_steps)) { return 0; }
+    r->last_pg_norm = sqrtf(ops->outer_step(ctx, &r->outer));
+    run_check_replicas(r, ops, ctx, t, 1);
+    return 1;
 }
 
 // HellaSwag after `step` steps: this rank's share of the examples, the count right summed over
@@ -195,17 +283,23 @@ static void run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, vo
     fault_in_checkpoint(&run_fault, step, r->rank);
     watchdog_grace(); // rank 0 also writes the model file
     ops->barrier(ctx);
-    if (r->rank == 0) { checkpoint_commit(r->args, step, model, model_crc, r->world, r->opt_owned, r->opt_has_master); }
+    if (r->rank == 0) { checkpoint_commit(r->args, step, model, model_crc, r->world, &s); }
 }
 
 // One optimizer step (0-based `step`): grad_accum micro-steps, the gradient reduction and norm,
 // the agreement (loss and preemption votes), the skip decision (llmc/step_guard.h), clipping,
-// the scheduled lr, AdamW unless skipped. Fills the step's loss and grad norm; returns the
-// verdict, *stop whether a rank was asked to stop.
+// the scheduled lr, AdamW unless skipped, then (-ls) the outer sync when one is due. Fills the
+// step's loss and grad norm; returns the verdict, *stop whether a rank was asked to stop, *synced
+// whether an outer sync ran.
 static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* ctx, int step, float* loss,
-                                      float* norm, int* stop) {
+                                      float* norm, int* stop, int* synced) {
     const TrainArgs* a = r->args;
     if (a->overfit) { dataloader_reset(&r->train); }
+    if (r->outer.every > 0) {
+        int alone = outer_active(&r->outer, step + 1);
+        ops->set_replica_reduce(ctx, !alone);
+        dataloader_replica_major(&r->train, alone ? r->mesh->dp_shard : 0);
+    }
     ops->begin_step(ctx);
     float grad_factor = fault_grad_factor(&run_fault, step + 1, r->rank);
     for (int micro = 0; micro < r->grad_accum; micro++) {
@@ -220,6 +314,7 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     StepVerdict verdict = step_guard_judge(&r->guard, step + 1, *loss, *norm, r->rank == 0);
     r->adamw.lr = schedule_lr(&r->schedule, step);
     if (verdict == STEP_APPLY) { ops->update(ctx, &r->adamw, clip_scale(*norm, a->grad_clip), step + 1 - r->guard.skipped); }
+    *synced = run_outer_after_step(r, ops, ctx, step + 1);
     return verdict;
 }
 
@@ -235,8 +330,9 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
                       ops->peak_source, r->rank == 0);
     logger_log_config(&r->logger, ops->name, r->model_source, &r->config, num_parameters, a, r->world, r->grad_accum,
                       r->max_steps, times.flops_per_token, times.peak_flops);
-    size_t step_bytes = 0;
+    size_t step_bytes = 0, sync_step_bytes = 0, plain_step_bytes = 0;
     watchdog_grace(); // ranks reach the first collective after start-ups of different lengths
+    run_outer_begin(r, ops, ctx);
     for (int step = r->start_step; step <= r->max_steps; step++) {
         preempt_step = step + 1;
         int last = step == r->max_steps;
@@ -257,17 +353,21 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         double t0 = now_seconds();
         size_t bytes_before = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) : 0;
         float loss, norm;
-        int stop;
-        StepVerdict verdict = run_optimizer_step(r, ops, ctx, step, &loss, &norm, &stop);
+        int stop, synced;
+        StepVerdict verdict = run_optimizer_step(r, ops, ctx, step, &loss, &norm, &stop, &synced);
         step_bytes = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) - bytes_before : 0;
+        if (outer_active(&r->outer, step + 1)) { *(synced ? &sync_step_bytes : &plain_step_bytes) = step_bytes; }
         double dt = now_seconds() - t0;
-        progress_step(&times, step, r->max_steps, dt, loss, norm, r->adamw.lr, a->total_batch, r->rank == 0);
+        char mark[64] = "";
+        if (synced) { snprintf(mark, sizeof(mark), " | outer sync, pseudo-grad norm %.4f", r->last_pg_norm); }
+        progress_step(&times, step, r->max_steps, dt, loss, norm, r->adamw.lr, a->total_batch, mark, r->rank == 0);
         if (verdict == STEP_APPLY) {
             logger_log_train(&r->logger, step + 1, loss, r->adamw.lr, norm, dt * 1000.0, a->total_batch / dt,
                              times.last_mfu);
         } else {
             logger_log_skip(&r->logger, step + 1, loss, r->adamw.lr, norm, verdict == STEP_SKIP_SPIKE);
         }
+        if (synced) { logger_log_outer(&r->logger, step + 1, r->last_pg_norm); }
         if (a->log_dir[0] && (stop || (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0))) {
             run_save_checkpoint(r, step + 1, ops, ctx);
         }
@@ -281,6 +381,10 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         progress_summary(&times, a->total_batch);
         if (ops->comm_bytes_sent) {
             printf("communication measured: %zu bytes sent per rank in the last step\n", step_bytes);
+            if (r->outer.every > 0) {
+                printf("communication measured (-ls): %zu bytes sent per rank in a step without an outer sync, %zu in "
+                       "one with (the last of each)\n", plain_step_bytes, sync_step_bytes);
+            }
         }
     }
     if (a->log_dir[0] != '\0' && r->rank == 0 && !r->preempted) {

@@ -1,0 +1,285 @@
+"""Checks of -ls (DiLoCo: replicas synchronized every H steps) in train_gpt2cpu, run by
+dev/tests/36_diloco.sh. The d2 byte-level model of dev/test_distributed.py on KJV, no shuffling.
+
+  reference    2 x 1, 2 x 2 and 4 x 1 meshes with ZeRO 0, 1 and 2, -ls 4 -ol 0.7 -om 0.9 over 12
+               steps (3 outer syncs), and -lss 3 -ls 3: losses and final weights against
+               train_gpt2.py --replicas R --sync-every H (PyTorch, one process) within 1e-4
+  invariance   a replica's data and model do not depend on -ds or grad_accum: 2 x 1 against 2 x 2
+               (ZeRO 1 and 2) within 1e-5
+  identity     -ls 0 is today's run (main.log and model bytes equal to a run without the flag);
+               -lss S equals -ls 0 up to step S (checkpoint S byte for byte); one replica with
+               -ol 1 -om 0 equals -ls 0 for H 1, 3, 7 (1 rank, and 1 x 2 with ZeRO 1)
+  accounting   the memory line's outer state and the bytes per outer sync against closed forms
+               written here; the bytes measured in steps with and without a sync; the replica
+               bytes per sync against those of a synchronous step
+  resume       checkpoints in the middle of a window (-n) and SIGUSR1 in the middle of a window
+               (-fi preempt) resumed: the rest of the run bit for bit; a sync-step checkpoint resumed
+               on another layout with the same dp_replicate; the resumes that must be refused
+  refusals     -v inside a window, -lss without -ls, -om 1; replicas that start from different
+               weights (MPMD with another -sd on one rank) stop the job naming step 0 and the ranks
+Each subcommand exits non-zero on any mismatch.
+"""
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_distributed as td  # noqa: E402
+
+PY = "/usr/bin/python3"
+OUT = "build/diloco"
+DATA = td.DATA
+B, T, STEPS, H = 2, 32, 12, 4
+ROWS = 8  # rows of T+1 tokens per optimizer step, all replicas together
+BASE = ["-i", DATA, "-j", "", "-b", str(B), "-t", str(T), "-d", str(T * ROWS), "-l", "1e-3", "-c", "0.1",
+        "-s", "0", "-sf", "0", "-k", "constant", "-u", "0"]
+failures = 0
+
+
+def report(ok, what):
+    global failures
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'}  {what}", flush=True)
+
+
+def model_file():
+    """The d2 model both trainers start from (written by the PyTorch reference)."""
+    path = f"{OUT}/d2.bin"
+    if not os.path.exists(path):
+        os.makedirs(OUT, exist_ok=True)
+        subprocess.run([PY, "train_gpt2.py", "--model", "d2", "--vocab", "257", "--max-seq", "64",
+                        "--write-model", path], check=True, capture_output=True)
+    return path
+
+
+def run(n, args, name, ok=True):
+    d = f"{OUT}/{name}"
+    shutil.rmtree(d, ignore_errors=True)
+    r = td.mpirun(n, ["-e", model_file()] + BASE + args + ["-o", d])
+    if ok and r.returncode != 0:
+        sys.exit(f"run {name} failed ({n} ranks, {' '.join(args)}):\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+    return d, r
+
+
+def reference(R, steps, every, start=0, lr=0.7, mom=0.9):
+    tag = f"ref_R{R}_H{every}_S{start}_{lr}_{mom}_{steps}"
+    losses, final = f"{OUT}/{tag}.txt", f"{OUT}/{tag}.bin"
+    if not os.path.exists(final):
+        subprocess.run([PY, "train_gpt2.py", "--load", model_file(), "--data", DATA, "--B", str(ROWS // R),
+                        "--T", str(T), "--steps", str(steps), "--lr", "1e-3", "--weight-decay", "0.1",
+                        "--replicas", str(R), "--sync-every", str(every), "--sync-start", str(start),
+                        "--outer-lr", str(lr), "--outer-momentum", str(mom), "--write-losses", losses,
+                        "--write-final", final], check=True, capture_output=True)
+    return {i + 1: float(x) for i, x in enumerate(open(losses))}, td.weights(final)
+
+
+def errors(d, ref_losses, ref_w):
+    got = td.train_losses(d + "/main.log")
+    if sorted(got) != sorted(ref_losses):
+        return float("inf"), float("inf")
+    loss_err = max(abs(got[s] - ref_losses[s]) for s in ref_losses)
+    return loss_err, float(np.max(np.abs(td.weights(d + "/model_final.bin") - ref_w)))
+
+
+def syncs(d):
+    return [int(m.group(1)) for m in re.finditer(r"s:(\d+) outer_sync", open(d + "/main.log").read())]
+
+
+def cmd_reference():
+    tol = 1e-4
+    for (world, shard), R in [((2, 1), 2), ((4, 2), 2), ((4, 1), 4)]:
+        ref_l, ref_w = reference(R, STEPS, H)
+        for stage in (0, 1, 2):
+            d, _ = run(world, ["-x", str(STEPS), "-ls", str(H), "-ds", str(shard), "-z", str(stage)],
+                       f"ref_{world}_{shard}_{stage}")
+            le, we = errors(d, ref_l, ref_w)
+            report(le <= tol and we <= tol and syncs(d) == [4, 8, 12],
+                   f"{R} x {shard} mesh, ZeRO {stage}, -ls {H} -ol 0.7 -om 0.9, syncs after {syncs(d)}: max loss "
+                   f"error {le:.2e}, max weight error {we:.2e} against PyTorch (tol {tol:.0e})")
+    ref_l, ref_w = reference(2, STEPS, 3, start=3)
+    d, _ = run(4, ["-x", str(STEPS), "-ls", "3", "-lss", "3", "-ds", "2", "-z", "1"], "ref_lss")
+    le, we = errors(d, ref_l, ref_w)
+    report(le <= tol and we <= tol and syncs(d) == [6, 9, 12],
+           f"2 x 2 mesh, ZeRO 1, -ls 3 -lss 3, syncs after {syncs(d)}: max loss error {le:.2e}, max weight error "
+           f"{we:.2e} against PyTorch (tol {tol:.0e})")
+
+
+def cmd_invariance():
+    tol = 1e-5
+    base, _ = run(2, ["-x", str(STEPS), "-ls", str(H), "-ds", "1", "-z", "1"], "inv_2x1")
+    ref_l, ref_w = td.train_losses(base + "/main.log"), td.weights(base + "/model_final.bin")
+    for stage, b in [(1, B), (2, B), (1, 1)]:
+        args = ["-x", str(STEPS), "-ls", str(H), "-ds", "2", "-z", str(stage), "-b", str(b)]
+        d, _ = run(4, args, f"inv_2x2_{stage}_{b}")
+        le, we = errors(d, ref_l, ref_w)
+        ga = ROWS // (b * 4)
+        report(le <= tol and we <= tol, f"2 x 2 ZeRO {stage} grad_accum {ga} against 2 x 1 ZeRO 1 grad_accum 2: max "
+                                        f"loss error {le:.2e}, max weight error {we:.2e} (tol {tol:.0e})")
+
+
+def same_run(a, b):
+    la, lb = td.train_losses(a + "/main.log"), td.train_losses(b + "/main.log")
+    return la == lb and open(a + "/model_final.bin", "rb").read() == open(b + "/model_final.bin", "rb").read()
+
+
+def cmd_identity():
+    sync, _ = run(2, ["-x", "8", "-z", "1", "-n", "4"], "id_sync")
+    zero, _ = run(2, ["-x", "8", "-z", "1", "-n", "4", "-ls", "0"], "id_ls0")
+    report(same_run(sync, zero), "-ls 0: main.log and model_final.bin identical to a run without the flag")
+    d, _ = run(4, ["-x", "8", "-z", "1", "-n", "4", "-ds", "2"], "id_sync4")
+    e, _ = run(4, ["-x", "8", "-z", "1", "-n", "4", "-ds", "2", "-ls", "2", "-lss", "4"], "id_lss4")
+    same = all(open(f"{d}/{f}", "rb").read() == open(f"{e}/{f}", "rb").read()
+               for f in ["model_00000004.bin"])
+    la, lb = td.train_losses(d + "/main.log"), td.train_losses(e + "/main.log")
+    same = same and all(la[s] == lb[s] for s in range(1, 5))
+    differ_after = any(la[s] != lb[s] for s in range(5, 9))
+    report(same and differ_after, "-lss 4 -ls 2 on 2 x 2: steps 1-4 and checkpoint 4's model file identical to -ls 0 "
+                                  f"(and the runs part after step 4: {differ_after})")
+    for world, shard, stage in [(1, 1, 0), (2, 2, 1)]:
+        plain, _ = run(world, ["-x", "7", "-z", str(stage), "-ds", str(shard)], f"id_plain_{world}")
+        for every in (1, 3, 7):
+            d, _ = run(world, ["-x", "7", "-z", str(stage), "-ds", str(shard), "-ls", str(every), "-ol", "1", "-om",
+                               "0"], f"id_one_{world}_{every}")
+            report(same_run(plain, d) and len(syncs(d)) == math.ceil(7 / every),
+                   f"one replica ({world} rank(s), ZeRO {stage}) -ls {every} -ol 1 -om 0: {len(syncs(d))} syncs, "
+                   f"main.log and model_final.bin identical to -ls 0")
+
+
+def counts(stdout):
+    num = lambda pat: int(re.search(pat, stdout).group(1))
+    return {"outer_mem": num(r"outer state (\d+) bytes"),
+            "sync_replica": num(r"communication per outer sync \(every \d+ steps\): (\d+) bytes sent per rank across"),
+            "sync_inner": num(r"across replicas, (\d+) inside the replica"),
+            "no_sync": num(r"a step without a sync sends (\d+)"),
+            "sync_training": num(r"bytes per rank per step with -ls \d+, (\d+) with synchronous"),
+            "measured_plain": num(r"communication measured \(-ls\): (\d+) bytes sent per rank in a step without"),
+            "measured_sync": num(r"without an outer sync, (\d+) in one with")}
+
+
+def cmd_accounting():
+    units = td.unit_sizes()
+    n = sum(units)
+    ar = lambda count, g: 2 * (g - 1) * math.ceil(count / g)
+    for world, shard, stage in [(2, 1, 0), (2, 1, 1), (4, 2, 1), (4, 2, 2), (4, 1, 2), (4, 2, 0)]:
+        R, ga = world // shard, ROWS // (B * world)
+        _, r = run(world, ["-x", "6", "-ls", "3", "-ds", str(shard), "-z", str(stage)], f"acc_{world}_{shard}_{stage}")
+        got = counts(r.stdout)
+        owned = n if stage == 0 else sum(math.ceil(u / shard) for u in units)
+        rs = sum((shard - 1) * math.ceil(u / shard) for u in units)
+        if stage == 0:
+            plain = ar(n, shard) * 4 + ar(1, world) * 4
+            sync_training = (ar(n, world) - ar(n, shard)) * 4
+        else:
+            plain = rs * 4 * (1 if stage == 1 else ga) + rs * 4 + ar(1, world) * 4 + ar(1, shard) * 4
+            sync_training = ar(owned, R) * 4
+        want = {"outer_mem": 8 * owned, "sync_replica": ar(owned, R) * 4 + (R - 1) * 8,
+                "sync_inner": 0 if stage == 0 else ar(1, shard) * 4 + rs * 4, "no_sync": plain,
+                "sync_training": sync_training, "measured_plain": plain}
+        want["measured_sync"] = plain + want["sync_replica"] + want["sync_inner"]
+        bad = [k for k in want if got[k] != want[k]]
+        per_step = got["sync_replica"] / 3
+        report(not bad, f"{R} x {shard} ZeRO {stage}: outer state {got['outer_mem']} bytes, per sync "
+                        f"{got['sync_replica']} across replicas + {got['sync_inner']} inside, measured "
+                        f"{got['measured_plain']} / {got['measured_sync']} bytes in a step without / with a sync; "
+                        f"across replicas {per_step:.0f} per step vs {got['sync_training']} synchronous"
+                        + (f"  MISMATCH {bad}: want {want}" if bad else ""))
+        if stage != 0:
+            report(got["sync_replica"] - (R - 1) * 8 == got["sync_training"],
+                   f"{R} x {shard} ZeRO {stage}: an outer sync sends the bytes of one synchronous step's replica "
+                   f"all-reduce plus the {(R - 1) * 8}-byte checksum exchange, so -ls 3 sends 1/3 of them per step")
+
+
+def copy_step(src, dst, step):
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    for f in os.listdir(src):
+        if f"_{step:08d}" in f:
+            shutil.copy(os.path.join(src, f), dst)
+
+
+def resumed(world, args, src, step, name, ok=True):
+    d = f"{OUT}/{name}"
+    copy_step(src, d, step)
+    r = td.mpirun(world, ["-e", model_file()] + BASE + args + ["-y", "1", "-o", d])
+    if ok and (r.returncode != 0 or f"resumed from step {step}" not in r.stdout):
+        sys.exit(f"resume {name} failed:\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+    return d, r
+
+
+def bitwise_tail(full, part, first, last):
+    lf, lp = td.train_losses(full + "/main.log"), td.train_losses(part + "/main.log")
+    same = all(lp.get(s) == lf[s] for s in range(first, last + 1))
+    return same and open(full + "/model_final.bin", "rb").read() == open(part + "/model_final.bin", "rb").read()
+
+
+def cmd_resume():
+    args = ["-x", str(STEPS), "-ls", str(H), "-ds", "2", "-z", "1", "-n", "3"]
+    full, _ = run(4, args, "res_full")
+    for step in (3, 6):  # both inside a window (syncs after 4, 8, 12)
+        part, _ = resumed(4, args, full, step, f"res_part_{step}")
+        report(bitwise_tail(full, part, step + 1, STEPS),
+               f"2 x 2 ZeRO 1 -ls {H}: checkpoint {step} (inside a window) resumed: steps {step + 1}-{STEPS} and "
+               f"model_final.bin bit for bit")
+    # SIGUSR1 at the start of step 6: the preemption checkpoint is of step 6, inside a window
+    d, r = run(4, args[:-2] + ["-n", "0", "-fi", "preempt@6:1"], "res_usr1")
+    m = re.search(r"preempted after step (\d+)", r.stdout)
+    r2 = td.mpirun(4, ["-e", model_file()] + BASE + args[:-2] + ["-n", "0", "-y", "1", "-o", d])
+    ok = m and int(m.group(1)) % H != 0 and r2.returncode == 0 and bitwise_tail(full, d, int(m.group(1)) + 1, STEPS)
+    report(ok, f"SIGUSR1 to rank 1 at step 6: {m.group(0) if m else 'no preemption'}; resumed, steps to {STEPS} and "
+               "model_final.bin bit for bit")
+    # a sync-step checkpoint on another layout with the same dp_replicate: 2 x 1 ZeRO 2
+    other = ["-x", str(STEPS), "-ls", str(H), "-ds", "1", "-z", "2", "-n", "4"]
+    full8, _ = run(4, args[:-2] + ["-n", "4"], "res_full_sync")
+    part, r = resumed(2, other, full8, 8, "res_other")
+    tail = {s: l for s, l in td.train_losses(full8 + "/main.log").items() if s > 8}
+    le, we = errors(part, tail, td.weights(full8 + "/model_final.bin"))
+    report(le <= 1e-5 and we <= 1e-5, f"sync-step checkpoint 8 of 2 x 2 ZeRO 1 resumed on 2 x 1 ZeRO 2: max loss "
+                                      f"error {le:.2e}, max weight error {we:.2e} against the uninterrupted run "
+                                      "(tol 1e-5)")
+    refusals = [("checkpoint 6 (inside a window) on 2 x 1", 2, ["-x", str(STEPS), "-ls", str(H), "-ds", "1", "-z", "1"],
+                 full, 6, r"inside an -ls window"),
+                ("checkpoint 8 of 2 replicas on 4 x 1", 4, ["-x", str(STEPS), "-ls", str(H), "-ds", "1", "-z", "1"],
+                 full8, 8, r"needs the same dp_replicate"),
+                ("checkpoint 8 with -ls 5", 4, ["-x", str(STEPS), "-ls", "5", "-ds", "2", "-z", "1"],
+                 full8, 8, r"written with -ls 4 -lss 0"),
+                ("checkpoint 8 without -ls", 4, ["-x", str(STEPS), "-ds", "2", "-z", "1"], full8, 8,
+                 r"written with -ls 4")]
+    for what, world, a, src, step, pat in refusals:
+        _, r = resumed(world, a, src, step, "res_refused", ok=False)
+        line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "")
+        report(r.returncode != 0 and re.search(pat, line), f"refused: {what}: {line[:160]}")
+
+
+def cmd_refusals():
+    cases = [("-v 3 with -ls 4", 2, ["-x", "8", "-ls", "4", "-j", DATA, "-v", "3"], r"-v 3: step 3 falls inside"),
+             ("-s 2 with -ls 4", 2, ["-x", "8", "-ls", "4", "-s", "2", "-g", "4"], r"-s 2: step 2 falls inside"),
+             ("-lss without -ls", 1, ["-x", "8", "-lss", "4"], r"-lss 4: needs -ls"),
+             ("-om 1", 1, ["-x", "8", "-ls", "4", "-om", "1"], r"-om 1: must be in")]
+    for what, world, args, pat in cases:
+        _, r = run(world, args, "refused", ok=False)
+        line = next((l for l in r.stderr.splitlines() if "error" in l), "")
+        report(r.returncode != 0 and re.search(pat, line), f"refused: {what}: {line[:150]}")
+    ok_run, r = run(2, ["-x", "8", "-ls", "4", "-j", DATA, "-v", "4", "-m", "2"], "val_ok")
+    vals = re.findall(r"step (\d+): val loss", r.stdout)
+    report(vals == ["0", "4", "8"], f"-v 4 with -ls 4: validation after steps {vals} (the syncs)")
+    # replicas that start from different weights: descriptor models built with another seed on rank 1
+    d = f"{OUT}/seeds"
+    shutil.rmtree(d, ignore_errors=True)
+    common = ["-e", "d2", "-V", "257", "-sl", "64"] + BASE + ["-x", "4", "-ls", "2", "-ds", "1"]
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1",
+           "-np", "1", td.TRAINER] + common + ["-sd", "1", ":", "-np", "1", td.TRAINER] + common + ["-sd", "2"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    line = next((l for l in r.stderr.splitlines() if "disagree" in l), "")
+    report(r.returncode != 0 and "step 0" in line and "rank 1 (replica 1)" in line,
+           f"replicas built with -sd 1 and -sd 2 stop before the first step: {line[:170]}")
+
+
+if __name__ == "__main__":
+    {"reference": cmd_reference, "invariance": cmd_invariance, "identity": cmd_identity,
+     "accounting": cmd_accounting, "resume": cmd_resume, "refusals": cmd_refusals}[sys.argv[1]]()
+    sys.exit(1 if failures else 0)

@@ -1,0 +1,10 @@
+# -ls (DiLoCo, replicas synchronized every H steps) in the CPU trainer (sourced by dev/run_tests.sh):
+# against the PyTorch reference on 2 x 1, 2 x 2 and 4 x 1 meshes and every ZeRO stage, data
+# invariance across -ds, the runs that must equal synchronous training, the bytes and the memory
+# line against closed forms, resumes inside a window, and the refusals. See dev/test_diloco.py.
+check diloco_vs_pytorch /usr/bin/python3 dev/test_diloco.py reference
+check diloco_data_invariance /usr/bin/python3 dev/test_diloco.py invariance
+check diloco_identities /usr/bin/python3 dev/test_diloco.py identity
+check diloco_accounting /usr/bin/python3 dev/test_diloco.py accounting
+check diloco_resume /usr/bin/python3 dev/test_diloco.py resume
+check diloco_refusals /usr/bin/python3 dev/test_diloco.py refusals

@@ -1,0 +1,146 @@
+// The outer synchronization of the replicas every H steps (-ls, DiLoCo), shared by both trainers:
+// when it happens, the outer Nesterov step on one element, the pieces of a rank's owned elements,
+// the check that the replicas agree, and its bytes. The trainers bring the collectives (through
+// TrainerOps) and run the element step on their own memory (a loop, a kernel).
+//
+// Inside a replica (its dp_shard ranks) every step is today's: gradients reduced over the shard
+// group, AdamW on the owned slices, the all-gather. Across replicas nothing travels between syncs.
+// After step t with t > S and ((t - S) % H == 0 or t == the last step), on every owned element:
+//   delta = outer - local;  delta = mean of delta over the replicas;
+//   buf = momentum * buf + delta;  outer = outer - lr * (delta + momentum * buf);  local = outer
+// (PyTorch's SGD with nesterov=True, dampening 0; -ol 1 -om 0: outer_plain_average). outer starts as the parameters after step S
+// (-lss S; before step 1 when S = 0), buf as 0; AdamW's moments are never reset. Steps 1..S are
+// synchronous (the gradients averaged over every rank, as with -ls 0). docs/distributed.md.
+#ifndef LLMC_OUTER_SYNC_H
+#define LLMC_OUTER_SYNC_H
+
+#include <stdint.h>
+#include "utils.h"
+#include "mesh.h"
+#include "crc32c.h"
+
+#ifdef __CUDACC__
+#define OUTER_HD __host__ __device__
+#else
+#define OUTER_HD
+#endif
+
+typedef struct {
+    int every;       // H (-ls): 0 = synchronous training, no outer state
+    int start;       // S (-lss): synchronous steps before the first window
+    float lr;        // -ol
+    float momentum;  // -om
+} OuterConfig;
+
+// Whether step t (1-based) trains each replica on its own (no gradient traffic across replicas).
+static int outer_active(const OuterConfig* o, int t) { return o->every > 0 && t > o->start; }
+
+// Whether an outer sync follows step t (1-based) of a run of last_step steps.
+static int outer_sync_due(const OuterConfig* o, int t, int last_step) {
+    return outer_active(o, t) && ((t - o->start) % o->every == 0 || t == last_step);
+}
+
+// Whether the replicas hold the same parameters after step t (0 = before the first step): a
+// synchronous step, a sync step, or no -ls at all.
+static int outer_in_agreement(const OuterConfig* o, int t, int last_step) {
+    return !outer_active(o, t) || outer_sync_due(o, t, last_step);
+}
+
+// Steps since the window began (0 at a sync step, and while synchronous).
+static int outer_window_position(const OuterConfig* o, int t) {
+    return outer_active(o, t) ? (t - o->start) % o->every : 0;
+}
+
+// -ol 1 -om 0 is plain averaging (outer = the mean of the replicas' local parameters): the
+// replicas then send their local values instead of the pseudo-gradients (the same bytes) and the
+// mean is formed directly, so that one replica is bitwise its synchronous run.
+static int outer_plain_average(const OuterConfig* o) { return o->lr == 1.0f && o->momentum == 0.0f; }
+
+// What a rank sends of one owned element: the pseudo-gradient outer - local, or (plain) local.
+OUTER_HD static inline float outer_message(float outer, float local, int plain) { return plain ? local : outer - local; }
+
+// The outer step of one owned element. sum: the messages summed over the R replicas; outer and
+// buf updated in place; *delta receives the mean pseudo-gradient (for its norm); returns the new
+// local value (= outer).
+OUTER_HD static inline float outer_update(float* outer, float* buf, float sum, float inv_R, float lr, float momentum,
+                                          int plain, float* delta) {
+    if (plain) {
+        float mean = sum * inv_R;
+        *delta = *outer - mean;
+        *outer = mean;
+        return mean;
+    }
+    float d = sum * inv_R;
+    float b = momentum * *buf + d;
+    *buf = b;
+    float o = *outer - lr * (d + momentum * b);
+    *outer = o;
+    *delta = d;
+    return o;
+}
+
+// A run of a rank's owned elements: parameters [param_offset, +count) are owned elements
+// [owned_offset, +count) (the order of the AdamW state and of the outer state).
+typedef struct {
+    size_t param_offset, owned_offset, count;
+} OwnedSpan;
+
+// The owned spans of shard rank s: one span of everything in ZeRO 0, else one per unit
+// (llmc/mesh.h; empty ones skipped). spans: room for layout->num_units; returns how many.
+static int owned_spans(const ShardLayout* layout, int zero_stage, int s, size_t num_parameters, OwnedSpan* spans) {
+    if (zero_stage == 0) {
+        spans[0].param_offset = 0;
+        spans[0].owned_offset = 0;
+        spans[0].count = num_parameters;
+        return 1;
+    }
+    int n = 0;
+    for (int u = 0; u < layout->num_units; u++) {
+        const ShardUnit* unit = &layout->units[u];
+        size_t first;
+        size_t count = unit_owned(unit, s, &first);
+        if (count == 0) { continue; }
+        spans[n].param_offset = unit->offset + first;
+        spans[n].owned_offset = unit->shard_offset;
+        spans[n].count = count;
+        n++;
+    }
+    return n;
+}
+
+// The agreement check: crcs[r] is the CRC-32C the rank with this shard index in replica r
+// computed of its owned slice of `what`. A mismatch ends the job naming the step and the ranks.
+static void outer_check_agreement(const uint32_t* crcs, int R, const Mesh* mesh, int step, const char* what) {
+    for (int r = 1; r < R; r++) {
+        if (crcs[r] != crcs[0]) {
+            int s = mesh->shard_idx, S = mesh->dp_shard;
+            fail("step %d: the replicas disagree on %s: rank %d (replica %d) has CRC-32C %08x, rank %d (replica 0) "
+                 "%08x; the job stops rather than train diverged replicas", step, what, r * S + s, r, crcs[r], s,
+                 crcs[0]);
+        }
+    }
+}
+
+// A CRC-32C as two floats (16-bit halves, exact) for the float collectives, and back.
+static void crc_to_floats(uint32_t crc, float* out) {
+    out[0] = (float)(crc >> 16);
+    out[1] = (float)(crc & 0xffffu);
+}
+static uint32_t crc_from_floats(const float* in) { return ((uint32_t)in[0] << 16) | (uint32_t)in[1]; }
+
+// ----------------------------------------------------------------------------
+// bytes (ring collectives, llmc/accounting.h): per outer sync and rank, the all-reduce of the
+// owned fp32 pseudo-gradient over the R replicas, the all-gather of the CRC (2 floats) over them,
+// and (ZeRO 1, 2) the pseudo-gradient norm's scalar over the shard group (beside the all-gather
+// of the synchronized parameter slices inside the replica, which accounting.h adds).
+
+static size_t outer_sync_replica_bytes(size_t owned, int R) {
+    if (R == 1) { return 0; }
+    return (2 * (size_t)(R - 1) * ceil_div(owned, R) + (size_t)(R - 1) * 2) * 4;
+}
+
+static size_t outer_sync_shard_bytes(int zero_stage, int S) {
+    return zero_stage == 0 ? 0 : 2 * (size_t)(S - 1) * 4;
+}
+
+#endif
