@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
     GPT2 model;
     gpt2_build(&model, &config, params, B, T, 1, 0);
     DataParallel dp;
-    dp_init(&dp, &model, 0, 1, 0);
+    dp_init(&dp, &model, 0, 1, 0, 0);
 
     // one batch: logits, loss, gradients
     float loss = gpt2_forward(&model, ref.x, ref.y, B, T);
