@@ -277,6 +277,13 @@ def cmd_refusals():
     line = next((l for l in r.stderr.splitlines() if "disagree" in l), "")
     report(r.returncode != 0 and "step 0" in line and "rank 1 (replica 1)" in line,
            f"replicas built with -sd 1 and -sd 2 stop before the first step: {line[:170]}")
+    # replicas whose outer steps differ (-ol 0.7 on one, 0.5 on the other): caught after the first sync
+    cmd = cmd[:cmd.index("-sd")] + [":"] + cmd[cmd.index(":") + 1:cmd.index("-sd", cmd.index(":"))]
+    cmd = cmd[:cmd.index(":")] + ["-ol", "0.7", ":"] + cmd[cmd.index(":") + 1:] + ["-ol", "0.5"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    line = next((l for l in r.stderr.splitlines() if "disagree" in l), "")
+    report(r.returncode != 0 and "step 2" in line and "outer parameters" in line,
+           f"replicas run with -ol 0.7 and -ol 0.5 stop at the first sync: {line[:170]}")
 
 
 if __name__ == "__main__":
