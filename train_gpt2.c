@@ -543,7 +543,8 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     // scratch: a padded unit (stages 1, 2) or one slice of the stage-0 all-reduce (over the shard
     // group with -ls, or the outer sync's over the replicas); ring_tmp: the largest slice a ring
     // step receives
-    size_t scratch = zero_stage == 0 ? ceil_div(m->num_parameters, outer_state ? 1 : world) : dp->layout.max_padded;
+    int groups = dp->mesh.dp_shard < dp->mesh.dp_replicate ? dp->mesh.dp_shard : dp->mesh.dp_replicate;
+    size_t scratch = zero_stage == 0 ? ceil_div(m->num_parameters, outer_state ? groups : world) : dp->layout.max_padded;
     size_t tmp = zero_stage == 0 ? 1 : dp->layout.max_padded / dp->mesh.dp_shard;
     if (zero_stage != 0 && padded_shard / dp->mesh.dp_replicate > tmp) { tmp = padded_shard / dp->mesh.dp_replicate; }
     dp->scratch = (float*)calloc_check(scratch, sizeof(float));

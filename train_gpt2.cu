@@ -7,7 +7,9 @@
 // Several GPUs and nodes: data parallel over NCCL with ZeRO stages 0, 1, 2 and hybrid meshes, the
 // CPU trainer's semantics (docs/design.md sections 3-5) through the shared layout and step logic of
 // llmc/mesh.h; backward reports each finished layer through a GradsReadyFn hook, and the layer's
-// reduce-scatter then runs on a communication stream while backward goes on.
+// reduce-scatter then runs on a communication stream while backward goes on. -ls H (DiLoCo): the
+// replicas train alone and meet every H steps in an outer Nesterov step on their owned elements
+// (llmc/outer_sync.h; its kernels in llmc/outer_kernels.cuh).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +37,7 @@
 #include "llmc/nccl_setup.cuh"
 #include "llmc/device_wait.cuh"
 #include "llmc/shard_kernels.cuh"
+#include "llmc/outer_kernels.cuh"
 
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
 
@@ -462,6 +465,16 @@ typedef struct {
     floatX* group_recv;        // a group's reduce-scattered slices, in shard order
     float* loss;               // world floats: [0] the loss being summed, the rest 0 (ring padding)
     float* norm;               // dp_shard floats ([0] the squared norm), then NORM_BLOCKS of scratch
+    int replica_reduce;        // 1: gradients averaged over every rank; 0 (-ls): over the shard group only
+    // -ls (llmc/outer_sync.h; NULL without): the outer parameters and momentum (owned elements,
+    // the AdamW state's order), the outer sync's message in ZeRO 0 (stages 1, 2 use shard_grads,
+    // idle between steps), 2 floats per replica for the CRC all-gather
+    float* outer;
+    float* outer_m;
+    float* outer_msg;
+    float* crc_buf;
+    OwnedSpan* spans;          // this rank's owned elements in the parameters
+    int num_spans;
 } DataParallel;
 
 // Elements of the scratch one group of units (a layer, or wte, wpe, lnfw, lnfb) needs: its
@@ -516,11 +529,31 @@ static void dp_init(DataParallel* dp, ncclComm_t world, int rank, int world_size
     }
     dp->loss = (float*)device_alloc(mesh->world * sizeof(float));
     dp->norm = (float*)device_alloc((mesh->dp_shard + NORM_BLOCKS) * sizeof(float));
+    dp->replica_reduce = 1;
+    dp->outer = NULL;
+    dp->outer_m = NULL;
+    dp->outer_msg = NULL;
+    dp->crc_buf = NULL;
+    dp->spans = (OwnedSpan*)malloc_check(dp->layout.num_units * sizeof(OwnedSpan));
+    dp->num_spans = owned_spans(&dp->layout, zero_stage, mesh->shard_idx, gpt2_num_parameters(c), dp->spans);
+}
+
+// -ls: the outer state (zeroed; outer_init fills it), ZeRO 0's message buffer (owned elements
+// padded to a multiple of dp_replicate; not in the printed memory, which is the closed form of
+// llmc/accounting.h) and the CRC all-gather's buffer.
+static void dp_outer_alloc(DataParallel* dp) {
+    int R = dp->mesh.dp_replicate;
+    dp->outer = (float*)device_alloc(dp->owned * sizeof(float));
+    dp->outer_m = (float*)device_alloc(dp->owned * sizeof(float));
+    dp->crc_buf = (float*)device_alloc(2 * (size_t)R * sizeof(float));
+    if (dp->zero_stage == 0) { dp->outer_msg = (float*)device_alloc(round_up(dp->owned, R) * sizeof(float)); }
 }
 
 static void dp_free(DataParallel* dp) {
-    void* bufs[] = {dp->shard_grads, dp->group_pad, dp->group_recv, dp->loss, dp->norm};
-    for (int i = 0; i < 5; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
+    void* bufs[] = {dp->shard_grads, dp->group_pad, dp->group_recv, dp->loss, dp->norm, dp->outer, dp->outer_m,
+                    dp->outer_msg, dp->crc_buf};
+    for (int i = 0; i < 9; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
+    free(dp->spans);
     cudaEvent_t events[] = {dp->grads_ready, dp->comm_done, dp->slot_free[0], dp->slot_free[1], dp->host_event,
                             dp->update_done};
     for (int i = 0; i < 6; i++) { cudaCheck(cudaEventDestroy(events[i])); }
@@ -646,27 +679,32 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     cudaCheck(cudaEventRecord(dp->comm_done, cs));
 }
 
-// After the last micro-step: the reduction finished across ranks and averaged over the world.
+// After the last micro-step: the reduction finished across ranks and averaged over the world (or,
+// with -ls between syncs, over the replica's shard group: the replicas keep their own gradients).
 static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
-    int W = dp->mesh.world;
+    int W = dp->mesh.world, S = dp->mesh.dp_shard;
     if (dp->zero_stage == 0) {
-        if (W > 1) {
+        if (dp->replica_reduce && W > 1) {
             ncclCheck(ncclAllReduce(m->grads_memory, m->grads_memory, m->grads_elements, ncclFloatX, ncclAvg, dp->world, 0));
+        } else if (!dp->replica_reduce && S > 1) {
+            size_t padded = round_up(m->num_parameters, S);
+            ncclCheck(ncclAllReduce(m->grads_memory, m->grads_memory, padded, ncclFloatX, ncclAvg, dp->shard, 0));
         }
         return;
     }
     cudaStream_t cs = dp->comm_stream;
-    if (dp->mesh.dp_replicate > 1) {
+    if (dp->replica_reduce && dp->mesh.dp_replicate > 1) {
         size_t padded = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
         ncclCheck(ncclAllReduce(dp->shard_grads, dp->shard_grads, padded, ncclFloat, ncclSum, dp->replica, cs));
     }
-    scale(dp->shard_grads, dp->layout.shard_elements, 1.0f / (float)W, cs);
+    scale(dp->shard_grads, dp->layout.shard_elements, 1.0f / (float)(dp->replica_reduce ? W : S), cs);
     cudaCheck(cudaEventRecord(dp->comm_done, cs));
     cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0));
 }
 
 // The norm of the full averaged gradient (stages 1, 2: the slices' squares summed over the
-// shard group only; the replicas hold copies). The step's one host wait before the update.
+// shard group only; the replicas hold copies, or under -ls between syncs each its own gradient,
+// whose norm this is). The step's one host wait before the update.
 static float dp_grad_norm(DataParallel* dp, GPT2* m) {
     int S = dp->mesh.dp_shard;
     if (dp->zero_stage == 0) {
@@ -744,6 +782,124 @@ static float* dp_owned_values(const DataParallel* dp, const float* params) {
         memcpy(out + unit->shard_offset, params + unit->offset + first, count * sizeof(float));
     }
     return out;
+}
+
+// ----------------------------------------------------------------------------
+// -ls: the outer sync of the replicas (llmc/outer_sync.h) on this rank's owned elements, the CPU
+// trainer's semantics. A rank's local parameters are its owned elements of the fp32 master
+// weights where the optimizer keeps them (master, in owned order), else of the floatX parameters
+// (at the owned spans). Everything here waits for the last parameter all-gather first (it writes
+// the parameters the owned spans lie in); outer syncs are rare.
+
+// dst (dp->owned fp32 host values, owned order, padding 0) = the owned floatX parameters.
+static void dp_download_owned(DataParallel* dp, const GPT2* m, float* dst) {
+    dp_comm_wait(dp);
+    memset(dst, 0, dp->owned * sizeof(float));
+    for (int i = 0; i < dp->num_spans; i++) {
+        const OwnedSpan* sp = &dp->spans[i];
+        download_floatX(dst + sp->owned_offset, m->params_memory + sp->param_offset, sp->count);
+    }
+}
+
+// The owned floatX parameters = src (owned order, fp32 host values), then (stages 1, 2) the
+// all-gather inside the replica, so that its ranks hold the same full parameters again; stream 0
+// waits for it.
+static void dp_upload_owned(DataParallel* dp, GPT2* m, const float* src) {
+    dp_comm_wait(dp);
+    for (int i = 0; i < dp->num_spans; i++) {
+        const OwnedSpan* sp = &dp->spans[i];
+        upload_floatX(m->params_memory + sp->param_offset, src + sp->owned_offset, sp->count);
+    }
+    if (dp->zero_stage == 0) { return; }
+    dp_all_gather_params(dp, m);
+    dp_comm_wait(dp);
+}
+
+// outer = the owned local parameters (fp32), the outer momentum 0 (stream 0).
+static void dp_outer_init(DataParallel* dp, GPT2* m, const float* master) {
+    dp_comm_wait(dp);
+    cudaCheck(cudaMemsetAsync(dp->outer, 0, dp->owned * sizeof(float), 0));
+    cudaCheck(cudaMemsetAsync(dp->outer_m, 0, dp->owned * sizeof(float), 0));
+    for (int i = 0; i < dp->num_spans; i++) {
+        const OwnedSpan* sp = &dp->spans[i];
+        size_t o = sp->owned_offset;
+        outer_local(dp->outer + o, master ? master + o : NULL, m->params_memory + sp->param_offset, sp->count);
+    }
+}
+
+// The outer step: each owned element's outer_message into an fp32 buffer padded with zeros to a
+// multiple of dp_replicate (stages 1, 2: shard_grads, idle between steps; ZeRO 0: outer_msg),
+// summed over the replicas by one all-reduce on comm_stream, then outer_update on every owned
+// element (the new local value to master and the floatX parameter, the mean pseudo-gradient back
+// into the buffer), its squares summed (and over the shard group in stages 1, 2), and (stages 1,
+// 2) the parameter all-gather inside the replica, which the next forward waits for layer by
+// layer. Returns the mean pseudo-gradient's squared norm over the whole model (one host wait).
+static float dp_outer_step(DataParallel* dp, GPT2* m, float* master, const OuterConfig* c) {
+    int R = dp->mesh.dp_replicate, S = dp->mesh.dp_shard, plain = outer_plain_average(c);
+    float* msg = dp->zero_stage == 0 ? dp->outer_msg : dp->shard_grads;
+    size_t padded = round_up(dp->owned, R);
+    dp_comm_wait(dp);
+    cudaCheck(cudaMemsetAsync(msg, 0, padded * sizeof(float), 0));
+    for (int i = 0; i < dp->num_spans; i++) {
+        const OwnedSpan* sp = &dp->spans[i];
+        size_t o = sp->owned_offset;
+        outer_span_message(msg + o, dp->outer + o, master ? master + o : NULL, m->params_memory + sp->param_offset,
+                           sp->count, plain);
+    }
+    if (R > 1) {
+        cudaStream_t cs = dp->comm_stream;
+        cudaCheck(cudaEventRecord(dp->grads_ready, 0));
+        cudaCheck(cudaStreamWaitEvent(cs, dp->grads_ready, 0));
+        ncclCheck(ncclAllReduce(msg, msg, padded, ncclFloat, ncclSum, dp->replica, cs));
+        cudaCheck(cudaEventRecord(dp->comm_done, cs));
+        cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0));
+    }
+    float inv_R = 1.0f / (float)R;
+    for (int i = 0; i < dp->num_spans; i++) {
+        const OwnedSpan* sp = &dp->spans[i];
+        size_t o = sp->owned_offset;
+        outer_span_update(dp->outer + o, dp->outer_m + o, msg + o, master ? master + o : NULL,
+                          m->params_memory + sp->param_offset, sp->count, inv_R, c);
+    }
+    sum_of_squares(dp->norm, msg, dp->owned, dp->norm + S);
+    if (dp->zero_stage != 0) {
+        if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->shard, 0)); }
+        dp_all_gather_params(dp, m);
+    }
+    wait_device(0, dp->host_event, "the outer sync");
+    float sq;
+    cudaCheck(cudaMemcpy(&sq, dp->norm, sizeof(float), cudaMemcpyDeviceToHost));
+    return sq;
+}
+
+// The CRC-32C of the owned outer parameters (outer 1: all owned elements, padding included) or
+// of the owned local parameters as fp32 (0: span by span, no padding), as the CPU trainer computes
+// them, all-gathered over the replicas (2 floats each, llmc/outer_sync.h).
+static void dp_replica_crcs(DataParallel* dp, GPT2* m, const float* master, int outer, uint32_t* crcs) {
+    int R = dp->mesh.dp_replicate, me = dp->mesh.replicate_idx;
+    float* host = (float*)malloc_check((dp->owned > 2 * (size_t)R ? dp->owned : 2 * (size_t)R) * sizeof(float));
+    uint32_t crc = 0;
+    if (outer) {
+        cudaCheck(cudaMemcpy(host, dp->outer, dp->owned * sizeof(float), cudaMemcpyDeviceToHost));
+        crc = crc32c_update(0, host, dp->owned * sizeof(float));
+    } else {
+        if (master) {
+            cudaCheck(cudaMemcpy(host, master, dp->owned * sizeof(float), cudaMemcpyDeviceToHost));
+        } else {
+            dp_download_owned(dp, m, host);
+        }
+        for (int i = 0; i < dp->num_spans; i++) {
+            crc = crc32c_update(crc, host + dp->spans[i].owned_offset, dp->spans[i].count * sizeof(float));
+        }
+    }
+    float mine[2];
+    crc_to_floats(crc, mine);
+    cudaCheck(cudaMemcpy(dp->crc_buf + 2 * me, mine, sizeof(mine), cudaMemcpyHostToDevice));
+    ncclCheck(ncclAllGather(dp->crc_buf + 2 * me, dp->crc_buf, 2, ncclFloat, dp->replica, 0));
+    wait_device(0, dp->host_event, "the replicas' CRC-32Cs");
+    cudaCheck(cudaMemcpy(host, dp->crc_buf, 2 * (size_t)R * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int r = 0; r < R; r++) { crcs[r] = crc_from_floats(host + 2 * r); }
+    free(host);
 }
 
 // ----------------------------------------------------------------------------
@@ -861,26 +1017,61 @@ static void gpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     free(params);
 }
 
-// This rank's m, v (and master weights) through a host copy.
+// This rank's m, v (and master weights) through a host copy; with -ls also its owned local
+// parameters (the floatX parameters as fp32, exact; the replicas differ between syncs) and the
+// outer state.
 static void gpu_write_state(void* ctx, const char* path, const TrainState* s) {
-    Optimizer* o = &((GpuTrainer*)ctx)->opt;
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    Optimizer* o = &g->opt;
+    DataParallel* dp = &g->dp;
     size_t n = o->n;
-    float* host = (float*)malloc_check(n * sizeof(float) * 3);
+    float* host = (float*)malloc_check(n * sizeof(float) * STATE_ARRAYS);
+    StateArrays arrays = {{host, host + n, NULL, NULL, NULL, NULL}};
     cudaCheck(cudaMemcpy(host, o->m, n * sizeof(float), cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(host + n, o->v, n * sizeof(float), cudaMemcpyDeviceToHost));
-    if (o->master) { cudaCheck(cudaMemcpy(host + 2 * n, o->master, n * sizeof(float), cudaMemcpyDeviceToHost)); }
-    state_write(path, s, host, host + n, o->master ? host + 2 * n : NULL);
+    if (o->master) {
+        arrays.a[STATE_MASTER] = host + STATE_MASTER * n;
+        cudaCheck(cudaMemcpy(arrays.a[STATE_MASTER], o->master, n * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    if (s->has_local) {
+        arrays.a[STATE_LOCAL] = host + STATE_LOCAL * n;
+        dp_download_owned(dp, &g->model, arrays.a[STATE_LOCAL]);
+    }
+    if (s->has_outer) {
+        arrays.a[STATE_OUTER] = host + STATE_OUTER * n;
+        arrays.a[STATE_OUTER_M] = host + STATE_OUTER_M * n;
+        cudaCheck(cudaMemcpy(arrays.a[STATE_OUTER], dp->outer, n * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(arrays.a[STATE_OUTER_M], dp->outer_m, n * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    state_write_arrays(path, s, &arrays);
     free(host);
 }
 
+// m, v (and master weights); with -ls the owned local parameters (written into the floatX
+// parameters, then all-gathered inside the replica) and the outer state, where the checkpoint
+// holds them.
 static void gpu_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
-    Optimizer* o = &((GpuTrainer*)ctx)->opt;
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    Optimizer* o = &g->opt;
+    DataParallel* dp = &g->dp;
     size_t n = o->n;
-    float* host = (float*)malloc_check(3 * n * sizeof(float));
-    state_load(dir, step, target, got, host, host + n, host + 2 * n);
+    float* host = (float*)malloc_check(STATE_ARRAYS * n * sizeof(float));
+    StateArrays arrays = {{host, host + n, NULL, NULL, NULL, NULL}};
+    if (o->master) { arrays.a[STATE_MASTER] = host + STATE_MASTER * n; }
+    if (dp->outer) {
+        for (int k = STATE_LOCAL; k <= STATE_OUTER_M; k++) { arrays.a[k] = host + k * n; }
+    }
+    state_load_arrays(dir, step, target, got, &arrays);
     cudaCheck(cudaMemcpy(o->m, host, n * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(o->v, host + n, n * sizeof(float), cudaMemcpyHostToDevice));
-    if (o->master && got->has_master) { cudaCheck(cudaMemcpy(o->master, host + 2 * n, n * sizeof(float), cudaMemcpyHostToDevice)); }
+    if (o->master && got->has_master) {
+        cudaCheck(cudaMemcpy(o->master, arrays.a[STATE_MASTER], n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    if (got->has_local) { dp_upload_owned(dp, &g->model, arrays.a[STATE_LOCAL]); }
+    if (got->has_outer) {
+        cudaCheck(cudaMemcpy(dp->outer, arrays.a[STATE_OUTER], n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(dp->outer_m, arrays.a[STATE_OUTER_M], n * sizeof(float), cudaMemcpyHostToDevice));
+    }
     free(host);
 }
 
@@ -902,11 +1093,29 @@ static size_t gpu_comm_bytes_sent(void* ctx) {
 #define GPU_COMM_BYTES_SENT NULL
 #endif
 
+static void gpu_set_replica_reduce(void* ctx, int every_step) { ((GpuTrainer*)ctx)->dp.replica_reduce = every_step; }
+
+static void gpu_outer_init(void* ctx) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    dp_outer_init(&g->dp, &g->model, g->opt.master);
+}
+
+static float gpu_outer_step(void* ctx, const OuterConfig* c) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    return dp_outer_step(&g->dp, &g->model, g->opt.master, c);
+}
+
+static void gpu_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
+    GpuTrainer* g = (GpuTrainer*)ctx;
+    dp_replica_crcs(&g->dp, &g->model, g->opt.master, outer, crcs);
+}
+
 static const TrainerOps gpu_trainer_ops = {gpu_begin_step, gpu_micro_step, gpu_reduce_gradients, gpu_update,
                                            gpu_agree, gpu_evaluate, gpu_next_logits, gpu_write_model,
                                            gpu_write_state, gpu_read_state, gpu_barrier, GPU_COMM_BYTES_SENT,
                                            gpu_eval_losses, gpu_sum_count, GPU_PEAK_TFLOPS, GPU_PEAK_SOURCE,
-                                           "train_gpt2 " PRECISION_NAME};
+                                           "train_gpt2 " PRECISION_NAME, gpu_set_replica_reduce, gpu_outer_init,
+                                           gpu_outer_step, gpu_replica_crcs};
 
 #ifndef TESTING
 int main(int argc, char** argv) {
@@ -939,6 +1148,8 @@ int main(int argc, char** argv) {
     GpuTrainer gpu;
     gpu.seed = (uint32_t)args.seed;
     dp_init(&gpu.dp, world_comm, rank, world, &run.config, zero, args.dp_shard);
+    int outer_state = args.outer_every > 0;
+    if (outer_state) { dp_outer_alloc(&gpu.dp); }
     gpt2_build(&gpu.model, &run.config, params, args.B, args.T, args.recompute,
                grad_layers_for_stage(zero, run.config.num_layers), zero == 0 ? (size_t)world : 1);
     gpu.model.params_wait = dp_params_wait;
@@ -950,10 +1161,11 @@ int main(int argc, char** argv) {
     run_prepare(&run, &gpu.dp.mesh, zero, gpu.opt.n, gpu.opt.master != NULL, &gpu_trainer_ops, &gpu);
 
     MemoryBytes mem = memory_bytes_per_rank(&gpu.dp.layout, zero, gpu.model.num_parameters, sizeof(floatX),
-                                            sizeof(floatX), gpu.opt.master != NULL, gpu.model.grad_layers);
+                                            sizeof(floatX), gpu.opt.master != NULL, gpu.model.grad_layers,
+                                            outer_state);
     mem.activations = gpu.model.activation_bytes;
     CommBytes comm = comm_bytes_per_step(&gpu.dp.layout, &gpu.dp.mesh, zero, run.grad_accum,
-                                         gpu.model.num_parameters, sizeof(floatX), sizeof(floatX));
+                                         gpu.model.num_parameters, sizeof(floatX), sizeof(floatX), &run.outer);
     char extra[640];
     snprintf(extra, sizeof(extra),
              "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU = local rank\n"

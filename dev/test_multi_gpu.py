@@ -15,6 +15,12 @@ runs, parsers and independent closed forms, with the emulated trainer as TRAINER
   failures               a rank without data stops the whole job within seconds, naming the rank
   mutant                 a copy of the trainer whose stage-2 micro-step gradients are not cleared
                          after their reduce-scatter must fail the equivalence
+  diloco                 -ls 4 (outer Nesterov syncs, llmc/outer_sync.h) on a 2 x 2 mesh ZeRO 1 and
+                         2 x 1 ZeRO 0: losses and final weights equal the CPU trainer's (same ranks,
+                         same flags) within 1e-4, and the emulated NCCL's bytes of a step without
+                         and with an outer sync equal the closed forms; BF16 on 2 x 1 ZeRO 1 within
+                         the BF16 loss tolerance; a ZeRO-1 checkpoint in the middle of a window
+                         resumed repeats the uninterrupted steps and final weights bit for bit
 Each subcommand exits non-zero on any mismatch.
 """
 import os
@@ -252,10 +258,91 @@ def mutant():
     sys.exit(1 if ok else 0)
 
 
+DILOCO = td.MODEL + ["-i", td.DATA, "-j", "", "-b", "2", "-t", "32", "-d", "256", "-l", "1e-3", "-c", "0.1",
+                     "-s", "0", "-sf", "1", "-ls", "4", "-ol", "0.7", "-om", "0.9"]
+
+
+def outer_bytes(stdout):
+    """The -ls closed forms the trainer printed (a step without a sync, a sync's bytes across the
+    replicas and inside the replica) and the bytes it measured in a step without and with a sync."""
+    c = re.search(r"communication per outer sync \(every \d+ steps\): (\d+) bytes sent per rank across replicas, "
+                  r"(\d+) inside the replica; a step without a sync sends (\d+)", stdout)
+    m = re.search(r"communication measured \(-ls\): (\d+) bytes sent per rank in a step without an outer sync, "
+                  r"(\d+) in one with", stdout)
+    if c is None or m is None:
+        return None
+    replica, inner, plain = (int(x) for x in c.groups())
+    return {"plain": plain, "sync": plain + replica + inner, "measured_plain": int(m.group(1)),
+            "measured_sync": int(m.group(2))}
+
+
+def diloco():
+    failures = 0
+    # the CPU trainer and the emulated GPU trainers on the same ranks and flags, 12 steps: syncs
+    # after steps 4, 8 and 12
+    args = DILOCO + ["-x", "12"]
+    cpu = {}
+    for ranks, shard, stage in [(4, 2, 1), (2, 1, 0), (2, 1, 1)]:
+        td.TRAINER = "./train_gpt2cpu"
+        d = f"{OUT}/diloco_cpu_r{ranks}_s{shard}_z{stage}"
+        td.run_ok(ranks, args + ["-z", str(stage), "-ds", str(shard)], d)
+        cpu[(ranks, shard, stage)] = td.train_losses(d + "/main.log"), model_weights(d + "/model_final.bin")
+    for prec, ranks, shard, stage in [("fp32", 4, 2, 1), ("fp32", 2, 1, 0), ("bf16", 2, 1, 1)]:
+        td.TRAINER = FP32 if prec == "fp32" else BF16
+        d = f"{OUT}/diloco_{prec}_r{ranks}_s{shard}_z{stage}"
+        out = td.run_ok(ranks, args + ["-z", str(stage), "-ds", str(shard)], d)
+        base_losses, base_w = cpu[(ranks, shard, stage)]
+        losses, w = td.train_losses(d + "/main.log"), model_weights(d + "/model_final.bin")
+        le = max(abs(losses[s] - base_losses[s]) for s in base_losses) if sorted(losses) == sorted(base_losses) \
+            == list(range(1, 13)) else float("inf")
+        we = float(np.max(np.abs(w - base_w)))
+        syncs = len(re.findall(r"outer sync, pseudo-grad norm", out))
+        where = f"{prec} -ls 4 -ol 0.7 -om 0.9, {ranks} GPUs, mesh {ranks // shard}x{shard}, ZeRO {stage}"
+        if prec == "fp32":
+            tol = TOL["fp32"]
+            ok = le <= tol[0] and we <= tol[1] and syncs == 3
+            print(f"{'ok' if ok else 'FAIL'}  {where}: {syncs} outer syncs, max loss error {le:.2e} (tol "
+                  f"{tol[0]:.0e}), max weight error {we:.2e} (tol {tol[1]:.0e}) vs the CPU trainer")
+            b = outer_bytes(out)
+            bytes_ok = b is not None and b["measured_plain"] == b["plain"] and b["measured_sync"] == b["sync"]
+            failures += not bytes_ok
+            print(f"{'ok' if bytes_ok else 'FAIL'}  {where}: bytes sent per rank, measured (closed form): "
+                  + (f"a step without a sync {b['measured_plain']} ({b['plain']}), a step with one "
+                     f"{b['measured_sync']} ({b['sync']})" if b else "lines missing"))
+        else:
+            tol = TOL["bf16"][0]
+            ok = le <= tol and syncs == 3
+            print(f"{'ok' if ok else 'FAIL'}  {where}: {syncs} outer syncs, max loss error {le:.2e} (tol {tol:.0e}) "
+                  f"vs the CPU trainer (fp32), max weight error {we:.2e} (not checked)")
+        failures += not ok
+    # a checkpoint inside a window (syncs after 4, 8 and the last, 10; checkpoint at 6): every rank
+    # saves its local parameters and outer state; the resumed run repeats steps 7-10 exactly
+    td.TRAINER = FP32
+    args = DILOCO + ["-x", "10", "-z", "1", "-ds", "1", "-n", "6"]
+    full, part = OUT + "/diloco_resume_full", OUT + "/diloco_resume_part"
+    td.run_ok(2, args, full)
+    shutil.rmtree(part, ignore_errors=True)
+    os.makedirs(part)
+    for f in os.listdir(full):
+        if "_00000006" in f:
+            shutil.copy(os.path.join(full, f), part)
+    r = td.mpirun(2, args + ["-y", "1", "-o", part])
+    a, b = td.train_losses(full + "/main.log"), td.train_losses(part + "/main.log") if r.returncode == 0 else {}
+    same_w = r.returncode == 0 and np.array_equal(model_weights(full + "/model_final.bin"),
+                                                  model_weights(part + "/model_final.bin"))
+    ok = r.returncode == 0 and "resumed from step 6" in r.stdout and sorted(b) == [7, 8, 9, 10] and \
+        all(b[s] == a[s] for s in b) and same_w
+    failures += not ok
+    print(f"{'ok' if ok else 'FAIL'}  fp32 -ls 4, 2 GPUs, mesh 2x1, ZeRO 1, resumed at step 6 (inside a window): "
+          f"steps 7-10 {[b.get(s) for s in (7, 8, 9, 10)]}, uninterrupted {[a.get(s) for s in (7, 8, 9, 10)]}, "
+          f"final weights {'bitwise equal' if same_w else 'DIFFER'}" + ("" if r.returncode == 0 else r.stderr[-1000:]))
+    sys.exit(1 if failures else 0)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "equivalence":
         equivalence(sys.argv[2])
     else:
         {"accounting": accounting, "startup": startup, "failures": failures, "mutant": mutant,
-         "stage2_slots": stage2_slots, "resume": resume}[cmd]()
+         "stage2_slots": stage2_slots, "resume": resume, "diloco": diloco}[cmd]()

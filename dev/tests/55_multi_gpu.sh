@@ -2,9 +2,10 @@
 # emulated GPU is an MPI rank and NCCL runs over MPI (mpirun --oversubscribe). Equivalence with the
 # CPU trainer for 1/2/4 GPUs, ZeRO 0/1/2 and a 2 x 2 mesh (FP32 within 1e-4, BF16 within the stated
 # tolerance), printed memory/communication against closed forms and the bytes NCCL moved, the
-# mpi/fs/tcp start-ups, val loss and a sharded resume, a failing rank, and a broken stage 2 that
-# must fail. See dev/test_multi_gpu.py. The checked builds (emucc --check) prove the stream order of
-# the per-layer reduce-scatters and parameter all-gathers, each with a mutant --check must catch.
+# mpi/fs/tcp start-ups, val loss and a sharded resume, a failing rank, a broken stage 2 that
+# must fail, and -ls (the replicas' outer syncs). See dev/test_multi_gpu.py. The checked builds
+# (emucc --check) prove the stream order of the per-layer reduce-scatters and parameter
+# all-gathers, each with a mutant --check must catch.
 check multi_gpu_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/gpu_memory_bf16 &&
     make -s train_gpt2cpu"
 check multi_gpu_equivalence_fp32 /usr/bin/python3 dev/test_multi_gpu.py equivalence fp32
@@ -18,6 +19,9 @@ check multi_gpu_accounting /usr/bin/python3 dev/test_multi_gpu.py accounting
 check multi_gpu_startup_mpi_fs_tcp /usr/bin/python3 dev/test_multi_gpu.py startup
 check multi_gpu_failing_rank /usr/bin/python3 dev/test_multi_gpu.py failures
 check multi_gpu_broken_stage2_fails /usr/bin/python3 dev/test_multi_gpu.py mutant
+# -ls (DiLoCo outer syncs): 2 x 2 ZeRO 1 and 2 x 1 ZeRO 0 against the CPU trainer on the same ranks,
+# the bytes of a step without and with a sync, BF16 on 2 x 1 ZeRO 1, a resume inside a window
+check multi_gpu_diloco /usr/bin/python3 dev/test_multi_gpu.py diloco
 
 # The trainer built with emucc --check (races, stream order, memory; dev/cuda_emu/README.md): FP32 and
 # BF16 on 1 and 2 emulated GPUs, each under the reverse and random:4 schedules (on 2 GPUs ZeRO 1 and,
