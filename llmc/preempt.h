@@ -74,10 +74,7 @@ static void preempt_report(Logger* logger, const char* log_dir, int step, int ra
                step);
     }
     fflush(stdout);
-    if (logger->file) {
-        fprintf(logger->file, "s:%d preempted checkpoint:%s\n", step, log_dir[0] ? "written" : "none");
-        fflush(logger->file);
-    }
+    logger_line(logger, "s:%d preempted checkpoint:%s\n", step, log_dir[0] ? "written" : "none");
 }
 
 #endif
