@@ -162,16 +162,33 @@ static void json_drop_field(char* line, const char* name) {
     memmove(at, end, strlen(end) + 1);
 }
 
-// Rewrites a log of an interrupted run for a resume from resume_step (see logger_init); lines
-// without a step (metrics.jsonl's config records) are kept.
-static void logger_trim(const char* path, int resume_step, int jsonl) {
-    FILE* old = fopen(path, "r");
+// Trims a log of an interrupted run for a resume from resume_step (see logger_init); lines
+// without a step (metrics.jsonl's config records) are kept. Where what is kept is the file's
+// beginning (main.log; metrics.jsonl unless the record of resume_step changes) the file is cut
+// there: no space needed, nothing rewritten. Otherwise it is rewritten to a temporary file and
+// renamed; when that cannot be written (a full disk), the file is cut where it first differs and
+// the rest of what is kept is returned in *rest (malloc'd, *rest_len bytes) for the logger to
+// append (it holds lines back until there is room).
+static void logger_trim(const char* path, int resume_step, int jsonl, char** rest, size_t* rest_len) {
+    *rest = NULL;
+    *rest_len = 0;
+    FILE* old = fopen(path, "rb");
     if (!old) { return; }
-    char tmp[4200], line[4096];
-    FILE* kept = fopen_tmp_for(path, tmp, sizeof(tmp));
-    while (fgets(line, sizeof(line), old)) {
-        int step = -1;
-        int keep;
+    size_t size = (size_t)file_size_of(old);
+    char* text = (char*)malloc_check(size + 1);
+    size_t got = fread(text, 1, size, old);
+    fclose(old);
+    text[got] = '\0';
+    char* kept = (char*)malloc_check(got + 1);
+    size_t kept_len = 0, common = 0; // common: bytes at the start that stay as they are
+    int same = 1;
+    for (size_t at = 0; at < got;) {
+        char* nl = (char*)memchr(text + at, '\n', got - at);
+        size_t len = nl ? (size_t)(nl - (text + at)) + 1 : got - at;
+        char* line = (char*)malloc_check(len + 1);
+        memcpy(line, text + at, len);
+        line[len] = '\0';
+        int step = -1, keep;
         if (jsonl) {
             keep = sscanf(line, "{\"step\": %d", &step) != 1 || step <= resume_step;
             if (step == resume_step) { // the resumed run measures these again
@@ -182,10 +199,38 @@ static void logger_trim(const char* path, int resume_step, int jsonl) {
             keep = sscanf(line, "s:%d", &step) != 1 || step < resume_step ||
                    (step == resume_step && strstr(line, " tel:") == NULL && strstr(line, " eval:") == NULL);
         }
-        if (keep) { fputs(line, kept); }
+        size_t out = strlen(line);
+        same = same && keep && out == len;
+        if (same) { common += len; }
+        if (keep) {
+            memcpy(kept + kept_len, line, out);
+            kept_len += out;
+        }
+        free(line);
+        at += len;
     }
-    fclose(old);
-    commit_tmp(kept, tmp, path);
+    free(text);
+    if (kept_len == common) {
+        if (common < got && truncate(path, (off_t)common) != 0) { fail("%s: cannot be cut back: %s", path, strerror(errno)); }
+        free(kept);
+        return;
+    }
+    char tmp[4200];
+    soft_write_begin();
+    FILE* f = fopen_tmp_for(path, tmp, sizeof(tmp));
+    fwrite_check(kept, 1, kept_len, f, tmp);
+    commit_tmp(f, tmp, path);
+    if (soft_write_end()) {
+        fprintf(stderr, "warning: %s: cannot be rewritten for the resume (%s: %s: %s); cut back instead\n", path,
+                soft_write.path, soft_write.op, strerror(soft_write.err));
+        fflush(stderr);
+        remove(tmp);
+        if (truncate(path, (off_t)common) != 0) { fail("%s: cannot be cut back: %s", path, strerror(errno)); }
+        *rest_len = kept_len - common;
+        *rest = (char*)malloc_check(*rest_len);
+        memcpy(*rest, kept + common, *rest_len);
+    }
+    free(kept);
 }
 
 // A run resuming from step resume_step (-1: a fresh run, which truncates both files) keeps what
@@ -201,12 +246,17 @@ static void logger_init(Logger* l, const char* log_dir, int rank, int resume_ste
     if (rank != 0 || log_dir == NULL || log_dir[0] == '\0') { return; }
     make_dirs(log_dir);
     char path[4096];
-    snprintf(path, sizeof(path), "%s/main.log", log_dir);
-    if (resume_step >= 0) { logger_trim(path, resume_step, 0); }
-    log_file_open(&l->log, path, resume_step >= 0);
-    snprintf(path, sizeof(path), "%s/metrics.jsonl", log_dir);
-    if (resume_step >= 0) { logger_trim(path, resume_step, 1); }
-    log_file_open(&l->jsonl, path, resume_step >= 0);
+    const char* names[2] = {"main.log", "metrics.jsonl"};
+    for (int k = 0; k < 2; k++) {
+        LogFile* f = k == 0 ? &l->log : &l->jsonl;
+        char* rest = NULL;
+        size_t rest_len = 0;
+        snprintf(path, sizeof(path), "%s/%s", log_dir, names[k]);
+        if (resume_step >= 0) { logger_trim(path, resume_step, k, &rest, &rest_len); }
+        log_file_open(f, path, resume_step >= 0);
+        if (rest) { log_file_append(f, rest, rest_len); }
+        free(rest);
+    }
     l->on = 1;
 }
 

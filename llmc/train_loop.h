@@ -391,8 +391,9 @@ static void run_checkpoint_failed(TrainRun* r, int step, const char* why, int st
     }
 }
 
-// Rank 0, at the end: model_final.bin. A failed write (a full disk) removes the partial file and
-// tries once more; a second failure ends the run with an error (exit 1).
+// Rank 0, at the end: model_final.bin. A failed write (a full disk) removes the partial file, and
+// a model_final.bin of an earlier run that this one was about to replace (room for the new one),
+// and tries once more; a second failure ends the run with an error (exit 1).
 static void run_write_final_model(TrainRun* r, const TrainerOps* ops, void* ctx) {
     char path[4096], tmp[4200], why[4600];
     snprintf(path, sizeof(path), "%s/model_final.bin", r->args->log_dir);
@@ -407,7 +408,9 @@ static void run_write_final_model(TrainRun* r, const TrainerOps* ops, void* ctx)
         if (attempt == 2) {
             fail("%s cannot be written: %s (also on a second try; the partial file is removed)", path, why);
         }
-        fprintf(stderr, "warning: %s cannot be written: %s; the partial file is removed, trying once more\n", path, why);
+        int replaced = remove(path) == 0;
+        fprintf(stderr, "warning: %s cannot be written: %s; the partial file%s removed, trying once more\n", path, why,
+                replaced ? " and the earlier run's model_final.bin are" : " is");
         fflush(stderr);
     }
 }
