@@ -3,7 +3,9 @@
 // settings, resuming a checkpoint, the start-up report, and the loop itself: validation and
 // sampling (and HellaSwag, -h 1) on their schedule, one optimizer step made of grad_accum
 // micro-steps (skipped when non-finite or spiking), the step's stdout and main.log lines, the
-// periodic checkpoints, and the preemption checkpoint and exit (docs/checkpoints.md), and with -ls
+// periodic checkpoints (one that cannot be written, a full disk say, is removed on every rank and
+// training goes on; -nf in a row stop the run), and the preemption checkpoint and exit
+// (docs/checkpoints.md), and with -ls
 // the replicas' outer syncs (llmc/outer_sync.h). A trainer brings its model and its
 // communication through TrainerOps; whatever both trainers do alike lives here, once.
 #ifndef LLMC_TRAIN_LOOP_H
@@ -56,13 +58,13 @@ typedef struct {
     void (*write_state)(void* ctx, const char* path, const TrainState* s);
     // Loads this rank's optimizer state of checkpoint `step` of dir (state_load: any layout).
     void (*read_state)(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got);
-    // Returns once every rank has called it.
+    // Returns once every rank has called it (after a failed checkpoint's clean-up).
     void (*barrier)(void* ctx);
     // Bytes this rank has sent so far (the communication report), or NULL where not counted.
     size_t (*comm_bytes_sent)(void* ctx);
     // HellaSwag: the B*T per-position losses of a (B, T) forward with targets, in host memory.
     EvalForwardFn eval_losses;
-    // The sum over every rank of one count per rank.
+    // The sum over every rank of one count per rank (HellaSwag; a checkpoint's agreement on failures).
     int (*sum_count)(void* ctx, int count);
     // The MFU's peak of one rank in TFLOP/s unless -pk says otherwise, and where it comes from.
     double peak_tflops;
