@@ -27,8 +27,23 @@ non-zero on any mismatch:
              trainer: a checkpoint of step 3 of 6 resumed on 1 rank ZeRO 0 and on 2 ranks ZeRO 2 (-b 4)
   failed_rank  rank 1 of 2 killed (-fi die) or hung (-fi hang, -wt 3) at step 4: the job ends
              within 60 s, non-zero, with a line naming step 4 (FAILED_TRAINER: another binary)
+  diskfull   a checkpoint that cannot be written (-fi enospc: a full disk half way through a state
+             file) on 1 rank and on each of 2 ranks: the run finishes with the uninterrupted run's
+             losses, warns naming the step, the file and the error, logs s:S ckpt:failed (and
+             "checkpoint_failed" in metrics.jsonl), leaves no file of the failed step, and the
+             checkpoints before and after it verify and resume bit for bit; the model file and the
+             manifest failing (two in a row go on, -nf 3), -ls state files (local and outer
+             parameters) inside a window; -nf 2 stops after two in a row; SIGUSR1
+             with a failing checkpoint exits non-zero without DONE; model_final.bin retried once,
+             then an error; main.log and metrics.jsonl on /dev/full warn once and training goes on; a
+             resume whose metrics.jsonl cannot be rewritten cuts it back and appends the rest.
+             As root where mount -t tmpfs works (else skipped with a message), real small tmpfs: a
+             full disk during checkpoints (and -y 1 in place on it), logs on a full disk (no torn line, the held-back lines
+             written once there is room), model_final.bin that does not fit. TRAINER=the emulated
+             GPU trainer: 2 ranks, rank 1's checkpoint fails, its neighbours resume bit for bit
 """
 import array
+import json
 import os
 import re
 import shutil
@@ -431,7 +446,310 @@ def lifecycle():
            f"main.log moved away: the resumed run starts a new one with steps {lines}")
 
 
+def step_files(d, step):
+    return sorted(f for f in os.listdir(d) if f"_{step:08d}" in f)
+
+
+def verified(d):
+    """The checkpoints of d that ckpt_tool verifies."""
+    r = subprocess.run(["./ckpt_tool", "verify", d], capture_output=True, text=True)
+    return sorted(int(m) for m in re.findall(r"^checkpoint (\d+): ok$", r.stdout, re.M))
+
+
+def ckpt_failed_records(d):
+    recs = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if l.startswith("{\"step\"")]
+    return sorted(r["step"] for r in recs if r.get("checkpoint_failed") == 1)
+
+
+def resumes_exactly(n, args, src, step, full, steps, tag):
+    """Checkpoint `step` of src copied alone into a new dir, resumed with -y 1: whether steps
+    step+1..steps equal full's losses bit for bit."""
+    d = f"build/res/diskfull_resume_{tag}_{step}"
+    copy_checkpoints(src, d, [step])
+    r = run(n, args + ["-y", "1", "-o", d], timeout=300)
+    got = losses(d) if r.returncode == 0 else {}
+    return r.returncode == 0 and f"resumed from step {step}" in r.stdout and \
+        sorted(got) == list(range(step + 1, steps + 1)) and all(got[k] == full[k] for k in got)
+
+
+def check_failed_run(r, d, n, args, full, steps, failed, ok_steps, names, tag):
+    """A run whose checkpoints `failed` could not be written: it finished (exit 0) with full's
+    losses, warned for each (naming the step and the file of `names`, and the system's error),
+    logged each, left no file of them, and its checkpoints ok_steps verify and resume exactly."""
+    err = r.stderr
+    warned = all(re.search(rf"warning: checkpoint {s} failed: \S*{re.escape(name)}: \w+: No space left on device",
+                           err) for s, name in zip(failed, names))
+    got = losses(d) if r.returncode == 0 else {}
+    logged = re.findall(r"^s:(\d+) ckpt:failed$", open(f"{d}/main.log").read(), re.M) if r.returncode == 0 else []
+    left = [f for s in failed for f in step_files(d, s)]
+    ok = verified(d)
+    same = sorted(got) == list(range(1, steps + 1)) and all(got[k] == full[k] for k in got)
+    resumed = all(resumes_exactly(n, args, d, s, full, steps, tag) for s in ok_steps if s < steps)
+    report(r.returncode == 0 and warned and logged == [str(s) for s in failed] and
+           ckpt_failed_records(d) == failed and not left and ok == ok_steps and same and resumed,
+           f"{tag}: checkpoint{'s' if len(failed) > 1 else ''} {failed} failed: exit {r.returncode}, "
+           f"{'warned' if warned else 'NO warning'} ({[l[:150] for l in err.splitlines() if 'warning' in l][:1]}), "
+           f"main.log ckpt:failed at {logged}, metrics.jsonl at {ckpt_failed_records(d) if r.returncode == 0 else '-'}, "
+           f"files of the failed step left: {left}, verified {ok}, losses 1..{steps} "
+           f"{'identical to' if same else 'DIFFER from'} the run without a fault, resumes from "
+           f"{[s for s in ok_steps if s < steps]} {'bit for bit' if resumed else 'NOT exact'}"
+           + ("" if r.returncode == 0 else f" ({err.strip()[-400:]})"))
+
+
+class Tmpfs:
+    """A tmpfs of `size` mounted at path (root only); None when mount does not work here."""
+
+    def __init__(self, path, size):
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        subprocess.run(["umount", path], capture_output=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True,
+                           text=True)
+        self.ok = r.returncode == 0
+        self.why = r.stderr.strip()
+
+    def close(self):
+        if self.ok:
+            subprocess.run(["umount", self.path], capture_output=True)
+
+
+def fill(path):
+    """Writes a file at path until the disk is full; returns its size."""
+    size = 0
+    with open(path, "wb", buffering=0) as f:
+        for chunk in (1 << 16, 4096, 1):
+            try:
+                while True:
+                    size += f.write(b"\0" * chunk)
+            except OSError:
+                pass
+    return size
+
+
+def diskfull_tmpfs():
+    if os.geteuid() != 0:
+        print("skip  real tmpfs cases: not root (mount -t tmpfs needs it)", flush=True)
+        return
+    # a full disk during checkpoints 4 and 6: 8.5 MiB hold checkpoint 2 (5.45 MB) and a model file
+    # (1.82 MB), not a state file (3.63 MB) more, nor (the resume in place) a second model file
+    steps = 6
+    args = COMMON + ["-x", str(steps), "-n", "2"]
+    base = fresh("build/res/diskfull_tmpfs_full")
+    run_ok(1, args + ["-o", base])
+    full = losses(base)
+    t = Tmpfs("build/res/diskfull_tmpfs", "8704k")
+    if not t.ok:
+        print(f"skip  real tmpfs cases: mount -t tmpfs does not work here ({t.why})", flush=True)
+        return
+    try:
+        d = t.path + "/run"
+        r = run(1, args + ["-o", d])
+        names = os.listdir(d)
+        tmp = [f for f in names if f.endswith(".tmp")]
+        left = step_files(d, 4) + step_files(d, 6)
+        warned = re.findall(r"warning: checkpoint (\d+) failed: (\S+): \w+: No space left on device", r.stderr)
+        ok2 = verified(d) == [2]
+        keep = "build/res/diskfull_tmpfs_ckpt2"
+        copy_checkpoints(d, keep, [2])
+        # -y 1 in place, on the nearly full disk: checkpoints 4 and 6 fail again, model_final.bin
+        # fits only once the earlier one is removed
+        r2 = run(1, args + ["-y", "1", "-o", d])
+        got = losses(d) if r2.returncode == 0 else {}
+        in_place = r2.returncode == 0 and "resumed from step 2" in r2.stdout and \
+            sorted(got) == list(range(1, steps + 1)) and all(got[k] == full[k] for k in got) and \
+            "and the earlier run's model_final.bin are removed, trying once more" in r2.stderr and \
+            not [f for f in os.listdir(d) if f.endswith(".tmp")] and verified(d) == [2]
+    finally:
+        t.close()
+    resumed = resumes_exactly(1, args, keep, 2, full, steps, "tmpfs")
+    report(r.returncode == 0 and [w[0] for w in warned] == ["4", "6"] and not tmp and not left and ok2 and resumed,
+           f"real 8.5 MiB tmpfs: exit {r.returncode}, warned for {[w[0] for w in warned]} "
+           f"({warned[0][1] if warned else '-'}), .tmp files {tmp}, files of steps 4, 6 {left}, checkpoint 2 "
+           f"{'verifies' if ok2 else 'does NOT verify'} and {'resumes' if resumed else 'does NOT resume'} "
+           f"bit for bit like the uninterrupted run" + ("" if r.returncode == 0 else f" ({r.stderr[-400:]})"))
+    report(in_place, f"real 8.5 MiB tmpfs, -y 1 in place: exit {r2.returncode}, "
+                     f"{'resumed from step 2 with the uninterrupted losses' if in_place else 'FAILED'}; "
+                     f"model_final.bin written after the earlier one made room"
+           + ("" if in_place else f" ({r2.stderr[-600:]})"))
+
+    # main.log and metrics.jsonl on a disk filled up after step 1 (lines held back, a line across
+    # a page boundary cut back to nothing) and emptied again after step 100
+    steps = 200
+    t = Tmpfs("build/res/diskfull_tmpfs", "4m")
+    try:
+        d = t.path + "/run"
+        p = start(1, COMMON + ["-x", str(steps), "-k", "constant", "-o", d])
+        read_until_step(p, 1)
+        ballast = fill(t.path + "/ballast")
+        read_until_step(p, 100)
+        os.remove(t.path + "/ballast")
+        out, err = p.communicate(timeout=300)
+        log = open(f"{d}/main.log").read()
+        records = open(f"{d}/metrics.jsonl").read()
+    finally:
+        t.close()
+    lines = log.splitlines()
+    whole = all(re.fullmatch(r"s:\d+ trl:\S+ lr:\S+ norm:\S+", l) for l in lines) and \
+        [int(l.split()[0][2:]) for l in lines] == list(range(1, steps + 1))
+    try:
+        recs = [json.loads(l) for l in records.splitlines()]
+        jsonl = [x["step"] for x in recs[1:]] == list(range(1, steps + 1)) and log.endswith("\n")
+    except ValueError:
+        jsonl = False
+    warned = [f for f in ("main.log", "metrics.jsonl") if len(re.findall(rf"warning: \S+/{f}: cannot be written "
+                                                                      r"\(No space left on device\)", err)) == 1]
+    noted = len(re.findall(r"note: \S+: written again", err))
+    report(p.returncode == 0 and whole and jsonl and warned == ["main.log", "metrics.jsonl"] and noted == 2,
+           f"real 4 MB tmpfs filled after step 1 ({ballast} bytes), emptied after step 100: exit {p.returncode}, "
+           f"one warning for {warned}, {noted} notes 'written again', main.log {len(lines)} lines "
+           f"{'all whole, steps 1..200 in order' if whole else 'NOT whole or out of order'}, metrics.jsonl "
+           f"{'all records whole' if jsonl else 'BROKEN'}" + ("" if p.returncode == 0 else f" ({err[-400:]})"))
+
+    # model_final.bin (1.8 MB) on a 1 MB disk: an error, exit non-zero, no partial file left
+    t = Tmpfs("build/res/diskfull_tmpfs", "1m")
+    try:
+        d = t.path + "/run"
+        r = run(1, COMMON + ["-x", "2", "-o", d])
+        names = sorted(os.listdir(d))
+    finally:
+        t.close()
+    err = r.stderr.strip().splitlines()
+    report(r.returncode != 0 and any("model_final.bin cannot be written" in l and "also on a second try" in l and
+                                     "No space left on device" in l for l in err) and
+           not [f for f in names if f.startswith("model_final")],
+           f"real 1 MB tmpfs, model_final.bin does not fit: exit {r.returncode}, '{err[-1][:200] if err else ''}', "
+           f"files {names}")
+
+
+def diskfull_gpu():
+    # the emulated GPU trainer (slow): 2 ranks ZeRO 1, rank 1's checkpoint 2 fails
+    steps = 4
+    args = COMMON + ["-x", str(steps), "-n", "1", "-z", "1"]
+    base = fresh("build/res/diskfull_gpu_full")
+    if run(2, args + ["-o", base], timeout=300).returncode != 0:
+        sys.exit(f"{TRAINER} failed without a fault")
+    full = losses(base)
+    d = fresh("build/res/diskfull_gpu")
+    r = run(2, args + ["-fi", "enospc@2:1", "-o", d], timeout=300)
+    check_failed_run(r, d, 2, args, full, steps, [2], [1, 3, 4], ["state_00000002_00001.bin.tmp"],
+                     f"{os.path.basename(TRAINER)}, 2 ranks, rank 1")
+
+
+def diskfull():
+    if TRAINER != "./train_gpt2cpu":
+        diskfull_gpu()
+        return
+    steps = 8
+    for n, extra in ((1, []), (2, ["-z", "1"])):
+        args = COMMON + ["-x", str(steps), "-n", "2"] + extra
+        base = fresh(f"build/res/diskfull_full_{n}")
+        run_ok(n, args + ["-o", base])
+        full = losses(base)
+        for rank in range(n):
+            d = fresh(f"build/res/diskfull_{n}r_{rank}")
+            r = run(n, args + ["-fi", f"enospc@4:{rank}", "-o", d])
+            check_failed_run(r, d, n, args, full, steps, [4], [2, 6, 8], [f"state_00000004_{rank:05d}.bin.tmp"],
+                             f"{n} rank{'s' if n > 1 else ''}, rank {rank}'s state file")
+    # -ls 4 (2 replicas): the state files hold the local and outer parameters too; checkpoint 6,
+    # inside a window, fails on rank 1
+    args = COMMON + ["-x", str(steps), "-n", "2", "-ls", "4", "-ds", "1", "-z", "1"]
+    base = fresh("build/res/diskfull_full_ls")
+    run_ok(2, args + ["-o", base])
+    d = fresh("build/res/diskfull_ls")
+    r = run(2, args + ["-fi", "enospc@6:1", "-o", d])
+    check_failed_run(r, d, 2, args, losses(base), steps, [6], [2, 4, 8], ["state_00000006_00001.bin.tmp"],
+                     "2 replicas -ls 4, rank 1's state file inside a window")
+    # the model file fails (checkpoint 4), then the manifest (6): two in a row go on (-nf 3); the
+    # first try at model_final.bin fails, the second writes it
+    args = COMMON + ["-x", str(steps), "-n", "2"]
+    full = losses("build/res/diskfull_full_1")
+    d = fresh("build/res/diskfull_model_done")
+    r = run(1, args + ["-fi", "enospc_model@4,enospc_done@6,enospc_final@8", "-o", d])
+    check_failed_run(r, d, 1, args, full, steps, [4, 6], [2, 8], ["model_00000004.bin.tmp", "DONE_00000006.tmp"],
+                     "1 rank, the model file, then the manifest")
+    retried = re.search(r"warning: \S+/model_final.bin cannot be written: \S+/model_final.bin.tmp: write: No space "
+                        r"left on device; the partial file is removed, trying once more", r.stderr)
+    same = r.returncode == 0 and payload(f"{d}/model_final.bin") == payload("build/res/diskfull_full_1/model_final.bin")
+    report(retried and same, f"model_final.bin: the first try fails ({'warned' if retried else 'NO warning'}), "
+                             f"the second {'writes the uninterrupted run' + chr(39) + 's weights' if same else 'FAILS'}")
+    # -nf 2: checkpoints 4 (rank 1) and 6 (rank 0) fail: the run stops with an error after 6
+    args = COMMON + ["-x", str(steps), "-n", "2", "-z", "1"]
+    d = fresh("build/res/diskfull_nf2")
+    r = run(2, args + ["-nf", "2", "-fi", "enospc@4:1,enospc@6:0", "-o", d])
+    err = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+    said = err and all("checkpoint 6 failed" in l and "2 checkpoints in a row failed (-nf 2): stopping" in l and
+                       "No space left on device" in l for l in err)
+    left = step_files(d, 4) + step_files(d, 6)
+    logged = re.findall(r"^s:(\d+) ckpt:failed$", open(f"{d}/main.log").read(), re.M)
+    report(r.returncode != 0 and said and not left and verified(d) == [2] and logged == ["4", "6"] and
+           not os.path.exists(f"{d}/model_final.bin") and max(losses(d)) == 6,
+           f"-nf 2, checkpoints 4 and 6 fail: exit {r.returncode}, '{err[0][:220] if err else ''}', files of 4, 6 left "
+           f"{left}, verified {verified(d)}, logged {logged}")
+    # SIGUSR1 at step 3 with a failing checkpoint: exit non-zero, no DONE_3; -y 1 resumes from 2
+    d = fresh("build/res/diskfull_preempt")
+    r = run(2, args + ["-fi", "preempt@3:0,enospc@3:1", "-o", d])
+    err = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+    said = err and all("checkpoint 3 failed" in l and "stopping on the signal without a checkpoint of step 3" in l
+                       for l in err)
+    left = step_files(d, 3)
+    r2 = run(2, args + ["-y", "1", "-o", d])
+    full = losses("build/res/diskfull_full_2")
+    got = losses(d) if r2.returncode == 0 else {}
+    same = "resumed from step 2" in r2.stdout and sorted(got) == list(range(1, steps + 1)) and \
+        all(got[k] == full[k] for k in got)
+    report(r.returncode != 0 and said and not left and verified(d)[:1] == [2] and "preempted after" not in r.stdout
+           and same,
+           f"SIGUSR1 at step 3 and checkpoint 3 fails: exit {r.returncode}, '{err[0][:200] if err else ''}', files "
+           f"of step 3 left {left}; -y 1 {'resumes from 2 with the uninterrupted losses' if same else 'DIFFERS'}")
+    # model_final.bin cannot be written twice (its .tmp is a directory that is not empty)
+    d = fresh("build/res/diskfull_final")
+    os.makedirs(f"{d}/model_final.bin.tmp/x")
+    r = run(1, COMMON + ["-x", "2", "-o", d])
+    err = r.stderr.strip().splitlines()
+    report(r.returncode != 0 and len([l for l in err if l.startswith("warning:")]) == 1 and err and
+           err[-1].startswith("error:") and "also on a second try" in err[-1] and
+           not os.path.exists(f"{d}/model_final.bin"),
+           f"model_final.bin fails twice: exit {r.returncode}, '{err[-1][:200] if err else ''}'")
+    # a resume whose metrics.jsonl cannot be rewritten (its .tmp is a directory): cut back and the
+    # rest appended; main.log (only cut back) as in the uninterrupted run, metrics.jsonl as in a
+    # resume that could rewrite it
+    val = ["-x", "6", "-n", "2", "-j", DATA, "-v", "2", "-m", "2"]
+    base = fresh("build/res/diskfull_trim_full")
+    run_ok(1, COMMON + val + ["-o", base])
+    dirs = ("build/res/diskfull_trim", "build/res/diskfull_trim_ref")
+    for d in dirs:
+        copy_checkpoints(base, d, [2])
+        shutil.copy(f"{base}/main.log", d)
+        shutil.copy(f"{base}/metrics.jsonl", d)
+    os.makedirs(f"{dirs[0]}/metrics.jsonl.tmp/x")
+    r, ref = (run(1, COMMON + val + ["-y", "1", "-o", d]) for d in dirs)
+
+    def numbers(path):
+        recs = [json.loads(l) for l in open(path)]
+        return [(x.get("step"), x.get("train_loss"), x.get("val_loss")) for x in recs if "step" in x]
+    ok = r.returncode == 0 and ref.returncode == 0
+    same_log = ok and open(f"{dirs[0]}/main.log").read() == open(f"{base}/main.log").read()
+    same_rec = ok and numbers(f"{dirs[0]}/metrics.jsonl") == numbers(f"{dirs[1]}/metrics.jsonl")
+    report(same_log and same_rec and "metrics.jsonl: cannot be rewritten for the resume" in r.stderr,
+           f"resume with metrics.jsonl not rewritable: exit {r.returncode}, warned, main.log "
+           f"{'identical to' if same_log else 'DIFFERS from'} the uninterrupted run's, metrics.jsonl steps, losses "
+           f"and val losses {'identical to' if same_rec else 'DIFFER from'} a resume that rewrote it")
+    # main.log and metrics.jsonl on /dev/full: one warning each, the run goes on
+    d = fresh("build/res/diskfull_devfull")
+    os.symlink("/dev/full", f"{d}/main.log")
+    os.symlink("/dev/full", f"{d}/metrics.jsonl")
+    r = run(1, COMMON + ["-x", "4", "-n", "2", "-o", d])
+    warns = re.findall(r"warning: \S+/(main.log|metrics.jsonl): cannot be written \(No space left on device\)",
+                       r.stderr)
+    report(r.returncode == 0 and sorted(warns) == ["main.log", "metrics.jsonl"] and verified(d) == [2, 4] and
+           os.path.exists(f"{d}/model_final.bin"),
+           f"main.log and metrics.jsonl on /dev/full: exit {r.returncode}, warnings {warns}, checkpoints "
+           f"{verified(d)} and model_final.bin written")
+    diskfull_tmpfs()
+
+
 if __name__ == "__main__":
     os.makedirs("build/res", exist_ok=True)
-    {"corrupt": corrupt, "kill9": kill9, "lifecycle": lifecycle, "preempt": preempt, "nonfinite": nonfinite, "layout": layout, "failed_rank": failed_rank}[sys.argv[1]]()
+    {"corrupt": corrupt, "kill9": kill9, "lifecycle": lifecycle, "preempt": preempt, "nonfinite": nonfinite, "layout": layout, "failed_rank": failed_rank,
+     "diskfull": diskfull}[sys.argv[1]]()
     sys.exit(1 if failures else 0)

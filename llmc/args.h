@@ -34,6 +34,7 @@ typedef struct {
     int checkpoint_every;      // -n (0 = off)
     int resume;                // -y
     int keep_checkpoints;      // -nk (0 = keep all)
+    int max_ckpt_failures;     // -nf (0 = never stop)
     int overfit;               // -a
     int zero_stage;            // -z
     int dp_shard;              // -ds (0 = world)
@@ -96,6 +97,7 @@ static const ArgSpec arg_specs[] = {
     ARG("-g", ARG_INT, gen_tokens, 0, "tokens to generate per sample"),
     ARG("-n", ARG_INT, checkpoint_every, 0, "checkpoint every N steps into the log dir (0 = off)"),
     ARG("-nk", ARG_INT, keep_checkpoints, 0, "keep the K newest checkpoints, delete older ones (0 = keep all)"),
+    ARG("-nf", ARG_INT, max_ckpt_failures, 0, "stop after N checkpoints in a row could not be written (0 = never)"),
     ARG("-y", ARG_INT, resume, 0, "resume from the latest complete checkpoint in the log dir (0|1)"),
     ARG("-a", ARG_INT, overfit, 0, "overfit a single batch (0|1)"),
     ARG("-z", ARG_INT, zero_stage, 0, "ZeRO stage 0 | 1 | 2"),
@@ -151,6 +153,7 @@ static void args_defaults(TrainArgs* a) {
     a->checkpoint_every = 0;
     a->resume = 0;
     a->keep_checkpoints = 0;
+    a->max_ckpt_failures = 3;
     a->overfit = 0;
     a->zero_stage = 0;
     a->dp_shard = 0;
@@ -257,6 +260,7 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_int("-n", a->checkpoint_every, 0, big);
     require_int("-y", a->resume, 0, 1);
     require_int("-nk", a->keep_checkpoints, 0, big);
+    require_int("-nf", a->max_ckpt_failures, 0, big);
     require_int("-a", a->overfit, 0, 1);
     require_int("-z", a->zero_stage, 0, 2);
     require_int("-ds", a->dp_shard, 0, 1 << 20);

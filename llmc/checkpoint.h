@@ -126,7 +126,8 @@ static void fwrite_crc(const void* src, size_t bytes, FILE* f, const char* path,
 
 // Writes a state file: the header, then the arrays its header names (m, v, and master, local,
 // outer, outer momentum where present) while computing the payload's CRC, then the header again
-// with both CRCs (slot 20: payload, slot 21: header).
+// with both CRCs (slot 20: payload, slot 21: header). In soft mode (llmc/utils.h) an error is recorded, not
+// fatal, and the file is not renamed into place.
 static void state_write_arrays(const char* path, const TrainState* s, const StateArrays* arrays) {
     int header[STATE_HEADER_INTS];
     state_pack_header(header, s);
@@ -141,7 +142,7 @@ static void state_write_arrays(const char* path, const TrainState* s, const Stat
     }
     header[20] = (int)crc;
     header[21] = (int)state_header_crc(header);
-    if (fseek(f, 0, SEEK_SET) != 0) { fail("%s: seek failed", tmp); }
+    if (!soft_write_skip(f) && fseek(f, 0, SEEK_SET) != 0) { write_error("seek", tmp); }
     fwrite_check(header, sizeof(int), STATE_HEADER_INTS, f, tmp);
     commit_tmp(f, tmp, path);
 }
@@ -430,11 +431,12 @@ static void state_load(const char* dir, int step, const StateTarget* t, TrainSta
 // ----------------------------------------------------------------------------
 // the manifest DONE_S
 
-// Rank 0, after every rank has written its state file: the manifest, atomically.
+// Rank 0, after every rank has written its state file: the manifest, atomically (in soft mode an
+// error is recorded, not fatal, and DONE_S does not appear).
 static void checkpoint_write_manifest(const char* dir, int step, uint32_t model_crc, long model_bytes, int world,
                                       long state_bytes) {
     char path[4096], tmp[4200], name[512];
-    size_t cap = 512 + (size_t)world * 96, len = 0;
+    size_t cap = 512 + (size_t)world * 96 + 16, len = 0;
     char* text = (char*)malloc_check(cap);
     len += snprintf(text + len, cap - len, "%s\nstep %d\nworld %d\n", MANIFEST_TITLE, step, world);
     checkpoint_path(name, sizeof(name), "", "model", step, -1);
@@ -445,9 +447,9 @@ static void checkpoint_write_manifest(const char* dir, int step, uint32_t model_
     }
     uint32_t crc = crc32c_update(0, text, len);
     checkpoint_path(path, sizeof(path), dir, "DONE", step, -1);
+    len += snprintf(text + len, cap - len, "end %08x\n", crc);
     FILE* f = fopen_tmp_for(path, tmp, sizeof(tmp));
     fwrite_check(text, 1, len, f, tmp);
-    fprintf(f, "end %08x\n", crc);
     commit_tmp(f, tmp, path);
     free(text);
 }
@@ -640,6 +642,30 @@ static void checkpoint_remove(const char* dir, int step) {
         }
     }
     closedir(d);
+}
+
+// After a checkpoint of `step` failed (on any rank): removes what this rank wrote of it, finished
+// or not, so that no file of the step remains and its space is free again: the state file (and
+// its .tmp) of `rank`, and on rank 0 the DONE marker first, then the model file (and their .tmp).
+static void remove_with_tmp(const char* path) {
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    remove(path);
+    remove(tmp);
+}
+
+static void checkpoint_remove_partial(const char* dir, int step, int rank) {
+    char path[4096];
+    if (rank == 0) {
+        checkpoint_path(path, sizeof(path), dir, "DONE", step, -1);
+        remove_with_tmp(path);
+        fsync_parent_dir(path);
+        checkpoint_path(path, sizeof(path), dir, "model", step, -1);
+        remove_with_tmp(path);
+    }
+    checkpoint_path(path, sizeof(path), dir, "state", step, rank);
+    remove_with_tmp(path);
+    fsync_parent_dir(path);
 }
 
 // -nk K (rank 0, after DONE_S is written): keeps the K newest complete checkpoints.

@@ -1,5 +1,5 @@
-// Fault injection for the resilience tests (-fi KIND@STEP[:RANK], rank 0 if not given): the
-// step numbers are those of main.log (1-based). KIND is
+// Fault injection for the resilience tests (-fi KIND@STEP[:RANK], rank 0 if not given, or several
+// of them separated by commas): the step numbers are those of main.log (1-based). KIND is
 //   nan       this rank's loss and gradients of step STEP are NaN
 //   spike     this rank's loss of step STEP is reported 100 times too large (gradients intact)
 //   die       this rank kills itself (SIGKILL) as step STEP begins
@@ -7,6 +7,11 @@
 //   die_ckpt  this rank kills itself in the checkpoint write of step STEP, after its state file
 //             is written and before the DONE manifest
 //   preempt   this rank sends itself SIGUSR1 as step STEP begins (a preemption at a known step)
+//   enospc    this rank's checkpoint write of step STEP fails as a full disk would (ENOSPC), half
+//             way through its state file (rank 0 has written the model file by then)
+//   enospc_model, enospc_done   the same in rank 0's model file (after its first 5 KiB) or in its
+//             DONE manifest (after 16 bytes) of checkpoint STEP
+//   enospc_final   the same in rank 0's first try at model_final.bin after the last step, STEP
 #ifndef LLMC_FAULTS_H
 #define LLMC_FAULTS_H
 
@@ -16,35 +21,55 @@
 #include <unistd.h>
 #include "utils.h"
 
-typedef enum { FAULT_NONE, FAULT_NAN, FAULT_DIE, FAULT_HANG, FAULT_DIE_CKPT, FAULT_SPIKE, FAULT_USR1 } FaultKind;
+typedef enum { FAULT_NONE, FAULT_NAN, FAULT_DIE, FAULT_HANG, FAULT_DIE_CKPT, FAULT_SPIKE, FAULT_USR1, FAULT_ENOSPC,
+               FAULT_ENOSPC_MODEL, FAULT_ENOSPC_DONE, FAULT_ENOSPC_FINAL } FaultKind;
+
+#define FAULT_MAX 16
 
 typedef struct {
-    FaultKind kind;
-    int step, rank;
+    int count;
+    FaultKind kind[FAULT_MAX];
+    int step[FAULT_MAX], rank[FAULT_MAX];
 } Fault;
 
-static Fault run_fault = {FAULT_NONE, -1, 0}; // this run's -fi, set by the trainer
+static Fault run_fault = {0, {FAULT_NONE}, {0}, {0}}; // this run's -fi, set by the trainer
 
 static Fault fault_parse(const char* spec) {
-    Fault f = {FAULT_NONE, -1, 0};
+    Fault f;
+    memset(&f, 0, sizeof(f));
     if (spec == NULL || spec[0] == '\0') { return f; }
-    static const char* names[] = {"", "nan", "die", "hang", "die_ckpt", "spike", "preempt"};
-    char kind[32];
-    int step = -1, rank = 0, used = 0;
-    int n = sscanf(spec, "%31[a-z_]@%d%n:%d%n", kind, &step, &used, &rank, &used);
-    for (int k = 1; k < 7 && n >= 2; k++) {
-        if (strcmp(kind, names[k]) == 0) { f.kind = (FaultKind)k; }
+    static const char* names[] = {"", "nan", "die", "hang", "die_ckpt", "spike", "preempt", "enospc", "enospc_model",
+                                  "enospc_done", "enospc_final"};
+    const int num_names = (int)(sizeof(names) / sizeof(names[0]));
+    const char* at = spec;
+    for (;;) {
+        char kind[32];
+        int step = -1, rank = 0, used = 0;
+        FaultKind k = FAULT_NONE;
+        int n = sscanf(at, "%31[a-z_]@%d%n:%d%n", kind, &step, &used, &rank, &used);
+        for (int i = 1; i < num_names && n >= 2; i++) {
+            if (strcmp(kind, names[i]) == 0) { k = (FaultKind)i; }
+        }
+        if (n < 2 || k == FAULT_NONE || (at[used] != '\0' && at[used] != ',') || step < 1 || rank < 0 ||
+            f.count == FAULT_MAX) {
+            fail("-fi %s: expected KIND@STEP[:RANK] (at most %d, separated by commas) with KIND nan, spike, die, "
+                 "hang, die_ckpt, preempt, enospc, enospc_model, enospc_done or enospc_final", spec, FAULT_MAX);
+        }
+        f.kind[f.count] = k;
+        f.step[f.count] = step;
+        f.rank[f.count] = rank;
+        f.count++;
+        if (at[used] == '\0') { break; }
+        at += used + 1;
     }
-    if (n < 2 || f.kind == FAULT_NONE || spec[used] != '\0' || step < 1 || rank < 0) {
-        fail("-fi %s: expected KIND@STEP[:RANK] with KIND nan, spike, die, hang, die_ckpt or preempt", spec);
-    }
-    f.step = step;
-    f.rank = rank;
     return f;
 }
 
 static int fault_is(const Fault* f, FaultKind kind, int step, int rank) {
-    return f->kind == kind && f->step == step && f->rank == rank;
+    for (int i = 0; i < f->count; i++) {
+        if (f->kind[i] == kind && f->step[i] == step && f->rank[i] == rank) { return 1; }
+    }
+    return 0;
 }
 
 // At the start of step `step` (1-based): die or hang when told to.
@@ -84,6 +109,16 @@ static void fault_in_checkpoint(const Fault* f, int step, int rank) {
         fflush(stderr);
         raise(SIGKILL);
     }
+}
+
+// The checkpoint writes of step `step` (kind: FAULT_ENOSPC, FAULT_ENOSPC_MODEL, ...), or the final
+// model file (FAULT_ENOSPC_FINAL, step = the last step): when told to, the soft writes that
+// follow (llmc/utils.h) fail with ENOSPC after `bytes` more bytes.
+static void fault_disk_full(const Fault* f, FaultKind kind, int step, int rank, long bytes, const char* what) {
+    if (!fault_is(f, kind, step, rank)) { return; }
+    fprintf(stderr, "fault injection: rank %d's disk is full after %ld more bytes of %s\n", rank, bytes, what);
+    fflush(stderr);
+    soft_write.budget = bytes;
 }
 
 #endif

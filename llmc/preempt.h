@@ -2,7 +2,7 @@
 // run to stop. The handler only records the request; the training loop finishes the step in
 // progress, all ranks agree through the step's loss all-reduce (a slot of it carries each rank's
 // request), every rank writes the checkpoint of that step (also with -n 0), and the run exits 0
-// without a model_final.bin. A second signal ends the process at once (exit 128 + signal): the
+// without a model_final.bin (exit 1, with an error, when that checkpoint cannot be written). A second signal ends the process at once (exit 128 + signal): the
 // checkpoint being written, if any, then has no DONE manifest and is never resumed from.
 #ifndef LLMC_PREEMPT_H
 #define LLMC_PREEMPT_H
@@ -74,10 +74,7 @@ static void preempt_report(Logger* logger, const char* log_dir, int step, int ra
                step);
     }
     fflush(stdout);
-    if (logger->file) {
-        fprintf(logger->file, "s:%d preempted checkpoint:%s\n", step, log_dir[0] ? "written" : "none");
-        fflush(logger->file);
-    }
+    logger_line(logger, "s:%d preempted checkpoint:%s\n", step, log_dir[0] ? "written" : "none");
 }
 
 #endif

@@ -71,13 +71,21 @@ static TrainState train_state_now(const TrainArgs* a, const Mesh* mesh, int zero
 }
 
 // Rank 0, once every rank's state file of checkpoint `step` is written: the manifest DONE_S
-// (the model file's size and CRC-32C, the state files' size), then -nk retention.
-static void checkpoint_commit(const TrainArgs* args, int step, const char* model_path, uint32_t model_crc, int world,
-                              const TrainState* s) {
+// (the model file's size and CRC-32C, the state files' size), then -nk retention (older
+// checkpoints go only once this one is complete). Returns 1, or 0 when the manifest could not be
+// written (soft_write says why: llmc/utils.h; then nothing is deleted).
+static int checkpoint_commit(const TrainArgs* args, int step, const char* model_path, uint32_t model_crc, int world,
+                             const TrainState* s) {
     struct stat st;
-    if (stat(model_path, &st) != 0) { fail("%s: missing after it was written", model_path); }
-    checkpoint_write_manifest(args->log_dir, step, model_crc, (long)st.st_size, world, state_file_bytes(s));
+    soft_write_begin();
+    if (stat(model_path, &st) != 0) {
+        write_error("stat", model_path);
+    } else {
+        checkpoint_write_manifest(args->log_dir, step, model_crc, (long)st.st_size, world, state_file_bytes(s));
+    }
+    if (soft_write_end()) { return 0; }
     checkpoint_retain(args->log_dir, args->keep_checkpoints);
+    return 1;
 }
 
 // The train loader (grad_accum micro-batches per step) and, when validating, the val loader of

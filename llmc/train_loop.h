@@ -3,7 +3,9 @@
 // settings, resuming a checkpoint, the start-up report, and the loop itself: validation and
 // sampling (and HellaSwag, -h 1) on their schedule, one optimizer step made of grad_accum
 // micro-steps (skipped when non-finite or spiking), the step's stdout and main.log lines, the
-// periodic checkpoints, and the preemption checkpoint and exit (docs/checkpoints.md), and with -ls
+// periodic checkpoints (one that cannot be written, a full disk say, is removed on every rank and
+// training goes on; -nf in a row stop the run), and the preemption checkpoint and exit
+// (docs/checkpoints.md), and with -ls
 // the replicas' outer syncs (llmc/outer_sync.h). A trainer brings its model and its
 // communication through TrainerOps; whatever both trainers do alike lives here, once.
 #ifndef LLMC_TRAIN_LOOP_H
@@ -56,13 +58,13 @@ typedef struct {
     void (*write_state)(void* ctx, const char* path, const TrainState* s);
     // Loads this rank's optimizer state of checkpoint `step` of dir (state_load: any layout).
     void (*read_state)(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got);
-    // Returns once every rank has called it.
+    // Returns once every rank has called it (after a failed checkpoint's clean-up).
     void (*barrier)(void* ctx);
     // Bytes this rank has sent so far (the communication report), or NULL where not counted.
     size_t (*comm_bytes_sent)(void* ctx);
     // HellaSwag: the B*T per-position losses of a (B, T) forward with targets, in host memory.
     EvalForwardFn eval_losses;
-    // The sum over every rank of one count per rank.
+    // The sum over every rank of one count per rank (HellaSwag; a checkpoint's agreement on failures).
     int (*sum_count)(void* ctx, int count);
     // The MFU's peak of one rank in TFLOP/s unless -pk says otherwise, and where it comes from.
     double peak_tflops;
@@ -109,6 +111,8 @@ typedef struct {
     OuterConfig outer;        // -ls, -lss, -ol, -om (outer.every 0: synchronous)
     int outer_ready;          // the outer state holds the outer parameters (from step -lss on)
     float last_pg_norm;       // the pseudo-gradient norm of the last outer sync
+    int ckpt_failures;        // checkpoints in a row that could not be written (-nf)
+    int last_complete;        // the newest complete checkpoint this run knows of (-1: none)
 } TrainRun;
 
 // Start-up, part 1 (before the trainer builds its model): the tokenizer, the checkpoint to
@@ -164,6 +168,8 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->adamw = adamw_config_from_args(a);
     rng_seed(&r->sample_rng, (uint64_t)a->seed + 1);
     r->start_step = 0;
+    r->ckpt_failures = 0;
+    r->last_complete = r->resume_step;
     OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum};
     r->outer = outer;
     r->outer_ready = 0;
@@ -268,22 +274,147 @@ static void run_print_start(const TrainRun* r, size_t num_parameters, const Memo
     fflush(stdout);
 }
 
-// A complete checkpoint of `step`: rank 0's model file (its CRC-32C computed while writing),
-// every rank's state file (CRCs inside), a barrier, then rank 0's DONE manifest and -nk
-// retention (llmc/checkpoint.h).
-static void run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, void* ctx) {
+// A failed part of a checkpoint as one positive int that a sum over the ranks carries exactly
+// (below 2^24): errno + 4096 * (operation + 8 * file), file 1 the model file, 2 the state file,
+// 3 the manifest. 0: no failure (soft_write, llmc/utils.h, has none).
+static const char* ckpt_ops[8] = {"open", "write", "seek", "fsync", "close", "rename", "stat", "?"};
+
+static int ckpt_failure_code(const char* dir, int step, int rank) {
+    if (!soft_write.failed) { return 0; }
+    char path[4096];
+    int file = 3;
+    checkpoint_path(path, sizeof(path), dir, "model", step, -1);
+    if (strncmp(soft_write.path, path, strlen(path)) == 0) { file = 1; }
+    checkpoint_path(path, sizeof(path), dir, "state", step, rank);
+    if (strncmp(soft_write.path, path, strlen(path)) == 0) { file = 2; }
+    int op = 7;
+    for (int k = 0; k < 7; k++) {
+        if (strcmp(soft_write.op, ckpt_ops[k]) == 0) { op = k; }
+    }
+    int err = soft_write.err > 0 && soft_write.err < 4096 ? soft_write.err : 4095;
+    return err + 4096 * (op + 8 * file);
+}
+
+// The text of a failure code of rank `rank`: "FILE: OP: the system's reason".
+static void ckpt_failure_text(char* out, size_t len, const char* dir, int step, int rank, int code) {
+    int err = code % 4096, op = code / 4096 % 8, file = code / 4096 / 8;
+    char path[4096];
+    const char* kinds[4] = {"DONE", "model", "state", "DONE"};
+    checkpoint_path(path, sizeof(path), dir, kinds[file & 3], step, file == 2 ? rank : -1);
+    snprintf(out, len, "%s%s: %s: %s", path, op == 6 ? "" : ".tmp", ckpt_ops[op], strerror(err));
+}
+
+// Every rank, the same: whether any rank's code is non-zero (one collective, a sum over the
+// ranks); if so (rare), the lowest such rank (*who, a binary search of log2(world) more) and its
+// code, which is returned (0: none failed).
+static int run_agree_failure(const TrainerOps* ops, void* ctx, int rank, int world, int code, int* who) {
+    watchdog_grace(); // rank 0 may still be writing
+    *who = 0;
+    if (ops->sum_count(ctx, code != 0) == 0) { return 0; }
+    int lo = 0, hi = world; // the lowest failing rank is in [lo, hi)
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (ops->sum_count(ctx, code != 0 && rank >= lo && rank < mid) > 0) { hi = mid; }
+        else { lo = mid; }
+    }
+    *who = lo;
+    return ops->sum_count(ctx, rank == lo ? code : 0);
+}
+
+// A checkpoint of `step`: rank 0's model file (its CRC-32C computed while writing), every rank's
+// state file (CRCs inside), then the ranks agree whether all of it reached the disk (a sum over
+// the ranks, which is also the barrier), rank 0 writes the DONE manifest and applies -nk
+// retention (llmc/checkpoint.h), and the ranks agree again on the manifest. The writes are soft
+// (llmc/utils.h): a full disk or an I/O error on any rank makes every rank remove what it wrote
+// of this step (finished files too), so that nothing of it remains; returns 1 when the
+// checkpoint is complete, else 0 with the lowest failing rank's file and error in why.
+static int run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, void* ctx, char* why, size_t why_len) {
     char path[4096], model[4096];
     const char* dir = r->args->log_dir;
     uint32_t model_crc = 0;
     checkpoint_path(model, sizeof(model), dir, "model", step, -1);
-    if (r->rank == 0) { ops->write_model(ctx, model, &model_crc); }
-    TrainState s = run_train_state(r, step);
     checkpoint_path(path, sizeof(path), dir, "state", step, r->rank);
+    TrainState s = run_train_state(r, step);
+    soft_write_begin();
+    fault_disk_full(&run_fault, FAULT_ENOSPC_MODEL, step, r->rank, 5120, "its model file");
+    if (r->rank == 0) { ops->write_model(ctx, model, &model_crc); }
+    fault_disk_full(&run_fault, FAULT_ENOSPC, step, r->rank, state_file_bytes(&s) / 2, "its state file");
     ops->write_state(ctx, path, &s);
+    soft_write_end();
     fault_in_checkpoint(&run_fault, step, r->rank);
-    watchdog_grace(); // rank 0 also writes the model file
-    ops->barrier(ctx);
-    if (r->rank == 0) { checkpoint_commit(r->args, step, model, model_crc, r->world, &s); }
+    int who;
+    int code = run_agree_failure(ops, ctx, r->rank, r->world, ckpt_failure_code(dir, step, r->rank), &who);
+    if (code == 0) {
+        fault_disk_full(&run_fault, FAULT_ENOSPC_DONE, step, r->rank, 16, "the manifest");
+        int done = r->rank != 0 || checkpoint_commit(r->args, step, model, model_crc, r->world, &s);
+        watchdog_grace();
+        code = ops->sum_count(ctx, done ? 0 : ckpt_failure_code(dir, step, 0));
+        who = 0;
+    }
+    if (code == 0) { return 1; }
+    ckpt_failure_text(why, why_len, dir, step, who, code);
+    if (r->world > 1) {
+        size_t n = strlen(why);
+        snprintf(why + n, why_len - n, " (rank %d)", who);
+    }
+    checkpoint_remove_partial(dir, step, r->rank);
+    watchdog_grace();
+    ops->barrier(ctx); // every rank's files of the step are gone before any goes on, or stops
+    return 0;
+}
+
+// After checkpoint `step` failed (every rank, with the same why): main.log and metrics.jsonl
+// record it; rank 0 warns, and training goes on from the state in memory, unless the run was
+// stopping (a preemption: no checkpoint, exit 1) or -nf checkpoints in a row have failed (exit 1).
+static void run_checkpoint_failed(TrainRun* r, int step, const char* why, int stopping) {
+    r->ckpt_failures++;
+    logger_log_ckpt_failed(&r->logger, step);
+    char newest[96];
+    if (r->last_complete >= 0) {
+        snprintf(newest, sizeof(newest), "-y 1 resumes from the newest complete checkpoint, step %d", r->last_complete);
+    } else {
+        snprintf(newest, sizeof(newest), "no checkpoint is complete: -y 1 starts fresh");
+    }
+    int nf = r->args->max_ckpt_failures;
+    if (stopping || (nf > 0 && r->ckpt_failures >= nf)) {
+        logger_flush_record(&r->logger);
+        if (stopping) {
+            fail("checkpoint %d failed: %s; its files are removed; stopping on the signal without a checkpoint of "
+                 "step %d (%s)", step, why, step, newest);
+        }
+        fail("checkpoint %d failed: %s; its files are removed; %d checkpoints in a row failed (-nf %d): stopping "
+             "(%s)", step, why, r->ckpt_failures, nf, newest);
+    }
+    if (r->rank == 0) {
+        fprintf(stderr, "warning: checkpoint %d failed: %s; its files are removed, training goes on from the state in "
+                "memory and the next checkpoint tries again (%d failed in a row, -nf %d)\n", step, why,
+                r->ckpt_failures, nf);
+        fflush(stderr);
+    }
+}
+
+// Rank 0, at the end: model_final.bin. A failed write (a full disk) removes the partial file, and
+// a model_final.bin of an earlier run that this one was about to replace (room for the new one),
+// and tries once more; a second failure ends the run with an error (exit 1).
+static void run_write_final_model(TrainRun* r, const TrainerOps* ops, void* ctx) {
+    char path[4096], tmp[4200], why[4600];
+    snprintf(path, sizeof(path), "%s/model_final.bin", r->args->log_dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    for (int attempt = 1;; attempt++) {
+        if (attempt == 1) { fault_disk_full(&run_fault, FAULT_ENOSPC_FINAL, r->max_steps, r->rank, 5120, path); }
+        soft_write_begin();
+        ops->write_model(ctx, path, NULL);
+        if (!soft_write_end()) { return; }
+        snprintf(why, sizeof(why), "%s: %s: %s", soft_write.path, soft_write.op, strerror(soft_write.err));
+        remove(tmp);
+        if (attempt == 2) {
+            fail("%s cannot be written: %s (also on a second try; the partial file is removed)", path, why);
+        }
+        int replaced = remove(path) == 0;
+        fprintf(stderr, "warning: %s cannot be written: %s; the partial file%s removed, trying once more\n", path, why,
+                replaced ? " and the earlier run's model_final.bin are" : " is");
+        fflush(stderr);
+    }
 }
 
 // One optimizer step (0-based `step`): grad_accum micro-steps, the gradient reduction and norm,
@@ -369,7 +500,13 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         }
         if (synced) { logger_log_outer(&r->logger, step + 1, r->last_pg_norm); }
         if (a->log_dir[0] && (stop || (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0))) {
-            run_save_checkpoint(r, step + 1, ops, ctx);
+            char why[4600];
+            if (run_save_checkpoint(r, step + 1, ops, ctx, why, sizeof(why))) {
+                r->ckpt_failures = 0;
+                r->last_complete = step + 1;
+            } else {
+                run_checkpoint_failed(r, step + 1, why, stop);
+            }
         }
         if (stop) {
             preempt_report(&r->logger, a->log_dir, step + 1, r->rank);
@@ -387,11 +524,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
             }
         }
     }
-    if (a->log_dir[0] != '\0' && r->rank == 0 && !r->preempted) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/model_final.bin", a->log_dir);
-        ops->write_model(ctx, path, NULL);
-    }
+    if (a->log_dir[0] != '\0' && r->rank == 0 && !r->preempted) { run_write_final_model(r, ops, ctx); }
 }
 
 static void run_free(TrainRun* r) {

@@ -4,6 +4,7 @@
 #ifndef LLMC_UTILS_H
 #define LLMC_UTILS_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -64,12 +65,77 @@ static void fread_check(void* dst, size_t size, size_t count, FILE* f, const cha
     }
 }
 
+// Soft writes. The checkpoint path (llmc/train_loop.h) turns them on around its writes so that a
+// full disk or an I/O error costs the checkpoint, never the run: while soft_write.on, the write
+// helpers below (fwrite_check, fclose_check, fopen_tmp_for, commit_tmp, and every writer built on
+// them) record the first error (the file, what failed and errno) instead of calling fail(), then
+// skip whatever that file still had to write; commit_tmp never renames a file into place after an
+// error. soft_write_end() says whether all of it reached the disk. Everywhere else (tools, the
+// logs' rewrite at a resume) a failed write ends the job as before, with the system's reason.
+typedef struct {
+    int on;          // soft mode
+    int failed;      // an error was recorded since soft_write_begin()
+    int err;         // its errno
+    char op[16];     // what failed: open, write, seek, fsync, close, rename, stat
+    char path[4200]; // the file it failed on
+    long budget;     // -fi enospc (llmc/faults.h): bytes that may still be written before a simulated
+                     // full disk (-1: no limit; soft_write_end() resets it)
+} SoftWrite;
+static SoftWrite soft_write = {0, 0, 0, "", "", -1};
+
+static void soft_write_begin(void) {
+    soft_write.on = 1;
+    soft_write.failed = 0;
+    soft_write.err = 0;
+    soft_write.op[0] = soft_write.path[0] = '\0';
+}
+
+// Ends soft mode; returns 1 when a write failed since soft_write_begin() (soft_write holds which).
+static int soft_write_end(void) {
+    soft_write.on = 0;
+    soft_write.budget = -1;
+    return soft_write.failed;
+}
+
+// Whether the writes to a file should be skipped: soft mode after an error (or without a file).
+static int soft_write_skip(FILE* f) { return soft_write.on && (soft_write.failed || f == NULL); }
+
+// A failed operation op on path, errno still as the call left it: fatal outside soft mode, else
+// recorded (the first one only).
+static void write_error(const char* op, const char* path) {
+    int err = errno;
+    if (!soft_write.on) { fail("%s: %s failed: %s", path, op, strerror(err)); }
+    if (soft_write.failed) { return; }
+    soft_write.failed = 1;
+    soft_write.err = err;
+    snprintf(soft_write.op, sizeof(soft_write.op), "%s", op);
+    snprintf(soft_write.path, sizeof(soft_write.path), "%s", path);
+}
+
 static void fwrite_check(const void* src, size_t size, size_t count, FILE* f, const char* path) {
-    if (fwrite(src, size, count, f) != count) { fail("%s: write failed", path); }
+    if (soft_write_skip(f)) { return; }
+    size_t bytes = size * count;
+    if (soft_write.on && soft_write.budget >= 0) {
+        if ((size_t)soft_write.budget < bytes) { // -fi enospc: part of the data, then a full disk
+            size_t part = (size_t)soft_write.budget;
+            soft_write.budget = 0;
+            if (part > 0 && fwrite(src, 1, part, f) != part) {
+                write_error("write", path);
+                return;
+            }
+            fflush(f);
+            errno = ENOSPC;
+            write_error("write", path);
+            return;
+        }
+        soft_write.budget -= (long)bytes;
+    }
+    if (fwrite(src, size, count, f) != count) { write_error("write", path); }
 }
 
 static void fclose_check(FILE* f, const char* path) {
-    if (fclose(f) != 0) { fail("%s: close failed (disk full?)", path); }
+    if (soft_write.on && f == NULL) { return; }
+    if (fclose(f) != 0) { write_error("close", path); }
 }
 
 static long file_size_of(FILE* f) {
@@ -93,10 +159,15 @@ static void* calloc_check(size_t count, size_t size) {
 }
 
 // Files are written to "<path>.tmp" and renamed into place when complete, so that a crash
-// never leaves a file that looks finished.
+// never leaves a file that looks finished. In soft mode a file that cannot be created gives NULL
+// (the helpers above and commit_tmp accept it).
 static FILE* fopen_tmp_for(const char* path, char* tmp_path, size_t tmp_len) {
     snprintf(tmp_path, tmp_len, "%s.tmp", path);
-    return fopen_check(tmp_path, "wb");
+    if (!soft_write.on) { return fopen_check(tmp_path, "wb"); }
+    if (soft_write.failed) { return NULL; }
+    FILE* f = fopen(tmp_path, "wb");
+    if (f == NULL) { write_error("open", tmp_path); }
+    return f;
 }
 
 // fsync of the directory holding path, so that a rename into it survives a power loss.
@@ -112,11 +183,32 @@ static void fsync_parent_dir(const char* path) {
 }
 
 // Flushes the temporary file to the disk (fsync), closes it, renames it into place and syncs
-// the directory: once this returns, path holds the whole file even after a crash.
+// the directory: once this returns, path holds the whole file even after a crash. In soft mode,
+// after an error (this file's or an earlier one) it only closes the file: the .tmp stays for the
+// caller to remove, and path is never touched.
 static void commit_tmp(FILE* f, const char* tmp_path, const char* path) {
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) { fail("%s: write failed (disk full?)", tmp_path); }
-    fclose_check(f, tmp_path);
-    if (rename(tmp_path, path) != 0) { fail("cannot rename %s to %s", tmp_path, path); }
+    if (soft_write_skip(f)) {
+        if (f) { fclose(f); }
+        return;
+    }
+    if (fflush(f) != 0) {
+        write_error("write", tmp_path);
+        fclose(f);
+        return;
+    }
+    if (fsync(fileno(f)) != 0) {
+        write_error("fsync", tmp_path);
+        fclose(f);
+        return;
+    }
+    if (fclose(f) != 0) {
+        write_error("close", tmp_path);
+        return;
+    }
+    if (rename(tmp_path, path) != 0) {
+        write_error("rename", tmp_path);
+        return;
+    }
     fsync_parent_dir(path);
 }
 

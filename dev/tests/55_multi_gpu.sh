@@ -15,6 +15,10 @@ check multi_gpu_val_loss_and_resume /usr/bin/python3 dev/test_multi_gpu.py resum
 # a 2-rank ZeRO-1 checkpoint of the emulated GPU trainer resumed on 1 rank ZeRO 0 and 2 ranks ZeRO 2
 # (dev/test_resilience.py layout, docs/checkpoints.md)
 check multi_gpu_resume_on_other_layouts env TRAINER=build/gpu/train_gpt2emu_fp32 /usr/bin/python3 dev/test_resilience.py layout
+# rank 1's checkpoint fails as on a full disk: the run goes on, nothing of that step remains, the
+# checkpoints around it resume bit for bit (dev/test_resilience.py diskfull)
+check multi_gpu_checkpoint_disk_full env TRAINER=build/gpu/train_gpt2emu_fp32 bash -c "make -s ckpt_tool &&
+    /usr/bin/python3 dev/test_resilience.py diskfull"
 check multi_gpu_accounting /usr/bin/python3 dev/test_multi_gpu.py accounting
 check multi_gpu_startup_mpi_fs_tcp /usr/bin/python3 dev/test_multi_gpu.py startup
 check multi_gpu_failing_rank /usr/bin/python3 dev/test_multi_gpu.py failures
