@@ -1003,7 +1003,7 @@ static int gpu_sum_count(void* ctx, int count) {
     float v = (float)count;
     cudaCheck(cudaMemsetAsync(dp->loss, 0, dp->mesh.world * sizeof(float), 0));
     cudaCheck(cudaMemcpy(dp->loss, &v, sizeof(float), cudaMemcpyHostToDevice));
-    return (int)lroundf(dp_mean_over_world(dp, "the HellaSwag count") * (float)dp->mesh.world);
+    return (int)lroundf(dp_mean_over_world(dp, "a count summed over the ranks (HellaSwag, the checkpoint agreement)") * (float)dp->mesh.world);
 }
 
 // The model file: v5 (bf16) in BF16, v3 (fp32) in FP32.
