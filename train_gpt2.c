@@ -20,6 +20,7 @@
 #include "llmc/activation_table.h"
 #include "llmc/cpu_matmul.h"
 #include "llmc/cpu_vecmath.h"
+#include "llmc/cpu_peak.h"
 
 // ----------------------------------------------------------------------------
 // layers, forward
@@ -789,11 +790,23 @@ static void dp_free(DataParallel* dp) {
 // ----------------------------------------------------------------------------
 // training: the CPU trainer's side of llmc/train_loop.h
 
-// The peak the MFU is measured against unless -pk says otherwise: 505 GFLOP/s, what
-// dev/bench/peak_flops.c measured (fp32 FMA chains, 512-bit vectors, 2 threads) on this project's
-// 2-vCPU AVX-512 machine (README, CPU training speed).
-#define CPU_PEAK_TFLOPS 0.505
-#define CPU_PEAK_SOURCE "dev/bench/peak_flops.c on the project's 2-vCPU AVX-512 machine; -pk to set yours"
+// The MFU's peak unless -pk says otherwise: measured at start-up (llmc/cpu_peak.h), every rank at
+// once with its threads (ranks on one machine share it), the mean over the ranks, to 3 digits.
+#define CPU_PEAK_ITERS 2000000L // about 3 ms a repetition at 250 GFLOP/s per thread
+#define CPU_PEAK_REPS 5
+
+static double cpu_measured_peak_tflops(char* source, size_t len) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double mine = cpu_peak_measure(CPU_PEAK_ITERS, CPU_PEAK_REPS) / 1e12, sum = mine;
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world > 1) { MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }
+    snprintf(source, len, "measured at start-up: %d FMA chains of %d-bit vectors on %d threads%s; -pk to set",
+             CPU_PEAK_CHAINS, CPU_PEAK_BITS, omp_get_max_threads(), world > 1 ? ", mean over the ranks" : "");
+    char digits[32];
+    snprintf(digits, sizeof(digits), "%.3g", sum / world);
+    return atof(digits);
+}
 
 typedef struct {
     GPT2 model;
@@ -918,10 +931,11 @@ static void cpu_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
     dp_replica_crcs(&cpu_of(ctx)->dp, &cpu_of(ctx)->model, outer, crcs);
 }
 
+// peak_tflops and peak_source are filled in by main (measured at start-up).
 static const TrainerOps cpu_trainer_ops = {cpu_begin_step, cpu_micro_step, cpu_reduce_gradients, cpu_update,
                                            cpu_agree, cpu_evaluate, cpu_next_logits, cpu_write_model,
                                            cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent,
-                                           cpu_eval_losses, cpu_sum_count, CPU_PEAK_TFLOPS, CPU_PEAK_SOURCE,
+                                           cpu_eval_losses, cpu_sum_count, 0.0, NULL,
                                            "train_gpt2cpu", cpu_set_replica_reduce, cpu_outer_init, cpu_outer_step,
                                            cpu_replica_crcs};
 
@@ -952,7 +966,11 @@ int main(int argc, char** argv) {
     gpt2_build(&cpu.model, &run.config, params, args.B, args.T, (size_t)world, zero == 2);
     int outer = args.outer_every > 0;
     dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer);
-    run_prepare(&run, &cpu.dp.mesh, zero, cpu.dp.owned, 0, &cpu_trainer_ops, &cpu);
+    TrainerOps ops = cpu_trainer_ops;
+    char peak_source[160] = "-pk";
+    if (args.peak_tflops == 0.0f) { ops.peak_tflops = cpu_measured_peak_tflops(peak_source, sizeof(peak_source)); }
+    ops.peak_source = peak_source;
+    run_prepare(&run, &cpu.dp.mesh, zero, cpu.dp.owned, 0, &ops, &cpu);
 
     MemoryBytes mem = memory_bytes_per_rank(&cpu.dp.layout, zero, cpu.model.num_parameters, 4, 4, 0, 1, outer);
     mem.activations = cpu.model.activation_bytes;
@@ -962,7 +980,7 @@ int main(int argc, char** argv) {
     snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank\n", omp_get_max_threads());
     run_print_start(&run, cpu.model.num_parameters, &mem, &comm, extra);
 
-    run_train(&run, &cpu_trainer_ops, &cpu);
+    run_train(&run, &ops, &cpu);
 
     run_free(&run);
     dp_free(&cpu.dp);
