@@ -21,6 +21,7 @@
 #include "llmc/cpu_matmul.h"
 #include "llmc/cpu_vecmath.h"
 #include "llmc/cpu_peak.h"
+#include "llmc/op_profile.h"
 
 // ----------------------------------------------------------------------------
 // layers, forward
@@ -400,6 +401,28 @@ static LayerActivations layer_activations(const GPT2* m, int l) {
     return la;
 }
 
+// -op 1's counts (llmc/op_profile.h), from the shapes: the FLOPs of the matmuls and of attention
+// (over the unmasked half; backward twice forward's), and bytes with each tensor moved once per
+// pass (op_bytes: `tensors` arrays of n floats).
+static double op_bytes(size_t n, int tensors) { return 4.0 * (double)n * tensors; }
+static double att_flops(int B, int T, int C) { return 2.0 * B * C * (double)T * (T + 1); }
+static double att_bytes(int B, int T, int C, int NH) {
+    return 4.0 * (4.0 * B * T * C + (double)B * NH * T * (T + 1) / 2.0);
+}
+
+// matmul_forward and matmul_backward timed (-op 1): 2 N C OC FLOPs forward, twice that backward.
+static void mm_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
+    double bytes = 4.0 * ((double)N * C + (double)C * OC + (double)N * OC);
+    OP_TIMED(OP_MATMUL_FWD, 2.0 * N * C * (double)OC, bytes, matmul_forward(out, inp, weight, bias, N, C, OC));
+}
+
+static void mm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, int N, int C, int OC, int accumulate) {
+    double bytes = 4.0 * (2.0 * N * C + 3.0 * C * OC + (double)N * OC);
+    OP_TIMED(OP_MATMUL_BWD, 4.0 * N * C * (double)OC, bytes,
+             matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate));
+}
+
 // Forward pass over a (B, T) micro-batch (B, T no larger than built for). With targets,
 // returns the mean loss; without, -1 (logits only).
 static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {
@@ -415,25 +438,30 @@ static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
         LayerTensors w = layer_tensors(&m->params, C, l);
         LayerActivations la = layer_activations(m, l);
         // x = x + attn(ln1(x)): qkv = ln1(x) Wqkv^T + b (B, T, 3C), heads mixed back by attproj
-        layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.x, w.ln1w, w.ln1b, (int)BT, C);
-        matmul_forward(la.qkv, la.ln1, w.qkvw, w.qkvb, (int)BT, C, 3 * C);
-        attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
-        matmul_forward(la.res2, la.atty, w.attprojw, w.attprojb, (int)BT, C, C);
+        OP_TIMED(OP_LAYERNORM, 0.0, op_bytes(BT * C, 2),
+                 layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.x, w.ln1w, w.ln1b, (int)BT, C));
+        mm_forward(la.qkv, la.ln1, w.qkvw, w.qkvb, (int)BT, C, 3 * C);
+        OP_TIMED(OP_ATTENTION_FWD, att_flops(B, T, C), att_bytes(B, T, C, NH),
+                 attention_forward(la.atty, la.att, la.qkv, B, T, C, NH));
+        mm_forward(la.res2, la.atty, w.attprojw, w.attprojb, (int)BT, C, C);
         residual_add(la.res2, la.x, BT * C);
         // x = x + mlp(ln2(x)): C -> 4C, gelu, 4C -> C
-        layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, w.ln2w, w.ln2b, (int)BT, C);
-        matmul_forward(la.fch, la.ln2, w.fcw, w.fcb, (int)BT, C, 4 * C);
-        gelu_forward(la.fch_gelu, la.fch, BT * 4 * C);
-        matmul_forward(la.res3, la.fch_gelu, w.fcprojw, w.fcprojb, (int)BT, 4 * C, C);
+        OP_TIMED(OP_LAYERNORM, 0.0, op_bytes(BT * C, 2),
+                 layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, w.ln2w, w.ln2b, (int)BT, C));
+        mm_forward(la.fch, la.ln2, w.fcw, w.fcb, (int)BT, C, 4 * C);
+        OP_TIMED(OP_GELU, 0.0, op_bytes(BT * 4 * C, 2), gelu_forward(la.fch_gelu, la.fch, BT * 4 * C));
+        mm_forward(la.res3, la.fch_gelu, w.fcprojw, w.fcprojb, (int)BT, 4 * C, C);
         residual_add(la.res3, la.res2, BT * C);
     }
     // logits = lnf(x) wte^T (B, T, Vp): the output projection is the token embedding (tied)
     const float* last = layer_activations(m, L - 1).res3;
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, m->params.lnfw, m->params.lnfb, (int)BT, C);
-    matmul_forward(a->logits, a->lnf, m->params.wte, NULL, (int)BT, C, Vp);
+    OP_TIMED(OP_LAYERNORM, 0.0, op_bytes(BT * C, 2),
+             layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, m->params.lnfw, m->params.lnfb, (int)BT, C));
+    mm_forward(a->logits, a->lnf, m->params.wte, NULL, (int)BT, C, Vp);
     if (!targets) { return -1.0f; }
     // loss = mean over positions of -log softmax(logits)[target]
-    crossentropy_forward(a->losses, a->logits, targets, (int)BT, V, Vp);
+    OP_TIMED(OP_SOFTMAX_XENT, 0.0, op_bytes(BT * Vp, 1),
+             crossentropy_forward(a->losses, a->logits, targets, (int)BT, V, Vp));
     double sum = 0.0;
     for (size_t i = 0; i < BT; i++) { sum += a->losses[i]; }
     return (float)(sum / BT);
@@ -456,31 +484,35 @@ static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready
     m->grads_stale = 0; // before the hooks, which may mark the gradients stale for the next backward
     // The forward in reverse. dresidual carries d loss / d x for the residual stream x, from the
     // top down; every layer adds its branch's gradient to it.
-    crossentropy_softmax_backward(a->logits, a->targets, dloss / (float)BT, (int)BT, V, Vp);
+    OP_TIMED(OP_SOFTMAX_XENT, 0.0, op_bytes(BT * Vp, 2),
+             crossentropy_softmax_backward(a->logits, a->targets, dloss / (float)BT, (int)BT, V, Vp));
     // logits = lnf(x) wte^T: the classifier's share of wte's gradient, then lnf's backward
-    matmul_backward(g->dC, m->grads.wte, NULL, a->logits, a->lnf, m->params.wte, (int)BT, C, Vp, acc);
+    mm_backward(g->dC, m->grads.wte, NULL, a->logits, a->lnf, m->params.wte, (int)BT, C, Vp, acc);
     memset(g->dresidual, 0, BT * C * sizeof(float));
     const float* last = layer_activations(m, L - 1).res3;
-    layernorm_backward(g->dresidual, m->grads.lnfw, m->grads.lnfb, g->dC, last, m->params.lnfw, a->lnf_mean,
-                       a->lnf_rstd, (int)BT, C, acc);
+    OP_TIMED(OP_LAYERNORM, 0.0, op_bytes(BT * C, 6),
+             layernorm_backward(g->dresidual, m->grads.lnfw, m->grads.lnfb, g->dC, last, m->params.lnfw,
+                                a->lnf_mean, a->lnf_rstd, (int)BT, C, acc));
     for (int l = L - 1; l >= 0; l--) {
         LayerTensors w = layer_tensors(&m->params, C, l);
         LayerTensors dw = layer_tensors(&m->grads, C, m->grads_one_layer ? 0 : l);
         LayerActivations la = layer_activations(m, l);
         // x = x + mlp(ln2(x)): the residual gradient feeds the MLP projection directly, and the
         // MLP's input gradient is added back onto it by ln2's backward
-        matmul_backward(g->d4C, dw.fcprojw, dw.fcprojb, g->dresidual, la.fch_gelu, w.fcprojw, (int)BT, 4 * C, C,
-                        acc);
-        gelu_backward(g->d4C, la.fch, g->d4C, BT * 4 * C);
-        matmul_backward(g->dC, dw.fcw, dw.fcb, g->d4C, la.ln2, w.fcw, (int)BT, C, 4 * C, acc);
-        layernorm_backward(g->dresidual, dw.ln2w, dw.ln2b, g->dC, la.res2, w.ln2w, la.ln2_mean, la.ln2_rstd, (int)BT, C,
-                           acc);
+        mm_backward(g->d4C, dw.fcprojw, dw.fcprojb, g->dresidual, la.fch_gelu, w.fcprojw, (int)BT, 4 * C, C, acc);
+        OP_TIMED(OP_GELU, 0.0, op_bytes(BT * 4 * C, 3), gelu_backward(g->d4C, la.fch, g->d4C, BT * 4 * C));
+        mm_backward(g->dC, dw.fcw, dw.fcb, g->d4C, la.ln2, w.fcw, (int)BT, C, 4 * C, acc);
+        OP_TIMED(OP_LAYERNORM, 0.0, op_bytes(BT * C, 6),
+                 layernorm_backward(g->dresidual, dw.ln2w, dw.ln2b, g->dC, la.res2, w.ln2w, la.ln2_mean, la.ln2_rstd,
+                                    (int)BT, C, acc));
         // x = x + attn(ln1(x)), the same way
-        matmul_backward(g->dC, dw.attprojw, dw.attprojb, g->dresidual, la.atty, w.attprojw, (int)BT, C, C, acc);
-        attention_backward(g->dqkv, g->datt_rows, g->dC, la.qkv, la.att, B, T, C, NH);
-        matmul_backward(g->dC, dw.qkvw, dw.qkvb, g->dqkv, la.ln1, w.qkvw, (int)BT, C, 3 * C, acc);
-        layernorm_backward(g->dresidual, dw.ln1w, dw.ln1b, g->dC, la.x, w.ln1w, la.ln1_mean, la.ln1_rstd, (int)BT, C,
-                           acc);
+        mm_backward(g->dC, dw.attprojw, dw.attprojb, g->dresidual, la.atty, w.attprojw, (int)BT, C, C, acc);
+        OP_TIMED(OP_ATTENTION_BWD, 2.0 * att_flops(B, T, C), 2.0 * att_bytes(B, T, C, NH),
+                 attention_backward(g->dqkv, g->datt_rows, g->dC, la.qkv, la.att, B, T, C, NH));
+        mm_backward(g->dC, dw.qkvw, dw.qkvb, g->dqkv, la.ln1, w.qkvw, (int)BT, C, 3 * C, acc);
+        OP_TIMED(OP_LAYERNORM, 0.0, op_bytes(BT * C, 6),
+                 layernorm_backward(g->dresidual, dw.ln1w, dw.ln1b, g->dC, la.x, w.ln1w, la.ln1_mean, la.ln1_rstd,
+                                    (int)BT, C, acc));
         if (ready) { ready(ctx, m, l); }
     }
     // wte already holds the classifier's gradient; wpe rows from T on get nothing
@@ -494,6 +526,13 @@ static void gpt2_zero_grads(GPT2* m) { m->grads_stale = 1; }
 
 // ----------------------------------------------------------------------------
 // data parallelism (docs/design.md sections 3 and 4)
+
+// A collective timed as communication (-op 1), with the bytes it sent.
+#define COMM_TIMED(call)                                                                          \
+    do {                                                                                          \
+        size_t comm_sent0_ = comm_bytes_sent;                                                     \
+        OP_TIMED(OP_COMM, 0.0, (double)(comm_bytes_sent - comm_sent0_), call);                    \
+    } while (0)
 
 typedef struct {
     Mesh mesh;
@@ -568,7 +607,7 @@ static void dp_reduce_scatter_unit(DataParallel* dp, int u) {
     float* buf = dp->scratch;
     memcpy(buf, dp->unit_grads[u], unit->size * sizeof(float));
     memset(buf + unit->size, 0, (unit->slice * dp->shard.size - unit->size) * sizeof(float));
-    ring_reduce_scatter(&dp->shard, buf, unit->slice, dp->ring_tmp);
+    COMM_TIMED(ring_reduce_scatter(&dp->shard, buf, unit->slice, dp->ring_tmp));
     float* mine = buf + (size_t)dp->shard.rank * unit->slice;
     float* acc = dp->shard_grads + unit->shard_offset;
     for (size_t i = 0; i < unit->slice; i++) { acc[i] += mine[i]; }
@@ -594,12 +633,12 @@ static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
     float inv = 1.0f / (float)group->size;
     if (dp->zero_stage == 0) {
         size_t padded = round_up(m->num_parameters, group->size);
-        ring_all_reduce(group, m->grads_memory, padded, dp->scratch);
+        COMM_TIMED(ring_all_reduce(group, m->grads_memory, padded, dp->scratch));
         for (size_t i = 0; i < m->num_parameters; i++) { m->grads_memory[i] *= inv; }
     } else {
         if (dp->replica_reduce) {
             size_t padded = round_up(dp->layout.shard_elements, dp->replica.size);
-            ring_all_reduce(&dp->replica, dp->shard_grads, padded, dp->ring_tmp);
+            COMM_TIMED(ring_all_reduce(&dp->replica, dp->shard_grads, padded, dp->ring_tmp));
         }
         for (size_t i = 0; i < dp->layout.shard_elements; i++) { dp->shard_grads[i] *= inv; }
     }
@@ -623,9 +662,17 @@ static double sum_of_squares(const float* x, size_t n) {
 
 // The norm of the full averaged gradient (slices summed over the shard group only).
 static float dp_grad_norm(DataParallel* dp, GPT2* m) {
-    if (dp->zero_stage == 0) { return (float)sqrt(sum_of_squares(m->grads_memory, m->num_parameters)); }
-    float local = (float)sum_of_squares(dp->shard_grads, dp->layout.shard_elements);
-    return sqrtf(all_reduce_sum_scalar(&dp->shard, local));
+    double sq;
+    if (dp->zero_stage == 0) {
+        size_t n = m->num_parameters;
+        OP_TIMED(OP_GRAD_NORM, 0.0, op_bytes(n, 1), sq = sum_of_squares(m->grads_memory, n));
+        return (float)sqrt(sq);
+    }
+    size_t n = dp->layout.shard_elements;
+    OP_TIMED(OP_GRAD_NORM, 0.0, op_bytes(n, 1), sq = sum_of_squares(dp->shard_grads, n));
+    float total;
+    COMM_TIMED(total = all_reduce_sum_scalar(&dp->shard, (float)sq));
+    return sqrtf(total);
 }
 
 static void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float grad_scale,
@@ -654,7 +701,7 @@ static void dp_all_gather_unit(DataParallel* dp, GPT2* m, int u) {
     float* buf = dp->scratch;
     memset(buf + first, 0, unit->slice * sizeof(float));
     memcpy(buf + first, p + first, count * sizeof(float));
-    ring_all_gather(&dp->shard, buf, unit->slice);
+    COMM_TIMED(ring_all_gather(&dp->shard, buf, unit->slice));
     memcpy(p, buf, unit->size * sizeof(float));
 }
 
@@ -667,8 +714,9 @@ static void dp_optimizer_step(DataParallel* dp, GPT2* m, const AdamWConfig* h, f
         gpt2_parameter_sizes(&m->config, sizes);
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
             float wd = adamw_weight_decay(h, i);
-            adamw_update(m->params_memory + off, m->grads_memory + off, dp->opt_m + off, dp->opt_v + off, sizes[i],
-                         grad_scale, wd, h, bias1, bias2);
+            OP_TIMED(OP_ADAMW, 0.0, op_bytes(sizes[i], 7),
+                     adamw_update(m->params_memory + off, m->grads_memory + off, dp->opt_m + off, dp->opt_v + off,
+                                  sizes[i], grad_scale, wd, h, bias1, bias2));
             off += sizes[i];
         }
         return;
@@ -680,8 +728,9 @@ static void dp_optimizer_step(DataParallel* dp, GPT2* m, const AdamWConfig* h, f
         size_t count = unit_owned(unit, s, &first);
         float wd = adamw_weight_decay(h, unit->tensor);
         float* p = m->params_memory + unit->offset;
-        adamw_update(p + first, dp->shard_grads + unit->shard_offset, dp->opt_m + unit->shard_offset,
-                     dp->opt_v + unit->shard_offset, count, grad_scale, wd, h, bias1, bias2);
+        OP_TIMED(OP_ADAMW, 0.0, op_bytes(count, 7),
+                 adamw_update(p + first, dp->shard_grads + unit->shard_offset, dp->opt_m + unit->shard_offset,
+                              dp->opt_v + unit->shard_offset, count, grad_scale, wd, h, bias1, bias2));
         dp_all_gather_unit(dp, m, u);
     }
 }
@@ -730,7 +779,7 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
         float* d = msg + sp->owned_offset;
         for (size_t j = 0; j < sp->count; j++) { d[j] = outer_message(outer[j], local[j], plain); }
     }
-    ring_all_reduce(&dp->replica, msg, padded, dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp);
+    COMM_TIMED(ring_all_reduce(&dp->replica, msg, padded, dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp));
     float inv_R = 1.0f / (float)R;
     double sq = 0.0;
     for (int i = 0; i < dp->num_spans; i++) {
@@ -746,7 +795,9 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
     }
     if (dp->zero_stage == 0) { return (float)sq; }
     for (int u = 0; u < dp->layout.num_units; u++) { dp_all_gather_unit(dp, m, u); }
-    return all_reduce_sum_scalar(&dp->shard, (float)sq);
+    float total;
+    COMM_TIMED(total = all_reduce_sum_scalar(&dp->shard, (float)sq));
+    return total;
 }
 
 // The CRC-32C of the owned outer (outer 1) or local parameters, all-gathered over the replicas.
@@ -763,7 +814,7 @@ static void dp_replica_crcs(DataParallel* dp, GPT2* m, int outer, uint32_t* crcs
     int R = dp->replica.size;
     float* all = (float*)calloc_check(2 * (size_t)R, sizeof(float));
     crc_to_floats(crc, all + 2 * dp->replica.rank);
-    ring_all_gather(&dp->replica, all, 2);
+    COMM_TIMED(ring_all_gather(&dp->replica, all, 2));
     for (int r = 0; r < R; r++) { crcs[r] = crc_from_floats(all + 2 * r); }
     free(all);
 }
@@ -801,8 +852,8 @@ static double cpu_measured_peak_tflops(char* source, size_t len) {
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (world > 1) { MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }
-    snprintf(source, len, "measured at start-up: %d FMA chains of %d-bit vectors on %d threads%s; -pk to set",
-             CPU_PEAK_CHAINS, CPU_PEAK_BITS, omp_get_max_threads(), world > 1 ? ", mean over the ranks" : "");
+    snprintf(source, len, "measured at start-up: %d FMA chains of %d-bit vectors on %d thread%s%s; -pk to set",
+             CPU_PEAK_CHAINS, CPU_PEAK_BITS, omp_get_max_threads(), omp_get_max_threads() > 1 ? "s" : "", world > 1 ? ", mean over the ranks" : "");
     char digits[32];
     snprintf(digits, sizeof(digits), "%.3g", sum / world);
     return atof(digits);
@@ -846,7 +897,7 @@ static void cpu_update(void* ctx, const AdamWConfig* h, float grad_scale, int t)
 static float cpu_agree(void* ctx, float loss_factor, float vote, float* votes) {
     CpuTrainer* c = cpu_of(ctx);
     float agreed[2] = {(float)(c->loss_sum / c->micro_steps) * loss_factor, vote};
-    all_reduce_sum_small(&c->dp.world, agreed, 2);
+    COMM_TIMED(all_reduce_sum_small(&c->dp.world, agreed, 2));
     *votes = agreed[1];
     return agreed[0] / c->dp.mesh.world;
 }

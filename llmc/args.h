@@ -49,6 +49,7 @@ typedef struct {
     const char* hellaswag_path; // -hf
     int hellaswag_examples;    // -hn (0 = all)
     float peak_tflops;         // -pk (0 = the trainer's default)
+    int op_profile;            // -op (0|1)
     int outer_every;           // -ls (0 = synchronous replicas)
     float outer_lr;            // -ol
     float outer_momentum;      // -om
@@ -112,7 +113,8 @@ static const ArgSpec arg_specs[] = {
     ARG("-h", ARG_INT, hellaswag, 0, "HellaSwag accuracy at every validation (0|1; -h alone: this help)"),
     ARG("-hf", ARG_STRING, hellaswag_path, 0, "HellaSwag eval file (llm.c format, dev/data/hellaswag.py)"),
     ARG("-hn", ARG_INT, hellaswag_examples, 0, "HellaSwag examples to score (0 = all)"),
-    ARG("-pk", ARG_FLOAT, peak_tflops, 0, "peak TFLOP/s per rank for the MFU (0 = built-in, docs/tools.md)"),
+    ARG("-pk", ARG_FLOAT, peak_tflops, 0, "peak TFLOP/s per rank for the MFU (0 = CPU: measured, GPU: datasheet)"),
+    ARG("-op", ARG_INT, op_profile, 0, "print and log where a step's time went by op family (0|1)"),
     ARG("-ls", ARG_INT, outer_every, 0, "replicas train alone, outer sync every H steps (DiLoCo; 0 = every step)"),
     ARG("-ol", ARG_FLOAT, outer_lr, 0, "-ls: outer learning rate (Nesterov SGD on the pseudo-gradients)"),
     ARG("-om", ARG_FLOAT, outer_momentum, 0, "-ls: outer Nesterov momentum"),
@@ -168,6 +170,7 @@ static void args_defaults(TrainArgs* a) {
     a->hellaswag_path = "data/hellaswag/hellaswag_val.bin";
     a->hellaswag_examples = 0;
     a->peak_tflops = 0.0f;
+    a->op_profile = 0;
     a->outer_every = 0;
     a->outer_lr = 0.7f;
     a->outer_momentum = 0.9f;
@@ -272,6 +275,7 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_int("-h", a->hellaswag, 0, 1);
     require_int("-hn", a->hellaswag_examples, 0, big);
     require_float("-pk", a->peak_tflops, 0.0f, 1e9f);
+    require_int("-op", a->op_profile, 0, 1);
     require_int("-V", a->vocab_size, 0, 65536);
     require_int("-sl", a->max_seq_len, 1, 1 << 20);
     require_int("-ls", a->outer_every, 0, big);

@@ -7,7 +7,8 @@
 // object per step with every number logged for it ("step", "train_loss", "lr", "grad_norm",
 // "ms", "tokens_per_s", "mfu", "skipped", "val_loss", "hellaswag", "checkpoint_failed"). A
 // step's record is written when the next step's numbers begin (and at the end), so validation
-// after step N joins step N's record.
+// after step N joins step N's record. With -op 1 a last {"profile": {...}} record
+// (llmc/op_profile.h).
 // A line is written whole or not at all; a log that cannot be written (a full disk) never stops
 // training: see LogFile.
 #ifndef LLMC_LOGGER_H
@@ -380,6 +381,13 @@ static void logger_log_eval(Logger* l, int step, float accuracy) {
     if (!l->on) { return; }
     logger_line(l, "s:%d eval:%.6f\n", step, accuracy);
     logger_field(l, step, "hellaswag", accuracy);
+}
+
+// A record of its own (one line, with its newline) after the step records so far.
+static void logger_log_record(Logger* l, const char* line, size_t len) {
+    if (!l->on || len == 0) { return; }
+    logger_flush_record(l);
+    log_file_append(&l->jsonl, line, len);
 }
 
 static void logger_free(Logger* l) {

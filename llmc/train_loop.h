@@ -5,8 +5,9 @@
 // micro-steps (skipped when non-finite or spiking), the step's stdout and main.log lines, the
 // periodic checkpoints (one that cannot be written, a full disk say, is removed on every rank and
 // training goes on; -nf in a row stop the run), and the preemption checkpoint and exit
-// (docs/checkpoints.md), and with -ls
-// the replicas' outer syncs (llmc/outer_sync.h). A trainer brings its model and its
+// (docs/checkpoints.md), with -ls
+// the replicas' outer syncs (llmc/outer_sync.h), and with -op 1 the op profile's table and record
+// (llmc/op_profile.h). A trainer brings its model and its
 // communication through TrainerOps; whatever both trainers do alike lives here, once.
 #ifndef LLMC_TRAIN_LOOP_H
 #define LLMC_TRAIN_LOOP_H
@@ -32,6 +33,7 @@
 #include "watchdog.h"
 #include "eval_loader.h"
 #include "outer_sync.h"
+#include "op_profile.h"
 
 // What a trainer does its own way. ctx is the trainer's own state (model, optimizer, communicators).
 typedef struct {
@@ -434,7 +436,7 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     ops->begin_step(ctx);
     float grad_factor = fault_grad_factor(&run_fault, step + 1, r->rank);
     for (int micro = 0; micro < r->grad_accum; micro++) {
-        dataloader_next(&r->train);
+        OP_TIMED(OP_DATA, 0.0, 0.0, dataloader_next(&r->train));
         ops->micro_step(ctx, r->train.inputs, r->train.targets, a->B, a->T, grad_factor / r->grad_accum,
                         micro == r->grad_accum - 1);
     }
@@ -447,6 +449,13 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     if (verdict == STEP_APPLY) { ops->update(ctx, &r->adamw, clip_scale(*norm, a->grad_clip), step + 1 - r->guard.skipped); }
     *synced = run_outer_after_step(r, ops, ctx, step + 1);
     return verdict;
+}
+
+// -op 1: the profile's table on stdout and its record in metrics.jsonl (rank 0's).
+static void run_log_profile(TrainRun* r, double peak_per_rank) {
+    op_profile_print(peak_per_rank, r->rank);
+    char line[4096];
+    logger_log_record(&r->logger, line, op_profile_json(line, sizeof(line), peak_per_rank));
 }
 
 // The loop: at every step a multiple of -v (and at the end) the val loss, at every multiple of
@@ -462,6 +471,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
     logger_log_config(&r->logger, ops->name, r->model_source, &r->config, num_parameters, a, r->world, r->grad_accum,
                       r->max_steps, times.flops_per_token, times.peak_flops);
     size_t step_bytes = 0, sync_step_bytes = 0, plain_step_bytes = 0;
+    op_profile.on = a->op_profile;
     watchdog_grace(); // ranks reach the first collective after start-ups of different lengths
     run_outer_begin(r, ops, ctx);
     for (int step = r->start_step; step <= r->max_steps; step++) {
@@ -481,6 +491,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         if (last) { break; }
 
         fault_step_begin(&run_fault, step + 1, r->rank);
+        op_profile_step_begin();
         double t0 = now_seconds();
         size_t bytes_before = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) : 0;
         float loss, norm;
@@ -489,6 +500,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         step_bytes = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) - bytes_before : 0;
         if (outer_active(&r->outer, step + 1)) { *(synced ? &sync_step_bytes : &plain_step_bytes) = step_bytes; }
         double dt = now_seconds() - t0;
+        op_profile_step_end(dt, step > times.first_step);
         char mark[64] = "";
         if (synced) { snprintf(mark, sizeof(mark), " | outer sync, pseudo-grad norm %.4f", r->last_pg_norm); }
         progress_step(&times, step, r->max_steps, dt, loss, norm, r->adamw.lr, a->total_batch, mark, r->rank == 0);
@@ -523,6 +535,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
                        "one with (the last of each)\n", plain_step_bytes, sync_step_bytes);
             }
         }
+        run_log_profile(r, times.peak_flops / r->world);
     }
     if (a->log_dir[0] != '\0' && r->rank == 0 && !r->preempted) { run_write_final_model(r, ops, ctx); }
 }
