@@ -1,5 +1,5 @@
 # Ecosystem checks (sourced by dev/run_tests.sh): the matplotlib plot script, Hugging Face
-# export/import (dev/hf.py), in-loop HellaSwag and the metrics (MFU, metrics.jsonl).
+# export/import (dev/hf.py), in-loop HellaSwag, the metrics (MFU, metrics.jsonl) and -op 1.
 ECO_PY=/usr/bin/python3
 ECO=build/test_tmp/ecosystem
 mkdir -p "$ECO"
@@ -82,3 +82,8 @@ check eco_hellaswag_flags eco_hellaswag_flags
 
 # MFU on the step line and metrics.jsonl against main.log and closed forms (dev/test_metrics.py)
 check eco_metrics_jsonl_mfu bash -c "make -s train_gpt2cpu && $ECO_PY dev/test_metrics.py $ECO/metrics ./train_gpt2cpu"
+
+# The MFU's peak measured at start-up (no -pk) and -op 1's profile on 1 and 2 ranks: the table,
+# the families against the step time, the metrics.jsonl record, and -op 0 writing the same
+# main.log and model file (dev/test_op_profile.py)
+check eco_op_profile bash -c "make -s train_gpt2cpu && $ECO_PY dev/test_op_profile.py $ECO/op_profile ./train_gpt2cpu 1 2"
