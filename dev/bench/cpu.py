@@ -8,13 +8,23 @@ step of every run is a warm-up and is not timed. Prints per config ms/step (medi
 all timed steps), tokens/s, achieved GFLOP/s and its share of the peak FLOP/s measured here by
 dev/bench/peak_flops.c, peak RSS of each process (from wait4) and the speed ratio.
 
+PyTorch's BLAS is probed first, in the worker's environment: the OpenBLAS core it runs
+(openblas_get_corename) and the sgemm GFLOP/s it reaches (2048^3). When OpenBLAS has fallen back
+to generic kernels (an OpenBLAS older than the CPU: Prescott, Nehalem, Sandybridge, ... on a CPU
+with AVX2 or AVX-512), the PyTorch side runs with the matching OPENBLAS_CORETYPE (SkylakeX for
+AVX-512, Haswell for AVX2, Zen for AMD's AVX2) in its environment only, and the output says so.
+
 FLOPs per step (matmuls only, causal attention counted over the unmasked half):
     6 B T (12 L C^2 + V C)  +  6 L B T (T + 1) C
 
     /usr/bin/python3 dev/bench/cpu.py [--rounds 4] [--steps 5] [--threads 2] [--configs 124M,6x384,quickstart]
+    /usr/bin/python3 dev/bench/cpu.py --blas-only   (the machine, its peak and PyTorch's BLAS; no training)
     /usr/bin/python3 dev/bench/cpu.py --worker L C NH V B T STEPS   (the PyTorch side, used by the above)
+    /usr/bin/python3 dev/bench/cpu.py --blas-probe   (PyTorch's OpenBLAS core and sgemm, used by the above)
 """
 import argparse
+import ctypes
+import json
 import os
 import re
 import statistics
@@ -107,6 +117,28 @@ def worker(L, C, NH, V, B, T, steps):
         print(f"step {step + 1}/{steps} | loss {loss.item():.6f} | {dt * 1000:.1f} ms", flush=True)
 
 
+def blas_probe():
+    """Prints PyTorch's OpenBLAS (found in /proc/self/maps), its core and sgemm GFLOP/s as JSON."""
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    libs = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libopenblas" in line})
+    core = "unknown (no libopenblas loaded)"
+    if libs:
+        lib = ctypes.CDLL(libs[0])
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        core = lib.openblas_get_corename().decode()
+    n = 2048
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    print(json.dumps({"lib": libs[0] if libs else None, "core": core, "sgemm_gflops": 2 * n**3 / best / 1e9}))
+
+
 # ----------------------------------------------------------------------------------------------
 # the driver
 
@@ -150,17 +182,62 @@ def measure_peak(threads, extra_flags=()):
     return best, line
 
 
-def prepare():
+# OpenBLAS's generic kernels: one of these on a CPU with AVX2 or AVX-512 means this OpenBLAS did
+# not recognise the CPU and runs far slower kernels than it has.
+FALLBACK_CORES = {"prescott", "core2", "penryn", "dunnington", "nehalem", "sandybridge", "barcelona", "opteron"}
+
+
+def cpu_info(key):
+    return next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.split(":")[0].strip() == key), "")
+
+
+def coretype_for_cpu():
+    """The OPENBLAS_CORETYPE that matches this CPU's widest vectors, or None."""
+    flags = cpu_info("flags").split()
+    if "avx512f" in flags:
+        return "SkylakeX"
+    if "avx2" in flags:
+        return "Zen" if cpu_info("vendor_id") == "AuthenticAMD" else "Haswell"
+    return None
+
+
+def probe(env):
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--blas-probe"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def check_blas(t_env):
+    """Probes PyTorch's OpenBLAS in the worker's environment t_env; when it fell back to generic
+    kernels, sets the matching OPENBLAS_CORETYPE in t_env (the PyTorch side only). Returns the
+    lines to print."""
+    p = probe(t_env)
+    lines = [f"PyTorch's BLAS: OpenBLAS core {p['core']}, sgemm 2048^3 {p['sgemm_gflops']:.1f} GFLOP/s "
+             f"({p['lib']})"]
+    want = coretype_for_cpu()
+    if "OPENBLAS_CORETYPE" in t_env:
+        lines.append(f"OPENBLAS_CORETYPE={t_env['OPENBLAS_CORETYPE']} was set by the caller")
+    elif p["core"].lower() in FALLBACK_CORES and want:
+        t_env["OPENBLAS_CORETYPE"] = want
+        q = probe(t_env)
+        lines.append(f"OpenBLAS fell back to its {p['core']} kernels on this CPU: the PyTorch side runs with "
+                     f"OPENBLAS_CORETYPE={want} (core {q['core']}, sgemm {q['sgemm_gflops']:.1f} GFLOP/s)")
+    return lines
+
+
+def prepare(blas_only):
     os.makedirs(BUILD, exist_ok=True)
+    if not os.path.exists(os.path.join(OPENBLAS_OPENMP, "libblas.so.3")):
+        sys.exit(f"no {OPENBLAS_OPENMP}/libblas.so.3 (apt-get install libopenblas0-openmp): without OpenBLAS "
+                 "Debian's torch uses the reference BLAS and the comparison is meaningless")
+    if blas_only:
+        return
     subprocess.run(["make", "-s", "train_gpt2cpu"], cwd=ROOT, check=True)
     if not os.path.exists(SYNTH):
         subprocess.run([sys.executable, os.path.join(ROOT, "dev/data/tiny_shard.py"), SYNTH, "--ntok", "300000",
                         "--vocab", "50257", "--seed", "1"], check=True)
     if not os.path.exists(KJV):
         subprocess.run(["bash", os.path.join(ROOT, "dev/data/kjv.sh")], cwd=ROOT, check=True)
-    if not os.path.exists(os.path.join(OPENBLAS_OPENMP, "libblas.so.3")):
-        sys.exit(f"no {OPENBLAS_OPENMP}/libblas.so.3 (apt-get install libopenblas0-openmp): without OpenBLAS "
-                 "Debian's torch uses the reference BLAS and the comparison is meaningless")
 
 
 def main():
@@ -169,20 +246,30 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="steps per run, the first one untimed")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--configs", default="124M,6x384,quickstart")
+    ap.add_argument("--blas-only", action="store_true", help="the machine, its peak and PyTorch's BLAS only")
     ap.add_argument("--worker", nargs=7, type=int, metavar=("L", "C", "NH", "V", "B", "T", "STEPS"))
+    ap.add_argument("--blas-probe", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(*args.worker)
         return
-    prepare()
+    if args.blas_probe:
+        blas_probe()
+        return
+    prepare(args.blas_only)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    cpu = cpu_info("model name") or "?"
     print(f"{time.strftime('%Y-%m-%d %H:%M %Z')} | {cpu} | {os.cpu_count()} CPUs | {args.threads} threads | "
           f"{args.rounds} alternating runs x {args.steps - 1} timed steps per side")
     peak, peak_line = measure_peak(args.threads)
     print(f"peak: {peak_line}")
     if "512-bit" in peak_line:
         print(f"for reference, 256-bit (AVX2) peak: {measure_peak(args.threads, ['-mno-avx512f'])[1]}")
+    t_env = dict(env, LD_LIBRARY_PATH=OPENBLAS_OPENMP + ":" + env.get("LD_LIBRARY_PATH", ""))
+    blas_lines = check_blas(t_env)
+    print("\n".join(blas_lines))
+    if args.blas_only:
+        return
     print("FLOPs per step = 6 B T (12 L C^2 + V C) + 6 L B T (T + 1) C")
     rows = []
     B_T = {n: CONFIGS[n][4] * CONFIGS[n][5] for n in CONFIGS}
@@ -191,7 +278,6 @@ def main():
         c_cmd = ["./train_gpt2cpu", "-i", data, "-j", "", "-b", str(B), "-t", str(T), "-x", str(args.steps),
                  "-v", "0", "-s", "0", "-c", "0.1"] + flags
         t_cmd = [sys.executable, os.path.abspath(__file__), "--worker", *map(str, (L, C, NH, V, B, T, args.steps))]
-        t_env = dict(env, LD_LIBRARY_PATH=OPENBLAS_OPENMP + ":" + env.get("LD_LIBRARY_PATH", ""))
         res = {"C": ([], []), "PyTorch": ([], [])}
         for r in range(args.rounds):
             for side, cmd, side_env in (("C", c_cmd, env), ("PyTorch", t_cmd, t_env)):
@@ -213,6 +299,7 @@ def main():
                          flops / min(ms) / 1e6, max(rss) / 2**20, statistics.median(res["PyTorch"][0]) / med,
                          min(res["PyTorch"][0]) / min(ms)))
     print(f"\npeak: {peak_line} (the best of all measurements; % of peak uses it)")
+    print("\n".join(blas_lines))
     print("tokens/s, GFLOP/s and speed vs PyTorch from the median step; in brackets from the fastest step")
     print(f"\n| config | side | ms/step median (min-max) | tokens/s | GFLOP/s | % of peak | peak RSS MiB | speed vs PyTorch |")
     print("|---|---|---|---|---|---|---|---|")
