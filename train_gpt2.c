@@ -852,8 +852,9 @@ static double cpu_measured_peak_tflops(char* source, size_t len) {
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (world > 1) { MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }
+    int threads = omp_get_max_threads();
     snprintf(source, len, "measured at start-up: %d FMA chains of %d-bit vectors on %d thread%s%s; -pk to set",
-             CPU_PEAK_CHAINS, CPU_PEAK_BITS, omp_get_max_threads(), omp_get_max_threads() > 1 ? "s" : "", world > 1 ? ", mean over the ranks" : "");
+             CPU_PEAK_CHAINS, CPU_PEAK_BITS, threads, threads > 1 ? "s" : "", world > 1 ? ", mean over the ranks" : "");
     char digits[32];
     snprintf(digits, sizeof(digits), "%.3g", sum / world);
     return atof(digits);

@@ -68,7 +68,8 @@ typedef struct {
     EvalForwardFn eval_losses;
     // The sum over every rank of one count per rank (HellaSwag; a checkpoint's agreement on failures).
     int (*sum_count)(void* ctx, int count);
-    // The MFU's peak of one rank in TFLOP/s unless -pk says otherwise, and where it comes from.
+    // The MFU's peak of one rank in TFLOP/s unless -pk says otherwise, and where it comes from
+    // (the GPU trainer's datasheet; the CPU trainer fills in its copy with the peak it measures).
     double peak_tflops;
     const char* peak_source;
     // The trainer's name in metrics.jsonl.
