@@ -614,8 +614,8 @@ def main(argv=None):
                     help="DiLoCo replicas simulated in one process; --B is rows per replica (default 1)")
     ap.add_argument("--sync-every", type=int, default=0, metavar="H",
                     help="DiLoCo outer sync every H steps; 0 = synchronous training (default 0)")
-    ap.add_argument("--outer-lr", type=float, default=0.7, help="DiLoCo outer Nesterov SGD lr (default 0.7)")
-    ap.add_argument("--outer-momentum", type=float, default=0.9, help="DiLoCo outer momentum (default 0.9)")
+    ap.add_argument("--outer-lr", type=float, default=1.0, help="DiLoCo outer Nesterov SGD lr (default 1.0)")
+    ap.add_argument("--outer-momentum", type=float, default=0.0, help="DiLoCo outer momentum (default 0.0)")
     ap.add_argument("--sync-start", type=int, default=0, metavar="S",
                     help="DiLoCo starts after step S; steps 1..S are synchronous (default 0)")
     a = ap.parse_args(argv)

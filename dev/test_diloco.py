@@ -38,6 +38,7 @@ B, T, STEPS, H = 2, 32, 12, 4
 ROWS = 8  # rows of T+1 tokens per optimizer step, all replicas together
 BASE = ["-i", DATA, "-j", "", "-b", str(B), "-t", str(T), "-d", str(T * ROWS), "-l", "1e-3", "-c", "0.1",
         "-s", "0", "-sf", "0", "-k", "constant", "-u", "0"]
+NESTEROV = ["-ol", "0.7", "-om", "0.9"]  # DiLoCo's outer settings (the defaults are 1 and 0: plain averaging)
 failures = 0
 
 
@@ -95,26 +96,33 @@ def cmd_reference():
     for (world, shard), R in [((2, 1), 2), ((4, 2), 2), ((4, 1), 4)]:
         ref_l, ref_w = reference(R, STEPS, H)
         for stage in (0, 1, 2):
-            d, _ = run(world, ["-x", str(STEPS), "-ls", str(H), "-ds", str(shard), "-z", str(stage)],
+            d, _ = run(world, ["-x", str(STEPS), "-ls", str(H), "-ds", str(shard), "-z", str(stage)] + NESTEROV,
                        f"ref_{world}_{shard}_{stage}")
             le, we = errors(d, ref_l, ref_w)
             report(le <= tol and we <= tol and syncs(d) == [4, 8, 12],
                    f"{R} x {shard} mesh, ZeRO {stage}, -ls {H} -ol 0.7 -om 0.9, syncs after {syncs(d)}: max loss "
                    f"error {le:.2e}, max weight error {we:.2e} against PyTorch (tol {tol:.0e})")
     ref_l, ref_w = reference(2, STEPS, 3, start=3)
-    d, _ = run(4, ["-x", str(STEPS), "-ls", "3", "-lss", "3", "-ds", "2", "-z", "1"], "ref_lss")
+    d, _ = run(4, ["-x", str(STEPS), "-ls", "3", "-lss", "3", "-ds", "2", "-z", "1"] + NESTEROV, "ref_lss")
     le, we = errors(d, ref_l, ref_w)
     report(le <= tol and we <= tol and syncs(d) == [6, 9, 12],
            f"2 x 2 mesh, ZeRO 1, -ls 3 -lss 3, syncs after {syncs(d)}: max loss error {le:.2e}, max weight error "
            f"{we:.2e} against PyTorch (tol {tol:.0e})")
+    for R, world, shard in [(2, 4, 2), (4, 4, 1)]:
+        ref_l, ref_w = reference(R, STEPS, H, lr=1.0, mom=0.0)
+        d, _ = run(world, ["-x", str(STEPS), "-ls", str(H), "-ds", str(shard), "-z", "2"], f"ref_avg_{R}")
+        le, we = errors(d, ref_l, ref_w)
+        report(le <= tol and we <= tol, f"{R} x {shard} mesh, ZeRO 2, -ls {H} with the defaults (-ol 1 -om 0: plain "
+                                        f"averaging): max loss error {le:.2e}, max weight error {we:.2e} against "
+                                        f"PyTorch (tol {tol:.0e})")
 
 
 def cmd_invariance():
     tol = 1e-5
-    base, _ = run(2, ["-x", str(STEPS), "-ls", str(H), "-ds", "1", "-z", "1"], "inv_2x1")
+    base, _ = run(2, ["-x", str(STEPS), "-ls", str(H), "-ds", "1", "-z", "1"] + NESTEROV, "inv_2x1")
     ref_l, ref_w = td.train_losses(base + "/main.log"), td.weights(base + "/model_final.bin")
     for stage, b in [(1, B), (2, B), (1, 1)]:
-        args = ["-x", str(STEPS), "-ls", str(H), "-ds", "2", "-z", str(stage), "-b", str(b)]
+        args = ["-x", str(STEPS), "-ls", str(H), "-ds", "2", "-z", str(stage), "-b", str(b)] + NESTEROV
         d, _ = run(4, args, f"inv_2x2_{stage}_{b}")
         le, we = errors(d, ref_l, ref_w)
         ga = ROWS // (b * 4)
@@ -218,7 +226,8 @@ def bitwise_tail(full, part, first, last):
 
 
 def cmd_resume():
-    args = ["-x", str(STEPS), "-ls", str(H), "-ds", "2", "-z", "1", "-n", "3"]
+    plain = ["-x", str(STEPS), "-ls", str(H), "-ds", "2", "-z", "1"] + NESTEROV
+    args = plain + ["-n", "3"]
     full, _ = run(4, args, "res_full")
     for step in (3, 6):  # both inside a window (syncs after 4, 8, 12)
         part, _ = resumed(4, args, full, step, f"res_part_{step}")
@@ -226,15 +235,15 @@ def cmd_resume():
                f"2 x 2 ZeRO 1 -ls {H}: checkpoint {step} (inside a window) resumed: steps {step + 1}-{STEPS} and "
                f"model_final.bin bit for bit")
     # SIGUSR1 at the start of step 6: the preemption checkpoint is of step 6, inside a window
-    d, r = run(4, args[:-2] + ["-n", "0", "-fi", "preempt@6:1"], "res_usr1")
+    d, r = run(4, plain + ["-n", "0", "-fi", "preempt@6:1"], "res_usr1")
     m = re.search(r"preempted after step (\d+)", r.stdout)
-    r2 = td.mpirun(4, ["-e", model_file()] + BASE + args[:-2] + ["-n", "0", "-y", "1", "-o", d])
+    r2 = td.mpirun(4, ["-e", model_file()] + BASE + plain + ["-n", "0", "-y", "1", "-o", d])
     ok = m and int(m.group(1)) % H != 0 and r2.returncode == 0 and bitwise_tail(full, d, int(m.group(1)) + 1, STEPS)
     report(ok, f"SIGUSR1 to rank 1 at step 6: {m.group(0) if m else 'no preemption'}; resumed, steps to {STEPS} and "
                "model_final.bin bit for bit")
     # a sync-step checkpoint on another layout with the same dp_replicate: 2 x 1 ZeRO 2
-    other = ["-x", str(STEPS), "-ls", str(H), "-ds", "1", "-z", "2", "-n", "4"]
-    full8, _ = run(4, args[:-2] + ["-n", "4"], "res_full_sync")
+    other = ["-x", str(STEPS), "-ls", str(H), "-ds", "1", "-z", "2", "-n", "4"] + NESTEROV
+    full8, _ = run(4, plain + ["-n", "4"], "res_full_sync")
     part, r = resumed(2, other, full8, 8, "res_other")
     tail = {s: l for s, l in td.train_losses(full8 + "/main.log").items() if s > 8}
     le, we = errors(part, tail, td.weights(full8 + "/model_final.bin"))
@@ -262,7 +271,8 @@ def cmd_refusals():
              ("-om 1", 1, ["-x", "8", "-ls", "4", "-om", "1"], r"-om 1: must be in")]
     for what, world, args, pat in cases:
         _, r = run(world, args, "refused", ok=False)
-        line = next((l for l in r.stderr.splitlines() if "error" in l), "")
+        errors_ = [l for l in r.stderr.splitlines() if l.startswith("error")]
+        line = next((l for l in errors_ if re.search(pat, l)), errors_[0] if errors_ else "")
         report(r.returncode != 0 and re.search(pat, line), f"refused: {what}: {line[:150]}")
     ok_run, r = run(2, ["-x", "8", "-ls", "4", "-j", DATA, "-v", "4", "-m", "2"], "val_ok")
     vals = re.findall(r"step (\d+): val loss", r.stdout)

@@ -172,8 +172,8 @@ static void args_defaults(TrainArgs* a) {
     a->peak_tflops = 0.0f;
     a->op_profile = 0;
     a->outer_every = 0;
-    a->outer_lr = 0.7f;
-    a->outer_momentum = 0.9f;
+    a->outer_lr = 1.0f;       // plain averaging: docs/distributed.md's table says why
+    a->outer_momentum = 0.0f;
     a->outer_start = 0;
     a->recompute = 1;
     a->master_weights = 1;
