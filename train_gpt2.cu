@@ -1127,17 +1127,17 @@ int main(int argc, char** argv) {
     }
     args_validate(&args, 1);
 
-    // processes: ranks, this rank's GPU (= its local rank), the NCCL communicators
+    // processes: ranks, this rank's GPU (its local rank, or the one GPU it sees), the NCCL communicators
     ProcessInfo proc;
     process_info_init(&proc, args.init_method, &argc, &argv);
     if (proc.world > 1) { fail_rank = proc.rank; }
     fail_abort_all = abort_all_ranks;
-    if (proc.local_rank >= devices) {
-        fail("local rank %d needs GPU %d, but this node shows %d GPUs", proc.local_rank, proc.local_rank, devices);
-    }
-    cudaCheck(cudaSetDevice(proc.local_rank));
+    char why[512];
+    int device = process_device(proc.local_rank, devices, why, sizeof(why));
+    if (device < 0) { fail("%s", why); }
+    cudaCheck(cudaSetDevice(device));
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, proc.local_rank));
+    cudaCheck(cudaGetDeviceProperties(&prop, device));
     ncclComm_t world_comm = nccl_world_init(&proc, args.init_method, args.init_path, args.server_ip, args.server_port);
     watch_comm(world_comm);
     int world = proc.world, rank = proc.rank, zero = args.zero_stage;
@@ -1168,10 +1168,11 @@ int main(int argc, char** argv) {
                                          gpu.model.num_parameters, sizeof(floatX), sizeof(floatX), &run.outer);
     char extra[640];
     snprintf(extra, sizeof(extra),
-             "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU = local rank\n"
+             "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU %s\n"
              "device: %s | precision %s | recompute %d | master weights %s\n"
              "attention: %s\n",
-             args.init_method, proc.source, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, prop.name, PRECISION_NAME,
+             args.init_method, proc.source, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
+             devices == 1 ? "0 of 1 visible" : "= local rank", prop.name, PRECISION_NAME,
              args.recompute, gpu.opt.master ? "fp32" : "none",
              attention_path(gpu.model.config.channels, gpu.model.config.num_heads));
     run_print_start(&run, gpu.model.num_parameters, &mem, &comm, extra);

@@ -109,3 +109,15 @@ multi_gpu_checked_allgather_mutant() {
         grep -q "write by ncclAllGather" build/multi_gpu/checked_allgather_mutant/report.txt
 }
 check_bg multi_gpu_checked_detects_missing_allgather_wait multi_gpu_checked_allgather_mutant
+
+# One visible GPU per rank (CUDA_VISIBLE_DEVICES = the local rank, as srun --gpus-per-task=1 sets
+# it): each rank sees one emulated GPU and takes GPU 0; 2 ranks ZeRO 1 start and train 2 steps.
+multi_gpu_one_visible_device() {
+    local d=build/multi_gpu/one_visible
+    rm -rf $d && mkdir -p $d
+    mpirun --allow-run-as-root --oversubscribe -np 2 bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' \
+        _ build/gpu/train_gpt2emu_fp32 -e d2 -V 257 -sl 64 -i data/kjv/kjv_train.bin -j '' -b 2 -t 32 -d 128 -x 2 \
+        -l 1e-3 -s 0 -z 1 -o $d/run > $d/out.txt 2>&1 || { tail -20 $d/out.txt; return 1; }
+    grep "GPU 0 of 1 visible" $d/out.txt && grep "^s:2 trl:" $d/run/main.log
+}
+check multi_gpu_one_visible_device multi_gpu_one_visible_device

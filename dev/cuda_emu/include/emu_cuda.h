@@ -172,12 +172,46 @@ constexpr int kMaxThreads = 1024, kNumSMs = 132, kMaxThreadsPerSM = 2048, kMaxBl
 inline int current_device = 0;
 inline size_t allocated_bytes = 0;
 inline std::map<void*, size_t>& allocations() { static std::map<void*, size_t> m; return m; }
-// One emulated GPU per process, or one per local MPI rank under mpirun (each rank may pick its own).
-inline int device_count() {
+// The strict rules (default on; EMU_STRICT=0 gives the emulator's earlier leniency, to show what it
+// missed): CUDA_VISIBLE_DEVICES, cuBLASLt's alignment and leading-dimension rules, the asynchronous
+// NCCL, and numerics that are not shared with the project's kernels (dev/cuda_emu/README.md).
+inline bool strict() {
+    static int v = -1;
+    if (v < 0) {
+        const char* s = getenv("EMU_STRICT");
+        v = !(s && s[0] == '0');
+    }
+    return v != 0;
+}
+// The node's GPUs: one emulated GPU per process, or one per local MPI rank under mpirun (each rank
+// may pick its own).
+inline int node_devices() {
     const char* s = getenv("EMU_DEVICE_COUNT");
     if (!s) s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     int n = s ? atoi(s) : 1;
     return n > 0 ? n : 1;
+}
+// The GPUs this process sees: as CUDA does, CUDA_VISIBLE_DEVICES (when set) lists the node's GPUs
+// by index, and the list ends at the first entry that is not a valid index ("" or "-1": none).
+inline int device_count() {
+    int n = node_devices();
+    const char* v = getenv("CUDA_VISIBLE_DEVICES");
+    if (!v || !strict()) return n;
+    int seen = 0;
+    bool used[1024] = {};
+    const char* p = v;
+    while (*p) {
+        char* end;
+        long i = strtol(p, &end, 10);
+        if (end == p || i < 0 || i >= n || i >= 1024 || used[i]) break;
+        used[i] = true;
+        seen++;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p != ',') break;
+        p++;
+    }
+    return seen;
 }
 }
 
@@ -203,7 +237,10 @@ enum cudaDeviceAttr {
     cudaDevAttrL2CacheSize = 38,
 };
 
-inline cudaError_t cudaGetDeviceCount(int* n) { *n = emu::device_count(); return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* n) {
+    *n = emu::device_count();
+    return *n > 0 ? cudaSuccess : emu::fail(cudaErrorNoDevice);
+}
 inline cudaError_t cudaSetDevice(int d) {
     if (d < 0 || d >= emu::device_count()) return emu::fail(cudaErrorInvalidDevice);
     emu::current_device = d;
