@@ -445,6 +445,12 @@ static void optimizer_step(Optimizer* o, GPT2* m, const AdamWConfig* h, float gr
 // layer (wte, wpe, lnf first), and the next forward waits for layer l's event just before it
 // uses layer l's weights, so the gathers overlap the next step's start. The host waits for the
 // device twice a step (the grad norm, the loss). Stage 0 all-reduces the full gradient after backward.
+// The order of collectives: NCCL's collectives on different communicators (world, shard, replica)
+// must never overlap (its kernels block; two that run at once on a rank can deadlock the job), so
+// every collective of a rank is ordered after all of its earlier ones, on every rank alike: one on
+// stream 0 is issued after stream 0 waits for comm_done (the communication stream's last work,
+// dp_order_on_main), one on comm_stream after comm_stream waits for an event recorded on stream 0
+// (dp_order_on_comm), and comm_done is recorded after every collective comm_stream runs.
 
 typedef struct {
     Mesh mesh;
@@ -476,6 +482,15 @@ typedef struct {
     OwnedSpan* spans;          // this rank's owned elements in the parameters
     int num_spans;
 } DataParallel;
+
+// Before a collective on stream 0: stream 0 waits for the communication stream's collectives.
+static void dp_order_on_main(DataParallel* dp) { cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0)); }
+
+// Before a collective on comm_stream: it waits for stream 0's work so far (its collectives included).
+static void dp_order_on_comm(DataParallel* dp) {
+    cudaCheck(cudaEventRecord(dp->grads_ready, 0));
+    cudaCheck(cudaStreamWaitEvent(dp->comm_stream, dp->grads_ready, 0));
+}
 
 // Elements of the scratch one group of units (a layer, or wte, wpe, lnfw, lnfb) needs: its
 // slices (recv) and zero-padded copies of its units that S does not divide (pad).
@@ -660,8 +675,7 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     DataParallel* dp = (DataParallel*)ctx;
     if (!zero_reduces_in_micro_step(dp->zero_stage, dp->last_micro_step)) { return; }
     cudaStream_t cs = dp->comm_stream;
-    cudaCheck(cudaEventRecord(dp->grads_ready, 0));
-    cudaCheck(cudaStreamWaitEvent(cs, dp->grads_ready, 0));
+    dp_order_on_comm(dp); // after the layer's gradients (and stream 0's collectives)
     int first, count;
     layer_units(&dp->layout, layer, &first, &count);
     dp_reduce_scatter_group(dp, m, first, count);
@@ -684,6 +698,7 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
 static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
     int W = dp->mesh.world, S = dp->mesh.dp_shard;
     if (dp->zero_stage == 0) {
+        dp_order_on_main(dp);
         if (dp->replica_reduce && W > 1) {
             ncclCheck(ncclAllReduce(m->grads_memory, m->grads_memory, m->grads_elements, ncclFloatX, ncclAvg, dp->world, 0));
         } else if (!dp->replica_reduce && S > 1) {
@@ -693,6 +708,7 @@ static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
         return;
     }
     cudaStream_t cs = dp->comm_stream;
+    dp_order_on_comm(dp);
     if (dp->replica_reduce && dp->mesh.dp_replicate > 1) {
         size_t padded = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
         ncclCheck(ncclAllReduce(dp->shard_grads, dp->shard_grads, padded, ncclFloat, ncclSum, dp->replica, cs));
@@ -711,6 +727,7 @@ static float dp_grad_norm(DataParallel* dp, GPT2* m) {
         sum_of_squares(dp->norm, m->grads_memory, m->num_parameters, dp->norm + S);
     } else {
         sum_of_squares(dp->norm, dp->shard_grads, dp->layout.shard_elements, dp->norm + S);
+        dp_order_on_main(dp);
         if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->shard, 0)); }
     }
     wait_device(0, dp->host_event, "the gradient norm");
@@ -760,6 +777,7 @@ static void dp_zero_shard_grads(DataParallel* dp) {
 // one host wait.
 static float dp_mean_over_world(DataParallel* dp, const char* what) {
     int W = dp->mesh.world;
+    dp_order_on_main(dp); // e.g. after the shard group's parameter all-gathers, on every rank
     if (W > 1) { ncclCheck(ncclAllReduce(dp->loss, dp->loss, W, ncclFloat, ncclSum, dp->world, 0)); }
     wait_device(0, dp->host_event, what);
     float sum;
@@ -848,8 +866,7 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, float* master, const Outer
     }
     if (R > 1) {
         cudaStream_t cs = dp->comm_stream;
-        cudaCheck(cudaEventRecord(dp->grads_ready, 0));
-        cudaCheck(cudaStreamWaitEvent(cs, dp->grads_ready, 0));
+        dp_order_on_comm(dp);
         ncclCheck(ncclAllReduce(msg, msg, padded, ncclFloat, ncclSum, dp->replica, cs));
         cudaCheck(cudaEventRecord(dp->comm_done, cs));
         cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0));
@@ -863,6 +880,7 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, float* master, const Outer
     }
     sum_of_squares(dp->norm, msg, dp->owned, dp->norm + S);
     if (dp->zero_stage != 0) {
+        dp_order_on_main(dp);
         if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->shard, 0)); }
         dp_all_gather_params(dp, m);
     }
@@ -895,6 +913,7 @@ static void dp_replica_crcs(DataParallel* dp, GPT2* m, const float* master, int 
     float mine[2];
     crc_to_floats(crc, mine);
     cudaCheck(cudaMemcpy(dp->crc_buf + 2 * me, mine, sizeof(mine), cudaMemcpyHostToDevice));
+    dp_order_on_main(dp);
     ncclCheck(ncclAllGather(dp->crc_buf + 2 * me, dp->crc_buf, 2, ncclFloat, dp->replica, 0));
     wait_device(0, dp->host_event, "the replicas' CRC-32Cs");
     cudaCheck(cudaMemcpy(host, dp->crc_buf, 2 * (size_t)R * sizeof(float), cudaMemcpyDeviceToHost));
