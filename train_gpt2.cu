@@ -151,6 +151,7 @@ static int grad_layers_for_stage(int zero_stage, int num_layers) {
 static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, int B, int T, int recompute,
                        int grad_layers, size_t grads_padding) {
     attention_path(config->channels, config->num_heads); // fails here, at start-up, on a head size we cannot serve
+    matmul_check_model(config->channels, config->padded_vocab_size); // and on a width cuBLASLt cannot serve
     m->config = *config;
     m->num_parameters = gpt2_num_parameters(config);
     gpt2_parameter_sizes(config, m->sizes);
