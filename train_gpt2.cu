@@ -113,6 +113,7 @@ typedef struct {
     ParamsWaitFn params_wait; // NULL, or the data-parallel wait for a layer's gathered weights
     void* params_ctx;
     float* losses_host; // (B, T)
+    cudaEvent_t forward_done; // the host's wait for a forward's losses
     EncoderBuckets buckets;
     int dlogits_ready;  // the last forward turned logits into dlogits
 } GPT2;
@@ -188,6 +189,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, i
     m->params_wait = NULL;
     m->params_ctx = NULL;
     m->losses_host = (float*)malloc_check(BT * sizeof(float));
+    cudaCheck(cudaEventCreateWithFlags(&m->forward_done, cudaEventDisableTiming));
     encoder_buckets_init(&m->buckets, (int)BT, config->vocab_size);
     m->dlogits_ready = 0;
 }
@@ -206,6 +208,7 @@ static void gpt2_free(GPT2* m) {
         cudaCheck(cudaEventDestroy(m->staged[i]));
     }
     free(m->losses_host);
+    cudaCheck(cudaEventDestroy(m->forward_done));
 }
 
 // The model's parameters as fp32 on the host (n floats).
@@ -319,6 +322,8 @@ static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     gpt2_forward_device(m, inputs, targets, B, T, dloss);
     if (!targets) { return -1.0f; }
     int BT = B * T;
+    // the forward may stand behind collectives (a parameter all-gather): wait with the deadline first
+    wait_device(0, m->forward_done, "a forward's losses");
     cudaCheck(cudaMemcpy(m->losses_host, m->acts.losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost));
     double sum = 0.0;
     for (int i = 0; i < BT; i++) { sum += m->losses_host[i]; }
@@ -664,6 +669,13 @@ static void dp_comm_wait(DataParallel* dp) {
     cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0));
 }
 
+// The host waits, with the deadline and NCCL's error checks (wait_device), for every collective
+// issued so far and stream 0's work: before a blocking copy of what they write.
+static void dp_host_wait_comm(DataParallel* dp, const char* what) {
+    dp_comm_wait(dp);
+    wait_device(0, dp->host_event, what);
+}
+
 // Before a micro-step's backward writes gradients: stream 0 waits for the reductions still
 // reading (and, in stage 2, clearing) them. The forward before it overlaps them.
 static void dp_backward_begin(DataParallel* dp) {
@@ -812,7 +824,7 @@ static float* dp_owned_values(const DataParallel* dp, const float* params) {
 
 // dst (dp->owned fp32 host values, owned order, padding 0) = the owned floatX parameters.
 static void dp_download_owned(DataParallel* dp, const GPT2* m, float* dst) {
-    dp_comm_wait(dp);
+    dp_host_wait_comm(dp, "the owned parameters");
     memset(dst, 0, dp->owned * sizeof(float));
     for (int i = 0; i < dp->num_spans; i++) {
         const OwnedSpan* sp = &dp->spans[i];
@@ -954,11 +966,13 @@ static void gpu_begin_step(void* ctx) {
 // host waits (with NCCL's error checks and the deadline) are the grad norm's and the loss's.
 static void gpu_micro_step(void* ctx, const int* inputs, const int* targets, int B, int T, float dloss, int last) {
     GpuTrainer* g = (GpuTrainer*)ctx;
+    watchdog_span_begin("a micro-step's kernel launches"); // a full launch queue blocks behind a hung collective
     gpt2_forward_device(&g->model, inputs, targets, B, T, dloss);
     loss_accumulate(g->dp.loss, g->model.acts.losses, B * T, dloss);
     g->dp.last_micro_step = last;
     dp_backward_begin(&g->dp);
     gpt2_backward(&g->model, B, T, dp_grads_ready, &g->dp);
+    watchdog_span_end();
 }
 
 static float gpu_reduce_gradients(void* ctx) {
@@ -1029,7 +1043,7 @@ static int gpu_sum_count(void* ctx, int count) {
 // The model file: v5 (bf16) in BF16, v3 (fp32) in FP32.
 static void gpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     GPT2* m = &((GpuTrainer*)ctx)->model;
-    dp_comm_wait(&((GpuTrainer*)ctx)->dp); // the last update's all-gathers
+    dp_host_wait_comm(&((GpuTrainer*)ctx)->dp, "the parameters before writing the model"); // the last all-gathers
     float* params = (float*)malloc_check(m->num_parameters * sizeof(float));
     gpt2_download_params(m, params);
     gpt2_write_model_crc(path, &m->config, params, sizeof(floatX) == 4 ? MODEL_VERSION_FP32 : MODEL_VERSION_BF16,
@@ -1152,6 +1166,7 @@ int main(int argc, char** argv) {
     process_info_init(&proc, args.init_method, &argc, &argv);
     if (proc.world > 1) { fail_rank = proc.rank; }
     fail_abort_all = abort_all_ranks;
+    event_wait_fn = wait_event_short; // host waits on events with the deadline (llmc/device_wait.cuh)
     char why[512];
     int device = process_device(proc.local_rank, devices, why, sizeof(why));
     if (device < 0) { fail("%s", why); }

@@ -132,3 +132,6 @@ multi_gpu_one_visible_device() {
     grep "GPU 0 of 1 visible" $d/out.txt && grep "^s:2 trl:" $d/run/main.log
 }
 check multi_gpu_one_visible_device multi_gpu_one_visible_device
+# A peer that stops answering in a step's forward, in the checkpoint write, in a HellaSwag
+# evaluation: the other rank exits non-zero on its own within the wait's limit (dev/test_peer_stops.py).
+check multi_gpu_peer_stops /usr/bin/python3 dev/test_peer_stops.py build/multi_gpu/peer_stops build/gpu/train_gpt2emu_fp32
