@@ -113,6 +113,7 @@ typedef struct {
     ParamsWaitFn params_wait; // NULL, or the data-parallel wait for a layer's gathered weights
     void* params_ctx;
     float* losses_host; // (B, T)
+    cudaEvent_t forward_done; // the host's wait for a forward's losses
     EncoderBuckets buckets;
     int dlogits_ready;  // the last forward turned logits into dlogits
 } GPT2;
@@ -151,6 +152,7 @@ static int grad_layers_for_stage(int zero_stage, int num_layers) {
 static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, int B, int T, int recompute,
                        int grad_layers, size_t grads_padding) {
     attention_path(config->channels, config->num_heads); // fails here, at start-up, on a head size we cannot serve
+    matmul_check_model(config->channels, config->padded_vocab_size); // and on a width cuBLASLt cannot serve
     m->config = *config;
     m->num_parameters = gpt2_num_parameters(config);
     gpt2_parameter_sizes(config, m->sizes);
@@ -187,6 +189,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, i
     m->params_wait = NULL;
     m->params_ctx = NULL;
     m->losses_host = (float*)malloc_check(BT * sizeof(float));
+    cudaCheck(cudaEventCreateWithFlags(&m->forward_done, cudaEventDisableTiming));
     encoder_buckets_init(&m->buckets, (int)BT, config->vocab_size);
     m->dlogits_ready = 0;
 }
@@ -205,6 +208,7 @@ static void gpt2_free(GPT2* m) {
         cudaCheck(cudaEventDestroy(m->staged[i]));
     }
     free(m->losses_host);
+    cudaCheck(cudaEventDestroy(m->forward_done));
 }
 
 // The model's parameters as fp32 on the host (n floats).
@@ -318,6 +322,8 @@ static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     gpt2_forward_device(m, inputs, targets, B, T, dloss);
     if (!targets) { return -1.0f; }
     int BT = B * T;
+    // the forward may stand behind collectives (a parameter all-gather): wait with the deadline first
+    wait_device(0, m->forward_done, "a forward's losses");
     cudaCheck(cudaMemcpy(m->losses_host, m->acts.losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost));
     double sum = 0.0;
     for (int i = 0; i < BT; i++) { sum += m->losses_host[i]; }
@@ -445,6 +451,12 @@ static void optimizer_step(Optimizer* o, GPT2* m, const AdamWConfig* h, float gr
 // layer (wte, wpe, lnf first), and the next forward waits for layer l's event just before it
 // uses layer l's weights, so the gathers overlap the next step's start. The host waits for the
 // device twice a step (the grad norm, the loss). Stage 0 all-reduces the full gradient after backward.
+// The order of collectives: NCCL's collectives on different communicators (world, shard, replica)
+// must never overlap (its kernels block; two that run at once on a rank can deadlock the job), so
+// every collective of a rank is ordered after all of its earlier ones, on every rank alike: one on
+// stream 0 is issued after stream 0 waits for comm_done (the communication stream's last work,
+// dp_order_on_main), one on comm_stream after comm_stream waits for an event recorded on stream 0
+// (dp_order_on_comm), and comm_done is recorded after every collective comm_stream runs.
 
 typedef struct {
     Mesh mesh;
@@ -476,6 +488,15 @@ typedef struct {
     OwnedSpan* spans;          // this rank's owned elements in the parameters
     int num_spans;
 } DataParallel;
+
+// Before a collective on stream 0: stream 0 waits for the communication stream's collectives.
+static void dp_order_on_main(DataParallel* dp) { cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0)); }
+
+// Before a collective on comm_stream: it waits for stream 0's work so far (its collectives included).
+static void dp_order_on_comm(DataParallel* dp) {
+    cudaCheck(cudaEventRecord(dp->grads_ready, 0));
+    cudaCheck(cudaStreamWaitEvent(dp->comm_stream, dp->grads_ready, 0));
+}
 
 // Elements of the scratch one group of units (a layer, or wte, wpe, lnfw, lnfb) needs: its
 // slices (recv) and zero-padded copies of its units that S does not divide (pad).
@@ -648,6 +669,13 @@ static void dp_comm_wait(DataParallel* dp) {
     cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0));
 }
 
+// The host waits, with the deadline and NCCL's error checks (wait_device), for every collective
+// issued so far and stream 0's work: before a blocking copy of what they write.
+static void dp_host_wait_comm(DataParallel* dp, const char* what) {
+    dp_comm_wait(dp);
+    wait_device(0, dp->host_event, what);
+}
+
 // Before a micro-step's backward writes gradients: stream 0 waits for the reductions still
 // reading (and, in stage 2, clearing) them. The forward before it overlaps them.
 static void dp_backward_begin(DataParallel* dp) {
@@ -660,8 +688,7 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     DataParallel* dp = (DataParallel*)ctx;
     if (!zero_reduces_in_micro_step(dp->zero_stage, dp->last_micro_step)) { return; }
     cudaStream_t cs = dp->comm_stream;
-    cudaCheck(cudaEventRecord(dp->grads_ready, 0));
-    cudaCheck(cudaStreamWaitEvent(cs, dp->grads_ready, 0));
+    dp_order_on_comm(dp); // after the layer's gradients (and stream 0's collectives)
     int first, count;
     layer_units(&dp->layout, layer, &first, &count);
     dp_reduce_scatter_group(dp, m, first, count);
@@ -684,6 +711,7 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
 static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
     int W = dp->mesh.world, S = dp->mesh.dp_shard;
     if (dp->zero_stage == 0) {
+        dp_order_on_main(dp);
         if (dp->replica_reduce && W > 1) {
             ncclCheck(ncclAllReduce(m->grads_memory, m->grads_memory, m->grads_elements, ncclFloatX, ncclAvg, dp->world, 0));
         } else if (!dp->replica_reduce && S > 1) {
@@ -693,6 +721,7 @@ static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
         return;
     }
     cudaStream_t cs = dp->comm_stream;
+    dp_order_on_comm(dp);
     if (dp->replica_reduce && dp->mesh.dp_replicate > 1) {
         size_t padded = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
         ncclCheck(ncclAllReduce(dp->shard_grads, dp->shard_grads, padded, ncclFloat, ncclSum, dp->replica, cs));
@@ -711,6 +740,7 @@ static float dp_grad_norm(DataParallel* dp, GPT2* m) {
         sum_of_squares(dp->norm, m->grads_memory, m->num_parameters, dp->norm + S);
     } else {
         sum_of_squares(dp->norm, dp->shard_grads, dp->layout.shard_elements, dp->norm + S);
+        dp_order_on_main(dp);
         if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->shard, 0)); }
     }
     wait_device(0, dp->host_event, "the gradient norm");
@@ -760,6 +790,7 @@ static void dp_zero_shard_grads(DataParallel* dp) {
 // one host wait.
 static float dp_mean_over_world(DataParallel* dp, const char* what) {
     int W = dp->mesh.world;
+    dp_order_on_main(dp); // e.g. after the shard group's parameter all-gathers, on every rank
     if (W > 1) { ncclCheck(ncclAllReduce(dp->loss, dp->loss, W, ncclFloat, ncclSum, dp->world, 0)); }
     wait_device(0, dp->host_event, what);
     float sum;
@@ -793,7 +824,7 @@ static float* dp_owned_values(const DataParallel* dp, const float* params) {
 
 // dst (dp->owned fp32 host values, owned order, padding 0) = the owned floatX parameters.
 static void dp_download_owned(DataParallel* dp, const GPT2* m, float* dst) {
-    dp_comm_wait(dp);
+    dp_host_wait_comm(dp, "the owned parameters");
     memset(dst, 0, dp->owned * sizeof(float));
     for (int i = 0; i < dp->num_spans; i++) {
         const OwnedSpan* sp = &dp->spans[i];
@@ -848,8 +879,7 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, float* master, const Outer
     }
     if (R > 1) {
         cudaStream_t cs = dp->comm_stream;
-        cudaCheck(cudaEventRecord(dp->grads_ready, 0));
-        cudaCheck(cudaStreamWaitEvent(cs, dp->grads_ready, 0));
+        dp_order_on_comm(dp);
         ncclCheck(ncclAllReduce(msg, msg, padded, ncclFloat, ncclSum, dp->replica, cs));
         cudaCheck(cudaEventRecord(dp->comm_done, cs));
         cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0));
@@ -863,6 +893,7 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, float* master, const Outer
     }
     sum_of_squares(dp->norm, msg, dp->owned, dp->norm + S);
     if (dp->zero_stage != 0) {
+        dp_order_on_main(dp);
         if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->shard, 0)); }
         dp_all_gather_params(dp, m);
     }
@@ -895,6 +926,7 @@ static void dp_replica_crcs(DataParallel* dp, GPT2* m, const float* master, int 
     float mine[2];
     crc_to_floats(crc, mine);
     cudaCheck(cudaMemcpy(dp->crc_buf + 2 * me, mine, sizeof(mine), cudaMemcpyHostToDevice));
+    dp_order_on_main(dp);
     ncclCheck(ncclAllGather(dp->crc_buf + 2 * me, dp->crc_buf, 2, ncclFloat, dp->replica, 0));
     wait_device(0, dp->host_event, "the replicas' CRC-32Cs");
     cudaCheck(cudaMemcpy(host, dp->crc_buf, 2 * (size_t)R * sizeof(float), cudaMemcpyDeviceToHost));
@@ -934,11 +966,13 @@ static void gpu_begin_step(void* ctx) {
 // host waits (with NCCL's error checks and the deadline) are the grad norm's and the loss's.
 static void gpu_micro_step(void* ctx, const int* inputs, const int* targets, int B, int T, float dloss, int last) {
     GpuTrainer* g = (GpuTrainer*)ctx;
+    watchdog_span_begin("a micro-step's kernel launches"); // a full launch queue blocks behind a hung collective
     gpt2_forward_device(&g->model, inputs, targets, B, T, dloss);
     loss_accumulate(g->dp.loss, g->model.acts.losses, B * T, dloss);
     g->dp.last_micro_step = last;
     dp_backward_begin(&g->dp);
     gpt2_backward(&g->model, B, T, dp_grads_ready, &g->dp);
+    watchdog_span_end();
 }
 
 static float gpu_reduce_gradients(void* ctx) {
@@ -1009,7 +1043,7 @@ static int gpu_sum_count(void* ctx, int count) {
 // The model file: v5 (bf16) in BF16, v3 (fp32) in FP32.
 static void gpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     GPT2* m = &((GpuTrainer*)ctx)->model;
-    dp_comm_wait(&((GpuTrainer*)ctx)->dp); // the last update's all-gathers
+    dp_host_wait_comm(&((GpuTrainer*)ctx)->dp, "the parameters before writing the model"); // the last all-gathers
     float* params = (float*)malloc_check(m->num_parameters * sizeof(float));
     gpt2_download_params(m, params);
     gpt2_write_model_crc(path, &m->config, params, sizeof(floatX) == 4 ? MODEL_VERSION_FP32 : MODEL_VERSION_BF16,
@@ -1127,17 +1161,18 @@ int main(int argc, char** argv) {
     }
     args_validate(&args, 1);
 
-    // processes: ranks, this rank's GPU (= its local rank), the NCCL communicators
+    // processes: ranks, this rank's GPU (its local rank, or the one GPU it sees), the NCCL communicators
     ProcessInfo proc;
     process_info_init(&proc, args.init_method, &argc, &argv);
     if (proc.world > 1) { fail_rank = proc.rank; }
     fail_abort_all = abort_all_ranks;
-    if (proc.local_rank >= devices) {
-        fail("local rank %d needs GPU %d, but this node shows %d GPUs", proc.local_rank, proc.local_rank, devices);
-    }
-    cudaCheck(cudaSetDevice(proc.local_rank));
+    event_wait_fn = wait_event_short; // host waits on events with the deadline (llmc/device_wait.cuh)
+    char why[512];
+    int device = process_device(proc.local_rank, devices, why, sizeof(why));
+    if (device < 0) { fail("%s", why); }
+    cudaCheck(cudaSetDevice(device));
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, proc.local_rank));
+    cudaCheck(cudaGetDeviceProperties(&prop, device));
     ncclComm_t world_comm = nccl_world_init(&proc, args.init_method, args.init_path, args.server_ip, args.server_port);
     watch_comm(world_comm);
     int world = proc.world, rank = proc.rank, zero = args.zero_stage;
@@ -1168,10 +1203,11 @@ int main(int argc, char** argv) {
                                          gpu.model.num_parameters, sizeof(floatX), sizeof(floatX), &run.outer);
     char extra[640];
     snprintf(extra, sizeof(extra),
-             "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU = local rank\n"
+             "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU %s\n"
              "device: %s | precision %s | recompute %d | master weights %s\n"
              "attention: %s\n",
-             args.init_method, proc.source, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, prop.name, PRECISION_NAME,
+             args.init_method, proc.source, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
+             devices == 1 ? "0 of 1 visible" : "= local rank", prop.name, PRECISION_NAME,
              args.recompute, gpu.opt.master ? "fp32" : "none",
              attention_path(gpu.model.config.channels, gpu.model.config.num_heads));
     run_print_start(&run, gpu.model.num_parameters, &mem, &comm, extra);

@@ -10,6 +10,13 @@
 #include <stdint.h>
 #include "utils.h"
 
+// A host wait for an event: cudaEventSynchronize, unless the program installs a wait with a deadline
+// (the trainer: wait_event of llmc/device_wait.cuh), since on a GPU this blocks forever behind a
+// collective whose peer died or hangs.
+typedef void (*EventWaitFn)(cudaEvent_t ev, const char* what);
+static EventWaitFn event_wait_fn = NULL;
+static void host_wait_event(cudaEvent_t ev, const char* what);
+
 #ifdef ENABLE_FP32
 typedef float floatX;
 #define PRECISION_NAME "FP32"
@@ -235,6 +242,15 @@ static void bias_backward(floatX* dbias, float* partial, const floatX* dout, int
     bias_backward_kernel<<<grid, dim3(32, COLSUM_THREADS_Y)>>>(dbias, partial, reduction_counters(), dout, N, C,
                                                                vec_ok(C, sizeof(floatX), dout));
     cudaLaunchCheck();
+}
+
+static void host_wait_event(cudaEvent_t ev, const char* what) {
+    if (event_wait_fn) {
+        event_wait_fn(ev, what);
+        return;
+    }
+    cudaError_t e = cudaEventSynchronize(ev);
+    if (e != cudaSuccess) { fail("CUDA error %s while waiting for %s", cudaGetErrorString(e), what); }
 }
 
 #endif

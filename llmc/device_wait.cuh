@@ -58,6 +58,9 @@ static void wait_event(cudaEvent_t ev, const char* what, int end_grace) {
     }
 }
 
+// wait_event for a short wait (EventWaitFn, llmc/cuda_common.cuh: host_wait_event).
+static void wait_event_short(cudaEvent_t ev, const char* what) { wait_event(ev, what, 0); }
+
 // Blocks until everything issued so far on stream has run (wait_event on ev recorded now).
 static void wait_device(cudaStream_t stream, cudaEvent_t ev, const char* what) {
     cudaCheck(cudaEventRecord(ev, stream));

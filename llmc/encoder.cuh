@@ -107,7 +107,7 @@ static void encoder_buckets_prepare(EncoderBuckets* e, const int* tokens, int BT
     if (BT > e->BT) { fail("encoder buckets for %d tokens, built for %d", BT, e->BT); }
     int s = e->slot;
     e->slot ^= 1;
-    cudaCheck(cudaEventSynchronize(e->copied[s])); // the copy from this slot two steps ago is done
+    host_wait_event(e->copied[s], "the token buckets' copy of two steps ago"); // with the program's deadline
     int *order = e->host[s], *start = order + BT, *bucket_token = start + BT + 1;
     memset(e->count, 0, (size_t)(e->V + 1) * sizeof(int));
     for (int i = 0; i < BT; i++) { e->count[tokens[i] + 1]++; }

@@ -12,6 +12,9 @@
 //   enospc_model, enospc_done   the same in rank 0's model file (after its first 5 KiB) or in its
 //             DONE manifest (after 16 bytes) of checkpoint STEP
 //   enospc_final   the same in rank 0's first try at model_final.bin after the last step, STEP
+//   hang_fwd  this rank stops answering inside step STEP, after issuing its first forward
+//   hang_ckpt this rank stops answering in the checkpoint write of step STEP, after its state file
+//   hang_eval this rank stops answering in the HellaSwag evaluation after step STEP, after its forwards
 #ifndef LLMC_FAULTS_H
 #define LLMC_FAULTS_H
 
@@ -21,8 +24,10 @@
 #include <unistd.h>
 #include "utils.h"
 
-typedef enum { FAULT_NONE, FAULT_NAN, FAULT_DIE, FAULT_HANG, FAULT_DIE_CKPT, FAULT_SPIKE, FAULT_USR1, FAULT_ENOSPC,
-               FAULT_ENOSPC_MODEL, FAULT_ENOSPC_DONE, FAULT_ENOSPC_FINAL } FaultKind;
+typedef enum {
+    FAULT_NONE, FAULT_NAN, FAULT_DIE, FAULT_HANG, FAULT_DIE_CKPT, FAULT_SPIKE, FAULT_USR1, FAULT_ENOSPC,
+    FAULT_ENOSPC_MODEL, FAULT_ENOSPC_DONE, FAULT_ENOSPC_FINAL, FAULT_HANG_FWD, FAULT_HANG_CKPT, FAULT_HANG_EVAL
+} FaultKind;
 
 #define FAULT_MAX 16
 
@@ -39,7 +44,7 @@ static Fault fault_parse(const char* spec) {
     memset(&f, 0, sizeof(f));
     if (spec == NULL || spec[0] == '\0') { return f; }
     static const char* names[] = {"", "nan", "die", "hang", "die_ckpt", "spike", "preempt", "enospc", "enospc_model",
-                                  "enospc_done", "enospc_final"};
+                                  "enospc_done", "enospc_final", "hang_fwd", "hang_ckpt", "hang_eval"};
     const int num_names = (int)(sizeof(names) / sizeof(names[0]));
     const char* at = spec;
     for (;;) {
@@ -53,7 +58,8 @@ static Fault fault_parse(const char* spec) {
         if (n < 2 || k == FAULT_NONE || (at[used] != '\0' && at[used] != ',') || step < 1 || rank < 0 ||
             f.count == FAULT_MAX) {
             fail("-fi %s: expected KIND@STEP[:RANK] (at most %d, separated by commas) with KIND nan, spike, die, "
-                 "hang, die_ckpt, preempt, enospc, enospc_model, enospc_done or enospc_final", spec, FAULT_MAX);
+                 "hang, die_ckpt, preempt, enospc, enospc_model, enospc_done, enospc_final, hang_fwd, hang_ckpt or "
+                 "hang_eval", spec, FAULT_MAX);
         }
         f.kind[f.count] = k;
         f.step[f.count] = step;
@@ -102,8 +108,18 @@ static float fault_grad_factor(const Fault* f, int step, int rank) {
     return fault_is(f, FAULT_NAN, step, rank) ? NAN : 1.0f;
 }
 
+// This rank stops answering (sleeps forever) where `kind` at `step` says, naming `where`.
+static void fault_hang_at(const Fault* f, FaultKind kind, int step, int rank, const char* where) {
+    if (fault_is(f, kind, step, rank)) {
+        fprintf(stderr, "fault injection: rank %d stops answering in %s of step %d\n", rank, where, step);
+        fflush(stderr);
+        for (;;) { sleep(1000); }
+    }
+}
+
 // Inside the checkpoint write of step `step`, after this rank's state file.
 static void fault_in_checkpoint(const Fault* f, int step, int rank) {
+    fault_hang_at(f, FAULT_HANG_CKPT, step, rank, "the checkpoint write");
     if (fault_is(f, FAULT_DIE_CKPT, step, rank)) {
         fprintf(stderr, "fault injection: rank %d kills itself inside checkpoint %d\n", rank, step);
         fflush(stderr);

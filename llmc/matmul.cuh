@@ -4,8 +4,14 @@
 // GELU (keeping the pre-activation as aux) in the MLP forward, and the GELU gradient (from that
 // aux) in the backward of the MLP projection. Bias gradients use our one-launch column-sum kernel,
 // since they accumulate over micro-steps (cuBLASLt's BGRAD epilogues overwrite). Compute is fp32
-// (no TF32) in both precisions. Descriptors, layouts and heuristic results are cached per shape
-// (MatmulPlan), with one workspace for all.
+// (no TF32) in both precisions. Descriptors, layouts and heuristic results are cached per shape and
+// operand alignment (MatmulPlan), with one workspace for all: cuBLASLt's heuristic may pick an
+// algorithm that assumes 256-byte aligned operands unless told otherwise, and layer slices are often
+// only 128-byte aligned (odd layer counts, C 1600), so each plan is asked for with the real
+// alignment of A, B and D (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, up to 256), part of its key.
+// cuBLASLt's 16-byte rules (16-byte aligned bf16 operands, bias and aux, leading dimensions of
+// 16 bytes' multiples, EPILOGUE_AUX_LD divisible by 8) hold for C % 8 == 0, which matmul_check_model
+// requires at build time.
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
 
@@ -27,6 +33,7 @@ static void cublas_check(cublasStatus_t status, const char* what, const char* fi
 // (the bias and aux pointers are set on the cached descriptor at each call).
 typedef struct {
     int m, n, k, trans_a, trans_b, has_bias, has_aux;
+    int align_a, align_b, align_d; // the operands' alignment in bytes (a power of two up to 256)
     cublasLtEpilogue_t epilogue;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -69,11 +76,32 @@ static void matmul_free(void) {
     cublasCheck(cublasLtDestroy(matmul_ctx.handle));
 }
 
-// Builds the descriptor, layouts and heuristic choice of one shape into p.
+// The alignment of a device pointer in bytes: the largest power of two up to 256 dividing it.
+static int matmul_alignment(const void* ptr) {
+    uintptr_t a = (uintptr_t)ptr;
+    int align = 256;
+    while (align > 1 && a % (uintptr_t)align != 0) { align >>= 1; }
+    return align;
+}
+
+// A model cuBLASLt serves: C a multiple of 8, so that every bf16 row, layer slice, bias and
+// GELU aux buffer is 16-byte aligned and every leading dimension (C, 3C, 4C, Vp) a multiple of 8
+// elements (the fp32 build keeps the same rule, so that both precisions take the same models).
+static void matmul_check_model(int channels, int padded_vocab) {
+    if (channels % 8 != 0 || padded_vocab % 8 != 0) {
+        fail("channels %d (padded vocab %d): cuBLASLt needs multiples of 8 (16-byte aligned bf16 operands, bias and "
+             "aux pointers, leading dimensions of 16-byte multiples, EPILOGUE_AUX_LD divisible by 8)", channels,
+             padded_vocab);
+    }
+}
+
+// Builds the descriptor, layouts and heuristic choice of one shape and alignment into p.
 static void matmul_plan_build(MatmulPlan* p, int m, int n, int k, int trans_a, int trans_b,
-                              cublasLtEpilogue_t epilogue, int has_bias, int has_aux) {
+                              cublasLtEpilogue_t epilogue, int has_bias, int has_aux, int align_a, int align_b,
+                              int align_d) {
     p->m = m; p->n = n; p->k = k; p->trans_a = trans_a; p->trans_b = trans_b;
     p->epilogue = epilogue; p->has_bias = has_bias; p->has_aux = has_aux;
+    p->align_a = align_a; p->align_b = align_b; p->align_d = align_d;
     cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
@@ -90,26 +118,34 @@ static void matmul_plan_build(MatmulPlan* p, int m, int n, int k, int trans_a, i
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &matmul_ctx.workspace_size, sizeof(matmul_ctx.workspace_size)));
+    uint32_t aligns[4] = {(uint32_t)align_a, (uint32_t)align_b, (uint32_t)align_d, (uint32_t)align_d}; // C is D
+    cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) {
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &aligns[i], sizeof(aligns[i])));
+    }
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(matmul_ctx.handle, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1,
                                                &heuristic, &found));
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
     if (found == 0) {
-        fail("cuBLASLt has no algorithm for m %d n %d k %d transa %d transb %d epilogue %d", m, n, k, trans_a, trans_b,
-             (int)epilogue);
+        fail("cuBLASLt has no algorithm for m %d n %d k %d transa %d transb %d epilogue %d alignments %d %d %d", m, n, k,
+             trans_a, trans_b, (int)epilogue, align_a, align_b, align_d);
     }
     p->algo = heuristic.algo;
     matmul_ctx.plan_misses++;
 }
 
-// The cached plan of a shape, built on first use (the oldest evicted when the cache is full).
+// The cached plan of a shape and alignment, built on first use (the oldest evicted when the cache is full).
 static MatmulPlan* matmul_plan(int m, int n, int k, int trans_a, int trans_b, cublasLtEpilogue_t epilogue,
-                               int has_bias, int has_aux) {
+                               int has_bias, int has_aux, int align_a, int align_b, int align_d) {
     for (int i = 0; i < matmul_ctx.num_plans; i++) {
         MatmulPlan* p = &matmul_ctx.plans[i];
         if (p->m == m && p->n == n && p->k == k && p->trans_a == trans_a && p->trans_b == trans_b &&
-            p->epilogue == epilogue && p->has_bias == has_bias && p->has_aux == has_aux) {
+            p->epilogue == epilogue && p->has_bias == has_bias && p->has_aux == has_aux && p->align_a == align_a &&
+            p->align_b == align_b && p->align_d == align_d) {
             return p;
         }
     }
@@ -121,7 +157,7 @@ static MatmulPlan* matmul_plan(int m, int n, int k, int trans_a, int trans_b, cu
         matmul_ctx.next_evict = (matmul_ctx.next_evict + 1) % MATMUL_PLANS;
         matmul_plan_destroy(p);
     }
-    matmul_plan_build(p, m, n, k, trans_a, trans_b, epilogue, has_bias, has_aux);
+    matmul_plan_build(p, m, n, k, trans_a, trans_b, epilogue, has_bias, has_aux, align_a, align_b, align_d);
     return p;
 }
 
@@ -129,7 +165,11 @@ static MatmulPlan* matmul_plan(int m, int n, int k, int trans_a, int trans_b, cu
 // when transposed (else m x k), B n x k when transposed (else k x n); all dense.
 static void matmul_lt(floatX* d, const floatX* a, const floatX* b, int m, int n, int k, int trans_a, int trans_b,
                       float beta, cublasLtEpilogue_t epilogue, const floatX* bias, const floatX* aux) {
-    MatmulPlan* p = matmul_plan(m, n, k, trans_a, trans_b, epilogue, bias != NULL, aux != NULL);
+    MatmulPlan* p = matmul_plan(m, n, k, trans_a, trans_b, epilogue, bias != NULL, aux != NULL, matmul_alignment(a),
+                                matmul_alignment(b), matmul_alignment(d));
+    if ((bias && matmul_alignment(bias) < 16) || (aux && matmul_alignment(aux) < 16)) {
+        fail("matmul: the bias or GELU aux pointer is not 16-byte aligned (cuBLASLt needs 16)");
+    }
     if (bias) {
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }

@@ -64,4 +64,16 @@ static void process_info_init(ProcessInfo* p, const char* method, int* argc, cha
     }
 }
 
+// The GPU of a rank that sees `devices` GPUs: its local rank where that many are visible (every
+// rank of the node sees all of them), GPU 0 where it sees exactly one (CUDA_VISIBLE_DEVICES set per
+// task, e.g. srun --gpus-per-task=1); otherwise -1, and why in `why`.
+static int process_device(int local_rank, int devices, char* why, size_t why_len) {
+    if (devices == 1) { return 0; }
+    if (local_rank >= 0 && local_rank < devices) { return local_rank; }
+    snprintf(why, why_len, "local rank %d sees %d GPUs: either every rank of a node sees all of its GPUs (one per "
+             "local rank, so at least %d) or each rank sees exactly one (CUDA_VISIBLE_DEVICES per task, srun "
+             "--gpus-per-task=1)", local_rank, devices, local_rank + 1);
+    return -1;
+}
+
 #endif

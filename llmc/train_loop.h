@@ -257,6 +257,7 @@ static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, i
 static void run_hellaswag(TrainRun* r, const TrainerOps* ops, void* ctx, int step) {
     const TrainArgs* a = r->args;
     int mine = eval_step(&r->hellaswag, r->rank, r->world, a->B, a->T, ops->eval_losses, ctx, step);
+    fault_hang_at(&run_fault, FAULT_HANG_EVAL, step, r->rank, "the HellaSwag evaluation");
     int right = ops->sum_count(ctx, mine);
     if (r->rank == 0) { progress_eval(step, right, r->hellaswag.total); }
     logger_log_eval(&r->logger, step, right / (float)r->hellaswag.total);
@@ -440,6 +441,7 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
         OP_TIMED(OP_DATA, 0.0, 0.0, dataloader_next(&r->train));
         ops->micro_step(ctx, r->train.inputs, r->train.targets, a->B, a->T, grad_factor / r->grad_accum,
                         micro == r->grad_accum - 1);
+        if (micro == 0) { fault_hang_at(&run_fault, FAULT_HANG_FWD, step + 1, r->rank, "the forward"); }
     }
     *norm = ops->reduce_gradients(ctx);
     float votes = 0.0f;

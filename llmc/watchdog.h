@@ -21,6 +21,10 @@ static int watchdog_rank = 0;
 static int64_t watchdog_deadline_ms = 0;  // 0 = not waiting; read by the thread (atomic access)
 static const char* watchdog_what = "";
 static int watchdog_grace_next = 1;       // the next wait gets the long timeout (the run's first one)
+static int64_t watchdog_span_deadline_ms = 0; // 0 = no span watched (watchdog_span_begin); atomic access
+static const char* watchdog_span_what = "";
+
+static double watchdog_span_limit_s(void) { return 10.0 * watchdog_timeout_s; } // watchdog_span_begin
 
 static int64_t watchdog_now_ms(void) { return (int64_t)(now_seconds() * 1000.0); }
 
@@ -29,6 +33,14 @@ static void* watchdog_thread(void* arg) {
     for (;;) {
         usleep(100000);
         int64_t deadline = __atomic_load_n(&watchdog_deadline_ms, __ATOMIC_ACQUIRE);
+        int64_t span = __atomic_load_n(&watchdog_span_deadline_ms, __ATOMIC_ACQUIRE);
+        if (span > 0 && watchdog_now_ms() > span) {
+            fprintf(stderr, "error: rank %d: step %d: %s did not end within %.0f s (blocked behind a collective with "
+                    "a peer that has died or hangs, -wt); ending the job\n", watchdog_rank, (int)preempt_step,
+                    watchdog_span_what, watchdog_span_limit_s());
+            fflush(stderr);
+            _exit(1);
+        }
         if (deadline > 0 && watchdog_now_ms() > deadline) {
             fprintf(stderr, "error: rank %d: step %d: no answer from the other ranks within %.0f s while waiting for %s "
                     "(a peer has died or hangs, -wt); ending the job\n", watchdog_rank, (int)preempt_step,
@@ -71,5 +83,21 @@ static void watchdog_disarm_after(int end_grace) {
 }
 
 static void watchdog_disarm(void) { watchdog_disarm_after(1); }
+
+// A span of host work that must not block for long (the GPU trainer's kernel launches of a
+// micro-step: a launch blocks once the launch queue fills behind a stalled stream), watched beside
+// (and independently of) the waits above: the job ends if it lasts longer than 10 times -wt (the
+// span includes the host's own work, and under the emulator the kernels themselves).
+static void watchdog_span_begin(const char* what) {
+    if (watchdog_timeout_s <= 0.0) { return; }
+    watchdog_span_what = what;
+    __atomic_store_n(&watchdog_span_deadline_ms, watchdog_now_ms() + (int64_t)(watchdog_span_limit_s() * 1000.0),
+                     __ATOMIC_RELEASE);
+}
+
+static void watchdog_span_end(void) {
+    if (watchdog_timeout_s <= 0.0) { return; }
+    __atomic_store_n(&watchdog_span_deadline_ms, (int64_t)0, __ATOMIC_RELEASE);
+}
 
 #endif

@@ -5,6 +5,8 @@
 #   emu-bugs   tests/bugs/NAME.cu, one GPU bug each: NAME_plain (emucc), NAME_check (emucc --check; a
 #              build failure is kept in NAME_check.log), NAME_fixed (emucc --check -DFIXED)
 #   emu-check  the unit tests built with --check
+#   emu-strict tests/strict/NAME.cu, one planted bug of a rule the strict emulator adds: NAME and
+#              NAME_fixed (-DFIXED), built with --check where the file's first line says build=check
 EMUCC := dev/cuda_emu/emucc
 EMU_DIR := dev/cuda_emu
 EMU_BUILD := build/cuda_emu
@@ -23,7 +25,9 @@ EMU_BUGS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/bugs/*.cu)))
 EMU_CHECK_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma
 emu-bugs: $(foreach b,$(EMU_BUGS),$(EMU_BUILD)/bugs/$(b)_plain $(EMU_BUILD)/bugs/$(b)_fixed $(EMU_BUILD)/bugs/$(b)_check.log)
 emu-check: $(addprefix $(EMU_BUILD)/check/,$(EMU_CHECK_TESTS))
-.PHONY: emu-tests emu-nvcc emu-bugs emu-check
+EMU_STRICT_TESTS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/strict/*.cu)))
+emu-strict: $(foreach b,$(EMU_STRICT_TESTS),$(EMU_BUILD)/strict/$(b) $(EMU_BUILD)/strict/$(b)_fixed)
+.PHONY: emu-tests emu-nvcc emu-bugs emu-check emu-strict
 
 # test_nccl runs over MPI: -lnccl makes emucc build it with mpicxx
 emu_libs = $(if $(filter test_nccl%,$(notdir $@)),-lnccl)
@@ -66,3 +70,12 @@ $(EMU_BUILD)/bugs/%_check.log: $(EMU_DIR)/tests/bugs/%.cu $(EMU_BUG_DEPS)
 $(EMU_BUILD)/nvcc/%.o: $(EMU_DIR)/tests/%.cu $(EMU_DIR)/tests/check.h
 	@mkdir -p $(@D)
 	$(EMU_NVCC) $(EMU_NVCC_FLAGS) $(EMU_MPI_INC) -o $@ $<
+
+# the strict rules' planted bugs: MPI programs (mpicxx), --check where the first line says build=check
+strict_check = $(if $(shell head -1 $< | grep -q build=check && echo y),--check)
+$(EMU_BUILD)/strict/%_fixed: $(EMU_DIR)/tests/strict/%.cu $(EMU_DEPS)
+	@mkdir -p $(@D)
+	$(EMUCC) $(strict_check) -O1 -DFIXED -o $@ $< -lnccl
+$(EMU_BUILD)/strict/%: $(EMU_DIR)/tests/strict/%.cu $(EMU_DEPS)
+	@mkdir -p $(@D)
+	$(EMUCC) $(strict_check) -O1 -o $@ $< -lnccl

@@ -36,3 +36,11 @@ for bug in dev/cuda_emu/tests/bugs/*.cu; do
     bug=$(basename $bug .cu)
     check "emu_check_catches_$bug" dev/cuda_emu/tests/bugs/check_pair.sh $bug
 done
+# The strict rules (dev/cuda_emu/README.md, "The strict rules"): each program of
+# dev/cuda_emu/tests/strict plants one bug a GPU cluster shows and the lenient emulator (EMU_STRICT=0)
+# missed; the strict emulator must report it and pass its fixed twin (check_strict.sh).
+check emu_strict_build make -s -j2 -f dev/cuda_emu/emu.mk emu-strict
+for t in dev/cuda_emu/tests/strict/*.cu; do
+    t=$(basename $t .cu)
+    check "emu_strict_catches_$t" dev/cuda_emu/tests/strict/check_strict.sh $t
+done

@@ -202,8 +202,10 @@ PY
 }
 
 # -r 0|1|2: the activation bytes drop by the closed forms (L-1) B T 4C and (L-1) B T 2C elements;
-# recomputing LayerNorm is exact (-r 1 and -r 2 give the same log in both precisions); GELU is
-# recomputed from the stored pre-activation, the same in FP32, within bf16 rounding in BF16.
+# recomputing LayerNorm is exact (-r 1 and -r 2 give the same log in both precisions: the same
+# kernel both times); GELU is recomputed from the stored pre-activation by our kernel, while -r 0
+# keeps cuBLASLt's GELU epilogue output, cuBLASLt's own code (the strict emulator rounds it
+# differently, as a GPU may): within 1e-5 in FP32, within bf16 rounding (1e-3) in BF16.
 gpu_recompute() {
     local flags="-e $GREF/model.bin -i data/kjv/kjv_train.bin -b 4 -t 16 -x 3 -v 0 -s 0" prec r
     for prec in fp32 bf16; do
@@ -225,7 +227,8 @@ for prec, size in (("fp32", 4), ("bf16", 2)):
     ok &= (act[0] - act[1], act[1] - act[2]) == want
     print(prec, "losses -r 0/1/2:", logs)
     ok &= len(logs[0]) == 3 and logs[1] == logs[2]
-    gelu_tol = 0.0 if prec == "fp32" else 1e-3
+    gelu_tol = 1e-5 if prec == "fp32" else 1e-3
+    print(prec, "max |-r 0 - -r 1| %.2e (tolerance %g)" % (max(abs(float(a) - float(b)) for a, b in zip(logs[0], logs[1])), gelu_tol))
     ok &= max(abs(float(a) - float(b)) for a, b in zip(logs[0], logs[1])) <= gelu_tol
 sys.exit(0 if ok else 1)
 PY

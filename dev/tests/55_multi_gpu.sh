@@ -82,19 +82,20 @@ check multi_gpu_checked_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/train
 check multi_gpu_checked_fp32_bf16_1_2_ranks multi_gpu_checked
 
 # A checked 2-rank run of train_gpt2.cu with one line replaced by a comment (checked_mutant DIR
-# SED_PATTERN ZERO_STAGE): it must fail with a --check report of unordered stream operations,
-# which goes to DIR/report.txt. The two such checks compile on one core each: side by side.
+# SED_PATTERN ZERO_STAGE [MORE_FLAGS [REPORT]]): it must fail with a --check report (by default of
+# unordered stream operations), which goes to DIR/report.txt. Such checks compile on one core each:
+# side by side.
 checked_mutant() {
-    local d=$1 pattern=$2 stage=$3
+    local d=$1 pattern=$2 stage=$3 more=${4:-} want=${5:-"cuda_emu --check: unordered stream operations"}
     rm -rf $d && mkdir -p $d && cp -r train_gpt2.cu llmc $d/ || return 1
     sed -i "s/$pattern/    \/\/ mutant: no wait/" $d/train_gpt2.cu
     grep -q "mutant: no wait" $d/train_gpt2.cu || { echo "the mutation did not apply"; return 1; }
     dev/cuda_emu/emucc --check -O1 -DENABLE_FP32 -o $d/train_mutant $d/train_gpt2.cu -lnccl || return 1
     if mpirun --allow-run-as-root --oversubscribe -np 2 $d/train_mutant -e d2 -V 257 -sl 64 -i data/kjv/kjv_train.bin \
-        -j '' -b 2 -t 32 -d 256 -x 2 -l 1e-3 -s 0 -sf 1 -z $stage -o $d/out > $d/out.txt 2>&1; then
+        -j '' -b 2 -t 32 -d 256 -x 2 -l 1e-3 -s 0 -sf 1 -z $stage $more -o $d/out > $d/out.txt 2>&1; then
         echo "the missing wait passed"; return 1
     fi
-    grep -m1 -A3 "cuda_emu --check: unordered stream operations" $d/out.txt | tee $d/report.txt
+    grep -m1 -A3 "$want" $d/out.txt | tee $d/report.txt
     [ -s $d/report.txt ]
 }
 
@@ -113,3 +114,28 @@ multi_gpu_checked_allgather_mutant() {
         grep -q "write by ncclAllGather" build/multi_gpu/checked_allgather_mutant/report.txt
 }
 check_bg multi_gpu_checked_detects_missing_allgather_wait multi_gpu_checked_allgather_mutant
+
+# The order of collectives across communicators (train_gpt2.cu, "The order of collectives"): with
+# the world all-reduce not ordered after the shard group's parameter all-gathers (a checkpoint's
+# barrier on rank 1, which does not write the model), --check must report the two collectives.
+multi_gpu_checked_collective_order_mutant() {
+    checked_mutant build/multi_gpu/checked_order_mutant \
+        '    dp_order_on_main(dp); \/\/ e.g. after the shard group.s parameter all-gathers, on every rank' 1 "-n 1" \
+        "cuda_emu --check: collectives on two communicators that nothing orders"
+}
+check_bg multi_gpu_checked_detects_unordered_collectives multi_gpu_checked_collective_order_mutant
+
+# One visible GPU per rank (CUDA_VISIBLE_DEVICES = the local rank, as srun --gpus-per-task=1 sets
+# it): each rank sees one emulated GPU and takes GPU 0; 2 ranks ZeRO 1 start and train 2 steps.
+multi_gpu_one_visible_device() {
+    local d=build/multi_gpu/one_visible
+    rm -rf $d && mkdir -p $d
+    mpirun --allow-run-as-root --oversubscribe -np 2 bash -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' \
+        _ build/gpu/train_gpt2emu_fp32 -e d2 -V 257 -sl 64 -i data/kjv/kjv_train.bin -j '' -b 2 -t 32 -d 128 -x 2 \
+        -l 1e-3 -s 0 -z 1 -o $d/run > $d/out.txt 2>&1 || { tail -20 $d/out.txt; return 1; }
+    grep "GPU 0 of 1 visible" $d/out.txt && grep "^s:2 trl:" $d/run/main.log
+}
+check multi_gpu_one_visible_device multi_gpu_one_visible_device
+# A peer that stops answering in a step's forward, in the checkpoint write, in a HellaSwag
+# evaluation: the other rank exits non-zero on its own within the wait's limit (dev/test_peer_stops.py).
+check multi_gpu_peer_stops /usr/bin/python3 dev/test_peer_stops.py build/multi_gpu/peer_stops build/gpu/train_gpt2emu_fp32

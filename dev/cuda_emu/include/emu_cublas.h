@@ -1,11 +1,16 @@
 // emu_cublas.h: the cuBLASLt and cuBLAS calls the project makes, computed on the CPU from NVIDIA's
 // documented semantics: column-major matrices with leading dimensions, op() transposes, strided
 // batches, alpha/beta, fp32 and bf16 operands with fp32 compute, and the bias/GELU/bias-gradient
-// epilogues. Accumulation is in float, over k in increasing order.
+// epilogues. Accumulation is in float. Under the strict rules (emu::strict(), the default) nothing is
+// computed as the project's own kernels compute it, as on a GPU, where cuBLASLt is its own code: k is
+// summed in blocks of 64 (each block in increasing k, then the blocks' sums in order, as a split-K
+// kernel does), and the GELU epilogue and its gradient use x * sigmoid(2u), algebraically equal to
+// 0.5 x (1 + tanh(u)) but rounded differently. EMU_STRICT=0: k in increasing order, the tanh form.
 #ifndef EMU_CUBLAS_H
 #define EMU_CUBLAS_H
 #include "emu_cuda.h"
 #include "cuda_bf16.h"
+#include <cstdarg>
 
 enum cudaDataType_t {
     CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_8I = 3, CUDA_R_32I = 10, CUDA_R_16BF = 14,
@@ -49,7 +54,11 @@ enum cublasLtMatrixLayoutAttribute_t {
 };
 enum cublasLtOrder_t { CUBLASLT_ORDER_COL = 0, CUBLASLT_ORDER_ROW = 1 };
 enum cublasLtPointerMode_t { CUBLASLT_POINTER_MODE_HOST = 0, CUBLASLT_POINTER_MODE_DEVICE = 1 };
-enum cublasLtMatmulPreferenceAttributes_t { CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 };
+enum cublasLtMatmulPreferenceAttributes_t {
+    CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+};
 
 struct cublasLtContext { cudaStream_t stream; };
 struct cublasLtMatmulDescOpaque_t {
@@ -70,7 +79,8 @@ struct cublasLtMatrixLayoutOpaque_t {
     int64_t ld, stride = 0;
     int32_t batch = 1;
 };
-struct cublasLtMatmulPreferenceOpaque_t { uint32_t search_mode = 0; uint64_t max_workspace = 0; };
+// min_align: CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES, 256 unless set (cuBLASLt's default)
+struct cublasLtMatmulPreferenceOpaque_t { uint32_t search_mode = 0; uint64_t max_workspace = 0; uint32_t min_align[4] = {256, 256, 256, 256}; };
 struct cublasLtMatmulAlgo_t { uint64_t data[8]; };
 struct cublasLtMatmulHeuristicResult_t {
     cublasLtMatmulAlgo_t algo;
@@ -99,15 +109,23 @@ EMU_UNCHECKED inline void blas_store(void* p, int t, int64_t i, float v) {
     else ((__nv_bfloat16*)p)[i] = __nv_bfloat16(v);
 }
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+inline bool strict();
 EMU_UNCHECKED inline float gelu(float x) {
     float u = kGeluScale * (x + 0.044715f * x * x * x);
+    if (strict()) return x / (1.0f + expf(-2.0f * u));  // 0.5 (1 + tanh u) = sigmoid(2u)
     return 0.5f * x * (1.0f + tanhf(u));
 }
 EMU_UNCHECKED inline float gelu_grad(float x) {
     float u = kGeluScale * (x + 0.044715f * x * x * x);
+    float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    if (strict()) {  // with s = sigmoid(2u): d/dx x s = s + 2 x s (1 - s) du
+        float sg = 1.0f / (1.0f + expf(-2.0f * u));
+        return sg + 2.0f * x * sg * (1.0f - sg) * du;
+    }
     float t = tanhf(u);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
+constexpr int kSplitK = 64;  // the strict rules' k block
 
 struct Operand { const void* p; int type; int64_t ld, stride; };
 struct Epilogue {
@@ -140,6 +158,7 @@ EMU_UNCHECKED inline cublasStatus_t gemm(int ta, int tb, int m, int n, int k, fl
     const bool aux_out = gelu_fwd && (e.kind & 128), dgelu = e.kind & 64, bgrad_d = e.kind == CUBLASLT_EPILOGUE_DGELU_BGRAD;
     if ((has_bias || bgrad_d || e.kind >= CUBLASLT_EPILOGUE_BGRADA) && !e.bias) return CUBLAS_STATUS_INVALID_VALUE;
     if ((aux_out || dgelu) && (!e.aux || e.aux_ld < m)) return CUBLAS_STATUS_INVALID_VALUE;
+    const bool blocked = strict();
     std::vector<float> out_buf((size_t)m * n);
     float* out = out_buf.data();
     for (int b = 0; b < batch; b++) {
@@ -154,7 +173,15 @@ EMU_UNCHECKED inline cublasStatus_t gemm(int ta, int tb, int m, int n, int k, fl
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
                 float acc = 0.0f;
-                for (int kk = 0; kk < k; kk++) acc += opA(i, kk) * opB(kk, j);
+                if (blocked) {
+                    for (int k0 = 0; k0 < k; k0 += kSplitK) {
+                        float part = 0.0f;
+                        for (int kk = k0; kk < k && kk < k0 + kSplitK; kk++) part += opA(i, kk) * opB(kk, j);
+                        acc += part;
+                    }
+                } else {
+                    for (int kk = 0; kk < k; kk++) acc += opA(i, kk) * opB(kk, j);
+                }
                 float v = alpha * acc;
                 if (beta != 0.0f) v += beta * blas_load(c, C.type, i + (int64_t)j * C.ld);
                 if (has_bias) v += blas_load(bias, e.bias_type, i);
@@ -253,17 +280,83 @@ inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
                                                            cublasLtMatmulPreferenceAttributes_t a, const void* buf, size_t n) {
     if (a == CUBLASLT_MATMUL_PREF_SEARCH_MODE) return emu::set_attr(p->search_mode, buf, n);
     if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return emu::set_attr(p->max_workspace, buf, n);
+    if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+        return emu::set_attr(p->min_align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, n);
     return CUBLAS_STATUS_NOT_SUPPORTED;
 }
-// One algorithm fits every problem; it needs no workspace.
-inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
-                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                                     cublasLtMatmulPreference_t, int requested,
+
+namespace emu {
+// The strict rules of cuBLASLt (emu::strict(); EMU_STRICT=0: any pointer and leading dimension):
+// a 16-bit operand needs 16-byte aligned pointers and ld * 2 % 16 == 0 (tensor-core tiles), every
+// operand at least its element size; the bias and aux pointers 16-byte alignment and the aux
+// leading dimension a multiple of 8; an algorithm returned by the heuristic may assume the
+// alignment it was asked for (the preference's minimum, 256 bytes by default), so cublasLtMatmul
+// refuses a pointer aligned to less. Each refusal says why on stderr.
+constexpr uint64_t kAlgoMagic = 0x656d75616c676f31ull;  // marks an algorithm from our heuristic
+inline void blas_refuse(const char* fn, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+inline void blas_refuse(const char* fn, const char* fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cuda_emu: %s refuses: %s (cuBLASLt: CUBLAS_STATUS_NOT_SUPPORTED)\n", fn, msg);
+}
+inline int blas_elem(int type) { return type == CUDA_R_32F ? 4 : 2; }
+inline const char* kOperand[4] = {"A", "B", "C", "D"};
+// The layout rules of the four operands and the epilogue's aux leading dimension; true if they hold.
+inline bool blas_layouts_ok(const char* fn, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t const* l) {
+    for (int i = 0; i < 4; i++) {
+        int es = blas_elem(l[i]->type);
+        if (es == 2 && (l[i]->ld * es) % 16 != 0) {
+            blas_refuse(fn, "%s is 16-bit with leading dimension %lld: ld * 2 bytes must be a multiple of 16",
+                        kOperand[i], (long long)l[i]->ld);
+            return false;
+        }
+    }
+    bool aux = d->epilogue & 128;  // GELU_AUX(_BIAS), DGELU(_BGRAD)
+    if (aux && d->aux_ld % 8 != 0) {
+        blas_refuse(fn, "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD %lld is not divisible by 8", (long long)d->aux_ld);
+        return false;
+    }
+    return true;
+}
+inline int ptr_align(const void* p) {
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 1 && a % al) al >>= 1;
+    return al;
+}
+}  // namespace emu
+
+// One algorithm fits every problem; it needs no workspace. Under the strict rules there is none
+// where cuBLASLt has none (count 0, CUBLAS_STATUS_NOT_SUPPORTED): a layout rule broken, or an
+// alignment preference below what an operand type needs; the algorithm remembers the alignments
+// it was chosen for.
+inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t Al,
+                                                     cublasLtMatrixLayout_t Bl, cublasLtMatrixLayout_t Cl, cublasLtMatrixLayout_t Dl,
+                                                     cublasLtMatmulPreference_t pref, int requested,
                                                      cublasLtMatmulHeuristicResult_t* results, int* count) {
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
     memset(results, 0, sizeof(*results));
+    *count = 0;
+    if (emu::strict()) {
+        const char* fn = "cublasLtMatmulAlgoGetHeuristic";
+        cublasLtMatrixLayout_t l[4] = {Al, Bl, Cl, Dl};
+        if (!emu::blas_layouts_ok(fn, desc, l)) return CUBLAS_STATUS_NOT_SUPPORTED;
+        for (int i = 0; i < 4; i++) {
+            uint32_t need = emu::blas_elem(l[i]->type) == 2 ? 16 : 4;
+            if (pref && pref->min_align[i] < need) {
+                emu::blas_refuse(fn, "%s: a minimum alignment of %u bytes, below the %u its type needs", emu::kOperand[i],
+                                 pref->min_align[i], need);
+                return CUBLAS_STATUS_NOT_SUPPORTED;
+            }
+        }
+    }
     results->state = CUBLAS_STATUS_SUCCESS;
     results->wavesCount = 1.0f;
+    results->algo.data[0] = emu::kAlgoMagic;
+    for (int i = 0; i < 4; i++) results->algo.data[1 + i] = pref ? pref->min_align[i] : 256;
     *count = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -282,9 +375,38 @@ template <class F> cublasStatus_t blas_run(cudaStream_t s, F f) {
 inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                                      cublasLtMatrixLayout_t Al, const void* B, cublasLtMatrixLayout_t Bl,
                                      const void* beta, const void* C, cublasLtMatrixLayout_t Cl, void* D,
-                                     cublasLtMatrixLayout_t Dl, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
+                                     cublasLtMatrixLayout_t Dl, const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t stream) {
     for (auto l : {Al, Bl, Cl, Dl})
         if (l->order != CUBLASLT_ORDER_COL) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (emu::strict()) {
+        const char* fn = "cublasLtMatmul";
+        cublasLtMatrixLayout_t l[4] = {Al, Bl, Cl, Dl};
+        const void* p[4] = {A, B, C, D};
+        if (!emu::blas_layouts_ok(fn, desc, l)) return CUBLAS_STATUS_NOT_SUPPORTED;
+        for (int i = 0; i < 4; i++) {
+            int have = emu::ptr_align(p[i]), need = emu::blas_elem(l[i]->type) == 2 ? 16 : 4;
+            const char* why = "its type needs";
+            if (algo && algo->data[0] == emu::kAlgoMagic && (int)algo->data[1 + i] > need) {
+                need = (int)algo->data[1 + i];
+                why = "the algorithm was chosen for (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default 256)";
+            }
+            if (have < need) {
+                emu::blas_refuse(fn, "%s at %p is %d-byte aligned, below the %d bytes %s", emu::kOperand[i], p[i], have,
+                                 need, why);
+                return CUBLAS_STATUS_NOT_SUPPORTED;
+            }
+        }
+        uint32_t ep = desc->epilogue;
+        bool aux = ep & 128, bias = (ep & CUBLASLT_EPILOGUE_BIAS) || ep == CUBLASLT_EPILOGUE_DGELU_BGRAD || ep >= CUBLASLT_EPILOGUE_BGRADA;
+        if (bias && emu::ptr_align(desc->bias) < 16) {
+            emu::blas_refuse(fn, "the bias pointer %p is not 16-byte aligned", desc->bias);
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
+        if (aux && emu::ptr_align(desc->aux) < 16) {
+            emu::blas_refuse(fn, "the epilogue aux pointer %p is not 16-byte aligned", desc->aux);
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
+    }
     if (desc->scale != CUDA_R_32F || desc->transc != CUBLAS_OP_N) return CUBLAS_STATUS_NOT_SUPPORTED;
     int m = (int)(desc->transa ? Al->cols : Al->rows), k = (int)(desc->transa ? Al->rows : Al->cols);
     int kb = (int)(desc->transb ? Bl->cols : Bl->rows), n = (int)(desc->transb ? Bl->rows : Bl->cols);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <cmath>
 #include <chrono>
+#include <algorithm>
 #include <map>
 #include <unistd.h>
 
@@ -172,12 +173,46 @@ constexpr int kMaxThreads = 1024, kNumSMs = 132, kMaxThreadsPerSM = 2048, kMaxBl
 inline int current_device = 0;
 inline size_t allocated_bytes = 0;
 inline std::map<void*, size_t>& allocations() { static std::map<void*, size_t> m; return m; }
-// One emulated GPU per process, or one per local MPI rank under mpirun (each rank may pick its own).
-inline int device_count() {
+// The strict rules (default on; EMU_STRICT=0 gives the emulator's earlier leniency, to show what it
+// missed): CUDA_VISIBLE_DEVICES, cuBLASLt's alignment and leading-dimension rules, the asynchronous
+// NCCL, and numerics that are not shared with the project's kernels (dev/cuda_emu/README.md).
+inline bool strict() {
+    static int v = -1;
+    if (v < 0) {
+        const char* s = getenv("EMU_STRICT");
+        v = !(s && s[0] == '0');
+    }
+    return v != 0;
+}
+// The node's GPUs: one emulated GPU per process, or one per local MPI rank under mpirun (each rank
+// may pick its own).
+inline int node_devices() {
     const char* s = getenv("EMU_DEVICE_COUNT");
     if (!s) s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     int n = s ? atoi(s) : 1;
     return n > 0 ? n : 1;
+}
+// The GPUs this process sees: as CUDA does, CUDA_VISIBLE_DEVICES (when set) lists the node's GPUs
+// by index, and the list ends at the first entry that is not a valid index ("" or "-1": none).
+inline int device_count() {
+    int n = node_devices();
+    const char* v = getenv("CUDA_VISIBLE_DEVICES");
+    if (!v || !strict()) return n;
+    int seen = 0;
+    bool used[1024] = {};
+    const char* p = v;
+    while (*p) {
+        char* end;
+        long i = strtol(p, &end, 10);
+        if (end == p || i < 0 || i >= n || i >= 1024 || used[i]) break;
+        used[i] = true;
+        seen++;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p != ',') break;
+        p++;
+    }
+    return seen;
 }
 }
 
@@ -203,7 +238,10 @@ enum cudaDeviceAttr {
     cudaDevAttrL2CacheSize = 38,
 };
 
-inline cudaError_t cudaGetDeviceCount(int* n) { *n = emu::device_count(); return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* n) {
+    *n = emu::device_count();
+    return *n > 0 ? cudaSuccess : emu::fail(cudaErrorNoDevice);
+}
 inline cudaError_t cudaSetDevice(int d) {
     if (d < 0 || d >= emu::device_count()) return emu::fail(cudaErrorInvalidDevice);
     emu::current_device = d;
@@ -265,7 +303,7 @@ inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = CUDART_VERSION; return c
 #ifdef EMU_CHECK
 inline cudaError_t cudaDeviceSynchronize();
 #else
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize();
 #endif
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 
@@ -322,16 +360,67 @@ inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
     *free_bytes = emu::kGlobalMem - emu::allocated_bytes;
     return cudaSuccess;
 }
+struct CUstream_st { int flags; int index; };
+struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded; int stream; uint32_t seq; void* op; uint64_t ticket = 0; };
+typedef CUstream_st* cudaStream_t;
+typedef CUevent_st* cudaEvent_t;
+#ifndef EMU_CHECK
+// Host waits behind collectives (plain builds, strict rule; EMU_STRICT=0: unchecked). On a GPU a
+// collective returns at once and runs when its stream reaches it; if a peer died or hangs it never
+// ends, and a blocking call (cudaMemcpy, cudaStreamSynchronize, cudaEventSynchronize,
+// cudaDeviceSynchronize) that waits behind it blocks forever with no deadline. So such a call is
+// reported while a collective it stands behind has not been seen complete by the host through a
+// poll (cudaEventQuery or cudaStreamQuery answering cudaSuccess for an event or stream behind it:
+// the deadline-and-async-error path). Each collective is a ticket; a stream stands behind the last
+// ticket issued on it or reached through cudaStreamWaitEvent, an event behind its stream's at record.
+namespace emu {
+inline uint64_t coll_tickets = 0;       // collectives issued
+inline uint64_t coll_seen = 0;          // the newest ticket the host has seen complete by polling
+inline const char* coll_what = "";      // the newest collective's name
+inline std::map<const void*, uint64_t>& stream_tickets() { static std::map<const void*, uint64_t> m; return m; }
+inline const void* stream_key(cudaStream_t s) {
+    return ((uintptr_t)s <= 2) ? nullptr : (const void*)s;  // 0, cudaStreamLegacy, cudaStreamPerThread
+}
+inline uint64_t stream_ticket(cudaStream_t s) {
+    auto it = stream_tickets().find(stream_key(s));
+    uint64_t t = it == stream_tickets().end() ? 0 : it->second;
+    if (stream_key(s) == nullptr)  // the legacy stream also waits for the blocking streams
+        for (auto& kv : stream_tickets())
+            if (kv.first && ((const CUstream_st*)kv.first)->flags == 0 && kv.second > t) t = kv.second;
+    return t;
+}
+inline void collective_issued(cudaStream_t s, const char* what) {
+    stream_tickets()[stream_key(s)] = ++coll_tickets;
+    coll_what = what;
+}
+inline void host_blocks(const char* call, uint64_t ticket) {
+    if (!strict() || ticket <= coll_seen) return;
+    fprintf(stderr, "cuda_emu: %s blocks behind a collective (%s) the host has not seen complete: on a GPU it "
+            "blocks forever, with no deadline, if a peer died or hangs; poll first (cudaEventQuery with a deadline "
+            "and ncclCommGetAsyncError)\n", call, coll_what);
+    fflush(stderr);
+    _exit(66);
+}
+}  // namespace emu
+#endif
 #ifdef EMU_CHECK
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind);
 inline cudaError_t cudaMemset(void* p, int v, size_t n);
 #else
-inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+inline cudaError_t emu_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
     if ((unsigned)kind > cudaMemcpyDefault) return emu::fail(cudaErrorInvalidMemcpyDirection);
     if (n) memmove(dst, src, n);
     return cudaSuccess;
 }
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    emu::host_blocks("cudaMemcpy", emu::stream_ticket(0));
+    return emu_copy(dst, src, n, kind);
+}
 inline cudaError_t cudaMemset(void* p, int v, size_t n) { if (n) memset(p, v, n); return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() {
+    emu::host_blocks("cudaDeviceSynchronize", emu::coll_tickets);
+    return cudaSuccess;
+}
 #endif
 inline cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                                 size_t height, cudaMemcpyKind kind) {
@@ -357,10 +446,6 @@ cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t n, size_t of
 template <class T> cudaError_t cudaGetSymbolAddress(void** p, T& symbol) { *p = (void*)&symbol; return cudaSuccess; }
 
 // ---- streams and events: every operation completes before the call returns (--check: emu_check.h) ----
-struct CUstream_st { int flags; int index; };
-struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded; int stream; uint32_t seq; void* op; };
-typedef CUstream_st* cudaStream_t;
-typedef CUevent_st* cudaEvent_t;
 #define cudaStreamDefault 0
 #define cudaStreamNonBlocking 1
 #define cudaStreamLegacy ((cudaStream_t)0x1)
@@ -393,26 +478,43 @@ inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new CUstream_st{0, 0
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int f) { *s = new CUstream_st{(int)f, 0}; return cudaSuccess; }
 inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int f, int) { return cudaStreamCreateWithFlags(s, f); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int = 0) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    emu::host_blocks("cudaStreamSynchronize", emu::stream_ticket(s));
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamQuery(cudaStream_t s) {
+    emu::coll_seen = std::max(emu::coll_seen, emu::stream_ticket(s));
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int = 0) {
+    uint64_t& t = emu::stream_tickets()[emu::stream_key(s)];
+    t = std::max(t, e->ticket);
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st{{}, false, 0, 0, nullptr}; return cudaSuccess; }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = 0) {
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0) {
     e->t = std::chrono::steady_clock::now();
     e->recorded = true;
+    e->ticket = emu::stream_ticket(s);
     return cudaSuccess;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    emu::host_blocks("cudaEventSynchronize", e->ticket);
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventQuery(cudaEvent_t e) {
+    emu::coll_seen = std::max(emu::coll_seen, e->ticket);
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     if (!a->recorded || !b->recorded) return emu::fail(cudaErrorInvalidResourceHandle);
     *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = 0) {
-    return cudaMemcpy(d, s, n, k);
+    return emu_copy(d, s, n, k);
 }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = 0) { return cudaMemset(p, v, n); }
 inline cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }

@@ -219,8 +219,14 @@ inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
     *out = new ncclComm{c, r, size, comm->device};
     return ncclSuccess;
 }
+#ifdef EMU_CHECK
+namespace emu { inline void forget_comm(const void* comm); }
+#endif
 inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
+#ifdef EMU_CHECK
+    emu::forget_comm(comm);
+#endif
     MPI_Comm_free(&comm->mpi);
     delete comm;
     return ncclSuccess;
@@ -239,19 +245,57 @@ inline std::vector<std::function<ncclResult_t()>> nccl_group;  // the collective
 // A collective runs as an operation of its stream; under --check after the stream's earlier work,
 // with its buffers recorded as read / written for the cross-stream order check. Inside a group it
 // is recorded and issued by the outermost ncclGroupEnd.
-template <class F> ncclResult_t nccl_run(cudaStream_t s, const char* what, const void* in, size_t in_bytes, void* out,
-                                         size_t out_bytes, F f) {
+#ifdef EMU_CHECK
+// Collectives on two communicators of one rank must not overlap (NCCL's "Using multiple NCCL
+// communicators concurrently": its kernels block, so two that run at once can deadlock across
+// ranks): each collective must be ordered after the last one of every other communicator, by a
+// stream, an event or a host synchronisation (strict rule; EMU_STRICT=0: unchecked).
+struct LastCollective { chk::Op* op; const char* what; int id; };
+inline std::map<const void*, LastCollective>& last_collectives() { static std::map<const void*, LastCollective> m; return m; }
+inline int next_comm_id = 0;
+inline std::map<const void*, int>& comm_ids() { static std::map<const void*, int> m; return m; }
+EMU_NOSAN inline int comm_id(const void* comm) {
+    auto it = comm_ids().find(comm);
+    if (it != comm_ids().end()) return it->second;
+    return comm_ids()[comm] = ++next_comm_id;
+}
+EMU_NOSAN inline void collective_order(const void* comm, const char* what) {
+    chk::Op* now = chk::running_op;
+    if (!now) return;
+    int id = comm_id(comm);
+    if (strict()) {
+        for (auto& kv : last_collectives()) {
+            const LastCollective& p = kv.second;
+            if (kv.first == comm || chk::happens_before(p.op, now)) continue;
+            chk::report("collectives on two communicators that nothing orders\n  this one:    %s on %s, communicator #%d\n"
+                        "  earlier one: %s on %s, communicator #%d\n  NCCL kernels block: collectives of different "
+                        "communicators must not overlap (order them by a stream, an event with cudaStreamWaitEvent, or a "
+                        "host synchronisation)", what, chk::stream_name(now->stream).c_str(), id, p.what,
+                        chk::stream_name(p.op->stream).c_str(), p.id);
+        }
+    }
+    last_collectives()[comm] = LastCollective{now, what, id};
+}
+EMU_NOSAN inline void forget_comm(const void* comm) {
+    last_collectives().erase(comm);
+    comm_ids().erase(comm);
+}
+#endif
+template <class F> ncclResult_t nccl_run(ncclComm_t comm, cudaStream_t s, const char* what, const void* in,
+                                         size_t in_bytes, void* out, size_t out_bytes, F f) {
     auto issue = [=]() mutable -> ncclResult_t {
 #ifdef EMU_CHECK
         ncclResult_t r = ncclSuccess;
         chk::run_now(s, what, [&] {
+            collective_order(comm, what);
             chk::range_access(in, in_bytes, false);
             chk::range_access(out, out_bytes, true);
             r = f();
         });
         return r;
 #else
-        (void)s; (void)what; (void)in; (void)in_bytes; (void)out; (void)out_bytes;
+        (void)comm; (void)in; (void)in_bytes; (void)out; (void)out_bytes;
+        collective_issued(s, what);
         return f();
 #endif
     };
@@ -287,7 +331,7 @@ inline ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t c
                                   ncclComm_t comm, cudaStream_t s) {
     if (!comm || !emu::nccl_supported(t, op)) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    return emu::nccl_run(s, "ncclAllReduce", sendbuff, count * es, recvbuff, count * es, [=] {
+    return emu::nccl_run(comm, s, "ncclAllReduce", sendbuff, count * es, recvbuff, count * es, [=] {
         auto off = emu::even_chunks(count, comm->size);
         char* own = (char*)recvbuff + off[comm->rank] * es;
         emu::ring_reduce_scatter(sendbuff, own, off, t, op, comm);
@@ -302,7 +346,7 @@ inline ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size
                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
     if (!comm || !emu::nccl_supported(t, op)) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    return emu::nccl_run(s, "ncclReduceScatter", sendbuff, recvcount * comm->size * es, recvbuff, recvcount * es, [=] {
+    return emu::nccl_run(comm, s, "ncclReduceScatter", sendbuff, recvcount * comm->size * es, recvbuff, recvcount * es, [=] {
         auto off = emu::even_chunks(recvcount * comm->size, comm->size);
         emu::ring_reduce_scatter(sendbuff, recvbuff, off, t, op, comm);
         if (op == ncclAvg) emu::divide(recvbuff, recvcount, t, comm->size);
@@ -315,7 +359,7 @@ inline ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t s
                                   ncclComm_t comm, cudaStream_t s) {
     if (!comm) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    return emu::nccl_run(s, "ncclAllGather", sendbuff, sendcount * es, recvbuff, sendcount * comm->size * es, [=] {
+    return emu::nccl_run(comm, s, "ncclAllGather", sendbuff, sendcount * es, recvbuff, sendcount * comm->size * es, [=] {
         char* own = (char*)recvbuff + comm->rank * sendcount * es;
         if (own != sendbuff) memmove(own, sendbuff, sendcount * es);
         emu::ring_all_gather(recvbuff, emu::even_chunks(sendcount * comm->size, comm->size), t, comm);
@@ -328,7 +372,7 @@ inline ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t c
     if (!comm || root < 0 || root >= comm->size) return ncclInvalidArgument;
     size_t bytes = count * emu::nccl_size(t);
     int n = comm->size, pos = (comm->rank - root + n) % n;  // position along the chain
-    return emu::nccl_run(s, "ncclBroadcast", pos == 0 ? sendbuff : nullptr, bytes, recvbuff, bytes, [=] {
+    return emu::nccl_run(comm, s, "ncclBroadcast", pos == 0 ? sendbuff : nullptr, bytes, recvbuff, bytes, [=] {
         if (pos == 0 && recvbuff != sendbuff) memmove(recvbuff, sendbuff, bytes);
         if (bytes > INT_MAX) emu::die("NCCL emulation: a broadcast over 2 GiB");
         if (pos > 0) MPI_Recv(recvbuff, (int)bytes, MPI_BYTE, (comm->rank - 1 + n) % n, emu::nccl_tag, comm->mpi, MPI_STATUS_IGNORE);

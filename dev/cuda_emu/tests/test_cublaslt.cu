@@ -2,7 +2,11 @@
 // double: fp32 and bf16 operands (fp32 compute), all four transpose combinations, padded leading
 // dimensions, alpha/beta with D == C accumulation, strided batches, and the epilogues DEFAULT, BIAS,
 // GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU, DGELU_BGRAD, BGRADA, BGRADB; plus cublasSgemm,
-// cublasSgemmStridedBatched and cublasGemmEx. Real CUDA: it also compiles with nvcc.
+// cublasSgemmStridedBatched and cublasGemmEx. Leading dimensions and batch strides are padded to
+// multiples of 8 elements (cuBLASLt's 16-byte rules for bf16). Under the emulator, also its strict
+// rules: the heuristic refuses a bf16 leading dimension or aux_ld off the 16-byte rules, and a
+// matmul refuses a pointer aligned to less than the heuristic was asked for. Real CUDA: it also
+// compiles with nvcc.
 #include <vector>
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -61,9 +65,10 @@ static int cases_run = 0;
 
 static void run_case(cublasLtHandle_t lt, const Case& c) {
     const int m = 13, n = 7, k = 9, pad = 3;
+    auto round8 = [](int x) { return (x + 7) / 8 * 8; };
     int arows = c.ta ? k : m, acols = c.ta ? m : k, brows = c.tb ? n : k, bcols = c.tb ? k : n;
-    int lda = arows + pad, ldb = brows + pad, ldc = m + pad, ldaux = m + 1;
-    long long sa = (long long)lda * acols + 5, sb = (long long)ldb * bcols + 2, sc = (long long)ldc * n + 4;
+    int lda = round8(arows + pad), ldb = round8(brows + pad), ldc = round8(m + pad), ldaux = round8(m + 1);
+    long long sa = (long long)lda * acols + 8, sb = (long long)ldb * bcols + 16, sc = (long long)ldc * n + 8;
     unsigned seed = 17u * cases_run + 1u;
     Buf A(c.ab_bf16, sa * c.batch, seed), B(c.ab_bf16, sb * c.batch, seed + 7), D(c.cd_bf16, sc * c.batch, seed + 13);
     bool has_bias = c.epi & CUBLASLT_EPILOGUE_BIAS, gelu = c.epi == CUBLASLT_EPILOGUE_GELU || c.epi == CUBLASLT_EPILOGUE_GELU_BIAS ||
@@ -186,9 +191,79 @@ static void run_cublas(cublasHandle_t h, int ta, int tb, bool bf16, int batch) {
     EXPECT(bad == 0, "cuBLAS ta=%d tb=%d bf16=%d batch=%d: %d mismatches", ta, tb, bf16, batch, bad);
 }
 
+#ifdef EMU_CUDA
+// The emulator's strict cuBLASLt rules (dev/cuda_emu/README.md): refusals where cuBLASLt refuses.
+static void strict_rules(cublasLtHandle_t lt) {
+    const int m = 16, n = 8, k = 16;
+    Buf A(true, 2 * k * m + 64, 1), B(true, k * n, 2), D(true, m * n, 3), aux(true, 16 * n, 4);
+    auto heuristic = [&](int lda, int64_t aux_ld, uint32_t align_a, cublasLtMatmulHeuristicResult_t* heur) {
+        cublasLtMatmulDesc_t desc;
+        BLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        if (aux_ld > 0) {
+            cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_GELU_AUX;
+            BLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
+            BLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux.dev, sizeof(void*)));
+            BLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        }
+        cublasLtMatrixLayout_t la, lb, ld;
+        BLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, m, k, lda));
+        BLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k));
+        BLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, m));
+        cublasLtMatmulPreference_t pref;
+        BLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        if (align_a) BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+        int found = 0;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, heur, &found);
+        float one = 1.0f, zero = 0.0f;
+        const void* a = (const char*)A.dev + (align_a == 128 ? 128 : 0);
+        cublasStatus_t mm = found ? cublasLtMatmul(lt, desc, &one, a, la, B.dev, lb, &zero, D.dev, ld, D.dev, ld, &heur->algo,
+                                                   nullptr, 0, 0) : CUBLAS_STATUS_NOT_SUPPORTED;
+        cublasLtMatmulPreferenceDestroy(pref);
+        cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(ld);
+        cublasLtMatmulDescDestroy(desc);
+        return std::make_pair(st == CUBLAS_STATUS_SUCCESS ? found : 0, mm);
+    };
+    cublasLtMatmulHeuristicResult_t heur;
+    fprintf(stderr, "(the refusals below are expected)\n");
+    EXPECT(heuristic(m, 0, 0, &heur).first == 1, "strict: a plain bf16 matmul has an algorithm");
+    EXPECT(heuristic(m + 4, 0, 0, &heur).first == 0, "strict: bf16 lda 20 (40 bytes) has no algorithm");
+    EXPECT(heuristic(m, 16, 0, &heur).first == 1, "strict: aux_ld 16 has an algorithm");
+    EXPECT(heuristic(m, 20, 0, &heur).first == 0, "strict: aux_ld 20 has no algorithm");
+    EXPECT(heuristic(m, 0, 8, &heur).first == 0, "strict: a bf16 operand asked for at 8-byte alignment has no algorithm");
+    // the default preference (256) then a 128-byte aligned A: refused; asked for at 128: runs
+    auto a128 = [&](uint32_t pref_align) {
+        cublasLtMatmulDesc_t desc;
+        BLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        cublasLtMatrixLayout_t la, lb, ld;
+        BLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, m, k, m));
+        BLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k));
+        BLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, m));
+        cublasLtMatmulPreference_t pref;
+        BLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        if (pref_align) BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &pref_align, sizeof(pref_align)));
+        int found = 0;
+        BLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+        float one = 1.0f, zero = 0.0f;
+        cublasStatus_t st = cublasLtMatmul(lt, desc, &one, (const char*)A.dev + 128, la, B.dev, lb, &zero, D.dev, ld,
+                                           D.dev, ld, &heur.algo, nullptr, 0, 0);
+        cublasLtMatmulPreferenceDestroy(pref);
+        cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(ld);
+        cublasLtMatmulDescDestroy(desc);
+        return st;
+    };
+    EXPECT(a128(0) == CUBLAS_STATUS_NOT_SUPPORTED, "strict: a 128-byte aligned A under the default 256-byte preference is refused");
+    EXPECT(a128(128) == CUBLAS_STATUS_SUCCESS, "strict: a 128-byte aligned A asked for at 128 bytes runs");
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+#endif
+
 int main() {
     cublasLtHandle_t lt;
     BLAS_CHECK(cublasLtCreate(&lt));
+#ifdef EMU_CUDA
+    const char* strict_env = getenv("EMU_STRICT");
+    if (!(strict_env && strict_env[0] == '0')) strict_rules(lt);
+#endif
     const cublasLtEpilogue_t epis[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU,
                                        CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
                                        CUBLASLT_EPILOGUE_DGELU, CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLASLT_EPILOGUE_BGRADA,

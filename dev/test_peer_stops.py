@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""A peer that stops answering stops the job (docs/distributed.md, "When a rank fails"):
+
+    /usr/bin/python3 dev/test_peer_stops.py WORK_DIR TRAINER
+
+2 ranks of TRAINER (the emulated GPU trainer, FP32, ZeRO 1), -wt 1: rank 1 stops answering
+(-fi hang_fwd / hang_ckpt / hang_eval, llmc/faults.h) inside a step's forward, inside the
+checkpoint write, and inside a HellaSwag evaluation. Each time rank 0 must exit non-zero on its
+own with an error line naming the step and that a peer died or hangs, within the wait's limit
+(-wt, or 10 x -wt for a wait with a grace: a checkpoint's barrier, the run's first collective) plus
+a few seconds; mpirun then ends the hung rank.
+"""
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
+sys.path.insert(0, os.path.join(ROOT, "dev"))
+from data_common import write_eval_file  # noqa: E402
+from test_hellaswag import synthetic_examples  # noqa: E402
+
+
+def main():
+    work, trainer = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    evalf = os.path.join(work, "eval.bin")
+    write_eval_file(evalf, synthetic_examples(257, 11))
+    base = ["-e", "d2", "-V", "257", "-sl", "64", "-i", "data/kjv/kjv_train.bin", "-j", "", "-b", "2", "-t", "32",
+            "-d", "128", "-l", "1e-3", "-s", "0", "-z", "1", "-wt", "1"]
+    wt, slack = 1.0, 6.0
+    cases = [  # (name, flags, fault, the wait's limit in s)
+        ("forward of step 2", ["-x", "4"], "hang_fwd@2:1", wt),
+        ("checkpoint write of step 1", ["-x", "4", "-n", "1"], "hang_ckpt@1:1", 10 * wt),
+        ("HellaSwag evaluation after step 2", ["-x", "4", "-v", "2", "-h", "1", "-hf", evalf], "hang_eval@2:1", wt),
+    ]
+    ok = True
+    for name, flags, fault, limit in cases:
+        out = os.path.join(work, fault.split("@")[0])
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", trainer] + base + flags + \
+            ["-fi", fault, "-o", out]
+        # stderr read as it comes: the time from rank 1's fault line to the end of the job
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        lines, hang_at = [], None
+        for line in p.stderr:
+            lines.append(line.rstrip("\n"))
+            if hang_at is None and "stops answering" in line:
+                hang_at = time.time()
+        p.wait(timeout=120)
+        took = time.time() - hang_at if hang_at else float("inf")
+        stderr = "\n".join(lines)
+        hung = re.search(r"fault injection: rank 1 stops answering in .* of step (\d+)", stderr)
+        err = [l for l in lines if l.startswith("error: rank 0")]
+        # the step rank 0 names: the step it is running (an evaluation after step s runs in step s + 1)
+        step = (int(hung.group(1)) + (1 if "eval" in fault else 0)) if hung else -1
+        good = p.returncode != 0 and hung is not None and len(err) > 0 and f"step {step}:" in err[0] and \
+            "peer has died or hangs" in err[0] and took < limit + slack
+        print(f"{'ok  ' if good else 'FAIL'} rank 1 stops in the {name}: exit {p.returncode}, {took:.1f} s after the "
+              f"stop (limit {limit:.0f} s + {slack:.0f} s): {err[:1]}")
+        ok &= good
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
