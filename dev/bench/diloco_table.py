@@ -2,8 +2,8 @@
 2 and 4 replicas synchronized every H steps, at equal tokens, on this machine's 2 cores.
 
 The quick start's model (d6: 6 layers, 384 channels, byte-level KJV) with a shorter run than
-`make quickstart` so that the table (10 runs) fits in about 40 minutes of 2 cores: T 64, 256 tokens per step
-(4 rows, split over the replicas), 300 steps (77K tokens), lr 1e-3 with 20 warmup steps and a
+`make quickstart` so that the table (12 runs) fits in about 40 minutes of 2 cores: T 64, 256 tokens per step
+(4 rows, split over the replicas), 600 steps (154K tokens), lr 1e-3 with 20 warmup steps and a
 cosine decay to 0.1, ZeRO 1, one rank per replica (-ds 1), one OpenMP thread per rank. Every
 configuration reads the same rows (a replica's share of each global batch) and reports its final
 val loss (the same 64 val rows), the bytes each rank sends across the replicas per trained token
@@ -27,12 +27,14 @@ CONFIGS = [
     ("R2 H5 0.7/0.9", 2, 5, 0.7, 0.9, 0),
     ("R2 H20 0.7/0.9", 2, 20, 0.7, 0.9, 0),
     ("R2 H100 0.7/0.9", 2, 100, 0.7, 0.9, 0),
+    ("R2 H5 avg 1.0/0", 2, 5, 1.0, 0.0, 0),
     ("R2 H20 avg 1.0/0", 2, 20, 1.0, 0.0, 0),
     ("R2 H100 avg 1.0/0", 2, 100, 1.0, 0.0, 0),
     ("R2 H20 0.7/0.9 -lss 100", 2, 20, 0.7, 0.9, 100),
     ("R2 H20 0.7/0.5", 2, 20, 0.7, 0.5, 0),
     ("R4 H20 0.7/0.9", 4, 20, 0.7, 0.9, 0),
     ("R4 H20 avg 1.0/0", 4, 20, 1.0, 0.0, 0),
+    ("R4 H20 0.7/0.9 -lss 100", 4, 20, 0.7, 0.9, 100),
 ]
 ROWS, T = 4, 64
 
@@ -40,7 +42,7 @@ ROWS, T = 4, 64
 def run(name, R, every, lr, mom, start, steps):
     tag = re.sub(r"[^A-Za-z0-9.]+", "_", name)
     d = f"{OUT}/{tag}"
-    args = ["-i", "data/kjv/kjv_train.bin", "-j", "data/kjv/kjv_val.bin", "-e", "d6", "-sl", "256",
+    args = ["-i", "data/kjv/kjv_train.bin", "-j", "data/kjv/kjv_val.bin", "-e", "d6", "-V", "257", "-sl", "256",
             "-b", str(ROWS // R), "-t", str(T), "-d", str(ROWS * T), "-x", str(steps), "-l", "1e-3", "-u", "20",
             "-q", "0.1", "-k", "cosine", "-c", "0.1", "-v", "100", "-m", str(64 // ROWS), "-s", "0", "-z", "1",
             "-ds", "1", "-o", d]
@@ -65,13 +67,13 @@ def run(name, R, every, lr, mom, start, steps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--only", default="")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     only = [s for s in a.only.split(",") if s]
     rows, sync_val = [], None
-    print(f"| configuration | final val loss | vs sync | val at 100/200 | replica bytes/token | step ms |")
+    print(f"| configuration | final val loss | vs sync | val at 100/200/300/400/500 | replica bytes/token | step ms |")
     print("|---|---|---|---|---|---|")
     for cfg in CONFIGS:
         if only and cfg[0] not in only and cfg[0] != "sync":

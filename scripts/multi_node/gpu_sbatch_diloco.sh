@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPT-2 350M (d24) on 4 nodes x 8 GPUs joined by slow links (Ethernet, other clusters): each node
 # is a replica (-ds 8: ZeRO 1 over its 8 GPUs and NVLink) and the replicas synchronize every 50
-# steps (-ls 50, DiLoCo: outer Nesterov, -ol 0.7 -om 0.9) after 1000 synchronous steps (-lss 1000),
+# steps (-ls 50, DiLoCo with the default outer step, plain averaging; docs/distributed.md's table)
+# after 1000 synchronous steps (-lss 1000),
 # instead of all-reducing their gradients every step. 524288 tokens per step (B 16 x T 1024 x 32
 # GPUs). Start-up as gpu_sbatch_fs.sh (srun without MPI, NCCL id through RENDEZVOUS_DIR).
 # Bytes each GPU sends across the nodes (the trainer's closed form, llmc/accounting.h, as its
@@ -33,5 +34,5 @@ srun --mpi=none ./train_gpt2 -pi fs -pf "$RENDEZVOUS_DIR" \
     -i "data/fineweb10B/fineweb_train_*.bin" -j "data/fineweb10B/fineweb_val_*.bin" \
     -tk data/gpt2_tokenizer.bin -e d24 -b 16 -t 1024 -d 524288 \
     -x 18865 -l 3e-4 -u 700 -q 0.0 -c 0.1 -v 250 -m 20 -s 20000 -g 144 \
-    -z 1 -ds 8 -ls 50 -lss 1000 -ol 0.7 -om 0.9 -r 1 -w 1 -n 2000 -y 1 -nk 3 -o log_gpt2_350M_diloco
+    -z 1 -ds 8 -ls 50 -lss 1000 -r 1 -w 1 -n 2000 -y 1 -nk 3 -o log_gpt2_350M_diloco
 if [ ! -f log_gpt2_350M_diloco/model_final.bin ]; then scontrol requeue "$SLURM_JOB_ID"; fi
