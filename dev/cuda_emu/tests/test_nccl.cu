@@ -38,8 +38,16 @@ static void put(void* dev, Kind k, const std::vector<double>& v) {
     }
     CUDA_CHECK(cudaMemcpy(dev, h.data(), h.size(), cudaMemcpyHostToDevice));
 }
+// The collectives run on stream 0: the host polls it until they are done (as the trainer's
+// deadline path does) before a blocking copy reads their results.
+static void wait_collectives() {
+    cudaError_t e;
+    while ((e = cudaStreamQuery(0)) == cudaErrorNotReady) {}
+    CUDA_CHECK(e);
+}
 static std::vector<double> get(const void* dev, Kind k, size_t n) {
     std::vector<char> h(n * elem_size(k));
+    wait_collectives();
     CUDA_CHECK(cudaMemcpy(h.data(), dev, h.size(), cudaMemcpyDeviceToHost));
     std::vector<double> v(n);
     for (size_t i = 0; i < n; i++)
@@ -80,7 +88,7 @@ static void all_reduce(ncclComm_t comm, Kind k, ncclRedOp_t op, size_t count, bo
     size_t before = emu_nccl_bytes_sent();
 #endif
     NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(k), op, comm, 0));
-    CUDA_CHECK(cudaDeviceSynchronize());
+    wait_collectives();
     std::vector<double> got = get(recv, k, count);
     int bad = 0;
     for (size_t i = 0; i < count; i++) bad += !close_to(got[i], reduce_ref(op, k, i), 1e-6);
@@ -247,6 +255,7 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaMemcpy(d, &rank_, sizeof(int), cudaMemcpyHostToDevice));
         NCCL_CHECK(ncclAllReduce(d, d, 1, ncclInt32, ncclSum, sub, 0));
         int got, want = 0;
+        wait_collectives();
         CUDA_CHECK(cudaMemcpy(&got, d, sizeof(int), cudaMemcpyDeviceToHost));
         for (int r = 0; r < nranks; r++)
             if (r % 2 == rank_ % 2 && !(nranks >= 3 && r == nranks - 1)) want += r;
