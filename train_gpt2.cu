@@ -844,6 +844,7 @@ static void dp_upload_owned(DataParallel* dp, GPT2* m, const float* src) {
     if (dp->zero_stage == 0) { return; }
     dp_all_gather_params(dp, m);
     dp_comm_wait(dp);
+    wait_device(0, dp->host_event, "the all-gather of the resumed parameters");
 }
 
 // outer = the owned local parameters (fp32), the outer momentum 0 (stream 0).

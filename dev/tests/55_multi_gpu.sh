@@ -102,7 +102,7 @@ checked_mutant() {
 # The test of that test: without the cudaStreamWaitEvent that orders the communication stream after
 # the gradients (ZeRO 2), --check must report the reduce-scatter reading what a kernel on stream 0 wrote.
 multi_gpu_checked_stream_mutant() {
-    checked_mutant build/multi_gpu/checked_mutant '    cudaCheck(cudaStreamWaitEvent(cs, dp->grads_ready, 0));' 2
+    checked_mutant build/multi_gpu/checked_mutant '    dp_order_on_comm(dp); \/\/ after the layer' 2
 }
 check_bg multi_gpu_checked_detects_missing_stream_wait multi_gpu_checked_stream_mutant
 
