@@ -81,6 +81,27 @@ check multi_gpu_checked_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/train
     make -s train_gpt2cpu"
 check multi_gpu_checked_fp32_bf16_1_2_ranks multi_gpu_checked
 
+# -ls through the checked FP32 build (the outer sync's kernels, its all-reduce on the communication
+# stream, the CRC all-gather, a resume inside a window): 2 x 1 ZeRO 1 under reverse and 2 x 2 ZeRO 2
+# under random:4, each run to step 4 with a checkpoint at step 3 and resumed from it: no --check
+# report, and the resumed steps equal the uninterrupted ones.
+multi_gpu_checked_diloco() {
+    local np=$1 ds=$2 z=$3 sched=$4 d=$MGC_DIR/diloco_np$1_z$3
+    local flags="$MGC_FLAGS -x 4 -z $z -ds $ds -ls 2 -ol 0.7 -om 0.9 -n 3"
+    rm -rf $d $d.part && mkdir -p $d.part
+    EMU_SCHED=$sched eval mpirun --allow-run-as-root --oversubscribe -np $np -x EMU_SCHED \
+        build/gpu/train_gpt2emu_fp32_check $flags -o $d > $d.out 2>&1 || { tail -20 $d.out; return 1; }
+    cp $d/*_00000003* $d.part/
+    EMU_SCHED=$sched eval mpirun --allow-run-as-root --oversubscribe -np $np -x EMU_SCHED \
+        build/gpu/train_gpt2emu_fp32_check $flags -y 1 -o $d.part > $d.part.out 2>&1 || { tail -20 $d.part.out; return 1; }
+    ! grep "cuda_emu --check" $d.out $d.part.out || return 1
+    grep "^s:4 trl" $d/main.log $d.part/main.log
+    [ "$(grep '^s:4 trl' $d/main.log)" = "$(grep '^s:4 trl' $d.part/main.log)" ] && cmp $d/model_final.bin $d.part/model_final.bin
+}
+check_bg multi_gpu_checked_diloco_2x1_reverse multi_gpu_checked_diloco 2 1 1 reverse
+check_bg multi_gpu_checked_diloco_2x2_random multi_gpu_checked_diloco 4 2 2 random:4
+check_wait
+
 # A checked 2-rank run of train_gpt2.cu with one line replaced by a comment (checked_mutant DIR
 # SED_PATTERN ZERO_STAGE [MORE_FLAGS [REPORT]]): it must fail with a --check report (by default of
 # unordered stream operations), which goes to DIR/report.txt. Such checks compile on one core each:
