@@ -12,6 +12,7 @@
 #include "llmc/gpt2_model.h"
 #include "llmc/mesh.h"
 #include "llmc/checkpoint.h"
+#include "llmc/outer_sync.h"
 
 static void usage(void) {
     fprintf(stderr, "usage: ckpt_tool info|verify DIR [STEP] | ckpt_tool export DIR STEP OUT.bin\n");
@@ -57,7 +58,8 @@ static void info_one(const char* dir, int step) {
     printf("  position: step %d, data epoch %d file %d row %ld, skipped steps %d (%d in a row), spike window %d\n",
            s.step, s.epoch, s.file_pos, s.row_pos, s.skipped, s.consecutive_skips, s.loss_count);
     if (s.outer_every > 0) {
-        int in_window = s.step > s.outer_start ? (s.step - s.outer_start) % s.outer_every : 0;
+        OuterConfig o = {s.outer_every, s.outer_start, s.outer_lr, s.outer_momentum};
+        int in_window = outer_window_position(&o, s.step);
         printf("  outer sync: -ls %d -lss %d -ol %g -om %g, %d replicas; step %d is %d steps into its window, the "
                "replicas %s\n", s.outer_every, s.outer_start, s.outer_lr, s.outer_momentum, s.world / s.dp_shard,
                s.step, in_window, s.in_agreement ? "agree (a sync step or synchronous)" : "differ (mid-window)");
