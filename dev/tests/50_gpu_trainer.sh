@@ -243,7 +243,34 @@ gpu_train_smoke() {
     grep -q "s:3 tel:" $GPU_TMP/smoke/main.log && [ -s $GPU_TMP/smoke/model_final.bin ]
 }
 
+# The model's arithmetic test must catch planted arithmetic errors, each in a copy of gpu_model.py:
+# the key pass counted with 3 tile matmuls (the "5 in all" error), the diagonal tiles counted whole,
+# the fp32 score stride taken as 72 (other bank conflicts), AdamW's v read but not written.
+gpu_model_catches_planted() {
+    local d=$GPU_TMP/model_mutant m
+    for m in 's/"per_j": {"HMMA": 32,/"per_j": {"HMMA": 24,/' 's/(w + 1 if kb == qb else 4)/4/' \
+             's/^ATT_LDB, ATT_LDF = 72, 68/ATT_LDB, ATT_LDF = 72, 72/' 's/(X + 2 \* F + 2 \* F + 2 \* F + X)/(X + 2 * F + 2 * F + F + X)/'; do
+        rm -rf $d && mkdir -p $d && sed "$m" dev/bench/gpu_model.py > $d/gpu_model.py || return 1
+        cmp -s dev/bench/gpu_model.py $d/gpu_model.py && { echo "mutation not applied: $m"; return 1; }
+        if GPU_MODEL_DIR=$d python3 dev/bench/test_gpu_model.py > $d/out.txt; then
+            echo "planted error NOT caught: $m"; return 1
+        fi
+        echo "caught: $m ($(grep -c '^FAIL' $d/out.txt) checks failed, first: $(grep -m1 '^FAIL' $d/out.txt | cut -c1-90))"
+    done
+}
+
+# Without a GPU, dev/gpu_first_run.sh stops at once with one line and exit 1 (nothing built).
+gpu_first_run_no_gpu() {
+    if gpu_have_device; then echo "a GPU is present: nothing to check"; return 0; fi
+    local out rc
+    out=$(timeout 20 bash dev/gpu_first_run.sh 2>&1); rc=$?
+    echo "$out (exit $rc)"
+    [ $rc -eq 1 ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] && printf '%s' "$out" | grep -q "^gpu_first_run.sh: error: no NVIDIA GPU"
+}
+
 check gpu_model_arithmetic python3 dev/bench/test_gpu_model.py
+check gpu_model_catches_planted gpu_model_catches_planted
+check gpu_first_run_no_gpu gpu_first_run_no_gpu
 check gpu_nvcc_sm80_sm90 make -s -f dev/gpu.mk gpu-nvcc-check
 check gpu_ptxas_report cat build/gpu/ptxas_report.txt
 check gpu_sass_report cat build/gpu/sass_report.txt
