@@ -21,6 +21,7 @@ Every hardware constant and derate names its public source next to it; what is a
     python3 dev/bench/gpu_model.py --summary        # 124M and 1558M, both attention paths, H100 and A100
     python3 dev/bench/gpu_model.py --llmc           # against llm.c's published runs (A100, H100)
     python3 dev/bench/gpu_model.py --json          # the figures dev/gpu_first_run.sh compares with
+    python3 dev/bench/gpu_model.py --check-sass CUBIN [PTXAS_LOG]   # ATT_SASS against the SASS
 """
 import argparse
 import json
@@ -272,6 +273,119 @@ def our_attention_kernel(kind, kern, B, T, C, NH, gpu):
     return t, {"bound": bound, "pipes": pipes, "blocks_per_sm": n, "latency_hidden": hide, "flops": flops,
                "wavefronts_per_hmma": wavefronts / hmma, "instr_per_hmma": instr / hmma,
                "ceiling_tflops": flops / t / 1e12}
+
+
+# ---------------------------------------------------------------------------------------------
+# ATT_SASS against the SASS itself (make test: gpu_model_sass_counts): the loop bodies of each
+# kernel's nvdisasm listing, recounted. A kernel change that moves these counts fails the check
+# until ATT_SASS is updated.
+ATT_MATMULS = {  # per sub-tile j: (score-like matmuls: S or dP, product matmuls through MOVM)
+    "attention_forward_flash_kernel": (1, 1), "attention_backward_query_flash_kernel": (2, 1),
+    "attention_backward_key_flash_kernel": (2, 2)}
+
+
+def sass_loops(text, kernel):
+    """[(body opcode counts, length)] of every loop (a backward branch) of the kernel in an
+    nvdisasm listing, innermost first by length."""
+    import collections
+    import re
+    lines = text.split("\n")
+    start = next(i for i, l in enumerate(lines) if l.startswith(".text.") and kernel in l)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith(".section")), len(lines))
+    ins, labels = [], {}
+    op = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+    for l in lines[start:end]:
+        m = re.match(r"^(\.L_x_\d+):", l.strip())
+        if m:
+            labels[m.group(1)] = len(ins)
+            continue
+        m = op.search(l)
+        if m:
+            ins.append((m.group(1), m.group(2)))
+    loops = []
+    for k, (o, args) in enumerate(ins):
+        m = re.search(r"(\.L_x_\d+)", args)
+        if o.startswith("BRA") and m and m.group(1) in labels and labels[m.group(1)] <= k:
+            body = ins[labels[m.group(1)]:k + 1]
+            loops.append((collections.Counter(x[0] for x in body), len(body)))
+    return sorted(loops, key=lambda x: x[1])
+
+
+def sass_recount(text, kernel):
+    """The ATT_SASS entries recounted from the SASS: per_j LD.E / MOVM / STS.64 / HMMA from the
+    inner matmul loops, fixed LDS and STS.U16 from the outer tile loop, and the instructions per
+    full tile (outer body + inner bodies at their extra trips: 4 for the per-j loops, 4 / j-unroll
+    for the product loops)."""
+    loops = sass_loops(text, kernel)
+    outer = max((l for l in loops if l[0]["BAR.SYNC.DEFER_BLOCKING"]), key=lambda l: l[1])
+    inner = [l for l in loops if l[0]["HMMA.16816.F32.BF16"] and l[1] < 200]
+    ns, npv = ATT_MATMULS[kernel]
+    scores = [l for l in inner if not l[0]["MOVM.16.MT88"]]
+    prods = [l for l in inner if l[0]["MOVM.16.MT88"]]
+    if not scores or not prods:
+        raise ValueError("%s: no score or product loop found in the SASS" % kernel)
+
+    def per_hmma(group, opc):
+        return sum(l[0][opc] for l in group) / sum(l[0]["HMMA.16816.F32.BF16"] for l in group)
+    got = {"per_j HMMA": 8 * (ns + npv),
+           "per_j LD.E fragment": 8 * ns * per_hmma(scores, "LD.E") + 8 * npv * per_hmma(prods, "LD.E"),
+           "per_j MOVM": 8 * npv * per_hmma(prods, "MOVM.16.MT88"),
+           "per_j STS.64 accumulator": 8 * ns * per_hmma(scores, "STS.64"),
+           "fixed LDS": outer[0]["LDS"], "fixed STS.U16": outer[0]["STS.U16"],
+           "fixed STS.64 accumulator": outer[0]["STS.64"] - sum(l[0]["STS.64"] for l in scores + prods)}
+    instr = outer[1]
+    for c, n in scores:
+        instr += 3 * n
+    for c, n in prods:
+        j_per_body = c["HMMA.16816.F32.BF16"] / 8 if kernel != "attention_forward_flash_kernel" else \
+            c["HMMA.16816.F32.BF16"] / 2
+        instr += (4 / j_per_body - 1) * n
+    got["instructions per full tile"] = instr
+    k = ATT_SASS[kernel]
+    want = {"per_j HMMA": k["per_j"]["HMMA"], "per_j LD.E fragment": k["per_j"]["LD.E fragment"],
+            "per_j MOVM": k["per_j"]["MOVM"], "per_j STS.64 accumulator": k["per_j"]["STS.64 accumulator"],
+            "fixed LDS": k["fixed"].get("LDS score", 0) + k["fixed"].get("LDS lse/delta", 0),
+            "fixed STS.U16": k["fixed"]["STS.U16 P/dS"], "fixed STS.64 accumulator": k["fixed"].get("STS.64 accumulator", 0),
+            "instructions per full tile": 4 * k["instr_per_j"] + k["instr_fixed"]}
+    return got, want
+
+
+def check_sass(cubin, ptxas_log=None):
+    """Recounts ATT_SASS from the cubin (nvdisasm) and the registers from the ptxas -v log: 0 when
+    every count agrees, 1 otherwise (one line per count)."""
+    import os
+    import re
+    import subprocess
+    # dev/gpu_kernels beside this file, or under the current directory (a copy of the model elsewhere)
+    for d in (os.path.join(os.getcwd(), "dev", "gpu_kernels"),
+              os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu_kernels")):
+        sys.path.insert(0, d)
+    import sass_report
+    text = subprocess.run([sass_report.find_nvdisasm(None), "-c", cubin], capture_output=True, text=True,
+                          check=True).stdout
+    bad = 0
+    for kernel in ATT_SASS:
+        got, want = sass_recount(text, kernel)
+        for key in want:
+            ok = abs(got[key] - want[key]) <= 1e-9 * max(1, abs(want[key]))
+            bad += not ok
+            print("%-4s %-40s %-28s SASS %8.1f  model %8.1f" % ("ok" if ok else "FAIL", kernel, key, got[key], want[key]))
+    if ptxas_log:
+        regs = {}
+        name = None
+        for line in open(ptxas_log):
+            m = re.search(r"Compiling entry function '([^']+)' for 'sm_90'", line)
+            name = m.group(1) if m else (None if "Compiling entry" in line else name)
+            m = re.search(r"Used (\d+) registers", line)
+            if m and name:
+                regs[name] = int(m.group(1))
+        for kernel, k in ATT_SASS.items():
+            got = [v for n, v in regs.items() if kernel in n]
+            ok = got == [k["regs"]]
+            bad += not ok
+            print("%-4s %-40s %-28s ptxas %s  model %d" % ("ok" if ok else "FAIL", kernel, "registers (sm_90)", got,
+                                                             k["regs"]))
+    return 1 if bad else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -556,7 +670,11 @@ def main():
     p.add_argument("--summary", action="store_true")
     p.add_argument("--llmc", action="store_true")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--check-sass", nargs="+", metavar=("CUBIN", "PTXAS_LOG"),
+                   help="recount ATT_SASS from the sm_90 cubin (and the registers from the ptxas -v log)")
     a = p.parse_args()
+    if a.check_sass:
+        return check_sass(*a.check_sass[:2])
     if a.B < 1 or a.T < 1 or a.accum < 1:
         sys.exit("gpu_model.py: error: --B, --T and --accum must be positive")
     if a.json:

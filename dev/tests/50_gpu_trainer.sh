@@ -275,6 +275,18 @@ check gpu_nvcc_sm80_sm90 make -s -f dev/gpu.mk gpu-nvcc-check
 check gpu_ptxas_report cat build/gpu/ptxas_report.txt
 check gpu_sass_report cat build/gpu/sass_report.txt
 check gpu_sass_rules_catch_planted gpu_sass_rules_catch_planted
+# The model's SASS counts (ATT_SASS) recounted from the cubin gpu_nvcc_sm80_sm90 built, and a copy of
+# the model whose forward reloads one fragment fewer per output block must fail that recount.
+GPU_CUBIN="build/gpu/keep_train_gpt2_BF16/train_gpt2.compute_90.cubin build/gpu/ptxas_train_gpt2_BF16.log"
+gpu_model_sass_catches_planted() {
+    local d=$GPU_TMP/model_sass_mutant
+    rm -rf $d && mkdir -p $d && sed 's/"LD.E fragment": 16 + 4 \* 8,/"LD.E fragment": 16 + 3 * 8,/' dev/bench/gpu_model.py > $d/gpu_model.py &&
+    ! cmp -s dev/bench/gpu_model.py $d/gpu_model.py || { echo "mutation not applied"; return 1; }
+    if python3 $d/gpu_model.py --check-sass $GPU_CUBIN > $d/out.txt; then echo "planted count NOT caught"; return 1; fi
+    grep FAIL $d/out.txt
+}
+check gpu_model_sass_counts python3 dev/bench/gpu_model.py --check-sass $GPU_CUBIN
+check gpu_model_sass_catches_planted gpu_model_sass_catches_planted
 check gpu_nvcc_link make -s -f dev/gpu.mk gpu-nvcc-link
 check gpu_no_gpu_message gpu_no_gpu_message
 check gpu_reference gpu_reference
