@@ -87,7 +87,7 @@ if [ $MODEL_ONLY = 0 ]; then
                     encoder:dev/cuda/encoder.cu:-DENABLE_FP32 matmul:dev/cuda/matmul.cu:-DENABLE_FP32 adamw:dev/cuda/adamw.cu:; do
             IFS=: read -r n src def <<< "$spec"
             echo "nvcc $def $src"; timeout 600 nvcc $NVFLAGS $def -o "$KBIN/$n" "$src" $NVLIBS &
-            [ $(jobs -r | wc -l) -ge $((JOBS > 4 ? JOBS / 2 : 2)) ] && wait -n
+            [ "$(jobs -r | wc -l)" -ge $((JOBS > 4 ? JOBS / 2 : 2)) ] && wait -n
         done
         wait
     ) > "$LOGS/build_kernels.log" 2>&1 & p4=$!

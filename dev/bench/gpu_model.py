@@ -345,7 +345,8 @@ def sass_recount(text, kernel):
     want = {"per_j HMMA": k["per_j"]["HMMA"], "per_j LD.E fragment": k["per_j"]["LD.E fragment"],
             "per_j MOVM": k["per_j"]["MOVM"], "per_j STS.64 accumulator": k["per_j"]["STS.64 accumulator"],
             "fixed LDS": k["fixed"].get("LDS score", 0) + k["fixed"].get("LDS lse/delta", 0),
-            "fixed STS.U16": k["fixed"]["STS.U16 P/dS"], "fixed STS.64 accumulator": k["fixed"].get("STS.64 accumulator", 0),
+            "fixed STS.U16": k["fixed"]["STS.U16 P/dS"],
+            "fixed STS.64 accumulator": k["fixed"].get("STS.64 accumulator", 0),
             "instructions per full tile": 4 * k["instr_per_j"] + k["instr_fixed"]}
     return got, want
 
@@ -369,7 +370,8 @@ def check_sass(cubin, ptxas_log=None):
         for key in want:
             ok = abs(got[key] - want[key]) <= 1e-9 * max(1, abs(want[key]))
             bad += not ok
-            print("%-4s %-40s %-28s SASS %8.1f  model %8.1f" % ("ok" if ok else "FAIL", kernel, key, got[key], want[key]))
+            print("%-4s %-40s %-28s SASS %8.1f  model %8.1f" % ("ok" if ok else "FAIL", kernel, key, got[key],
+                                                                  want[key]))
     if ptxas_log:
         regs = {}
         name = None

@@ -55,7 +55,8 @@ for B, NH, T in ((1, 1, 64), (2, 3, 65), (1, 2, 130), (4, 12, 1000), (64, 12, 10
     na = -(-T // 16)
     pairs = B * NH * na * (na + 1) // 2
     f, q, k = gm.att_executed_flops(B, NH, T)
-    expect("attention FLOPs B%d NH%d T%d: forward = 2 sub-tile matmuls per causal pair" % (B, NH, T), f, 2 * sub * pairs)
+    expect("attention FLOPs B%d NH%d T%d: forward = 2 sub-tile matmuls per causal pair" % (B, NH, T), f,
+           2 * sub * pairs)
     expect("attention FLOPs B%d NH%d T%d: query pass = 3" % (B, NH, T), q, 3 * sub * pairs)
     expect("attention FLOPs B%d NH%d T%d: key pass = 4" % (B, NH, T), k, 4 * sub * pairs)
     if T % 16 == 0:  # against PaLM's 12 L C T per token (dense, 2 matmuls x 3): executed = 9/12 (1 + 16/T)
