@@ -141,7 +141,10 @@ ATT_LDB, ATT_LDF = 72, 68  # llmc/attention.cuh: bf16 tile row stride, fp32 scra
 def att_access_costs():
     """Wavefronts per instruction of each shared-memory access kind of the attention kernels, from
     the addresses the code computes (lane = 2 r + half owns row r of a warp's 16; wmma fragments:
-    lane = 4 g + t holds row g, column pair t)."""
+    lane = 4 g + t holds row g, column pair t). The wmma fragment loads are generic LD.E in the SASS
+    (the pointers lost the shared address space) and are served by shared memory like LDS. MOVM (a
+    warp-wide transpose of a row-major B fragment) is taken as one wavefront of the same pipe: an
+    ASSUMPTION, no public figure gives its cost; without it the ceilings rise by 10-16%."""
     lanes = range(32)
     score_lds = [4 * ((l // 2) * ATT_LDF + 2 * 0 + l % 2) for l in lanes]          # sS[r*68 + 2i + half]
     p_sts16 = [2 * ((l // 2) * ATT_LDB + 2 * 0 + l % 2) for l in lanes]            # sP[r*72 + 2i + half]
