@@ -202,7 +202,7 @@ print('%.2f' % statistics.median(ms) if ms else '')" "$OUT/run_${at}_$B/metrics.
             $PY - "$OUT/zero0/metrics.jsonl" "$OUT/zero$z/metrics.jsonl" > "$LOGS/zero${z}_vs_0.log" 2>&1 <<'PY'
 import json, sys
 def losses(p):
-    return [r["loss"] for r in map(json.loads, open(p)) if "loss" in r and "step" in r]
+    return [r["train_loss"] for r in map(json.loads, open(p)) if "train_loss" in r]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 d = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
 print("steps %d, max |loss difference| %.2e (tolerance 1e-3)" % (len(a), d))
