@@ -177,19 +177,24 @@ print('%.2f' % statistics.median(ms) if ms else '')" "$OUT/run_${at}_$B/metrics.
         done
     done
 
-    # ---- per kernel: Nsight Systems over 6 steps of 124M B 64 -at ours (kernel sums per step)
-    if command -v nsys >/dev/null 2>&1 && [ -x "$B16/train_gpt2" ] && in_budget; then
-        rm -rf "$OUT/run_nsys"
-        if timeout 300 nsys profile -o "$OUT/prof" --force-overwrite true "$B16/train_gpt2" -e d12 -i "$DATA/train.bin" \
-            -b 64 -t 1024 -x 6 -v 0 -s 0 -at ours -o "$OUT/run_nsys" > "$LOGS/nsys.log" 2>&1 &&
-            nsys stats --report cuda_gpu_kern_sum --format csv --output "$OUT/kern" "$OUT/prof.nsys-rep" >> "$LOGS/nsys.log" 2>&1; then
-            record check "nsys kernel profile" pass "$(ls "$OUT"/kern*.csv 2>/dev/null | head -1)"
+    # ---- per kernel: Nsight Systems over 6 steps of 124M B 64, each attention path (kernel sums)
+    for at in ours cudnn; do
+        bin=$B16/train_gpt2
+        [ $at = cudnn ] && bin=$BCU/train_gpt2
+        if command -v nsys >/dev/null 2>&1 && [ -x "$bin" ] && in_budget; then
+            rm -rf "$OUT/run_nsys_$at"
+            if timeout 300 nsys profile -o "$OUT/prof_$at" --force-overwrite true "$bin" -e d12 -i "$DATA/train.bin" \
+                -b 64 -t 1024 -x 6 -v 0 -s 0 -at $at -o "$OUT/run_nsys_$at" > "$LOGS/nsys_$at.log" 2>&1 &&
+                nsys stats --report cuda_gpu_kern_sum --format csv --output "$OUT/kern_$at" "$OUT/prof_$at.nsys-rep" \
+                    >> "$LOGS/nsys_$at.log" 2>&1; then
+                record check "nsys kernel profile -at $at" pass "$(cd "$OUT" && ls kern_"$at"*.csv 2>/dev/null | head -1)"
+            else
+                record check "nsys kernel profile -at $at" FAIL "logs/nsys_$at.log"
+            fi
         else
-            record check "nsys kernel profile" FAIL logs/nsys.log
+            record check "nsys kernel profile -at $at" "skipped: nsys not on PATH, not built, or past the time budget"
         fi
-    else
-        record check "nsys kernel profile" "skipped: nsys not on PATH (per-kernel errors need it), or past the time budget"
-    fi
+    done
 
     # ---- two GPUs: ZeRO 1 and ZeRO 2 against ZeRO 0 (same losses within BF16 rounding, 1e-3)
     if [ "$NGPU" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
@@ -222,7 +227,7 @@ else
              "check kernels_attention_fp32" "check kernels_layernorm" "check kernels_classifier" "check kernels_encoder" \
              "check kernels_matmul" "check kernels_adamw" "check sanitizer_memcheck_ours" "check sanitizer_racecheck_ours" \
              "check sanitizer_synccheck_ours" "check sanitizer_initcheck_ours" "check sanitizer_memcheck_cudnn" \
-             "check nsys kernel profile" "check 2-GPU ZeRO 1 vs ZeRO 0" "check 2-GPU ZeRO 2 vs ZeRO 0"; do
+             "check nsys kernel profile -at ours" "check nsys kernel profile -at cudnn" "check 2-GPU ZeRO 1 vs ZeRO 0" "check 2-GPU ZeRO 2 vs ZeRO 0"; do
         record "${c%% *}" "${c#* }" "not run (--model-only)" > /dev/null
     done
 fi
@@ -234,6 +239,7 @@ sys.path.insert(0, "dev/bench")
 import gpu_model as gm
 res, out, gpu_name = sys.argv[1], sys.argv[2], sys.argv[3]
 gpu = "A100" if "A100" in gpu_name else "H100"
+note = "" if gpu in gpu_name or "model only" in gpu_name else " (the model has no constants for this GPU: H100's are used)"
 rows = [l.rstrip("\n").split("\t") for l in open(res) if l.strip()]
 meas = {r[1]: r[3] for r in rows if r[0] == "time" and r[2] == "measured" and r[3]}
 m = gm.model_json()["gpus"][gpu]
@@ -246,29 +252,36 @@ for name, model_ms in timed:
     err = None if got is None else (model_ms - float(got)) / float(got)
     figs.append({"figure": name, "modelled_ms": round(model_ms, 3), "measured_ms": None if got is None else float(got),
                  "model_error": None if err is None else round(err, 4)})
-# per kernel kind, from the Nsight Systems sums (6 steps): measured ms per step vs modelled
+# per kernel kind, from the Nsight Systems sums (6 steps): measured ms per step vs modelled. The
+# model's names are matched by substring; cuDNN's SDPA kernels by fprop / bprop in their names.
 KINDS = [("attention_forward_flash", "attention forward (ours"), ("attention_backward_query", "attention backward query"),
-         ("attention_backward_key", "attention backward key"), ("residual_layernorm_forward", "layernorm forward"),
-         ("layernorm_backward", "layernorm backward"), ("fused_classifier", "fused classifier"), ("adamw", "AdamW"), ("sum_of_squares", "global grad norm"),
-         ("gelu_forward", "gelu forward (recompute"), ("bias_backward", "bias backward"), ("encoder", "encoder"),
-         ("gemm|xmma|cutlass|cublas", "matmul")]
+         ("attention_backward_key", "attention backward key"),
+         (r"(sdpa|fmha|flash).*(fprop|fwd|forward)", "attention forward (cuDNN"),
+         (r"(sdpa|fmha|flash).*(bprop|bwd|backward|dq|dkdv)", "attention backward (cuDNN"),
+         ("residual_layernorm_forward", "layernorm forward"),
+         ("layernorm_backward", "layernorm backward"), ("fused_classifier", "fused classifier"), ("adamw", "AdamW"),
+         ("sum_of_squares", "global grad norm"), ("gelu_forward", "gelu forward (recompute"),
+         ("bias_backward", "bias backward"), ("encoder", "encoder"), ("gemm|xmma|cutlass|cublas", "matmul")]
 import csv, glob, re
-_, ks = gm.summarize_step("124M", 64, 1024, gpu, "ours")
-csvs = sorted(glob.glob(os.path.join(out, "kern*.csv")))
-per_kind = {}
-if csvs:
-    for r in csv.DictReader(l for l in open(csvs[0]) if "," in l):
-        name = r.get("Name", "")
-        for rx, _ in KINDS:
-            if re.search(rx, name, re.I):
-                per_kind[rx] = per_kind.get(rx, 0.0) + float(r.get("Total Time (ns)", 0)) / 6 / 1e6
-                break
-for rx, prefix in KINDS:
-    model_ms = sum(k.time(gpu) for k in ks if prefix in k.name) * 1e3
-    got = per_kind.get(rx)
-    figs.append({"figure": "per step, B 64, -at ours: %s" % prefix.split(" (")[0], "modelled_ms": round(model_ms, 3),
-                 "measured_ms": None if got is None else round(got, 3),
-                 "model_error": None if not got else round((model_ms - got) / got, 4)})
+for at in ("ours", "cudnn"):
+    _, ks = gm.summarize_step("124M", 64, 1024, gpu, at)
+    csvs = sorted(glob.glob(os.path.join(out, "kern_%s*.csv" % at)))
+    per_kind = {}
+    if csvs:
+        for r in csv.DictReader(l for l in open(csvs[0]) if "," in l):
+            name = r.get("Name", "")
+            for rx, _ in KINDS:
+                if re.search(rx, name, re.I):
+                    per_kind[rx] = per_kind.get(rx, 0.0) + float(r.get("Total Time (ns)", 0)) / 6 / 1e6
+                    break
+    for rx, prefix in KINDS:
+        model_ms = sum(k.time(gpu) for k in ks if prefix in k.name) * 1e3
+        if not model_ms:
+            continue  # the other attention path's kernels
+        got = per_kind.get(rx)
+        figs.append({"figure": "per step, B 64, -at %s: %s" % (at, prefix.split(" (")[0]),
+                     "modelled_ms": round(model_ms, 3), "measured_ms": None if got is None else round(got, 3),
+                     "model_error": None if not got else round((model_ms - got) / got, 4)})
 checks = [{"section": r[0], "name": r[1], "status": r[2], "detail": r[3] if len(r) > 3 else ""} for r in rows
           if r[0] != "time"]
 report = {"gpu": gpu_name, "model_gpu": gpu, "model": "dev/bench/gpu_model.py (MODELLED)", "figures": figs, "checks": checks,
@@ -277,8 +290,8 @@ report = {"gpu": gpu_name, "model_gpu": gpu, "model": "dev/bench/gpu_model.py (M
 json.dump(report, open(os.path.join(out, "report.json"), "w"), indent=1)
 with open(os.path.join(out, "REPORT.md"), "w") as f:
     f.write("# First GPU run: %s\n\n" % gpu_name)
-    f.write("Model: `dev/bench/gpu_model.py`, %s constants (modelled). Model error = (modelled - measured) / measured.\n"
-            "%s.\n\n" % (gpu, report["timing_setup"]))
+    f.write("Model: `dev/bench/gpu_model.py`, %s constants%s (modelled). Model error = (modelled - measured) / "
+            "measured.\n%s.\n\n" % (gpu, note, report["timing_setup"]))
     f.write("| figure | modelled ms | measured ms | model error |\n|---|---|---|---|\n")
     for r in figs:
         f.write("| %s | %.2f | %s | %s |\n" % (r["figure"], r["modelled_ms"],
