@@ -101,8 +101,13 @@ if [ $MODEL_ONLY = 0 ]; then
         elif [ -x "$BUILD/${v%%:*}/train_gpt2" ] && [ -x "$BUILD/${v%%:*}/test_gpt2" ]; then record build "${v%%:*}" pass
         else record build "${v%%:*}" "FAIL" "logs/build_${v%%:*}.log"; fi
     done
+    # -at (issue 24 item 1): passed only to a trainer whose flag table has it; without it the
+    # trainer runs its own attention and the cuDNN path counts as not built
+    AT_OK=0
+    "$B16/train_gpt2" -h 2>&1 | grep -q -- '-at ' && AT_OK=1
     HAVE_CUDNN=0
-    [ -x "$BCU/train_gpt2" ] && HAVE_CUDNN=1
+    [ -x "$BCU/train_gpt2" ] && [ $AT_OK = 1 ] && HAVE_CUDNN=1
+    [ $AT_OK = 1 ] || record env "-at" "this trainer has no -at flag: our attention only"
 
     # ---- data, offline: pseudo-random tokens for timing (any ids below the vocabulary do)
     DATA=$OUT/data
@@ -159,12 +164,14 @@ if [ $MODEL_ONLY = 0 ]; then
     # ---- timing: a 124M step (median of steps 4..12), both attention paths
     for at in ours cudnn; do
         bin=$B16/train_gpt2
-        [ $at = cudnn ] && bin=$BCU/train_gpt2
+        [ $at = cudnn ] && { bin=$BCU/train_gpt2; [ $HAVE_CUDNN = 1 ] || bin=/nonexistent; }
+        at_args=()
+        [ $AT_OK = 1 ] && at_args=(-at "$at")
         for B in 8 16 32 64; do
             name="step -at $at B $B"
             if [ ! -x "$bin" ]; then record time "$name" "not built"; continue; fi
             rm -rf "$OUT/run_${at}_$B"
-            if timeout 300 "$bin" -e d12 -i "$DATA/train.bin" -b $B -t 1024 -x 12 -v 0 -s 0 -at $at -o "$OUT/run_${at}_$B" \
+            if timeout 300 "$bin" -e d12 -i "$DATA/train.bin" -b $B -t 1024 -x 12 -v 0 -s 0 "${at_args[@]}" -o "$OUT/run_${at}_$B" \
                 > "$LOGS/step_${at}_$B.log" 2>&1; then
                 ms=$($PY -c "
 import json, statistics, sys
@@ -180,11 +187,13 @@ print('%.2f' % statistics.median(ms) if ms else '')" "$OUT/run_${at}_$B/metrics.
     # ---- per kernel: Nsight Systems over 6 steps of 124M B 64, each attention path (kernel sums)
     for at in ours cudnn; do
         bin=$B16/train_gpt2
-        [ $at = cudnn ] && bin=$BCU/train_gpt2
+        [ $at = cudnn ] && { bin=$BCU/train_gpt2; [ $HAVE_CUDNN = 1 ] || bin=/nonexistent; }
+        at_args=()
+        [ $AT_OK = 1 ] && at_args=(-at "$at")
         if command -v nsys >/dev/null 2>&1 && [ -x "$bin" ] && in_budget; then
             rm -rf "$OUT/run_nsys_$at"
             if timeout 300 nsys profile -o "$OUT/prof_$at" --force-overwrite true "$bin" -e d12 -i "$DATA/train.bin" \
-                -b 64 -t 1024 -x 6 -v 0 -s 0 -at $at -o "$OUT/run_nsys_$at" > "$LOGS/nsys_$at.log" 2>&1 &&
+                -b 64 -t 1024 -x 6 -v 0 -s 0 "${at_args[@]}" -o "$OUT/run_nsys_$at" > "$LOGS/nsys_$at.log" 2>&1 &&
                 nsys stats --report cuda_gpu_kern_sum --format csv --output "$OUT/kern_$at" "$OUT/prof_$at.nsys-rep" \
                     >> "$LOGS/nsys_$at.log" 2>&1; then
                 record check "nsys kernel profile -at $at" pass "$(cd "$OUT" && ls kern_"$at"*.csv 2>/dev/null | head -1)"
