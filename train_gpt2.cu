@@ -1164,6 +1164,7 @@ int main(int argc, char** argv) {
         fail("no CUDA GPU found; use ./train_gpt2cpu for CPU training");
     }
     args_validate(&args, 1);
+    attention_flag_check(args.attention);
 
     // processes: ranks, this rank's GPU (its local rank, or the one GPU it sees), the NCCL communicators
     ProcessInfo proc;

@@ -25,10 +25,11 @@ endif
 USE_CUDNN ?= 0
 CUDNN_FRONTEND_INC := build/cudnn_frontend/include
 CUDNN_ATT_SOURCES := llmc/cudnn_att.cpp llmc/cudnn_att.h
+CUDNN_LIBS := -lcudnn -lnvrtc # the frontend links NVRTC (for its runtime-compiled engines)
 ifeq ($(USE_CUDNN),1)
 GPU_CUDNN_FLAGS := -DENABLE_CUDNN
 GPU_CUDNN_OBJ := build/gpu/cudnn_att.o
-GPU_CUDNN_LIBS := -lcudnn
+GPU_CUDNN_LIBS := $(CUDNN_LIBS)
 else ifneq ($(USE_CUDNN),0)
 $(error USE_CUDNN=$(USE_CUDNN): must be 0 or 1)
 endif
@@ -118,6 +119,9 @@ build/gpu/attention_emu_fp32: dev/cuda/attention.cu dev/cuda/common.cuh dev/cuda
 build/gpu/attention_emu_check: dev/cuda/attention.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) --check $(GPU_EMUCC_FLAGS) -o $@ dev/cuda/attention.cu
+# what make USE_CUDNN=1 train_gpt2 builds (BF16), into build/gpu so that the tests leave the root binary alone
+build/gpu/train_gpt2_cudnn: $(GPU_SOURCES) build/gpu/cudnn_att.o
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_CUDNN -o $@ train_gpt2.cu build/gpu/cudnn_att.o $(GPU_LIBS) $(CUDNN_LIBS)
 # -at cudnn through the emulator's cuDNN frontend (dev/cuda_emu/include/cudnn_frontend.h), BF16: the
 # attention kernels' test with the cuDNN version, test_gpt2 (checked) and the trainer
 build/gpu/attention_emu_cudnn: dev/cuda/attention.cu dev/cuda/common.cuh $(CUDNN_ATT_SOURCES) $(GPU_SOURCES) $(GPU_EMU_DEPS)

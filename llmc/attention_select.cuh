@@ -12,25 +12,31 @@
 #define ATT_HAVE_CUDNN 1
 #endif
 
-// -at (already one of "", "ours", "cudnn": llmc/args.h): 1 for cuDNN, 0 for ours; refuses cudnn
-// where this build cannot serve it.
-static int attention_use_cudnn(const char* at, int C, int NH) {
-    int want = strcmp(at, "cudnn") == 0, dflt = at[0] == '\0';
+// -at cudnn where this build cannot serve it: a one-line error at start-up (before any rank starts).
+static void attention_flag_check(const char* at) {
+    if (strcmp(at, "cudnn") != 0) { return; }
 #ifndef ENABLE_CUDNN
-    if (want) { fail("-at cudnn: this train_gpt2 was built without cuDNN (build it with make USE_CUDNN=1)"); }
-    (void)dflt; (void)C; (void)NH;
-    return 0;
+    fail("-at cudnn: this train_gpt2 was built without cuDNN (build it with make USE_CUDNN=1)");
 #elif !defined(ATT_HAVE_CUDNN)
-    if (want) { fail("-at cudnn: cuDNN's attention is BF16 only and this is the FP32 build (PRECISION=FP32)"); }
-    (void)dflt; (void)C; (void)NH;
-    return 0;
-#else
+    fail("-at cudnn: cuDNN's attention is BF16 only and this is the FP32 build (PRECISION=FP32)");
+#endif
+}
+
+// -at (one of "", "ours", "cudnn": llmc/args.h) for a model: 1 for cuDNN, 0 for ours.
+static int attention_use_cudnn(const char* at, int C, int NH) {
+    attention_flag_check(at);
+#ifdef ATT_HAVE_CUDNN
     int hs = C / NH;
-    if (hs % 8 != 0 || hs > 128) { // cuDNN's flash attention serves head sizes 8..128 in steps of 8 on sm_80 and up
-        if (want) { fail("-at cudnn: head size %d (C %d / NH %d) is not a multiple of 8 up to 128", hs, C, NH); }
+    if (hs % 8 != 0 || hs > 128) { // cuDNN's flash attention: head sizes 8..128 in steps of 8 (sm_80 and up)
+        if (strcmp(at, "cudnn") == 0) {
+            fail("-at cudnn: head size %d (C %d / NH %d) is not a multiple of 8 up to 128", hs, C, NH);
+        }
         return 0;
     }
-    return want || dflt;
+    return strcmp(at, "ours") != 0;
+#else
+    (void)C; (void)NH;
+    return 0;
 #endif
 }
 

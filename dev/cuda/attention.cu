@@ -8,13 +8,13 @@
 // Checked per case: out (B, T, C), lse (B, NH, T), dq, dk, dv (the three parts of dqkv) as
 // max |got - ref| / max |ref| against tolerances stated below; every output element written
 // (buffers start as NaN); a second backward bitwise identical to the first. Exits 1 on a failure.
-//   build/gpu/attention_emu [--quick | --long-flash-only]     (emucc; BF16 unless -DENABLE_FP32)
+//   build/gpu/attention_emu [--quick | --long-flash-only | --cudnn | --cudnn-small]  (emucc; BF16 unless -DENABLE_FP32)
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o attention dev/cuda/attention.cu && ./attention
 // --quick: the small cases only (no T = 1024); --long-flash-only: T = 1024 for the tensor-core
 // version only (the checked emulator's budget); --cudnn (a -DENABLE_CUDNN build): cuDNN and the
 // tensor-core version on the same inputs at GPT-2 124M's layer shape (B 1, NH 12, T 1024) and an
 // odd T (B 2, NH 12, T 77), each against the reference and against each other, then cuDNN alone on
-// the small cases and head sizes.
+// the small cases and head sizes (--cudnn-small: those only).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -336,9 +336,10 @@ static void time_versions(int B, int T, int NH) {
 int main(int argc, char** argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     int long_flash_only = argc > 1 && strcmp(argv[1], "--long-flash-only") == 0;
-    int cudnn_only = argc > 1 && strcmp(argv[1], "--cudnn") == 0;
+    int cudnn_compare = argc > 1 && strcmp(argv[1], "--cudnn") == 0;
+    int cudnn_only = cudnn_compare || (argc > 1 && strcmp(argv[1], "--cudnn-small") == 0);
 #ifndef ENABLE_CUDNN
-    if (cudnn_only) { fail("--cudnn: this build has no cuDNN version (build with -DENABLE_CUDNN llmc/cudnn_att.cpp)"); }
+    if (cudnn_only) { fail("%s: this build has no cuDNN version (build with -DENABLE_CUDNN llmc/cudnn_att.cpp)", argv[1]); }
 #endif
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) { fail("no CUDA device (or emulator) found"); }
@@ -349,7 +350,7 @@ int main(int argc, char** argv) {
     const int cases[][3] = {{1, 1, 1}, {2, 3, 17}, {1, 2, 64}, {2, 1, 255}, {3, 2, 65}, {1, 1, 1024}};
     int ncases = (int)(sizeof(cases) / sizeof(cases[0]));
 #ifdef ENABLE_CUDNN
-    if (cudnn_only) {
+    if (cudnn_compare) {
         compare_cudnn_flash(1, 1024, 12, 2.0f); // GPT-2 124M's layer: C 768, NH 12, T 1024
         compare_cudnn_flash(2, 77, 12, 2.0f);   // an odd T: a partial 64-row tile
     }

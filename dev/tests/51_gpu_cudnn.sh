@@ -1,0 +1,89 @@
+# The cuDNN attention path (-at cudnn, make USE_CUDNN=1; sourced by dev/run_tests.sh after
+# 50_gpu_trainer.sh, whose head-size-64 reference model $GREF64 and emulated builds it reuses):
+# the glue with the real frontend headers through nvcc, linked as make USE_CUDNN=1 train_gpt2 links
+# it; through the emulator's frontend, cuDNN against our tensor-core kernels and a double reference
+# at GPT-2 124M's layer shape and an odd T, test_gpt2 -at cudnn against PyTorch (a checked build),
+# three training steps with -at cudnn, -at ours and the CPU trainer; a planted wrong stride in the
+# glue caught; -at cudnn refused where the build has no cuDNN. Cost (measured, 2 cores): about 2 min
+# of wall time with the nvcc object cached in build/gpu, one more on a fresh clone.
+CUDNN_TMP=build/test_tmp/gpu_cudnn
+mkdir -p $CUDNN_TMP
+
+# The glue with the planted bug: q, k and v read with a token stride of C instead of 3C (as if each
+# were its own (B, T, C) tensor). The attention test must report wrong numbers for cuDNN.
+gpu_cudnn_detects_wrong_stride() {
+    local dir=$CUDNN_TMP/stride_mutant
+    rm -rf $dir && mkdir -p $dir/llmc $dir/dev/cuda && cp llmc/* $dir/llmc/ && cp dev/cuda/attention.cu dev/cuda/*.cuh $dir/dev/cuda/ ||
+        return 1
+    sed -i 's/return {s.T \* 3 \* C, s.HS, 3 \* C, 1};/return {s.T * 3 * C, s.HS, C, 1};/' $dir/llmc/cudnn_att.cpp
+    grep -q "return {s.T \* 3 \* C, s.HS, C, 1};" $dir/llmc/cudnn_att.cpp || { echo "the mutation did not apply"; return 1; }
+    dev/cuda_emu/emucc -O1 -DENABLE_CUDNN -o $dir/attention $dir/dev/cuda/attention.cu $dir/llmc/cudnn_att.cpp || return 1
+    if $dir/attention --cudnn-small > $dir/out.txt; then echo "the wrong stride passed"; return 1; fi
+    grep "^FAIL" $dir/out.txt | head -5
+    grep -q "^FAIL.* cudnn " $dir/out.txt
+}
+
+# 3 steps at T 77 (B 2, head size 64) from one model file: -at cudnn and -at ours (the emulated BF16
+# trainer) and train_gpt2cpu (fp32). Each loss within test_gpt2's BF16 step tolerance (2e-3) of the
+# others, each gradient norm (the backward's witness) within 2e-2 relative.
+gpu_cudnn_vs_ours_vs_cpu() {
+    local flags="-e $GREF64/model.bin -i data/kjv/kjv_train.bin -b 2 -t 77 -x 3 -l 1e-3 -v 0 -s 0" at
+    for at in cudnn ours; do
+        rm -rf $CUDNN_TMP/run_$at
+        build/gpu/train_gpt2emu_bf16_cudnn $flags -at $at -o $CUDNN_TMP/run_$at | grep "^attention:" || return 1
+    done
+    rm -rf $CUDNN_TMP/run_cpu
+    ./train_gpt2cpu $flags -o $CUDNN_TMP/run_cpu > /dev/null || return 1
+    python3 - $CUDNN_TMP <<'PY'
+import re, sys
+d = sys.argv[1]
+def steps(run):
+    text = open("%s/run_%s/main.log" % (d, run)).read()
+    return {int(m.group(1)): (float(m.group(2)), float(m.group(3))) for m in re.finditer(r"^s:(\d+) trl:(\S+) .*norm:(\S+)", text, re.M)}
+runs = {r: steps(r) for r in ("cudnn", "ours", "cpu")}
+ok = all(sorted(v) == [1, 2, 3] for v in runs.values())
+worst_loss = worst_norm = 0.0
+for a, b in (("cudnn", "ours"), ("cudnn", "cpu"), ("ours", "cpu")):
+    for s in (1, 2, 3):
+        (la, na), (lb, nb) = runs[a][s], runs[b][s]
+        print("step %d %-5s vs %-4s: loss %.6f %.6f (diff %.1e), grad norm %.6f %.6f (rel %.1e)" %
+              (s, a, b, la, lb, abs(la - lb), na, nb, abs(na - nb) / nb))
+        worst_loss, worst_norm = max(worst_loss, abs(la - lb)), max(worst_norm, abs(na - nb) / nb)
+print("max loss difference %.2e (tolerance 2e-3), max grad norm difference %.2e relative (tolerance 2e-2)" %
+      (worst_loss, worst_norm))
+sys.exit(0 if ok and worst_loss <= 2e-3 and worst_norm <= 2e-2 else 1)
+PY
+}
+
+# Where the build has no cuDNN, -at cudnn stops at start-up with one line; the CPU trainer has no -at.
+gpu_cudnn_refused_without() {
+    local out rc
+    out=$(build/gpu/train_gpt2emu_bf16 -e $GREF64/model.bin -x 1 -at cudnn 2>&1); rc=$?
+    echo "$out (exit $rc)"
+    [ $rc -eq 1 ] && [ "$out" = "error: -at cudnn: this train_gpt2 was built without cuDNN (build it with make USE_CUDNN=1)" ] ||
+        return 1
+    out=$(./train_gpt2cpu -at cudnn 2>&1); rc=$?
+    echo "$out (exit $rc)"
+    [ $rc -eq 1 ] && [ "$out" = "error: -at is a flag of the GPU trainer train_gpt2 only" ]
+}
+
+# The nvcc-built trainer with cuDNN linked runs up to the GPU check (its libraries load).
+gpu_cudnn_no_gpu_message() {
+    if gpu_have_device; then echo "a GPU is present: nothing to check"; return 0; fi
+    local out rc
+    out=$(build/gpu/train_gpt2_cudnn -x 1 2>&1); rc=$?
+    echo "$out (exit $rc)"
+    [ $rc -eq 1 ] && [ "$out" = "error: no CUDA GPU found; use ./train_gpt2cpu for CPU training" ]
+}
+
+check gpu_cudnn_emu_build make -s -j2 -f dev/gpu.mk build/gpu/attention_emu_cudnn build/gpu/test_gpt2emu_bf16_cudnn \
+    build/gpu/train_gpt2emu_bf16_cudnn build/gpu/train_gpt2emu_bf16
+# nvcc (one core) beside the emulated checks
+check_bg gpu_cudnn_nvcc_build make -s -f dev/gpu.mk build/gpu/train_gpt2_cudnn
+check_bg gpu_cudnn_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16_cudnn $GPU_TEST64_ARGS -at cudnn -k 0
+check_bg gpu_cudnn_attention_124M_odd_T build/gpu/attention_emu_cudnn --cudnn
+check_bg gpu_cudnn_vs_ours_vs_cpu gpu_cudnn_vs_ours_vs_cpu
+check_bg gpu_cudnn_detects_wrong_stride gpu_cudnn_detects_wrong_stride
+check_bg gpu_cudnn_refused_without gpu_cudnn_refused_without
+check_wait
+check gpu_cudnn_no_gpu_message gpu_cudnn_no_gpu_message
