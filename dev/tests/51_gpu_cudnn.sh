@@ -4,7 +4,8 @@
 # it; through the emulator's frontend, cuDNN against our tensor-core kernels and a double reference
 # at GPT-2 124M's layer shape and an odd T, test_gpt2 -at cudnn against PyTorch (a checked build),
 # three training steps with -at cudnn, -at ours and the CPU trainer; a planted wrong stride in the
-# glue caught; -at cudnn refused where the build has no cuDNN. Cost (measured, 2 cores): about 2 min
+# glue caught; -at cudnn refused where the build has no cuDNN; the emulated frontend's own numbers
+# and refusals (dev/cuda_emu/tests/test_cudnn_frontend.cpp). Cost (measured, 2 cores): about 2 min
 # of wall time with the nvcc object cached in build/gpu, one more on a fresh clone.
 CUDNN_TMP=build/test_tmp/gpu_cudnn
 mkdir -p $CUDNN_TMP
@@ -76,10 +77,11 @@ gpu_cudnn_no_gpu_message() {
     [ $rc -eq 1 ] && [ "$out" = "error: no CUDA GPU found; use ./train_gpt2cpu for CPU training" ]
 }
 
-check gpu_cudnn_emu_build make -s -j2 -f dev/gpu.mk build/gpu/attention_emu_cudnn build/gpu/test_gpt2emu_bf16_cudnn \
-    build/gpu/train_gpt2emu_bf16_cudnn build/gpu/train_gpt2emu_bf16
+check gpu_cudnn_emu_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/attention_emu_cudnn build/gpu/test_gpt2emu_bf16_cudnn \
+    build/gpu/train_gpt2emu_bf16_cudnn build/gpu/train_gpt2emu_bf16 && make -s -f dev/cuda_emu/emu.mk build/cuda_emu/test_cudnn_frontend"
 # nvcc (one core) beside the emulated checks
 check_bg gpu_cudnn_nvcc_build make -s -f dev/gpu.mk build/gpu/train_gpt2_cudnn
+check_bg gpu_cudnn_emulated_frontend build/cuda_emu/test_cudnn_frontend
 check_bg gpu_cudnn_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16_cudnn $GPU_TEST64_ARGS -at cudnn -k 0
 check_bg gpu_cudnn_attention_124M_odd_T build/gpu/attention_emu_cudnn --cudnn
 check_bg gpu_cudnn_vs_ours_vs_cpu gpu_cudnn_vs_ours_vs_cpu
