@@ -197,7 +197,9 @@ typedef struct {
 static void case_make(Case* k, int B, int T, int NH, int hs, float a) {
     int C = NH * hs;
     size_t BT = (size_t)B * T;
-    *k = (Case){B, T, NH, hs, C, a, BT * 3 * C, BT * C, (size_t)B * NH * T, NULL, NULL, NULL, NULL, NULL};
+    memset(k, 0, sizeof(*k));
+    k->B = B; k->T = T; k->NH = NH; k->hs = hs; k->C = C; k->a = a;
+    k->nqkv = BT * 3 * C; k->nout = BT * C; k->nlse = (size_t)B * NH * T;
     k->qkv = host_random(k->nqkv, 1.0f, 3 * (size_t)C, a);
     k->dout = host_random(k->nout, 1.0f, 3, 1.0f);
     k->out = (double*)malloc_check(k->nout * sizeof(double));
