@@ -122,6 +122,9 @@ build/gpu/attention_emu_check: dev/cuda/attention.cu $(GPU_SOURCES)
 # what make USE_CUDNN=1 train_gpt2 builds (BF16), into build/gpu so that the tests leave the root binary alone
 build/gpu/train_gpt2_cudnn: $(GPU_SOURCES) build/gpu/cudnn_att.o
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_CUDNN -o $@ train_gpt2.cu build/gpu/cudnn_att.o $(GPU_LIBS) $(CUDNN_LIBS)
+# dev/cuda/attention.cu with the cuDNN version, for a GPU: both paths checked and timed
+build/gpu/attention_cudnn: dev/cuda/attention.cu dev/cuda/common.cuh $(GPU_SOURCES) build/gpu/cudnn_att.o
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_CUDNN -o $@ dev/cuda/attention.cu build/gpu/cudnn_att.o $(CUDNN_LIBS)
 # -at cudnn through the emulator's cuDNN frontend (dev/cuda_emu/include/cudnn_frontend.h), BF16: the
 # attention kernels' test with the cuDNN version, test_gpt2 (checked) and the trainer
 build/gpu/attention_emu_cudnn: dev/cuda/attention.cu dev/cuda/common.cuh $(CUDNN_ATT_SOURCES) $(GPU_SOURCES) $(GPU_EMU_DEPS)
