@@ -25,7 +25,7 @@ struct Shape {
     bool operator<(const Shape& o) const { return std::tie(B, T, NH, HS) < std::tie(o.B, o.T, o.NH, o.HS); }
 };
 
-struct Plans {
+struct Plans { // either may still be null: built on first use
     std::shared_ptr<fe::graph::Graph> forward, backward;
 };
 
@@ -133,22 +133,21 @@ const char* build_backward(const Shape& s, std::shared_ptr<fe::graph::Graph>& ou
     return nullptr;
 }
 
-// The shape's graphs (built on first use) on a handle bound to `stream`.
-const char* plans_for(const Shape& s, cudaStream_t stream, Plans** plans) {
+// The shape's forward or backward graph (each built on its first use: sampling's forward-only shapes
+// never build a backward) on the handle, bound to `stream`.
+const char* graph_for(const Shape& s, bool backward, cudaStream_t stream, fe::graph::Graph** graph) {
     if (!handle) {
         cudnnStatus_t st = cudnnCreate(&handle);
         if (st != CUDNN_STATUS_SUCCESS) { return error(std::string("cudnnCreate: ") + cudnnGetErrorString(st)); }
     }
     cudnnStatus_t st = cudnnSetStream(handle, stream);
     if (st != CUDNN_STATUS_SUCCESS) { return error(std::string("cudnnSetStream: ") + cudnnGetErrorString(st)); }
-    auto it = cache.find(s);
-    if (it == cache.end()) {
-        Plans p;
-        if (const char* err = build_forward(s, p.forward)) { return err; }
-        if (const char* err = build_backward(s, p.backward)) { return err; }
-        it = cache.emplace(s, p).first;
+    Plans& p = cache[s];
+    std::shared_ptr<fe::graph::Graph>& g = backward ? p.backward : p.forward;
+    if (!g) {
+        if (const char* err = backward ? build_backward(s, g) : build_forward(s, g)) { return err; }
     }
-    *plans = &it->second;
+    *graph = g.get();
     return nullptr;
 }
 
@@ -164,24 +163,23 @@ Shape shape_of(int B, int T, int C, int NH) { return {B, T, NH, C / NH}; }
 
 const char* cudnn_att_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int C, int NH,
                               cudaStream_t stream) {
-    Plans* p = nullptr;
-    if (const char* err = plans_for(shape_of(B, T, C, NH), stream, &p)) { return err; }
-    void* base = (void*)qkv;
+    fe::graph::Graph* g = nullptr;
+    if (const char* err = graph_for(shape_of(B, T, C, NH), false, stream, &g)) { return err; }
     std::unordered_map<int64_t, void*> pack = {
-        {UID_Q, base}, {UID_K, (void*)(qkv + C)}, {UID_V, (void*)(qkv + 2 * C)}, {UID_O, out}, {UID_STATS, lse}};
-    return run(*p->forward, pack, "SDPA forward");
+        {UID_Q, (void*)qkv}, {UID_K, (void*)(qkv + C)}, {UID_V, (void*)(qkv + 2 * C)}, {UID_O, out}, {UID_STATS, lse}};
+    return run(*g, pack, "SDPA forward");
 }
 
 const char* cudnn_att_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH,
                                cudaStream_t stream) {
-    Plans* p = nullptr;
-    if (const char* err = plans_for(shape_of(B, T, C, NH), stream, &p)) { return err; }
+    fe::graph::Graph* g = nullptr;
+    if (const char* err = graph_for(shape_of(B, T, C, NH), true, stream, &g)) { return err; }
     std::unordered_map<int64_t, void*> pack = {
         {UID_Q, (void*)qkv},         {UID_K, (void*)(qkv + C)},  {UID_V, (void*)(qkv + 2 * C)},
         {UID_O, (void*)out},         {UID_DO, (void*)dout},      {UID_STATS, (void*)lse},
         {UID_DQ, (void*)dqkv},       {UID_DK, (void*)(dqkv + C)}, {UID_DV, (void*)(dqkv + 2 * C)}};
-    return run(*p->backward, pack, "SDPA backward");
+    return run(*g, pack, "SDPA backward");
 }
 
 void cudnn_att_free(void) {
