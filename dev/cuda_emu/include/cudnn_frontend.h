@@ -14,7 +14,8 @@
 //     delta = rowsum(dO * O), dS = P (dO V^T - delta), dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO.
 // Checked where a GPU would fail or silently differ (each an error_t, never a crash):
 //   life cycle in order (validate, build_operation_graph, create_execution_plans, check_support,
-//   build_plans, then get_workspace_size/execute); every tensor 4-D with dims and strides set,
+//   build_plans, then get_workspace_size/execute); every tensor 4-D with dims and strides set (the
+//   real frontend infers an output's dims and strides when they are not set; here they must be),
 //   positive, the D stride 1, 16-bit tensors' other strides multiples of 8 elements; no two elements
 //   of one tensor at one address; Q/K/V/O/dO in bf16 or fp16, Stats fp32, compute fp32; batch and
 //   heads equal across Q, K, V (no grouped-query attention here), D a multiple of 8 up to 256;
@@ -23,8 +24,8 @@
 // What it cannot know: which engine cuDNN picks, its speed, its own rounding (it sums in its own
 // order and keeps P in bf16 for the tensor-core products; here P and dS stay fp32), and limits of
 // real engines beyond these checks (architecture, sequence-length or layout support). The backward
-// asks for B H S_q floats of workspace (delta) and uses them, so a missing or short workspace shows
-// under ASan or emucc --check; cuDNN's own size differs. Execute runs on the handle's stream (under
+// asks for B H S_q floats of workspace (delta) and uses them, so a short workspace is an out-of-bounds
+// write (reported in AddressSanitizer builds); cuDNN's own size differs. Execute runs on the handle's stream (under
 // --check after the stream's earlier work, as cuBLAS does here).
 #ifndef EMU_CUDNN_FRONTEND_H
 #define EMU_CUDNN_FRONTEND_H
