@@ -24,8 +24,9 @@
 // What it cannot know: which engine cuDNN picks, its speed, its own rounding (it sums in its own
 // order and keeps P in bf16 for the tensor-core products; here P and dS stay fp32), and limits of
 // real engines beyond these checks (architecture, sequence-length or layout support). The backward
-// asks for B H S_q floats of workspace (delta) and uses them, so a short workspace is an out-of-bounds
-// write (reported in AddressSanitizer builds); cuDNN's own size differs. Execute runs on the handle's stream (under
+// asks for B H S_q floats of workspace (delta) and uses them; plain builds refuse a workspace that does
+// not lie inside one cudaMalloc allocation of at least that size (cuDNN would write past it); cuDNN's
+// own size differs. Execute runs on the handle's stream (under
 // --check after the stream's earlier work, as cuBLAS does here).
 #ifndef EMU_CUDNN_FRONTEND_H
 #define EMU_CUDNN_FRONTEND_H
@@ -236,6 +237,20 @@ EMU_UNCHECKED inline void backward(const Problem& P, const View* v, float* ws) {
         }
 }
 
+// [p, p + n) inside one live cudaMalloc allocation (plain builds keep the table; --check builds trust it)
+inline bool workspace_fits(const void* p, int64_t n) {
+#ifdef EMU_CHECK
+    (void)p; (void)n;
+    return true;
+#else
+    auto& a = emu::allocations();
+    auto it = a.upper_bound((void*)p);
+    if (it == a.begin()) return false;
+    --it;
+    return (const char*)p + n <= (const char*)it->first + it->second;
+#endif
+}
+
 inline bool is16(DataType_t t) { return t == DataType_t::BFLOAT16 || t == DataType_t::HALF; }
 
 // dims and strides set, 4-D, positive, D stride 1, 16-bit strides multiples of 8, no aliasing
@@ -424,6 +439,9 @@ inline error_t Graph::execute(cudnnHandle_t h, std::unordered_map<int64_t, void*
         view[s] = View{it->second, t->data_type, {t->stride[0], t->stride[1], t->stride[2], t->stride[3]}};
     }
     if (workspace_bytes() > 0 && !workspace) return err(error_code_t::INVALID_VALUE, "execute: the graph needs a workspace");
+    if (workspace_bytes() > 0 && !workspace_fits(workspace, workspace_bytes()))
+        return err(error_code_t::INVALID_VALUE, "execute: the workspace is not " + std::to_string(workspace_bytes()) +
+                                                    " bytes of one cudaMalloc allocation");
     Problem p = problem;
     bool bwd = backward_op;
     auto run = [&] {

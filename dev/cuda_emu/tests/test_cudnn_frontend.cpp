@@ -4,7 +4,8 @@
 // buffer) and O at its own. Checks: each rule of the emulated frontend refuses its planted mistake with
 // its message (missing generate_stats, a virtual output, aliasing strides, a D stride other than 1,
 // Stats not fp32, a uid used twice, life-cycle order, a pointer missing from the variant pack, a
-// misaligned pointer, no workspace for the backward), and the same graph without the mistake runs.
+// misaligned pointer, no or a short workspace for the backward), and the same graph without the
+// mistake runs.
 // Emulator only: the real frontend is exercised through llmc/cudnn_att.cpp on a GPU.
 #include <cstring>
 #include <functional>
@@ -170,6 +171,10 @@ static void numbers(cudnnHandle_t h, bool causal, float scale) {
                                                 {6, d_dout}, {7, d_dqkv}, {8, d_dqkv + C}, {9, d_dqkv + 2 * C}};
     std::string no_ws = g->execute(h, bpack, nullptr).get_message();
     expect_refusal("backward without its workspace", no_ws, "needs a workspace");
+    void* short_ws;
+    CUDA_CHECK(cudaMalloc(&short_ws, ws_bytes - 4));
+    expect_refusal("a short workspace", g->execute(h, bpack, short_ws).get_message(), "is not");
+    cudaFree(short_ws);
     EXPECT(g->execute(h, bpack, ws).is_good(), "backward execute");
 
     std::vector<double> ro, rlse, rdqkv;
