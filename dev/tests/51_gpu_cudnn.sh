@@ -3,7 +3,8 @@
 # the glue with the real frontend headers through nvcc, linked as make USE_CUDNN=1 train_gpt2 links
 # it; through the emulator's frontend, cuDNN against our tensor-core kernels and a double reference
 # at GPT-2 124M's layer shape and an odd T, test_gpt2 -at cudnn against PyTorch (a checked build),
-# three training steps with -at cudnn, -at ours and the CPU trainer; a planted wrong stride in the
+# training steps at T 77 with -at cudnn, -at ours and the CPU trainer (the test model, and one layer
+# of 124M's width); a planted wrong stride in the
 # glue caught; -at cudnn refused where the build has no cuDNN; the emulated frontend's own numbers
 # and refusals (dev/cuda_emu/tests/test_cudnn_frontend.cpp). Cost (measured, 2 cores): about 2 min
 # of wall time with the nvcc object cached in build/gpu, one more on a fresh clone.
@@ -24,28 +25,30 @@ gpu_cudnn_detects_wrong_stride() {
     grep -q "^FAIL.* cudnn " $dir/out.txt
 }
 
-# 3 steps at T 77 (B 2, head size 64) from one model file: -at cudnn and -at ours (the emulated BF16
-# trainer) and train_gpt2cpu (fp32). Each loss within test_gpt2's BF16 step tolerance (2e-3) of the
-# others, each gradient norm (the backward's witness) within 2e-2 relative.
-gpu_cudnn_vs_ours_vs_cpu() {
-    local flags="-e $GREF64/model.bin -i data/kjv/kjv_train.bin -b 2 -t 77 -x 3 -l 1e-3 -v 0 -s 0" at
+# cudnn_three_way TAG MODEL B STEPS: STEPS steps at T 77 from one model file with -at cudnn and
+# -at ours (the emulated BF16 trainer) and train_gpt2cpu (fp32). Each loss within test_gpt2's BF16
+# step tolerance (2e-3) of the others, each gradient norm (the backward's witness) within 2e-2
+# relative.
+cudnn_three_way() {
+    local tag=$1 model=$2 B=$3 steps=$4 at
+    local flags="-e $model -i data/kjv/kjv_train.bin -b $B -t 77 -x $steps -l 1e-3 -v 0 -s 0"
     for at in cudnn ours; do
-        rm -rf $CUDNN_TMP/run_$at
-        build/gpu/train_gpt2emu_bf16_cudnn $flags -at $at -o $CUDNN_TMP/run_$at | grep "^attention:" || return 1
+        rm -rf $CUDNN_TMP/${tag}_$at
+        build/gpu/train_gpt2emu_bf16_cudnn $flags -at $at -o $CUDNN_TMP/${tag}_$at | grep "^attention:" || return 1
     done
-    rm -rf $CUDNN_TMP/run_cpu
-    ./train_gpt2cpu $flags -o $CUDNN_TMP/run_cpu > /dev/null || return 1
-    python3 - $CUDNN_TMP <<'PY'
+    rm -rf $CUDNN_TMP/${tag}_cpu
+    ./train_gpt2cpu $flags -o $CUDNN_TMP/${tag}_cpu > /dev/null || return 1
+    python3 - $CUDNN_TMP/$tag $steps <<'PY'
 import re, sys
-d = sys.argv[1]
+d, n = sys.argv[1], int(sys.argv[2])
 def steps(run):
-    text = open("%s/run_%s/main.log" % (d, run)).read()
+    text = open("%s_%s/main.log" % (d, run)).read()
     return {int(m.group(1)): (float(m.group(2)), float(m.group(3))) for m in re.finditer(r"^s:(\d+) trl:(\S+) .*norm:(\S+)", text, re.M)}
 runs = {r: steps(r) for r in ("cudnn", "ours", "cpu")}
-ok = all(sorted(v) == [1, 2, 3] for v in runs.values())
+ok = all(sorted(v) == list(range(1, n + 1)) for v in runs.values())
 worst_loss = worst_norm = 0.0
 for a, b in (("cudnn", "ours"), ("cudnn", "cpu"), ("ours", "cpu")):
-    for s in (1, 2, 3):
+    for s in range(1, n + 1):
         (la, na), (lb, nb) = runs[a][s], runs[b][s]
         print("step %d %-5s vs %-4s: loss %.6f %.6f (diff %.1e), grad norm %.6f %.6f (rel %.1e)" %
               (s, a, b, la, lb, abs(la - lb), na, nb, abs(na - nb) / nb))
@@ -54,6 +57,16 @@ print("max loss difference %.2e (tolerance 2e-3), max grad norm difference %.2e 
       (worst_loss, worst_norm))
 sys.exit(0 if ok and worst_loss <= 2e-3 and worst_norm <= 2e-2 else 1)
 PY
+}
+
+# the head-size-64 test model (C 128, NH 2), B 2, three steps
+gpu_cudnn_vs_ours_vs_cpu() { cudnn_three_way hs64 $GREF64/model.bin 2 3; }
+
+# GPT-2 124M's layer (C 768, NH 12; one layer, vocabulary 257), B 1, one step
+gpu_cudnn_vs_ours_vs_cpu_124M_layer() {
+    /usr/bin/python3 train_gpt2.py --model d1 --channels 768 --heads 12 --vocab 257 --max-seq 128 --seed 3 \
+        --write-model $CUDNN_TMP/layer124M.bin > /dev/null || return 1
+    cudnn_three_way layer124M $CUDNN_TMP/layer124M.bin 1 1
 }
 
 # Where the build has no cuDNN, -at cudnn stops at start-up with one line; the CPU trainer has no -at.
@@ -85,6 +98,7 @@ check_bg gpu_cudnn_emulated_frontend build/cuda_emu/test_cudnn_frontend
 check_bg gpu_cudnn_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16_cudnn $GPU_TEST64_ARGS -at cudnn -k 0
 check_bg gpu_cudnn_attention_124M_odd_T build/gpu/attention_emu_cudnn --cudnn
 check_bg gpu_cudnn_vs_ours_vs_cpu gpu_cudnn_vs_ours_vs_cpu
+check_bg gpu_cudnn_vs_ours_vs_cpu_124M_layer gpu_cudnn_vs_ours_vs_cpu_124M_layer
 check_bg gpu_cudnn_detects_wrong_stride gpu_cudnn_detects_wrong_stride
 check_bg gpu_cudnn_refused_without gpu_cudnn_refused_without
 check_wait
