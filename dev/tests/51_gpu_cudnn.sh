@@ -6,10 +6,16 @@
 # training steps at T 77 with -at cudnn, -at ours and the CPU trainer (the test model, and one layer
 # of 124M's width); a planted wrong stride in the
 # glue caught; -at cudnn refused where the build has no cuDNN; the emulated frontend's own numbers
-# and refusals (dev/cuda_emu/tests/test_cudnn_frontend.cpp). Cost (measured, 2 cores): about 2 min
+# and refusals (dev/cuda_emu/tests/test_cudnn_frontend.cpp). Alone: TESTS=51_gpu_cudnn dev/run_tests.sh Cost (measured, 2 cores): about 2 min
 # of wall time with the nvcc object cached in build/gpu, one more on a fresh clone.
 CUDNN_TMP=build/test_tmp/gpu_cudnn
 mkdir -p $CUDNN_TMP
+# Run alone (TESTS=51_gpu_cudnn), 50_gpu_trainer.sh's definitions are missing: take them from that
+# file (everything before its first check) and make its head-size-64 reference.
+if ! declare -f gpu_reference_hs64 > /dev/null; then
+    source <(sed -n '1,/^check /{/^check /d;p}' dev/tests/50_gpu_trainer.sh)
+    check gpu_reference_hs64 gpu_reference_hs64
+fi
 
 # The glue with the planted bug: q, k and v read with a token stride of C instead of 3C (as if each
 # were its own (B, T, C) tensor). The attention test must report wrong numbers for cuDNN.
