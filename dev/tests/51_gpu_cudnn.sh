@@ -1,13 +1,15 @@
 # The cuDNN attention path (-at cudnn, make USE_CUDNN=1; sourced by dev/run_tests.sh after
-# 50_gpu_trainer.sh, whose head-size-64 reference model $GREF64 and emulated builds it reuses):
-# the glue with the real frontend headers through nvcc, linked as make USE_CUDNN=1 train_gpt2 links
-# it; through the emulator's frontend, cuDNN against our tensor-core kernels and a double reference
-# at GPT-2 124M's layer shape and an odd T, test_gpt2 -at cudnn against PyTorch (a checked build),
-# training steps at T 77 with -at cudnn, -at ours and the CPU trainer (the test model, and one layer
-# of 124M's width); a planted wrong stride in the
+# 50_gpu_trainer.sh, whose head-size-64 reference model $GREF64 and emulated builds it reuses; alone:
+# TESTS=51_gpu_cudnn dev/run_tests.sh): the glue with the real frontend headers through nvcc, linked
+# as make USE_CUDNN=1 train_gpt2 links it; through the emulator's frontend, cuDNN against our
+# tensor-core kernels and a double reference at GPT-2 124M's layer shape and an odd T, test_gpt2
+# -at cudnn against PyTorch (a checked build), training steps at T 77 with -at cudnn, -at ours and
+# the CPU trainer (the test model, and one layer of 124M's width); a planted wrong stride in the
 # glue caught; -at cudnn refused where the build has no cuDNN; the emulated frontend's own numbers
-# and refusals (dev/cuda_emu/tests/test_cudnn_frontend.cpp). Alone: TESTS=51_gpu_cudnn dev/run_tests.sh Cost (measured, 2 cores): about 2 min
-# of wall time with the nvcc object cached in build/gpu, one more on a fresh clone.
+# and refusals (dev/cuda_emu/tests/test_cudnn_frontend.cpp). Cost, measured on the shared 2-core
+# machine (load average about 6): 2 min 34 s of wall time, 1 min 51 s of CPU, with the glue's nvcc
+# object already in build/gpu; on a fresh clone its compile adds about 70 s of one core, run beside
+# the emulated checks.
 CUDNN_TMP=build/test_tmp/gpu_cudnn
 mkdir -p $CUDNN_TMP
 # Run alone (TESTS=51_gpu_cudnn), 50_gpu_trainer.sh's definitions are missing: take them from that
