@@ -29,7 +29,7 @@
 #include "llmc/encoder.cuh"
 #include "llmc/layernorm.cuh"
 #include "llmc/gelu.cuh"
-#include "llmc/attention.cuh"
+#include "llmc/attention_select.cuh"
 #include "llmc/classifier.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/adamw.cuh"
@@ -104,6 +104,7 @@ typedef struct {
     size_t grads_elements; // of grads_memory (padded)
     int B, T;      // the largest micro-batch the buffers hold
     int recompute; // -r
+    int att_cudnn; // -at: 1 cuDNN's SDPA, 0 our kernels (llmc/attention_select.cuh); 0 after gpt2_build
     Activations acts;
     ActivationGrads acts_grad;
     size_t activation_bytes;
@@ -171,6 +172,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, const float* params, i
     m->B = B;
     m->T = T;
     m->recompute = recompute;
+    m->att_cudnn = 0;
     ActBuffer bufs[NUM_ACT_BUFFERS];
     m->activation_bytes = activation_buffers(m, act_shape(config, B, T, recompute, 1), bufs);
     for (int i = 0; i < NUM_ACT_BUFFERS; i++) {
@@ -203,6 +205,7 @@ static void gpt2_free(GPT2* m) {
         if (bufs[i].bytes > 0) { cudaCheck(cudaFree(*bufs[i].slot)); }
     }
     encoder_buckets_free(&m->buckets);
+    attention_select_free(m->att_cudnn);
     for (int i = 0; i < 2; i++) {
         cudaCheck(cudaFreeHost(m->staging[i]));
         cudaCheck(cudaEventDestroy(m->staged[i]));
@@ -290,7 +293,7 @@ static void gpt2_forward_device(GPT2* m, const int* inputs, const int* targets, 
     for (int l = 0; l < L; l++) {
         LayerActivations la = layer_activations(m, l);
         matmul_forward(la.qkv, la.ln1, layer_slice(p, m, QKVW, l), layer_slice(p, m, QKVB, l), BT, C, 3 * C);
-        attention_forward(la.atty, la.lse, la.qkv, B, T, C, NH);
+        attention_forward_select(m->att_cudnn, la.atty, la.lse, la.qkv, B, T, C, NH);
         matmul_forward(a->proj, la.atty, layer_slice(p, m, ATTPROJW, l), layer_slice(p, m, ATTPROJB, l), BT, C, C);
         residual_layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, la.x, a->proj,
                                    layer_slice(p, m, LN2W, l), layer_slice(p, m, LN2B, l), BT, C);
@@ -365,7 +368,7 @@ static void gpt2_backward(GPT2* m, int B, int T, GradsReadyFn ready, void* ctx) 
                            la.res2, layer_slice(p, m, LN2W, l), la.ln2_mean, la.ln2_rstd, BT, C);
         matmul_backward(g->dC, grad_slice(m, ATTPROJW, l), grad_slice(m, ATTPROJB, l), g->partial,
                         g->dresidual, la.atty, layer_slice(p, m, ATTPROJW, l), NULL, BT, C, C);
-        attention_backward(g->dqkv, g->att_delta, g->dC, la.qkv, la.atty, la.lse, B, T, C, NH);
+        attention_backward_select(m->att_cudnn, g->dqkv, g->att_delta, g->dC, la.qkv, la.atty, la.lse, B, T, C, NH);
         if (m->recompute >= 2) {
             residual_layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, NULL, la.x, NULL, layer_slice(p, m, LN1W, l),
                                        layer_slice(p, m, LN1B, l), BT, C);
@@ -1161,6 +1164,7 @@ int main(int argc, char** argv) {
         fail("no CUDA GPU found; use ./train_gpt2cpu for CPU training");
     }
     args_validate(&args, 1);
+    attention_flag_check(args.attention);
 
     // processes: ranks, this rank's GPU (its local rank, or the one GPU it sees), the NCCL communicators
     ProcessInfo proc;
@@ -1188,6 +1192,7 @@ int main(int argc, char** argv) {
     if (outer_state) { dp_outer_alloc(&gpu.dp); }
     gpt2_build(&gpu.model, &run.config, params, args.B, args.T, args.recompute,
                grad_layers_for_stage(zero, run.config.num_layers), zero == 0 ? (size_t)world : 1);
+    gpu.model.att_cudnn = attention_use_cudnn(args.attention, run.config.channels, run.config.num_heads);
     gpu.model.params_wait = dp_params_wait;
     gpu.model.params_ctx = &gpu.dp;
     float* owned_init = dp_owned_values(&gpu.dp, params);
@@ -1210,7 +1215,7 @@ int main(int argc, char** argv) {
              args.init_method, proc.source, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
              devices == 1 ? "0 of 1 visible" : "= local rank", prop.name, PRECISION_NAME,
              args.recompute, gpu.opt.master ? "fp32" : "none",
-             attention_path(gpu.model.config.channels, gpu.model.config.num_heads));
+             attention_name(gpu.model.att_cudnn, gpu.model.config.channels, gpu.model.config.num_heads));
     run_print_start(&run, gpu.model.num_parameters, &mem, &comm, extra);
 
     run_train(&run, &gpu_trainer_ops, &gpu);

@@ -1,5 +1,6 @@
 # The CUDA trainer's build (included by the top Makefile).
-#   make train_gpt2 [PRECISION=BF16|FP32]      nvcc, sm_80 + sm_90, links cuBLASLt
+#   make train_gpt2 [PRECISION=BF16|FP32] [USE_CUDNN=1]
+#                                              nvcc, sm_80 + sm_90, links cuBLASLt (and cuDNN: -at cudnn)
 #   make test_gpt2 [PRECISION=...]             the GPU test
 #   make train_gpt2emu / test_gpt2emu          the same sources through the CUDA emulator (CPU)
 #   make gpu-nvcc-check                        every .cu for sm_80 and sm_90, both precisions, warnings
@@ -16,6 +17,21 @@ else ifeq ($(PRECISION),BF16)
 GPU_PRECISION_FLAGS :=
 else
 $(error PRECISION=$(PRECISION): must be BF16 or FP32)
+endif
+
+# USE_CUDNN=1: cuDNN's SDPA beside our attention (-at cudnn, BF16), through the header-only cuDNN
+# frontend that make deps installs into build/cudnn_frontend (PyPI nvidia-cudnn-frontend). The glue is
+# one translation unit, llmc/cudnn_att.cpp (host code only, so one object serves sm_80 and sm_90).
+USE_CUDNN ?= 0
+CUDNN_FRONTEND_INC := build/cudnn_frontend/include
+CUDNN_ATT_SOURCES := llmc/cudnn_att.cpp llmc/cudnn_att.h
+CUDNN_LIBS := -lcudnn -lnvrtc # the frontend links NVRTC (for its runtime-compiled engines)
+ifeq ($(USE_CUDNN),1)
+GPU_CUDNN_FLAGS := -DENABLE_CUDNN
+GPU_CUDNN_OBJ := build/gpu/cudnn_att.o
+GPU_CUDNN_LIBS := $(CUDNN_LIBS)
+else ifneq ($(USE_CUDNN),0)
+$(error USE_CUDNN=$(USE_CUDNN): must be 0 or 1)
 endif
 
 NVCC ?= nvcc
@@ -41,22 +57,32 @@ GPU_KERNEL_TESTS := $(wildcard dev/gpu_kernels/*.cu)
 DEV_CUDA_FAMILIES := layernorm classifier encoder matmul adamw
 DEV_CUDA_EMU := $(patsubst %,build/gpu/dev_cuda_%,$(DEV_CUDA_FAMILIES))
 
-# A stamp per precision: switching PRECISION rebuilds the root binaries.
-build/gpu/precision_$(PRECISION):
+# A stamp per precision and cuDNN choice: switching either rebuilds the root binaries.
+GPU_STAMP := build/gpu/precision_$(PRECISION)_cudnn$(USE_CUDNN)
+$(GPU_STAMP):
 	@mkdir -p build/gpu
 	@rm -f build/gpu/precision_*
 	@touch $@
 
-train_gpt2: $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
-	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ train_gpt2.cu $(GPU_LIBS)
+# the cuDNN glue with the real frontend (about 70 s of one core, measured; built once, kept in build/gpu)
+build/gpu/cudnn_att.o: $(CUDNN_ATT_SOURCES)
+	@[ -f $(CUDNN_FRONTEND_INC)/cudnn_frontend.h ] || \
+	  { echo "error: $(CUDNN_FRONTEND_INC)/cudnn_frontend.h missing: run make deps (the cuDNN frontend headers)"; exit 1; }
+	@mkdir -p build/gpu
+	$(NVCC) -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall -isystem $(CUDNN_FRONTEND_INC) -c -o $@ llmc/cudnn_att.cpp
 
-test_gpt2: test_gpt2.cu $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
-	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ test_gpt2.cu $(GPU_LIBS)
+train_gpt2: $(GPU_SOURCES) $(GPU_STAMP) $(GPU_CUDNN_OBJ)
+	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) $(GPU_CUDNN_FLAGS) -o $@ train_gpt2.cu $(GPU_CUDNN_OBJ) $(GPU_LIBS) \
+	  $(GPU_CUDNN_LIBS)
 
-train_gpt2emu: $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
+test_gpt2: test_gpt2.cu $(GPU_SOURCES) $(GPU_STAMP) $(GPU_CUDNN_OBJ)
+	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) $(GPU_CUDNN_FLAGS) -o $@ test_gpt2.cu $(GPU_CUDNN_OBJ) $(GPU_LIBS) \
+	  $(GPU_CUDNN_LIBS)
+
+train_gpt2emu: $(GPU_SOURCES) $(GPU_STAMP)
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ train_gpt2.cu -lnccl
 
-test_gpt2emu: test_gpt2.cu $(GPU_SOURCES) build/gpu/precision_$(PRECISION)
+test_gpt2emu: test_gpt2.cu $(GPU_SOURCES) $(GPU_STAMP)
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ test_gpt2.cu -lnccl
 
 # Fixed-precision emulated builds for the tests (they do not touch the root binaries).
@@ -93,6 +119,23 @@ build/gpu/attention_emu_fp32: dev/cuda/attention.cu dev/cuda/common.cuh dev/cuda
 build/gpu/attention_emu_check: dev/cuda/attention.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) --check $(GPU_EMUCC_FLAGS) -o $@ dev/cuda/attention.cu
+# what make USE_CUDNN=1 train_gpt2 builds (BF16), into build/gpu so that the tests leave the root binary alone
+build/gpu/train_gpt2_cudnn: $(GPU_SOURCES) build/gpu/cudnn_att.o
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_CUDNN -o $@ train_gpt2.cu build/gpu/cudnn_att.o $(GPU_LIBS) $(CUDNN_LIBS)
+# dev/cuda/attention.cu with the cuDNN version, for a GPU: both paths checked and timed
+build/gpu/attention_cudnn: dev/cuda/attention.cu dev/cuda/common.cuh $(GPU_SOURCES) build/gpu/cudnn_att.o
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_CUDNN -o $@ dev/cuda/attention.cu build/gpu/cudnn_att.o $(CUDNN_LIBS)
+# -at cudnn through the emulator's cuDNN frontend (dev/cuda_emu/include/cudnn_frontend.h), BF16: the
+# attention kernels' test with the cuDNN version, test_gpt2 (checked) and the trainer
+build/gpu/attention_emu_cudnn: dev/cuda/attention.cu dev/cuda/common.cuh $(CUDNN_ATT_SOURCES) $(GPU_SOURCES) $(GPU_EMU_DEPS)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_CUDNN -o $@ dev/cuda/attention.cu llmc/cudnn_att.cpp
+build/gpu/test_gpt2emu_bf16_cudnn: test_gpt2.cu $(CUDNN_ATT_SOURCES) $(GPU_SOURCES) $(GPU_EMU_DEPS)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -DENABLE_CUDNN -o $@ test_gpt2.cu llmc/cudnn_att.cpp -lnccl
+build/gpu/train_gpt2emu_bf16_cudnn: $(CUDNN_ATT_SOURCES) $(GPU_SOURCES) $(GPU_EMU_DEPS)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DENABLE_CUDNN -o $@ train_gpt2.cu llmc/cudnn_att.cpp -lnccl
 # the kernel tests through the emulator, plain and under AddressSanitizer
 build/gpu/test_kernels_emu: $(GPU_KERNEL_TESTS) dev/cuda/copies.cuh $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu

@@ -6,7 +6,8 @@
 # dev/tests/45_fuzz.sh); then, from PyPI for /usr/bin/python3, transformers and safetensors
 # (dev/hf.py), in the versions tested with Debian's torch 1.13; where nvcc is installed,
 # nvdisasm from PyPI (nvidia-cuda-nvdisasm, into build/tools unless a site-packages has it) for
-# the SASS report of make gpu-nvcc-check.
+# the SASS report of make gpu-nvcc-check, and the header-only cuDNN frontend (PyPI
+# nvidia-cudnn-frontend, into build/cudnn_frontend) for make USE_CUDNN=1 (-at cudnn).
 # Packages already present are left alone; it does nothing when everything is there.
 set -e
 cd "$(dirname "$0")/.."
@@ -16,6 +17,17 @@ install_nvdisasm() {
     python3 dev/gpu_kernels/sass_report.py --find-nvdisasm >/dev/null 2>&1 && return 0
     echo "installing: nvidia-cuda-nvdisasm (PyPI) into build/tools"
     python3 -m pip install -q --target build/tools nvidia-cuda-nvdisasm
+}
+# headers only (the wheel's Python module is not used); pinned: the version llmc/cudnn_att.cpp is built with
+CUDNN_FRONTEND_VERSION=1.32.0
+install_cudnn_frontend() {
+    command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || return 0
+    local dir=build/cudnn_frontend
+    grep -qx "Version: $CUDNN_FRONTEND_VERSION" $dir/nvidia_cudnn_frontend-*.dist-info/METADATA 2>/dev/null &&
+        [ -f $dir/include/cudnn_frontend.h ] && return 0
+    echo "installing: nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION (PyPI, headers) into $dir"
+    rm -rf $dir
+    python3 -m pip install -q --no-deps --target $dir nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION
 }
 packages="openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-openmp python3-torch python3-numpy python3-matplotlib python3-pip bible-kjv clang libclang-rt-14-dev"
 missing=""
@@ -28,6 +40,7 @@ pip_ok() {
 }
 if [ -z "$missing" ] && pip_ok; then
     install_nvdisasm
+    install_cudnn_frontend
     exit 0
 fi
 if [ "$(id -u)" != 0 ] && ! command -v sudo >/dev/null; then
@@ -49,3 +62,4 @@ if ! pip_ok; then
     $SUDO /usr/bin/python3 -m pip install $pip_flags $pip_packages
 fi
 install_nvdisasm
+install_cudnn_frontend

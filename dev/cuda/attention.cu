@@ -3,19 +3,27 @@
 // then, where a real GPU is present, a timing loop at GPT-2 shapes.
 //   versions: flash  tensor cores (nvcuda::wmma), BF16 build, head size 64
 //             scalar the CUDA-core fallback (FP32 build, or other head sizes), one warp per row
+//             cudnn  cuDNN's SDPA through llmc/cudnn_att.cpp (-DENABLE_CUDNN, BF16; under emucc the
+//                    emulator's frontend, dev/cuda_emu/include/cudnn_frontend.h)
 // Checked per case: out (B, T, C), lse (B, NH, T), dq, dk, dv (the three parts of dqkv) as
 // max |got - ref| / max |ref| against tolerances stated below; every output element written
 // (buffers start as NaN); a second backward bitwise identical to the first. Exits 1 on a failure.
-//   build/gpu/attention_emu [--quick | --long-flash-only]     (emucc; BF16 unless -DENABLE_FP32)
+//   build/gpu/attention_emu [--quick | --long-flash-only | --cudnn | --cudnn-small]  (emucc; BF16 unless -DENABLE_FP32)
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o attention dev/cuda/attention.cu && ./attention
 // --quick: the small cases only (no T = 1024); --long-flash-only: T = 1024 for the tensor-core
-// version only (the checked emulator's budget).
+// version only (the checked emulator's budget); --cudnn (a -DENABLE_CUDNN build): cuDNN and the
+// tensor-core version on the same inputs at GPT-2 124M's layer shape (B 1, NH 12, T 1024) and an
+// odd T (B 2, NH 12, T 77), each against the reference and against each other, then cuDNN alone on
+// the small cases and head sizes (--cudnn-small: those only).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common.cuh"
 #include "../../llmc/attention.cuh"
+#ifdef ENABLE_CUDNN
+#include "../../llmc/cudnn_att.h"
+#endif
 
 // Tolerances on max |got - ref| / max(max |ref|, 0.01) per tensor. BF16: the outputs are rounded to bf16
 // (2^-9 relative), and so are the probabilities P and score gradients dS that feed the tensor-core
@@ -149,25 +157,67 @@ typedef struct {
     int only_hs; // 0: any head size
 } Version;
 
+#ifdef ENABLE_CUDNN
+#ifdef ENABLE_FP32
+#error "cuDNN's attention is BF16 only: build without -DENABLE_FP32"
+#endif
+static void cudnn_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+    const char* err = cudnn_att_forward(out, lse, qkv, B, T, C, NH, 0);
+    if (err) { fail("%s", err); }
+}
+static void cudnn_backward(floatX* dqkv, float* delta, const floatX* dout, const floatX* qkv, const floatX* out,
+                           const float* lse, int B, int T, int C, int NH) {
+    (void)delta; // cuDNN keeps its own in its workspace
+    const char* err = cudnn_att_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0);
+    if (err) { fail("%s", err); }
+}
+#endif
+
 static const Version versions[] = {
 #ifndef ENABLE_FP32
     {"flash", attention_forward_flash, attention_backward_flash, 64},
 #endif
     {"scalar", attention_forward_scalar, attention_backward_scalar, 0},
+#ifdef ENABLE_CUDNN
+    {"cudnn", cudnn_forward, cudnn_backward, 0},
+#endif
 };
 #define NUM_VERSIONS (int)(sizeof(versions) / sizeof(versions[0]))
 
-// One shape through one version: forward and backward against the reference, backward twice.
-// a: the range of q and k (a = 2 gives scores of standard deviation ~1.3 at hs 64; 6 gives sharp rows).
-static void check_case(const Version* v, int B, int T, int NH, int hs, float a) {
-    int C = NH * hs;
-    size_t BT = (size_t)B * T, nqkv = BT * 3 * C, nout = BT * C, nlse = (size_t)B * NH * T;
-    float* qkv = host_random(nqkv, 1.0f, 3 * (size_t)C, a);
-    float* dout = host_random(nout, 1.0f, 3, 1.0f);
-    double *out = (double*)malloc_check(nout * sizeof(double)), *lse = (double*)malloc_check(nlse * sizeof(double));
-    double* dqkv = (double*)malloc_check(nqkv * sizeof(double));
-    cpu_attention(out, lse, dqkv, qkv, dout, B, T, C, NH);
+// One shape's inputs (random, rounded to floatX) and the double reference's outputs.
+typedef struct {
+    int B, T, NH, hs, C;
+    float a;
+    size_t nqkv, nout, nlse;
+    float *qkv, *dout;
+    double *out, *lse, *dqkv;
+} Case;
 
+// a: the range of q and k (a = 2 gives scores of standard deviation ~1.3 at hs 64; 6 gives sharp rows).
+static void case_make(Case* k, int B, int T, int NH, int hs, float a) {
+    int C = NH * hs;
+    size_t BT = (size_t)B * T;
+    memset(k, 0, sizeof(*k));
+    k->B = B; k->T = T; k->NH = NH; k->hs = hs; k->C = C; k->a = a;
+    k->nqkv = BT * 3 * C; k->nout = BT * C; k->nlse = (size_t)B * NH * T;
+    k->qkv = host_random(k->nqkv, 1.0f, 3 * (size_t)C, a);
+    k->dout = host_random(k->nout, 1.0f, 3, 1.0f);
+    k->out = (double*)malloc_check(k->nout * sizeof(double));
+    k->lse = (double*)malloc_check(k->nlse * sizeof(double));
+    k->dqkv = (double*)malloc_check(k->nqkv * sizeof(double));
+    cpu_attention(k->out, k->lse, k->dqkv, k->qkv, k->dout, B, T, C, NH);
+}
+
+static void case_free(Case* k) { free(k->qkv); free(k->dout); free(k->out); free(k->lse); free(k->dqkv); }
+
+// One version on one case: forward and backward against the reference, backward twice. Returns
+// the outputs (host, float) in *g_out_ret and *g_dqkv_ret when those are not NULL.
+static void case_run(const Case* k, const Version* v, float** g_out_ret, float** g_dqkv_ret) {
+    int B = k->B, T = k->T, NH = k->NH, hs = k->hs, C = k->C;
+    float a = k->a;
+    size_t nqkv = k->nqkv, nout = k->nout, nlse = k->nlse;
+    const float *qkv = k->qkv, *dout = k->dout;
+    const double *out = k->out, *lse = k->lse, *dqkv = k->dqkv;
     floatX *d_qkv = to_device(qkv, nqkv), *d_dout = to_device(dout, nout), *d_out, *d_dqkv;
     float *d_lse, *d_delta;
     cudaCheck(cudaMalloc((void**)&d_out, nout * sizeof(floatX)));
@@ -202,9 +252,44 @@ static void check_case(const Version* v, int B, int T, int NH, int hs, float a) 
     size_t diffs = 0;
     for (size_t i = 0; i < nqkv; i++) { diffs += memcmp(&again[i], &g_dqkv[i], sizeof(float)) != 0; }
     report("  rerun dqkv bits differ (count)", v->name, (double)diffs, 0.0);
-    free(qkv); free(dout); free(out); free(lse); free(dqkv); free(g_out); free(g_dqkv); free(g_lse); free(again);
+    if (g_out_ret) { *g_out_ret = g_out; } else { free(g_out); }
+    if (g_dqkv_ret) { *g_dqkv_ret = g_dqkv; } else { free(g_dqkv); }
+    free(g_lse); free(again);
     cudaFree(d_qkv); cudaFree(d_dout); cudaFree(d_out); cudaFree(d_dqkv); cudaFree(d_lse); cudaFree(d_delta);
 }
+
+static void check_case(const Version* v, int B, int T, int NH, int hs, float a) {
+    Case k;
+    case_make(&k, B, T, NH, hs, a);
+    case_run(&k, v, NULL, NULL);
+    case_free(&k);
+}
+
+#ifdef ENABLE_CUDNN
+// cuDNN against the tensor-core version on one set of inputs: each against the reference (case_run),
+// then max |cudnn - flash| / max |reference| per tensor, within the same tolerances.
+static void compare_cudnn_flash(int B, int T, int NH, float a) {
+    const Version *flash = &versions[0], *cudnn = &versions[NUM_VERSIONS - 1];
+    Case k;
+    case_make(&k, B, T, NH, 64, a);
+    float *o[2], *d[2];
+    case_run(&k, flash, &o[0], &d[0]);
+    case_run(&k, cudnn, &o[1], &d[1]);
+    double* ref = (double*)malloc_check(k.nqkv * sizeof(double)); // flash's outputs, as the "reference"
+    for (size_t i = 0; i < k.nout; i++) { ref[i] = o[0][i]; }
+    double s_out = rel_error(o[1], ref, k.nout, k.nout, 0, k.nout);
+    for (size_t i = 0; i < k.nqkv; i++) { ref[i] = d[0][i]; }
+    printf("B %d NH %d T %d hs 64: cudnn against flash (max |difference| / max |flash|)\n", B, NH, T);
+    report("  out", "cudnn", s_out, TOL_OUT);
+    const char* part[3] = {"  dq", "  dk", "  dv"};
+    for (int p = 0; p < 3; p++) {
+        report(part[p], "cudnn", rel_error(d[1], ref, k.nqkv, 3 * (size_t)k.C, p * (size_t)k.C, (p + 1) * (size_t)k.C),
+               TOL_GRAD);
+    }
+    free(ref); free(o[0]); free(o[1]); free(d[0]); free(d[1]);
+    case_free(&k);
+}
+#endif
 
 // ----------------------------------------------------------------------------
 // timing (a real GPU only): forward and backward at GPT-2 124M's attention shape
@@ -253,6 +338,11 @@ static void time_versions(int B, int T, int NH) {
 int main(int argc, char** argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     int long_flash_only = argc > 1 && strcmp(argv[1], "--long-flash-only") == 0;
+    int cudnn_compare = argc > 1 && strcmp(argv[1], "--cudnn") == 0;
+    int cudnn_only = cudnn_compare || (argc > 1 && strcmp(argv[1], "--cudnn-small") == 0);
+#ifndef ENABLE_CUDNN
+    if (cudnn_only) { fail("%s: this build has no cuDNN version (build with -DENABLE_CUDNN llmc/cudnn_att.cpp)", argv[1]); }
+#endif
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) { fail("no CUDA device (or emulator) found"); }
     rng_seed(&rng, 1234);
@@ -261,10 +351,17 @@ int main(int argc, char** argv) {
     // (B, NH, T): T over {1, 17, 64, 255, 1024}, partial tiles and several B x NH
     const int cases[][3] = {{1, 1, 1}, {2, 3, 17}, {1, 2, 64}, {2, 1, 255}, {3, 2, 65}, {1, 1, 1024}};
     int ncases = (int)(sizeof(cases) / sizeof(cases[0]));
+#ifdef ENABLE_CUDNN
+    if (cudnn_compare) {
+        compare_cudnn_flash(1, 1024, 12, 2.0f); // GPT-2 124M's layer: C 768, NH 12, T 1024
+        compare_cudnn_flash(2, 77, 12, 2.0f);   // an odd T: a partial 64-row tile
+    }
+#endif
     for (int vi = 0; vi < NUM_VERSIONS; vi++) {
         const Version* v = &versions[vi];
+        if (cudnn_only && strcmp(v->name, "cudnn") != 0) { continue; }
         for (int c = 0; c < ncases; c++) {
-            if (cases[c][2] > 256 && (quick || (long_flash_only && v->only_hs != 64))) { continue; }
+            if (cases[c][2] > 256 && (quick || cudnn_only || (long_flash_only && v->only_hs != 64))) { continue; }
             check_case(v, cases[c][0], cases[c][2], cases[c][1], 64, 2.0f);
         }
         check_case(v, 1, 130, 2, 64, 6.0f); // sharp rows: the running max moves across key blocks

@@ -38,6 +38,12 @@ $(EMU_BUILD)/two_units: $(EMU_DIR)/tests/two_units_main.cu $(EMU_DIR)/tests/two_
 	$(EMUCC) $(EMU_CFLAGS) -c -o $(EMU_BUILD)/two_units_kernels.o $(EMU_DIR)/tests/two_units_kernels.cu
 	$(EMUCC) $(EMU_CFLAGS) -o $@ $(EMU_DIR)/tests/two_units_main.cu $(EMU_DIR)/tests/c_helper.c $(EMU_BUILD)/two_units_kernels.o
 
+# the emulated cuDNN frontend (a .cpp: the frontend's standard headers must come before emu_cuda.h's
+# keyword macros, so it is not a .cu); run by dev/tests/51_gpu_cudnn.sh
+$(EMU_BUILD)/test_cudnn_frontend: $(EMU_DIR)/tests/test_cudnn_frontend.cpp $(EMU_DEPS)
+	@mkdir -p $(@D)
+	$(EMUCC) $(EMU_CFLAGS) -o $@ $<
+
 # the portable ucontext fiber switch (the default on x86-64 is a hand-written one)
 $(EMU_BUILD)/%_ucontext: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)
 	@mkdir -p $(@D)
