@@ -172,6 +172,8 @@ int main(int argc, char** argv) {
     } else {
         run(300, 96); // whole 128-bit packs, two backward blocks
         run(77, 50);  // C not a multiple of the pack: the element-by-element path
+        run(40, 768); // GPT-2 small width: backward teams of 8 warps in FP32 (4 in BF16)
+        run(9, 1602); // the widest team (16 warps in FP32), element by element
     }
     return finish("dev/cuda/layernorm.cu");
 }
