@@ -101,37 +101,44 @@ static void residual_layernorm_forward(floatX* out, float* mean, float* rstd, fl
 // warps (a power of two, at least the row's packs of 32 X128 channels): warp j of a team owns
 // pack j of every lane (channels 32 X128 j + X128 lane ...), so each thread holds one pack of a
 // row and one pack of dweight and dbias sums in registers. The teams take rows in turn; a row's
-// two sums go warp by warp through shared memory (added in warp order), one barrier per row.
+// two sums go warp by warp through shared memory (added in warp order), one barrier per turn.
+// VEC: rows are whole 16-byte packs.
+template <bool VEC>
 __global__ void __launch_bounds__(32 * LN_BWD_WARPS, LN_BWD_MIN_BLOCKS)
     layernorm_backward_kernel(floatX* __restrict__ dinp, floatX* __restrict__ dweight, floatX* __restrict__ dbias,
                               float* __restrict__ partial, unsigned int* __restrict__ counter,
                               const floatX* __restrict__ dout, const floatX* __restrict__ inp,
                               const floatX* __restrict__ weight, const float* __restrict__ mean,
-                              const float* __restrict__ rstd, int N, int C, int team, bool vec) {
+                              const float* __restrict__ rstd, int N, int C, int team) {
+    const bool vec = VEC; // a template parameter: one path per instance keeps it in 64 registers
     __shared__ float sum_w[LN_MAX_C], sum_b[LN_MAX_C];
     __shared__ float row_sums[2][LN_BWD_WARPS][2]; // per warp: its part of a row's two sums, two rows in turn
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, teams = LN_BWD_WARPS / team;
     const int my_team = warp / team, first = my_team * team, c = lane * X128 + (warp % team) * 32 * X128;
     const bool mine = c < C; // this thread owns channels c .. c + X128 - 1 (those below C)
-    Packed128<floatX> pw;
-    if (mine) { pw = load_pack(weight + c, vec, C - c); }
     float acc_w[X128], acc_b[X128];
     for (int i = 0; i < X128; i++) { acc_w[i] = 0.0f; acc_b[i] = 0.0f; }
     int r0 = blockIdx.x * LN_BWD_ROWS, r1 = min(r0 + LN_BWD_ROWS, N), buf = 0;
+#pragma unroll 1
     for (int base = r0; base < r1; base += teams, buf ^= 1) { // every thread runs every turn (the barrier)
         int row = base + my_team;
         bool live = mine && row < r1;
-        Packed128<floatX> pd, px;
-        float m = 0.0f, s = 0.0f, part_dnorm = 0.0f, part_dnorm_norm = 0.0f;
+        float norm[X128], dnorm[X128], s = 0.0f, part_dnorm = 0.0f, part_dnorm_norm = 0.0f;
         if (live) {
-            pd = load_pack(dout + (size_t)row * C + c, vec, C - c);
-            px = load_pack(inp + (size_t)row * C + c, vec, C - c);
-            m = mean[row];
+            Packed128<floatX> pd = load_pack(dout + (size_t)row * C + c, vec, C - c),
+                              px = load_pack(inp + (size_t)row * C + c, vec, C - c),
+                              pw = load_pack(weight + c, vec, C - c);
+            float m = mean[row];
             s = rstd[row];
-            for (int i = 0; i < X128 && c + i < C; i++) {
-                float dnorm = pd.f(i) * pw.f(i);
-                part_dnorm += dnorm;
-                part_dnorm_norm += dnorm * (px.f(i) - m) * s;
+            for (int i = 0; i < X128; i++) {
+                norm[i] = (px.f(i) - m) * s;
+                dnorm[i] = pd.f(i) * pw.f(i);
+                acc_w[i] += pd.f(i) * norm[i];
+                acc_b[i] += pd.f(i);
+                if (c + i < C) {
+                    part_dnorm += dnorm[i];
+                    part_dnorm_norm += dnorm[i] * norm[i];
+                }
             }
         }
         part_dnorm = warp_sum(part_dnorm);
@@ -149,10 +156,7 @@ __global__ void __launch_bounds__(32 * LN_BWD_WARPS, LN_BWD_MIN_BLOCKS)
         floatX* dx = dinp + (size_t)row * C + c;
         Packed128<floatX> pg = load_pack(dx, vec, C - c), o;
         for (int i = 0; i < X128; i++) {
-            float norm = (px.f(i) - m) * s, dnorm = pd.f(i) * pw.f(i);
-            o.v[i] = to_X(pg.f(i) + s * (dnorm - mean_dnorm - norm * mean_dnorm_norm));
-            acc_w[i] += pd.f(i) * norm;
-            acc_b[i] += pd.f(i);
+            o.v[i] = to_X(pg.f(i) + s * (dnorm[i] - mean_dnorm - norm[i] * mean_dnorm_norm));
         }
         store_pack(dx, o, vec, C - c);
     }
@@ -200,8 +204,14 @@ static void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, flo
     int team = layernorm_backward_team(C);
     bool vec = vec_ok(C, sizeof(floatX), dinp, dout, inp, weight);
     unsigned int* counter = reduction_counters() + MAX_COUNTERS - 1;
-    layernorm_backward_kernel<<<layernorm_backward_blocks(N), 32 * LN_BWD_WARPS>>>(
-        dinp, dweight, dbias, partial, counter, dout, inp, weight, mean, rstd, N, C, team, vec);
+    unsigned int blocks = layernorm_backward_blocks(N), threads = 32 * LN_BWD_WARPS;
+    if (vec) {
+        layernorm_backward_kernel<true><<<blocks, threads>>>(dinp, dweight, dbias, partial, counter, dout, inp, weight,
+                                                             mean, rstd, N, C, team);
+    } else {
+        layernorm_backward_kernel<false><<<blocks, threads>>>(dinp, dweight, dbias, partial, counter, dout, inp, weight,
+                                                              mean, rstd, N, C, team);
+    }
     cudaLaunchCheck();
 }
 
