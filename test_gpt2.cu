@@ -3,7 +3,8 @@
 // logits, loss and all 16 gradient tensors of one batch, the losses of 10 AdamW steps, then
 // determinism: the same 10 steps again from the same start give bitwise identical losses and
 // parameters. Exits non-zero on any mismatch.
-//   test_gpt2 MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1] [-ge 0|1] [-k 0|1]
+//   test_gpt2 MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1]
+//             [-ge 0|1] [-k 0|1]
 // -p adds a small error to one gradient tensor before comparing (the test of the test: it must
 // then fail). -b also checks that a bf16 (v5) file of the same model loads onto the device as
 // the fp32 values rounded to bf16. -r, -w and -ge as in train_gpt2. -k 0 stops after the one-batch
@@ -84,8 +85,8 @@ int main(int argc, char** argv) {
         fail("no CUDA GPU found; use ./test_gpt2cpu for the CPU test");
     }
     if (argc < 5) {
-        fail("usage: %s MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1] [-ge 0|1] [-k 0|1]",
-             argv[0]);
+        fail("usage: %s MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1] "
+             "[-ge 0|1] [-k 0|1]", argv[0]);
     }
     const char *model_path = argv[1], *state_path = argv[2], *losses_path = argv[3], *data_path = argv[4];
     int perturb = -1, recompute = 1, master = 1, train = 1, gelu_fusion = 0;

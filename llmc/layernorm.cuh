@@ -14,7 +14,7 @@
 #define LN_BWD_WARPS 16                     // warps per backward block
 #define LN_BWD_MIN_BLOCKS 2                 // backward blocks resident per SM asked of ptxas (<= 64 registers)
 #define LN_BWD_ROWS 256                     // rows per backward block (one partial per block)
-#define LN_MAX_C 2048                       // forward and backward keep C / 32 channels per lane in registers
+#define LN_MAX_C 2048                       // the forward keeps C / 32 channels per lane in registers
 #define LN_MAX_PACKS (LN_MAX_C / (32 * X128))
 
 // In: a, b (N, C) (b NULL: no residual), weight, bias (C). Out: residual = a + b (N, C, rounded to
@@ -66,8 +66,8 @@ __global__ void residual_layernorm_forward_kernel(floatX* __restrict__ out, floa
     if (lane == 0) { mean[row] = m; rstd[row] = s; }
 }
 
-// The packs of X128 channels each lane of a warp holds for a row of C channels (LayerNorm forward
-// and backward keep a row in registers): fails over LN_MAX_C.
+// The packs of X128 channels each lane of a warp holds for a row of C channels (the forward keeps
+// them in registers; the backward gives each a warp of a team): fails over LN_MAX_C.
 static int layernorm_lane_packs(int C, const char* who) {
     if (C > LN_MAX_C) { fail("%s: %d channels, at most %d supported", who, C, LN_MAX_C); }
     return (C + 32 * X128 - 1) / (32 * X128);

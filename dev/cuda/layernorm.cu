@@ -3,8 +3,9 @@
 // on a real GPU, timed.
 //   version 1: the naive kernels (one thread per row, 2- or 4-byte accesses, column sums in a
 //              second kernel), as a baseline;
-//   version 2: the trainer's (llmc/layernorm.cuh): a warp per row, 128-bit Packed128 accesses,
-//              one launch each, parameter gradients accumulated in the same kernel.
+//   version 2: the trainer's (llmc/layernorm.cuh): a warp per row forward, teams of warps per row
+//              backward, 128-bit Packed128 accesses, one launch each, parameter gradients
+//              accumulated in the same kernel.
 //   dev/cuda_emu/emucc -O1 -DENABLE_FP32 -o ln dev/cuda/layernorm.cu && ./ln [N C]
 //   nvcc -O3 -arch=sm_90 -o ln dev/cuda/layernorm.cu && ./ln 65536 768
 #include "common.cuh"
