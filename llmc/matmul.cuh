@@ -1,18 +1,18 @@
-// Matmuls through cuBLASLt, y = x W^T + b with W stored (out, in) as in the model file, and
-// their backward. Row-major (N, C) data is column-major (C, N) to cuBLASLt, so the forward is
-// D (OC x N) = W^T(op T on the stored C x OC) * X (C x N). Epilogues: bias in the forward and,
-// with -ge 1 (matmul_ctx.gelu_fusion), GELU (keeping the pre-activation as aux) in the MLP forward
-// and the GELU gradient (from that aux) in the backward of the MLP projection; with -ge 0 (the
-// default: docs/gpu.md says why) our own GELU kernels (llmc/gelu.cuh) run after the matmul. Bias gradients use our one-launch column-sum kernel,
-// since they accumulate over micro-steps (cuBLASLt's BGRAD epilogues overwrite). Compute is fp32
-// (no TF32) in both precisions. Descriptors, layouts and heuristic results are cached per shape and
-// operand alignment (MatmulPlan), with one workspace for all: cuBLASLt's heuristic may pick an
-// algorithm that assumes 256-byte aligned operands unless told otherwise, and layer slices are often
-// only 128-byte aligned (odd layer counts, C 1600), so each plan is asked for with the real
-// alignment of A, B and D (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, up to 256), part of its key.
-// cuBLASLt's 16-byte rules (16-byte aligned bf16 operands, bias and aux, leading dimensions of
-// 16 bytes' multiples, EPILOGUE_AUX_LD divisible by 8) hold for C % 8 == 0, which matmul_check_model
-// requires at build time.
+// Matmuls through cuBLASLt, y = x W^T + b with W stored (out, in) as in the model file, and their
+// backward. Row-major (N, C) data is column-major (C, N) to cuBLASLt, so the forward is D (OC x N) =
+// W^T(op T on the stored C x OC) * X (C x N). Epilogues: bias in the forward and, with -ge 1
+// (matmul_ctx.gelu_fusion), GELU (keeping the pre-activation as aux) in the MLP forward and the GELU
+// gradient (from that aux) in the backward of the MLP projection; with -ge 0 (the default: docs/gpu.md
+// says why) our own GELU kernels (llmc/gelu.cuh) run after the matmul. Bias gradients use our
+// one-launch column-sum kernel, since they accumulate over micro-steps (cuBLASLt's BGRAD epilogues
+// overwrite). Compute is fp32 (no TF32) in both precisions. Descriptors, layouts and heuristic results
+// are cached per shape and operand alignment (MatmulPlan), with one workspace for all: cuBLASLt's
+// heuristic may pick an algorithm that assumes 256-byte aligned operands unless told otherwise, and
+// layer slices are often only 128-byte aligned (odd layer counts, C 1600), so each plan is asked for
+// with the real alignment of A, B and D (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, up to 256), part
+// of its key. cuBLASLt's 16-byte rules (16-byte aligned bf16 operands, bias and aux, leading
+// dimensions of 16 bytes' multiples, EPILOGUE_AUX_LD divisible by 8) hold for C % 8 == 0, which
+// matmul_check_model requires at build time.
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
 
