@@ -127,7 +127,8 @@ gpu_check_mutant_fails() {
 }
 
 # The test of the SASS rules: planted kernels (2-byte loads in a LayerNorm-named kernel, a kernel
-# that spills) must be reported by dev/gpu_kernels/sass_report.py --check.
+# that spills, a residual LayerNorm forward that reads back what it wrote) must be reported by
+# dev/gpu_kernels/sass_report.py --check.
 gpu_sass_rules_catch_planted() {
     local d=$GPU_TMP/sass_planted
     mkdir -p $d
@@ -137,7 +138,8 @@ gpu_sass_rules_catch_planted() {
         cat $d/out.txt; echo "the planted kernels passed"; return 1
     fi
     cat $d/out.txt
-    grep -q "FAIL: P layernorm_scalar_kernel: 0 LDG.128" $d/out.txt && grep -q "FAIL: P pressure_kernel.* spills" $d/out.txt
+    grep -q "FAIL: P layernorm_scalar_kernel: 0 LDG.128" $d/out.txt && grep -q "FAIL: P pressure_kernel.* spills" $d/out.txt &&
+        grep -q "FAIL: P void residual_layernorm_forward_kernel<3>: 15 LDG.128, want <= 12" $d/out.txt
 }
 
 # train_gpt2emu (FP32) and train_gpt2cpu from the same model file on the same data: 20 losses within
