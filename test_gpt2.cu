@@ -3,11 +3,11 @@
 // logits, loss and all 16 gradient tensors of one batch, the losses of 10 AdamW steps, then
 // determinism: the same 10 steps again from the same start give bitwise identical losses and
 // parameters. Exits non-zero on any mismatch.
-//   test_gpt2 MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1] [-k 0|1]
-//             [-at ours|cudnn]
+//   test_gpt2 MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1]
+//             [-ge 0|1] [-k 0|1] [-at ours|cudnn]
 // -p adds a small error to one gradient tensor before comparing (the test of the test: it must
 // then fail). -b also checks that a bf16 (v5) file of the same model loads onto the device as
-// the fp32 values rounded to bf16. -r, -w and -at as in train_gpt2. -k 0 stops after the one-batch
+// the fp32 values rounded to bf16. -r, -w, -ge and -at as in train_gpt2. -k 0 stops after the one-batch
 // checks (no training steps).
 #define TESTING
 #include "train_gpt2.cu"
@@ -85,25 +85,29 @@ int main(int argc, char** argv) {
         fail("no CUDA GPU found; use ./test_gpt2cpu for the CPU test");
     }
     if (argc < 5) {
-        fail("usage: %s MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1] [-k 0|1] [-at ours|cudnn]",
-             argv[0]);
+        fail("usage: %s MODEL.bin STATE.bin LOSSES.txt DATA.bin [-p TENSOR] [-b MODEL_BF16.bin] [-r 0|1|2] [-w 0|1] "
+             "[-ge 0|1] [-k 0|1] [-at ours|cudnn]", argv[0]);
     }
     const char *model_path = argv[1], *state_path = argv[2], *losses_path = argv[3], *data_path = argv[4];
-    int perturb = -1, recompute = 1, master = 1, train = 1;
+    int perturb = -1, recompute = 1, master = 1, train = 1, gelu_fusion = 0;
     const char *bf16_path = NULL, *att = "ours";
     for (int i = 5; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-p") == 0) { perturb = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "-b") == 0) { bf16_path = argv[i + 1]; }
         else if (strcmp(argv[i], "-r") == 0) { recompute = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "-w") == 0) { master = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-ge") == 0) { gelu_fusion = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "-k") == 0) { train = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "-at") == 0) { att = argv[i + 1]; }
         else { fail("unknown option %s", argv[i]); }
     }
-    if (recompute < 0 || recompute > 2 || master < 0 || master > 1) { fail("-r must be 0..2 and -w 0..1"); }
+    if (recompute < 0 || recompute > 2 || master < 0 || master > 1 || gelu_fusion < 0 || gelu_fusion > 1) {
+        fail("-r must be 0..2, -w and -ge 0..1");
+    }
     if (strcmp(att, "ours") && strcmp(att, "cudnn")) { fail("-at %s: must be ours or cudnn", att); }
     cudaCheck(cudaSetDevice(0));
     matmul_init();
+    matmul_ctx.gelu_fusion = gelu_fusion;
 
     GPT2Config config;
     float* params = gpt2_load_model(model_path, &config);
@@ -112,7 +116,8 @@ int main(int argc, char** argv) {
     debug_state_read(&ref, state_path, &config);
     int B = ref.B, T = ref.T;
     size_t BT = (size_t)B * T, Vp = config.padded_vocab_size, n = gpt2_num_parameters(&config);
-    printf("precision %s | recompute %d | master weights %d\n", PRECISION_NAME, recompute, master);
+    printf("precision %s | recompute %d | master weights %d | GELU %s\n", PRECISION_NAME, recompute, master,
+           gelu_fusion ? "cuBLASLt epilogues" : "ours");
     printf("model L %d C %d NH %d V %d | batch B %d T %d | %zu parameters\n", config.num_layers, config.channels,
            config.num_heads, config.vocab_size, B, T, n);
     int att_cudnn = attention_use_cudnn(att, config.channels, config.num_heads);

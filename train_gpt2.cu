@@ -1182,6 +1182,7 @@ int main(int argc, char** argv) {
     watch_comm(world_comm);
     int world = proc.world, rank = proc.rank, zero = args.zero_stage;
     matmul_init();
+    matmul_ctx.gelu_fusion = args.gelu_fusion;
 
     TrainRun run;
     float* params = run_load_model(&run, &args, world, rank);
@@ -1210,11 +1211,11 @@ int main(int argc, char** argv) {
     char extra[640];
     snprintf(extra, sizeof(extra),
              "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU %s\n"
-             "device: %s | precision %s | recompute %d | master weights %s\n"
+             "device: %s | precision %s | recompute %d | master weights %s | GELU %s\n"
              "attention: %s\n",
              args.init_method, proc.source, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
              devices == 1 ? "0 of 1 visible" : "= local rank", prop.name, PRECISION_NAME,
-             args.recompute, gpu.opt.master ? "fp32" : "none",
+             args.recompute, gpu.opt.master ? "fp32" : "none", args.gelu_fusion ? "cuBLASLt epilogues" : "ours",
              attention_name(gpu.model.att_cudnn, gpu.model.config.channels, gpu.model.config.num_heads));
     run_print_start(&run, gpu.model.num_parameters, &mem, &comm, extra);
 

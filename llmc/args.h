@@ -58,6 +58,7 @@ typedef struct {
     int recompute;             // -r
     int master_weights;        // -w
     const char* attention;     // -at: ours | cudnn ("" = the build's default, llmc/attention_select.cuh)
+    int gelu_fusion;           // -ge
     const char* init_method;   // -pi: mpi | fs | tcp
     const char* init_path;     // -pf
     const char* server_ip;     // -ps
@@ -123,6 +124,7 @@ static const ArgSpec arg_specs[] = {
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-at", ARG_STRING, attention, 1, "attention: ours | cudnn (empty: cudnn in make USE_CUDNN=1 BF16 builds, else ours)"),
+    ARG("-ge", ARG_INT, gelu_fusion, 1, "GELU: 0 our kernels, 1 cuBLASLt's GELU and DGELU epilogues"),
     ARG("-pi", ARG_STRING, init_method, 1, "multi-process start-up: mpi | fs | tcp"),
     ARG("-pf", ARG_STRING, init_path, 1, "shared directory for -pi fs"),
     ARG("-ps", ARG_STRING, server_ip, 1, "rank 0's address for -pi tcp"),
@@ -180,6 +182,7 @@ static void args_defaults(TrainArgs* a) {
     a->recompute = 1;
     a->master_weights = 1;
     a->attention = "";
+    a->gelu_fusion = 0; // docs/gpu.md: accuracy measured both ways
     a->init_method = "mpi";
     a->init_path = "/tmp";
     a->server_ip = "";
@@ -296,6 +299,7 @@ static void args_validate(const TrainArgs* a, int gpu) {
         if (a->attention[0] && strcmp(a->attention, "ours") && strcmp(a->attention, "cudnn")) {
             fail("-at %s: must be ours or cudnn", a->attention);
         }
+        require_int("-ge", a->gelu_fusion, 0, 1);
         if (strcmp(a->init_method, "mpi") && strcmp(a->init_method, "fs") && strcmp(a->init_method, "tcp")) {
             fail("-pi %s: must be mpi, fs or tcp", a->init_method);
         }

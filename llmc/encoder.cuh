@@ -1,8 +1,9 @@
 // Token + position embedding, forward and backward, 128 bits at a time. The backward is
 // deterministic without atomics: dwpe sums each position over the batch in order, and dwte sums
-// each token's positions in order, from buckets (positions grouped by token) that the host builds
-// from the tokens it already holds when the training forward starts, and copies to the device
-// asynchronously from pinned memory (two slots in turn): no blocking copy in the step.
+// each token's positions in order, from buckets (positions grouped by token, larger buckets
+// first) that the host builds from the tokens it already holds when the training forward starts,
+// and copies to the device asynchronously from pinned memory (two slots in turn): no blocking
+// copy in the step.
 #ifndef LLMC_ENCODER_CUH
 #define LLMC_ENCODER_CUH
 
@@ -51,7 +52,8 @@ __global__ void encoder_backward_wpe_kernel(floatX* __restrict__ dwpe, const flo
 }
 
 // Bucket k holds positions order[start[k] .. start[k+1]) of token bucket_token[k], ascending.
-// Out: dwte[token] += sum of dout[pos] over the bucket. Grid (buckets, packs / blockDim).
+// Out: dwte[token] += sum of dout[pos] over the bucket. Grid (buckets, packs / blockDim), buckets
+// with more positions first; one thread per pack, summing its bucket's positions in order.
 __global__ void encoder_backward_wte_kernel(floatX* __restrict__ dwte, const floatX* __restrict__ dout,
                                             const int* __restrict__ order, const int* __restrict__ start,
                                             const int* __restrict__ bucket_token, int C, bool vec) {
@@ -75,6 +77,7 @@ typedef struct {
     cudaEvent_t copied[2]; // a slot's copy finished (the host may refill it)
     int* device;           // the same three arrays
     int* count;            // per token id, scratch (V + 1)
+    int* sizes;            // per bucket {positions, token}, scratch (2 BT)
     int BT, V, slot, buckets, prepared_BT;
 } EncoderBuckets;
 
@@ -89,6 +92,7 @@ static void encoder_buckets_init(EncoderBuckets* e, int BT, int V) {
         cudaCheck(cudaEventCreateWithFlags(&e->copied[s], cudaEventDisableTiming));
     }
     e->count = (int*)malloc_check((size_t)(V + 1) * sizeof(int));
+    e->sizes = (int*)malloc_check((size_t)2 * BT * sizeof(int));
     cudaCheck(cudaMalloc((void**)&e->device, (size_t)(3 * BT + 1) * sizeof(int)));
 }
 
@@ -98,11 +102,20 @@ static void encoder_buckets_free(EncoderBuckets* e) {
         cudaCheck(cudaEventDestroy(e->copied[s]));
     }
     free(e->count);
+    free(e->sizes);
     cudaCheck(cudaFree(e->device));
 }
 
-// Groups the positions of tokens (BT of them, host) by token and queues their copy to the
-// device on stream 0, ahead of the backward that reads them.
+// Bucket order: more positions first (the longest serial sums start first; a GPU runs blocks
+// roughly in grid order), ties by token id, so that the order is a function of the tokens alone.
+static int encoder_bucket_cmp(const void* pa, const void* pb) {
+    const int *a = (const int*)pa, *b = (const int*)pb; // {positions, token}
+    if (a[0] != b[0]) { return a[0] > b[0] ? -1 : 1; }
+    return (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+// Groups the positions of tokens (BT of them, host) by token, buckets with more positions first,
+// and queues their copy to the device on stream 0, ahead of the backward that reads them.
 static void encoder_buckets_prepare(EncoderBuckets* e, const int* tokens, int BT) {
     if (BT > e->BT) { fail("encoder buckets for %d tokens, built for %d", BT, e->BT); }
     int s = e->slot;
@@ -111,10 +124,16 @@ static void encoder_buckets_prepare(EncoderBuckets* e, const int* tokens, int BT
     int *order = e->host[s], *start = order + BT, *bucket_token = start + BT + 1;
     memset(e->count, 0, (size_t)(e->V + 1) * sizeof(int));
     for (int i = 0; i < BT; i++) { e->count[tokens[i] + 1]++; }
-    for (int v = 0; v < e->V; v++) { e->count[v + 1] += e->count[v]; } // count[v]: first slot of token v
     int buckets = 0;
     for (int v = 0; v < e->V; v++) {
-        if (e->count[v + 1] > e->count[v]) { start[buckets] = e->count[v]; bucket_token[buckets] = v; buckets++; }
+        if (e->count[v + 1] > 0) { e->sizes[2 * buckets] = e->count[v + 1]; e->sizes[2 * buckets + 1] = v; buckets++; }
+    }
+    qsort(e->sizes, (size_t)buckets, 2 * sizeof(int), encoder_bucket_cmp);
+    memset(e->count, 0, (size_t)(e->V + 1) * sizeof(int)); // count[v]: the next slot of token v
+    for (int k = 0, at = 0; k < buckets; at += e->sizes[2 * k], k++) {
+        start[k] = at;
+        bucket_token[k] = e->sizes[2 * k + 1];
+        e->count[bucket_token[k]] = at;
     }
     start[buckets] = BT;
     for (int i = 0; i < BT; i++) { order[e->count[tokens[i]]++] = i; } // ascending within a token
@@ -136,8 +155,10 @@ static void encoder_backward(floatX* dwte, floatX* dwpe, EncoderBuckets* e, cons
     int* d_token = d_start + BT + 1;
     bool vec = vec_ok(C, sizeof(floatX), dwte, dwpe, dout);
     int packs = (C + X128 - 1) / X128;
-    dim3 grid(e->buckets, ceil_div_u(packs, 128));
-    encoder_backward_wte_kernel<<<grid, 128>>>(dwte, dout, d_order, d_start, d_token, C, vec);
+    // whole warps, each lane a pack (C 768 in BF16: 96 threads, no idle lane), up to 256 per block
+    unsigned int threads = packs > 256 ? 256 : 32 * ceil_div_u(packs, 32);
+    dim3 grid(e->buckets, ceil_div_u(packs, threads));
+    encoder_backward_wte_kernel<<<grid, threads>>>(dwte, dout, d_order, d_start, d_token, C, vec);
     cudaLaunchCheck();
     encoder_backward_wpe_kernel<<<ceil_div_u((size_t)T * packs, 256), 256>>>(dwpe, dout, B, T, C, vec);
     cudaLaunchCheck();

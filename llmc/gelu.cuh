@@ -1,7 +1,8 @@
-// GELU with the tanh approximation, elementwise. The training forward gets GELU from the
-// cuBLASLt epilogue of the MLP matmul, and its backward from the DGELU epilogue of the MLP
-// projection's backward matmul; this kernel recomputes GELU in backward (-r 1 and 2) from the
-// saved pre-activation, with the same formula as the CPU trainer, 128 bits at a time.
+// GELU with the tanh approximation, elementwise, forward and backward, 128 bits at a time, with
+// PyTorch's tanh formulas (the CPU trainer's are algebraically equal). The MLP gets GELU from
+// these kernels (-ge 0) or from cuBLASLt's epilogues (-ge 1: GELU_AUX_BIAS on the MLP matmul,
+// DGELU on the projection's backward matmul; llmc/matmul.cuh); the forward kernel also recomputes
+// GELU in backward (-r 1 and 2) from the saved pre-activation.
 #ifndef LLMC_GELU_CUH
 #define LLMC_GELU_CUH
 
@@ -11,6 +12,12 @@
 
 __device__ __forceinline__ float gelu_f(float x) {
     return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+}
+
+// d GELU(x) / dx = (1 + tanh u) / 2 + x (1 - tanh^2 u) / 2 * du/dx, u = sqrt(2/pi) (x + 0.044715 x^3)
+__device__ __forceinline__ float gelu_grad_f(float x) {
+    float t = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 // In: inp (n) the pre-activation. Out: out (n) = GELU(inp). Nothing saved (inp is). One thread
@@ -27,6 +34,33 @@ __global__ void gelu_forward_kernel(floatX* __restrict__ out, const floatX* __re
 
 static void gelu_forward(floatX* out, const floatX* inp, size_t n) {
     gelu_forward_kernel<<<ceil_div_u(n, 256 * X128), 256>>>(out, inp, n, aligned16(out) && aligned16(inp));
+    cudaLaunchCheck();
+}
+
+// In: d (n) the gradient of GELU's output, pre (n) the pre-activation. Out: d (n) = d * GELU'(pre),
+// in place. One thread per pack; d is read and written through plain (coherent) accesses, not the
+// read-only path: the kernel writes it.
+__global__ void gelu_backward_inplace_kernel(floatX* d, const floatX* __restrict__ pre, size_t n, bool vec) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
+    if (i >= n) { return; }
+    int count = n - i < (size_t)X128 ? (int)(n - i) : X128;
+    bool full = vec && count == X128;
+    Packed128<floatX> x = load_pack(pre + i, full, count), g;
+    if (full) {
+        *reinterpret_cast<int4*>(&g) = *reinterpret_cast<const int4*>(d + i);
+    } else {
+        for (int k = 0; k < X128; k++) { g.v[k] = k < count ? d[i + k] : (floatX)0.0f; }
+    }
+    for (int k = 0; k < X128; k++) { g.v[k] = to_X(g.f(k) * gelu_grad_f(x.f(k))); }
+    if (full) {
+        *reinterpret_cast<int4*>(d + i) = *reinterpret_cast<const int4*>(&g);
+    } else {
+        for (int k = 0; k < count; k++) { d[i + k] = g.v[k]; }
+    }
+}
+
+static void gelu_backward_inplace(floatX* d, const floatX* pre, size_t n) {
+    gelu_backward_inplace_kernel<<<ceil_div_u(n, 256 * X128), 256>>>(d, pre, n, aligned16(d) && aligned16(pre));
     cudaLaunchCheck();
 }
 

@@ -1,22 +1,24 @@
-// Matmuls through cuBLASLt, y = x W^T + b with W stored (out, in) as in the model file, and
-// their backward. Row-major (N, C) data is column-major (C, N) to cuBLASLt, so the forward is
-// D (OC x N) = W^T(op T on the stored C x OC) * X (C x N). Epilogues: bias in the forward,
-// GELU (keeping the pre-activation as aux) in the MLP forward, and the GELU gradient (from that
-// aux) in the backward of the MLP projection. Bias gradients use our one-launch column-sum kernel,
-// since they accumulate over micro-steps (cuBLASLt's BGRAD epilogues overwrite). Compute is fp32
-// (no TF32) in both precisions. Descriptors, layouts and heuristic results are cached per shape and
-// operand alignment (MatmulPlan), with one workspace for all: cuBLASLt's heuristic may pick an
-// algorithm that assumes 256-byte aligned operands unless told otherwise, and layer slices are often
-// only 128-byte aligned (odd layer counts, C 1600), so each plan is asked for with the real
-// alignment of A, B and D (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, up to 256), part of its key.
-// cuBLASLt's 16-byte rules (16-byte aligned bf16 operands, bias and aux, leading dimensions of
-// 16 bytes' multiples, EPILOGUE_AUX_LD divisible by 8) hold for C % 8 == 0, which matmul_check_model
-// requires at build time.
+// Matmuls through cuBLASLt, y = x W^T + b with W stored (out, in) as in the model file, and their
+// backward. Row-major (N, C) data is column-major (C, N) to cuBLASLt, so the forward is D (OC x N) =
+// W^T(op T on the stored C x OC) * X (C x N). Epilogues: bias in the forward and, with -ge 1
+// (matmul_ctx.gelu_fusion), GELU (keeping the pre-activation as aux) in the MLP forward and the GELU
+// gradient (from that aux) in the backward of the MLP projection; with -ge 0 (the default: docs/gpu.md
+// says why) our own GELU kernels (llmc/gelu.cuh) run after the matmul. Bias gradients use our
+// one-launch column-sum kernel, since they accumulate over micro-steps (cuBLASLt's BGRAD epilogues
+// overwrite). Compute is fp32 (no TF32) in both precisions. Descriptors, layouts and heuristic results
+// are cached per shape and operand alignment (MatmulPlan), with one workspace for all: cuBLASLt's
+// heuristic may pick an algorithm that assumes 256-byte aligned operands unless told otherwise, and
+// layer slices are often only 128-byte aligned (odd layer counts, C 1600), so each plan is asked for
+// with the real alignment of A, B and D (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, up to 256), part
+// of its key. cuBLASLt's 16-byte rules (16-byte aligned bf16 operands, bias and aux, leading
+// dimensions of 16 bytes' multiples, EPILOGUE_AUX_LD divisible by 8) hold for C % 8 == 0, which
+// matmul_check_model requires at build time.
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
 
 #include <cublasLt.h>
 #include "cuda_common.cuh"
+#include "gelu.cuh"
 
 #ifdef ENABLE_FP32
 #define CUBLAS_FLOATX CUDA_R_32F
@@ -49,6 +51,7 @@ typedef struct {
     MatmulPlan plans[MATMUL_PLANS];
     int num_plans, next_evict;
     long plan_misses; // plans built (heuristic queries), for tests and the curious
+    int gelu_fusion;  // -ge: 1 GELU and its gradient as cuBLASLt epilogues, 0 our kernels after the matmul
 } MatmulContext;
 
 static MatmulContext matmul_ctx;
@@ -60,6 +63,7 @@ static void matmul_init(void) {
     matmul_ctx.num_plans = 0;
     matmul_ctx.next_evict = 0;
     matmul_ctx.plan_misses = 0;
+    matmul_ctx.gelu_fusion = 0;
 }
 
 static void matmul_plan_destroy(MatmulPlan* p) {
@@ -189,19 +193,28 @@ static void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
               bias, NULL);
 }
 
-// out = GELU(inp weight^T + bias), pre = the pre-activation (both (N, OC)).
+// out = GELU(inp weight^T + bias), pre = the pre-activation (both (N, OC)): one matmul with the
+// GELU_AUX_BIAS epilogue (-ge 1), or the matmul with bias into pre, then our GELU kernel (-ge 0).
 static void matmul_forward_gelu(floatX* out, floatX* pre, const floatX* inp, const floatX* weight, const floatX* bias,
                                 int N, int C, int OC) {
-    matmul_lt(out, weight, inp, OC, N, C, 1, 0, 0.0f, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre);
+    if (matmul_ctx.gelu_fusion) {
+        matmul_lt(out, weight, inp, OC, N, C, 1, 0, 0.0f, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre);
+    } else {
+        matmul_forward(pre, inp, weight, bias, N, C, OC);
+        gelu_forward(out, pre, (size_t)N * OC);
+    }
 }
 
 // dinp (N, C) = dout (N, OC) weight (written), times GELU'(gelu_pre) when gelu_pre is given;
 // dweight (OC, C) += dout^T inp; dbias (OC) += column sums of dout (when dbias is given).
 // partial: scratch for the bias sums (colsum_chunks(N) * OC floats).
+// The GELU gradient is the DGELU epilogue (-ge 1) or our kernel on dinp after the matmul (-ge 0).
 static void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* partial, const floatX* dout,
                             const floatX* inp, const floatX* weight, const floatX* gelu_pre, int N, int C, int OC) {
-    matmul_lt(dinp, weight, dout, C, N, OC, 0, 0, 0.0f, gelu_pre ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT,
-              NULL, gelu_pre);
+    bool fused = gelu_pre && matmul_ctx.gelu_fusion;
+    matmul_lt(dinp, weight, dout, C, N, OC, 0, 0, 0.0f, fused ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT,
+              NULL, fused ? gelu_pre : NULL);
+    if (gelu_pre && !fused) { gelu_backward_inplace(dinp, gelu_pre, (size_t)N * C); }
     matmul_lt(dweight, inp, dout, C, OC, N, 0, 1, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
     if (dbias) { bias_backward(dbias, partial, dout, N, OC); }
 }

@@ -34,6 +34,24 @@ __global__ void encoder_backward_v1(floatX* dwte, floatX* dwpe, const floatX* do
     }
 }
 
+// The buckets just prepared (the host slot last filled): no bucket has more positions than the
+// one before it, equal ones by ascending token, each bucket's positions ascending and of its token.
+static void check_bucket_order(const EncoderBuckets* e, int BT) {
+    const int *order = e->host[e->slot ^ 1], *start = order + BT, *token = start + BT + 1;
+    int bad = 0;
+    for (int k = 0; k < e->buckets; k++) {
+        int size = start[k + 1] - start[k];
+        if (k > 0) {
+            int prev = start[k] - start[k - 1];
+            bad += size > prev || (size == prev && token[k] <= token[k - 1]);
+        }
+        for (int j = start[k] + 1; j < start[k + 1]; j++) { bad += order[j] <= order[j - 1]; }
+    }
+    printf("%-4s v2 encoder buckets: %d, larger first, positions ascending (%d out of order)\n", bad ? "FAIL" : "ok",
+           e->buckets, bad);
+    dev_failures += bad != 0;
+}
+
 static void run(int B, int T, int C, int V) {
     printf("-- B %d, T %d, C %d, V %d (%s)\n", B, T, C, V, PRECISION_NAME);
     int BT = B * T;
@@ -81,6 +99,7 @@ static void run(int B, int T, int C, int V) {
             encoder_backward_v1<<<ceil_div_u(threads, 256), 256>>>(d_dwte, d_dwpe, d_dout, d_tokens, BT, T, C, V);
         } else {
             encoder_buckets_prepare(&buckets, tokens, BT);
+            check_bucket_order(&buckets, BT);
             encoder_backward(d_dwte, d_dwpe, &buckets, d_dout, NULL, B, T, C);
         }
         float *gw = to_host_x(d_dwte, (size_t)V * C), *gp = to_host_x(d_dwpe, (size_t)T * C);
@@ -106,6 +125,7 @@ int main(int argc, char** argv) {
     } else {
         run(3, 17, 64, 101); // whole packs
         run(2, 9, 36, 50);   // C not a multiple of the bf16 pack
+        run(2, 24, 1600, 9); // GPT-2 XL width: two blocks of packs per bucket (FP32), buckets of every size
     }
     return finish("dev/cuda/encoder.cu");
 }

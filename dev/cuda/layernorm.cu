@@ -3,8 +3,9 @@
 // on a real GPU, timed.
 //   version 1: the naive kernels (one thread per row, 2- or 4-byte accesses, column sums in a
 //              second kernel), as a baseline;
-//   version 2: the trainer's (llmc/layernorm.cuh): a warp per row, 128-bit Packed128 accesses,
-//              one launch each, parameter gradients accumulated in the same kernel.
+//   version 2: the trainer's (llmc/layernorm.cuh): a warp per row forward, teams of warps per row
+//              backward, 128-bit Packed128 accesses, one launch each, parameter gradients
+//              accumulated in the same kernel.
 //   dev/cuda_emu/emucc -O1 -DENABLE_FP32 -o ln dev/cuda/layernorm.cu && ./ln [N C]
 //   nvcc -O3 -arch=sm_90 -o ln dev/cuda/layernorm.cu && ./ln 65536 768
 #include "common.cuh"
@@ -172,6 +173,8 @@ int main(int argc, char** argv) {
     } else {
         run(300, 96); // whole 128-bit packs, two backward blocks
         run(77, 50);  // C not a multiple of the pack: the element-by-element path
+        run(40, 768); // GPT-2 small width: backward teams of 8 warps in FP32 (4 in BF16)
+        run(9, 1602); // the widest team (16 warps in FP32), element by element
     }
     return finish("dev/cuda/layernorm.cu");
 }

@@ -7,7 +7,8 @@ same compile), tensor-core instructions (HMMA, HGMMA), 128-bit global loads and 
     sass_report.py --find-nvdisasm      (prints where nvdisasm is; exit 1 when it is nowhere)
 
 With --check it exits 1 when a kernel spills or breaks a rule of REQUIRE (every kernel whose
-name matches must have at least the count), or when a rule matches no kernel at all (a renamed
+name matches must have at least the count) or of AT_MOST (at most the count), or when a rule
+matches no kernel at all (a renamed
 kernel must not silently escape its rule). nvdisasm comes from PyPI's nvidia-cuda-nvdisasm
 (dev/install_deps.sh installs it); found on PATH, in a site-packages directory or in build/tools.
 """
@@ -20,14 +21,21 @@ import sys
 
 # The rules, one line each: (regex on the demangled kernel name, counter, minimum, why).
 REQUIRE = [
-    (r"layernorm", "LDG.128", 1, "LayerNorm kernels stream their rows with 128-bit loads"),
+    # (layernorm_backward_kernel<false> is the element-by-element instance, for rows not whole packs)
+    (r"layernorm(?!_backward_kernel<false>)", "LDG.128", 1, "LayerNorm kernels stream their rows with 128-bit loads"),
     (r"residual", "LDG.128", 1, "the residual add reads 128 bits at a time"),
     (r"gelu", "LDG.128", 1, "GELU reads 128 bits at a time"),
     (r"adamw", "LDG.128", 1, "AdamW reads its state 128 bits at a time"),
     # once flash attention lands (issue 12 item 1), one more line:
     # (r"attention", "HMMA", 1, "attention runs its matmuls on tensor cores"),
 ]
+# (regex, counter, maximum, why): upper bounds
+AT_MOST = [
+    (r"residual_layernorm_forward_kernel<3>", "LDG.128", 12,
+     "C 768 loads a, b, weight and bias, 3 packs each: nothing it wrote is read back"),
+]
 COUNTERS = ("HMMA", "LDG.128", "STG.128", "LDG.narrow", "LDG")
+RULES = [(p, c, n, why, ">=") for p, c, n, why in REQUIRE] + [(p, c, n, why, "<=") for p, c, n, why in AT_MOST]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -135,7 +143,7 @@ def main(argv):
         regs = ptxas_info(log)
         counts = sass_counts(nvdisasm, cubin)
         names = demangle(sorted(counts))
-        matched = dict.fromkeys(range(len(REQUIRE)), 0)
+        matched = dict.fromkeys(range(len(RULES)), 0)
         for mangled in sorted(counts, key=lambda n: names[n]):
             c = counts[mangled]
             r = regs.get(mangled, (-1, 0, 0))
@@ -144,16 +152,16 @@ def main(argv):
                                                           c["LDG.narrow"], c["LDG"], names[mangled]))
             if spill:
                 problems.append("%s %s spills %d bytes" % (prec, names[mangled], spill))
-            for i, (pattern, counter, minimum, why) in enumerate(REQUIRE):
+            for i, (pattern, counter, bound, why, op) in enumerate(RULES):
                 if re.search(pattern, short_name(names[mangled])):
                     matched[i] += 1
-                    if c[counter] < minimum:
-                        problems.append("%s %s: %d %s, want >= %d (%s)" % (prec, short_name(names[mangled]),
-                                                                         c[counter], counter, minimum, why))
+                    if (c[counter] < bound) if op == ">=" else (c[counter] > bound):
+                        problems.append("%s %s: %d %s, want %s %d (%s)" % (prec, short_name(names[mangled]),
+                                                                          c[counter], counter, op, bound, why))
         for i, n in matched.items():
             if n == 0:
-                problems.append("%s: no kernel matches rule /%s/ (%s)" % (prec, REQUIRE[i][0], REQUIRE[i][3]))
-    print("\nrules: " + "; ".join("/%s/ %s >= %d" % (p, c, m) for p, c, m, _ in REQUIRE) + "; no kernel spills")
+                problems.append("%s: no kernel matches rule /%s/ (%s)" % (prec, RULES[i][0], RULES[i][3]))
+    print("\nrules: " + "; ".join("/%s/ %s %s %d" % (p, c, op, n) for p, c, n, _, op in RULES) + "; no kernel spills")
     for p in problems:
         print("FAIL: " + p)
     if not problems:

@@ -333,8 +333,14 @@ static void test_classifier(int N, int V, int Vp) {
     cudaFree(d_logits); cudaFree(d_losses); cudaFree(d_targets);
 }
 
-// Our cuBLASLt calls (layouts, bias and GELU epilogues) and the bias-gradient column sums.
-static void test_matmul(int N, int C, int OC) {
+// Our cuBLASLt calls (layouts, bias and GELU epilogues) and the bias-gradient column sums; GELU
+// and its gradient from cuBLASLt's epilogues (ge 1) or our kernels after the matmul (ge 0).
+static void test_matmul(int N, int C, int OC, int ge) {
+    matmul_ctx.gelu_fusion = ge;
+    char what[3][64];
+    snprintf(what[0], sizeof(what[0]), "matmul_forward_gelu out (-ge %d)", ge);
+    snprintf(what[1], sizeof(what[1]), "matmul_forward_gelu pre (-ge %d)", ge);
+    snprintf(what[2], sizeof(what[2]), "matmul_backward dinp, GELU' (-ge %d)", ge);
     float *inp = host_random((size_t)N * C, 1.0f), *w = host_random((size_t)OC * C, 0.5f), *b = host_random(OC, 0.5f);
     float* out = (float*)malloc_check((size_t)N * OC * sizeof(float));
     cpu::matmul_forward(out, inp, w, b, N, C, OC);
@@ -347,9 +353,9 @@ static void test_matmul(int N, int C, int OC) {
     for (size_t i = 0; i < (size_t)N * OC; i++) { gelu[i] = (float)cpu::gelu(out[i]); }
     matmul_forward_gelu(d_out, d_pre, d_inp, d_w, d_b, N, C, OC);
     float *g_gelu = to_host_f(d_out, (size_t)N * OC), *g_pre = to_host_f(d_pre, (size_t)N * OC);
-    report("matmul_forward_gelu out", g_gelu, gelu, (size_t)N * OC);
-    report("matmul_forward_gelu pre", g_pre, out, (size_t)N * OC);
-    // backward with the GELU-gradient epilogue: dinp = (dout W) * gelu'(pre)
+    report(what[0], g_gelu, gelu, (size_t)N * OC);
+    report(what[1], g_pre, out, (size_t)N * OC);
+    // backward through GELU: dinp = (dout W) * gelu'(pre)
     float *dout = host_random((size_t)N * OC, 1.0f), *dinp = (float*)malloc_check((size_t)N * C * sizeof(float));
     float *dw = host_random((size_t)OC * C, 0.1f), *db = host_random(OC, 0.1f);
     float* pre = host_random((size_t)N * C, 2.0f);
@@ -361,7 +367,7 @@ static void test_matmul(int N, int C, int OC) {
     for (size_t i = 0; i < (size_t)N * C; i++) { dinp[i] = (float)(dinp[i] * cpu::gelu_grad(pre[i])); }
     matmul_backward(d_dinp, d_dw, d_db, d_partial, d_dout, d_inp, d_w, d_gpre, N, C, OC);
     float *g_dinp = to_host_f(d_dinp, (size_t)N * C), *g_dw = to_host_f(d_dw, (size_t)OC * C), *g_db = to_host_f(d_db, OC);
-    report("matmul_backward dinp (dgelu epilogue)", g_dinp, dinp, (size_t)N * C);
+    report(what[2], g_dinp, dinp, (size_t)N * C);
     report("matmul_backward dweight", g_dw, dw, (size_t)OC * C);
     report("matmul_backward dbias", g_db, db, OC);
     free(inp); free(w); free(b); free(out); free(got); free(gelu); free(g_gelu); free(g_pre); free(dout); free(dinp);
@@ -398,15 +404,18 @@ int main(void) {
     test_encoder(3, 7, 48, 257);
     test_layernorm(21, 48);
     test_layernorm(611, 50); // three column-sum chunks, the last one partial
+    test_layernorm(300, 520); // backward teams of 8 warps, two row blocks
     test_gelu(1001);
     test_attention(2, 7, 48, 3);
     test_attention(1, 37, 48, 3); // more keys than lanes
     test_classifier(21, 257, 384);
-    test_matmul(21, 48, 200);
-    test_matmul(300, 48, 72);
-    test_matmul(600, 40, 520); // bias sums over 3 chunks and 5 strips of columns
+    test_matmul(21, 48, 200, 1);
+    test_matmul(21, 48, 200, 0);
+    test_matmul(300, 48, 72, 1);
+    test_matmul(301, 45, 77, 0); // GELU kernels with a tail shorter than a pack
+    test_matmul(600, 40, 520, 1); // bias sums over 3 chunks and 5 strips of columns
     long plans = matmul_ctx.plan_misses;
-    test_matmul(21, 48, 200); // the same shapes again: every plan comes from the cache
+    test_matmul(21, 48, 200, 1); // the same shapes again: every plan comes from the cache
     printf("%-4s matmul plans built on the repeat: %ld (want 0), cached %d\n",
            matmul_ctx.plan_misses == plans ? "ok" : "FAIL", matmul_ctx.plan_misses - plans, matmul_ctx.num_plans);
     if (matmul_ctx.plan_misses != plans) { failures++; }

@@ -1,13 +1,13 @@
 # GPU trainer checks (sourced by dev/run_tests.sh): nvcc builds for sm_80 and sm_90 with the
 # per-kernel register/spill report, the no-GPU message, and, through the CUDA emulator, the test
-# against the PyTorch reference in FP32 and BF16 (with recompute and master-weight variants), two
-# tests of that test (a perturbed gradient, an off-by-one attention mask), 20 steps against the
-# CPU trainer, checkpoint resume, recomputation, and the kernel tests (also under AddressSanitizer,
-# and the BF16 stochastic rounding and AdamW); the attention kernels against a double reference
-# (tensor-core and fallback versions, and a mask bug they must catch), the trainer's BF16
-# tensor-core attention against PyTorch, and the activation memory against llm.c's. The kernel
-# tests and test_gpt2emu are emucc --check builds, also run under the reverse and random schedules
-# (dev/cuda_emu/README.md).
+# against the PyTorch reference in FP32 and BF16 (with recompute, master-weight and GELU-epilogue
+# variants), two tests of that test (a perturbed gradient, an off-by-one attention mask), 20 steps
+# against the CPU trainer, checkpoint resume, recomputation, and the kernel tests (also under
+# AddressSanitizer, and the BF16 stochastic rounding and AdamW); the attention kernels against a
+# double reference (tensor-core and fallback versions, and a mask bug they must catch), the
+# trainer's BF16 tensor-core attention against PyTorch, and the activation memory against llm.c's.
+# The kernel tests and test_gpt2emu are emucc --check builds, also run under the reverse and random
+# schedules (dev/cuda_emu/README.md).
 GPU_TMP=build/test_tmp/gpu
 GREF=$GPU_TMP/ref
 GPU_TEST_ARGS="$GREF/model.bin $GREF/state.bin $GREF/losses.txt data/kjv/kjv_val.bin"
@@ -127,7 +127,8 @@ gpu_check_mutant_fails() {
 }
 
 # The test of the SASS rules: planted kernels (2-byte loads in a LayerNorm-named kernel, a kernel
-# that spills) must be reported by dev/gpu_kernels/sass_report.py --check.
+# that spills, a residual LayerNorm forward that reads back what it wrote) must be reported by
+# dev/gpu_kernels/sass_report.py --check.
 gpu_sass_rules_catch_planted() {
     local d=$GPU_TMP/sass_planted
     mkdir -p $d
@@ -137,7 +138,8 @@ gpu_sass_rules_catch_planted() {
         cat $d/out.txt; echo "the planted kernels passed"; return 1
     fi
     cat $d/out.txt
-    grep -q "FAIL: P layernorm_scalar_kernel: 0 LDG.128" $d/out.txt && grep -q "FAIL: P pressure_kernel.* spills" $d/out.txt
+    grep -q "FAIL: P layernorm_scalar_kernel: 0 LDG.128" $d/out.txt && grep -q "FAIL: P pressure_kernel.* spills" $d/out.txt &&
+        grep -q "FAIL: P void residual_layernorm_forward_kernel<3>: 15 LDG.128, want <= 12" $d/out.txt
 }
 
 # train_gpt2emu (FP32) and train_gpt2cpu from the same model file on the same data: 20 losses within
@@ -203,15 +205,19 @@ PY
 
 # -r 0|1|2: the activation bytes drop by the closed forms (L-1) B T 4C and (L-1) B T 2C elements;
 # recomputing LayerNorm is exact (-r 1 and -r 2 give the same log in both precisions: the same
-# kernel both times); GELU is recomputed from the stored pre-activation by our kernel, while -r 0
-# keeps cuBLASLt's GELU epilogue output, cuBLASLt's own code (the strict emulator rounds it
-# differently, as a GPU may): within 1e-5 in FP32, within bf16 rounding (1e-3) in BF16.
+# kernel both times), and so is recomputing GELU with -ge 0 (the default: -r 0 keeps the output of
+# the same GELU kernel that -r 1 runs again, so -r 0 and -r 1 give the same log). With -ge 1 the
+# forward keeps cuBLASLt's GELU epilogue output, cuBLASLt's own code (the strict emulator rounds it
+# differently, as a GPU may), so -r 0 and -r 1 agree within 1e-5 in FP32 and within bf16 rounding
+# (1e-3) in BF16; -ge 1 against -ge 0 (both -r 1): the same tolerances.
 gpu_recompute() {
-    local flags="-e $GREF/model.bin -i data/kjv/kjv_train.bin -b 4 -t 16 -x 3 -v 0 -s 0" prec r
+    local flags="-e $GREF/model.bin -i data/kjv/kjv_train.bin -b 4 -t 16 -x 3 -v 0 -s 0" prec run
     for prec in fp32 bf16; do
-        for r in 0 1 2; do
-            rm -rf $GPU_TMP/rc_${prec}_$r
-            build/gpu/train_gpt2emu_$prec $flags -r $r -o $GPU_TMP/rc_${prec}_$r > $GPU_TMP/rc_${prec}_$r.out || return 1
+        for run in "0 0" "1 0" "2 0" "0 1" "1 1"; do
+            set -- $run
+            local name=rc_${prec}_$1_ge$2
+            rm -rf $GPU_TMP/$name
+            build/gpu/train_gpt2emu_$prec $flags -r $1 -ge $2 -o $GPU_TMP/$name > $GPU_TMP/$name.out || return 1
         done
     done
     python3 - $GPU_TMP <<'PY'
@@ -219,17 +225,24 @@ import re, sys
 d = sys.argv[1]
 L, B, T, C = 2, 4, 16, 64
 ok = True
+def losses(prec, r, ge):
+    return [float(x) for x in re.findall(r"trl:(\S+)", open("%s/rc_%s_%d_ge%d/main.log" % (d, prec, r, ge)).read())]
+def worst(a, b):
+    return max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) == 3 else float("inf")
 for prec, size in (("fp32", 4), ("bf16", 2)):
-    act = [int(re.search(r"activations (\d+) bytes", open("%s/rc_%s_%d.out" % (d, prec, r)).read()).group(1)) for r in range(3)]
-    logs = [re.findall(r"trl:(\S+)", open("%s/rc_%s_%d/main.log" % (d, prec, r)).read()) for r in range(3)]
+    act = [int(re.search(r"activations (\d+) bytes", open("%s/rc_%s_%d_ge0.out" % (d, prec, r)).read()).group(1))
+           for r in range(3)]
     want = ((L - 1) * B * T * 4 * C * size, (L - 1) * B * T * 2 * C * size)
     print(prec, "activation bytes", act, "savings", (act[0] - act[1], act[1] - act[2]), "expected", want)
     ok &= (act[0] - act[1], act[1] - act[2]) == want
-    print(prec, "losses -r 0/1/2:", logs)
-    ok &= len(logs[0]) == 3 and logs[1] == logs[2]
-    gelu_tol = 1e-5 if prec == "fp32" else 1e-3
-    print(prec, "max |-r 0 - -r 1| %.2e (tolerance %g)" % (max(abs(float(a) - float(b)) for a, b in zip(logs[0], logs[1])), gelu_tol))
-    ok &= max(abs(float(a) - float(b)) for a, b in zip(logs[0], logs[1])) <= gelu_tol
+    ours = [losses(prec, r, 0) for r in range(3)]
+    print(prec, "-ge 0 losses -r 0/1/2:", ours, "(identical)")
+    ok &= len(ours[0]) == 3 and ours[0] == ours[1] == ours[2]
+    tol = 1e-5 if prec == "fp32" else 1e-3
+    fused = [losses(prec, r, 1) for r in range(2)]
+    for what, a, b in (("-ge 1: |-r 0 - -r 1|", fused[0], fused[1]), ("-r 1: |-ge 1 - -ge 0|", fused[1], ours[1])):
+        print(prec, what, "max %.2e (tolerance %g)" % (worst(a, b), tol))
+        ok &= worst(a, b) <= tol
 sys.exit(0 if ok else 1)
 PY
 }
@@ -307,6 +320,9 @@ check_bg gpu_test_gpt2emu_fp32_reverse env EMU_SCHED=reverse build/gpu/test_gpt2
 check_bg gpu_test_gpt2emu_bf16_random env EMU_SCHED=random:2 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -b $GREF/model_bf16.bin -k 0
 check_bg gpu_test_gpt2emu_bf16_tensor_core_attention bash -c "build/gpu/test_gpt2emu_bf16 $GPU_TEST64_ARGS -k 0 | tee $GPU_TMP/tc.out &&
     grep -q 'attention: tensor-core' $GPU_TMP/tc.out"
+# GELU from cuBLASLt's epilogues (-ge 1; the default -ge 0 is above): the one-batch checks
+check_bg gpu_test_gpt2emu_fp32_ge1 build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -ge 1 -k 0
+check_bg gpu_test_gpt2emu_bf16_ge1 build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -ge 1 -k 0
 check_bg gpu_test_gpt2emu_fp32_r0_r2 bash -c "build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 0 -k 0 &&
     build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 2 -k 0"
 check_bg gpu_test_detects_perturbed_grad bash -c "! build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -p 4 -k 0"

@@ -618,6 +618,26 @@ EMU_NOSAN inline void atomic_access(const void* p, unsigned size) {
     if (fence_int >= block_first) releases().push_back({(uintptr_t)p, block_first, cur_int});
     mode = Kernel;
 }
+// __ldg(p): a load through the read-only (non-coherent) data path, PTX ld.global.nc, whose data must
+// stay read-only for the whole kernel: reading bytes the running launch has already written (any
+// thread, this one too) is outside that contract and may return the stale value (strict rule).
+// The reverse order (an __ldg, then a write in the same launch) and loads nvcc itself turns into
+// the read-only path (const __restrict__ pointers) are not seen here: the SASS shows those.
+EMU_NOSAN inline void readonly_load(const void* p, unsigned size, void* ret) {
+    if (mode != Kernel || !emu_thread) return;
+    Suspend runtime;  // the emulator's own code from here
+    if (!strict()) return;
+    uintptr_t a = (uintptr_t)p;
+    for (uintptr_t g = a & ~(uintptr_t)3; g < a + size; g += 4) {
+        Region* r;
+        Shadow* s = shadow_of(g, r);
+        if (r != &arena) return;
+        if (s->wint >= launch_first)
+            report("read-only load (__ldg, ld.global.nc) in kernel %s at %s of %s, which this launch wrote at %s "
+                   "(thread %u): the read-only path may return the stale value", kernel_name,
+                   where(pc_off(ret)).c_str(), describe_addr(g).c_str(), where(s->wpc).c_str(), s->wthr);
+    }
+}
 // __threadfence(): the block's accesses so far are released by its next atomic
 EMU_NOSAN inline void thread_fence() {
     if (mode == Kernel) fence_int = cur_int;

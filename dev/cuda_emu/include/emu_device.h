@@ -5,7 +5,8 @@
 #define EMU_DEVICE_H
 
 #ifdef EMU_CHECK
-namespace emu { namespace chk { inline void atomic_access(const void* p, unsigned size); inline void thread_fence(); } }
+namespace emu { namespace chk { inline void atomic_access(const void* p, unsigned size); inline void thread_fence();
+inline void readonly_load(const void* p, unsigned size, void* ret); } }
 // an atomic read-modify-write: checked as atomic (two atomics never race), then done unchecked
 #define EMU_ATOMIC_CHECK(p) ::emu::chk::atomic_access((p), sizeof(*(p))); EMU_RUNTIME
 #define EMU_FENCE_CHECK() ::emu::chk::thread_fence()
@@ -114,7 +115,14 @@ EMU_SCOPED(atomicAdd) EMU_SCOPED(atomicMax) EMU_SCOPED(atomicMin) EMU_SCOPED(ato
 #undef EMU_SCOPED
 
 // ---- cache-hinted loads and stores: plain memory accesses ----
+#ifdef EMU_CHECK  // __ldg (ld.global.nc) of bytes this launch wrote is reported (strict rule, emu_check.h)
+template <class T> __attribute__((noinline)) T __ldg(const T* p) { // (the return address: the kernel's line)
+    ::emu::chk::readonly_load(p, sizeof(T), __builtin_return_address(0));
+    return *p;
+}
+#else
 template <class T> T __ldg(const T* p) { return *p; }
+#endif
 template <class T> T __ldcg(const T* p) { return *p; }
 template <class T> T __ldca(const T* p) { return *p; }
 template <class T> T __ldcs(const T* p) { return *p; }
