@@ -457,10 +457,12 @@ inline ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* e) {
     return ncclSuccess;
 }
 // Emulator extensions (guard with #ifdef EMU_CUDA): the world rank whose stop this communicator
-// reports (-1: none), and the `peer stops` fault itself: this rank stops answering (its progress
-// thread freezes) and tells every other rank, which then see ncclRemoteError after the delay.
+// reports (-1: none), and the `peer stops` fault itself: once the collectives already issued have
+// completed, this rank stops answering (its progress thread freezes) and tells every other rank,
+// which then see ncclRemoteError after the delay.
 inline int emu_nccl_stopped_peer(ncclComm_t comm) { return comm ? comm->stopped_peer.load() : -1; }
 inline void emu_nccl_stop_answering(void) {
+    emu::quiesce();  // what was issued still runs (a hung host's GPU finishes its queue); nothing after
     emu::answering = false;
     if (emu::ctl == MPI_COMM_NULL) return;
     static int me;
