@@ -5,7 +5,7 @@
 // the rest. Waits that may legitimately be long (the first collective of a run, the one after
 // rank 0 samples text, a checkpoint's barrier) get 10 times the timeout (watchdog_grace).
 // The trainers arm it around every blocking collective (CPU: each ring exchange; GPU: each NCCL
-// call, which blocks under the emulator, and each host wait on the device).
+// call, which blocks in the emulator's --check builds, and each host wait on the device).
 #ifndef LLMC_WATCHDOG_H
 #define LLMC_WATCHDOG_H
 
