@@ -1,8 +1,9 @@
 // emu_nccl.h: NCCL over MPI. A communicator is an MPI communicator; each collective is a ring
-// built from MPI_Sendrecv (reduce-scatter, all-gather; all-reduce = reduce-scatter + all-gather;
-// broadcast = a chain from the root), so the reduction order is fixed and every byte handed to MPI
-// is counted: emu_nccl_bytes_sent() returns the bytes this rank has passed to MPI_Sendrecv and
-// MPI_Send (per all-reduce of N bytes on n ranks: 2 (n-1)/n N, up to rounding of uneven chunks).
+// of MPI send/receive pairs (reduce-scatter, all-gather; all-reduce = reduce-scatter + all-gather;
+// broadcast = a chain from the root), so the reduction order is fixed. emu_nccl_bytes_sent() returns
+// the bytes this rank's collectives hand to MPI, counted when each is issued (per all-reduce of N
+// bytes on n ranks: 2 (n-1)/n N, up to rounding of uneven chunks), so a count read between two
+// steps does not depend on whether the last collective has run yet.
 // ncclCommInitRank is collective over MPI_COMM_WORLD: every world rank must call it (ranks of other
 // communicators with another id at the same time). A call returns at once: in plain builds the
 // collective runs on the rank's progress thread when its stream reaches it (emu_async.h), in issue
@@ -198,7 +199,6 @@ inline void wait_requests(MPI_Request* r, int n, ncclComm_t comm) {
 }
 inline void sendrecv(const void* sbuf, size_t sbytes, int to, void* rbuf, size_t rbytes, int from, ncclComm_t comm) {
     if (sbytes > INT_MAX || rbytes > INT_MAX) die("NCCL emulation: a ring chunk over 2 GiB");
-    nccl_bytes += sbytes;
     MPI_Request r[2];
     {
         MpiLock g(mpi_mutex());
@@ -215,7 +215,6 @@ inline void send_or_recv(void* buf, size_t bytes, int to, int from, ncclComm_t c
         if (to >= 0) MPI_Isend(buf, (int)bytes, MPI_BYTE, to, nccl_tag, comm->mpi, &r);
         else MPI_Irecv(buf, (int)bytes, MPI_BYTE, from, nccl_tag, comm->mpi, &r);
     }
-    if (to >= 0) nccl_bytes += bytes;
     wait_requests(&r, 1, comm);
 }
 
@@ -526,9 +525,21 @@ EMU_NOSAN inline void forget_comm(const void* comm) {
     comm_ids().erase(comm);
 }
 #endif
+// The bytes a ring step s = 0 .. n-2 sends, chunk first - s each step (reduce-scatter: first = rank - 1,
+// all-gather: first = rank).
+inline size_t ring_sent(const std::vector<size_t>& off, int first, int n, size_t es) {
+    size_t b = 0;
+    for (int s = 0; s < n - 1; s++) {
+        int c = ((first - s) % n + n) % n;
+        b += (off[c + 1] - off[c]) * es;
+    }
+    return b;
+}
+// sent: the bytes this rank's part will hand to MPI (counted at issue).
 template <class F> ncclResult_t nccl_run(ncclComm_t comm, cudaStream_t s, const char* what, const void* in,
-                                         size_t in_bytes, void* out, size_t out_bytes, F f) {
+                                         size_t in_bytes, void* out, size_t out_bytes, size_t sent, F f) {
     auto issue = [=]() mutable -> ncclResult_t {
+        nccl_bytes += sent;
 #ifdef EMU_CHECK
         ncclResult_t r = ncclSuccess;
         chk::run_now(s, what, [&] {
@@ -576,7 +587,9 @@ inline ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t c
                                   ncclComm_t comm, cudaStream_t s) {
     if (!comm || !emu::nccl_supported(t, op)) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    return emu::nccl_run(comm, s, "ncclAllReduce", sendbuff, count * es, recvbuff, count * es, [=] {
+    auto chunks = emu::even_chunks(count, comm->size);
+    size_t sent = emu::ring_sent(chunks, comm->rank - 1, comm->size, es) + emu::ring_sent(chunks, comm->rank, comm->size, es);
+    return emu::nccl_run(comm, s, "ncclAllReduce", sendbuff, count * es, recvbuff, count * es, sent, [=] {
         auto off = emu::even_chunks(count, comm->size);
         char* own = (char*)recvbuff + off[comm->rank] * es;
         emu::ring_reduce_scatter(sendbuff, own, off, t, op, comm);
@@ -591,7 +604,9 @@ inline ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size
                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
     if (!comm || !emu::nccl_supported(t, op)) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    return emu::nccl_run(comm, s, "ncclReduceScatter", sendbuff, recvcount * comm->size * es, recvbuff, recvcount * es, [=] {
+    size_t sent = emu::ring_sent(emu::even_chunks(recvcount * comm->size, comm->size), comm->rank - 1, comm->size, es);
+    return emu::nccl_run(comm, s, "ncclReduceScatter", sendbuff, recvcount * comm->size * es, recvbuff, recvcount * es,
+                         sent, [=] {
         auto off = emu::even_chunks(recvcount * comm->size, comm->size);
         emu::ring_reduce_scatter(sendbuff, recvbuff, off, t, op, comm);
         if (op == ncclAvg) emu::divide(recvbuff, recvcount, t, comm->size);
@@ -604,7 +619,9 @@ inline ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t s
                                   ncclComm_t comm, cudaStream_t s) {
     if (!comm) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    return emu::nccl_run(comm, s, "ncclAllGather", sendbuff, sendcount * es, recvbuff, sendcount * comm->size * es, [=] {
+    size_t sent = emu::ring_sent(emu::even_chunks(sendcount * comm->size, comm->size), comm->rank, comm->size, es);
+    return emu::nccl_run(comm, s, "ncclAllGather", sendbuff, sendcount * es, recvbuff, sendcount * comm->size * es, sent,
+                         [=] {
         char* own = (char*)recvbuff + comm->rank * sendcount * es;
         if (own != sendbuff) memmove(own, sendbuff, sendcount * es);
         emu::ring_all_gather(recvbuff, emu::even_chunks(sendcount * comm->size, comm->size), t, comm);
@@ -617,7 +634,8 @@ inline ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t c
     if (!comm || root < 0 || root >= comm->size) return ncclInvalidArgument;
     size_t bytes = count * emu::nccl_size(t);
     int n = comm->size, pos = (comm->rank - root + n) % n;  // position along the chain
-    return emu::nccl_run(comm, s, "ncclBroadcast", pos == 0 ? sendbuff : nullptr, bytes, recvbuff, bytes, [=] {
+    return emu::nccl_run(comm, s, "ncclBroadcast", pos == 0 ? sendbuff : nullptr, bytes, recvbuff, bytes,
+                         pos < n - 1 ? bytes : 0, [=] {
         if (pos == 0 && recvbuff != sendbuff) memmove(recvbuff, sendbuff, bytes);
         if (bytes > INT_MAX) emu::die("NCCL emulation: a broadcast over 2 GiB");
         if (pos > 0) emu::send_or_recv(recvbuff, bytes, -1, (comm->rank - 1 + n) % n, comm);
