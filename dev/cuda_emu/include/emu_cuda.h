@@ -514,9 +514,28 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b)
     *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
     return cudaSuccess;
 }
+namespace emu {
+inline bool allocated(const void* p) {  // device or pinned memory (cudaMalloc*, cudaHostAlloc)
+    auto it = allocations().upper_bound((void*)p);
+    if (it == allocations().begin()) return false;
+    --it;
+    return (const char*)p < (const char*)it->first + it->second;
+}
+}  // namespace emu
+// As CUDA does with pageable host memory: a copy into it returns once the copy is done (it waits for
+// the stream), one from it once the source has been staged (a snapshot taken at the call).
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st = 0) {
     if ((unsigned)k > cudaMemcpyDefault) return emu::fail(cudaErrorInvalidMemcpyDirection);
-    if (n) emu::enqueue(st, [=] { memmove(d, s, n); });
+    if (!n) return cudaSuccess;
+    if (!emu::allocated(d) && emu::allocated(s)) {
+        emu::wait_ticket(emu::stream_ticket(st));
+        emu::enqueue(st, [=] { memmove(d, s, n); });
+    } else if (!emu::allocated(s) && emu::stream_ticket(st) > emu::drain()) {
+        std::vector<char> staged((const char*)s, (const char*)s + n);
+        emu::enqueue(st, [=] { memmove(d, staged.data(), n); });
+    } else {
+        emu::enqueue(st, [=] { memmove(d, s, n); });
+    }
     return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st = 0) {
