@@ -92,8 +92,16 @@ inline void enqueue_collective(cudaStream_t s, const char* what, std::function<v
 inline void wait_ticket(uint64_t t) {
     for (int spins = 0;; spins++) {
         if (drain() >= t) return;
-        usleep(spins < 100 ? 5 : 50);
+        if (spins < 1000) sched_yield();
+        else usleep(50);
     }
+}
+
+// A poll that finds work pending yields the CPU, so that a host polling in a tight loop leaves the
+// progress threads of an oversubscribed machine (ranks > cores) room to run the collective.
+inline cudaError_t not_ready() {
+    sched_yield();
+    return cudaErrorNotReady;
 }
 
 inline void host_blocks(const char* call, uint64_t ticket) {

@@ -20,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <sched.h>
 #include <thread>
 #include <vector>
 
@@ -471,7 +472,7 @@ inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 }
 inline cudaError_t cudaStreamQuery(cudaStream_t s) {
     uint64_t t = emu::stream_ticket(s);
-    if (emu::drain() < t) return cudaErrorNotReady;
+    if (emu::drain() < t) return emu::not_ready();
     emu::host_saw(t);
     return cudaSuccess;
 }
@@ -505,7 +506,7 @@ inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 }
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
     emu::drain();
-    if (e->done_seq != e->rec_seq) return cudaErrorNotReady;
+    if (e->done_seq != e->rec_seq) return emu::not_ready();
     emu::host_saw(e->ticket);
     return cudaSuccess;
 }

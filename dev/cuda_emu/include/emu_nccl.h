@@ -193,7 +193,7 @@ inline void wait_requests(MPI_Request* r, int n, ncclComm_t comm) {
         }
         if (flag) return;
         if (spins % 64 == 0) watch_peers(comm);
-        if (spins > 200) usleep(30);
+        if (spins > 2000) usleep(30);
         else sched_yield();
     }
 }
