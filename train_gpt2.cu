@@ -1172,6 +1172,9 @@ int main(int argc, char** argv) {
     if (proc.world > 1) { fail_rank = proc.rank; }
     fail_abort_all = abort_all_ranks;
     event_wait_fn = wait_event_short; // host waits on events with the deadline (llmc/device_wait.cuh)
+#ifdef EMU_CUDA
+    fault_stop_hook = emu_nccl_stop_answering; // -fi hang_*: the emulator's `peer stops` fault
+#endif
     char why[512];
     int device = process_device(proc.local_rank, devices, why, sizeof(why));
     if (device < 0) { fail("%s", why); }

@@ -404,8 +404,8 @@ def failed_rank():
     trainer = os.environ.get("FAILED_TRAINER", TRAINER)
     tag = os.path.basename(trainer)
     for fault, extra, want in (("die@4:1", [], r"step 4"),
-                               ("hang@4:1", ["-wt", "3"], r"error: rank 0: step 4: no answer from the other ranks "
-                                                          r"within 3 s")):
+                               ("hang@4:1", ["-wt", "3"], r"error: rank 0: step 4, the forward, backward and "
+                                                          r"update: no answer from the other ranks within 3 s")):
         t0 = time.time()
         r = subprocess.run(MPIRUN + ["-np", "2", trainer] + COMMON + ["-x", "200", "-fi", fault] + extra,
                            capture_output=True, text=True, env=ENV, timeout=120)

@@ -29,13 +29,43 @@ static void abort_all_ranks(void) {
     num_watched_comms = 0;
 }
 
+// Which peer stopped, as far as this rank's NCCL can tell: the emulator names the rank; real NCCL
+// reports ncclRemoteError without a rank (ncclGetLastError's text may name a host), so "a peer".
+static void nccl_peer_text(ncclComm_t c, char* out, size_t len) {
+#ifdef EMU_CUDA
+    int p = emu_nccl_stopped_peer(c);
+    if (p >= 0) {
+        snprintf(out, len, "rank %d stopped answering", p);
+        return;
+    }
+#endif
+    const char* last = ncclGetLastError(c);
+    snprintf(out, len, "a peer stopped answering%s%s", last[0] ? ": " : "", last);
+}
+
+// The limit of the wait now beginning and where it comes from, for the message when it expires.
+static double wait_limit_s(char* src, size_t len) {
+    if (watchdog_timeout_s <= 0.0) {
+        snprintf(src, len, "-wt 0: TRAIN_GPT2_TIMEOUT or its default");
+        return peer_timeout_s();
+    }
+    if (watchdog_grace_next) {
+        snprintf(src, len, "10 x -wt %g s, the grace of a wait that may be long", watchdog_timeout_s);
+    } else {
+        snprintf(src, len, "-wt %g s", watchdog_timeout_s);
+    }
+    return watchdog_limit_s();
+}
+
 // Blocks until the work before the last record of ev has run (at once if ev was never recorded).
-// Polls the event and the communicators' asynchronous errors; fails (naming what it waited for
-// and the step) on an NCCL error or after -wt seconds (10 times that after watchdog_grace;
-// TRAIN_GPT2_TIMEOUT when -wt is 0). end_grace: this is the wait a grace is for (watchdog.h), so
-// completing it ends the grace; a short wait for an earlier copy passes 0.
+// Polls the event and the communicators' asynchronous errors; fails (naming the step, its phase,
+// what it waited for, and the peer that stopped or the limit that expired) on an NCCL error or
+// after -wt seconds (10 times that after watchdog_grace; TRAIN_GPT2_TIMEOUT when -wt is 0).
+// end_grace: this is the wait a grace is for (watchdog.h), so completing it ends the grace; a
+// short wait for an earlier copy passes 0.
 static void wait_event(cudaEvent_t ev, const char* what, int end_grace) {
-    double limit = watchdog_timeout_s > 0.0 ? watchdog_limit_s() : peer_timeout_s();
+    char src[96];
+    double limit = wait_limit_s(src, sizeof(src));
     double deadline = now_seconds() + limit;
     for (;;) {
         cudaError_t q = cudaEventQuery(ev);
@@ -45,14 +75,18 @@ static void wait_event(cudaEvent_t ev, const char* what, int end_grace) {
         }
         if (q != cudaErrorNotReady) { cudaCheck(q); }
         for (int i = 0; i < num_watched_comms; i++) {
-            ncclResult_t r;
+            ncclResult_t r = ncclSuccess;
             ncclCheck(ncclCommGetAsyncError(watched_comms[i], &r));
             if (r != ncclSuccess && r != ncclInProgress) {
-                fail("step %d: NCCL error while waiting for %s: %s", (int)preempt_step, what, ncclGetErrorString(r));
+                char peer[256];
+                nccl_peer_text(watched_comms[i], peer, sizeof(peer));
+                fail("step %d, %s: %s (NCCL: %s) while waiting for %s", (int)preempt_step, preempt_phase, peer,
+                     ncclGetErrorString(r), what);
             }
         }
         if (now_seconds() > deadline) {
-            fail("step %d: waited %.0f s for %s: a peer has died or hangs", (int)preempt_step, limit, what);
+            fail("step %d, %s: waited %.0f s (%s) for %s: a peer has died or hangs", (int)preempt_step,
+                 preempt_phase, limit, src, what);
         }
         usleep(50);
     }

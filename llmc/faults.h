@@ -108,11 +108,16 @@ static float fault_grad_factor(const Fault* f, int step, int rank) {
     return fault_is(f, FAULT_NAN, step, rank) ? NAN : 1.0f;
 }
 
+// The emulated GPU trainer's way to stop answering its peers' collectives too (the emulator's
+// `peer stops` fault, emu_nccl_stop_answering); NULL elsewhere (a hung process, no more).
+static void (*fault_stop_hook)(void) = NULL;
+
 // This rank stops answering (sleeps forever) where `kind` at `step` says, naming `where`.
 static void fault_hang_at(const Fault* f, FaultKind kind, int step, int rank, const char* where) {
     if (fault_is(f, kind, step, rank)) {
         fprintf(stderr, "fault injection: rank %d stops answering in %s of step %d\n", rank, where, step);
         fflush(stderr);
+        if (fault_stop_hook) { fault_stop_hook(); }
         for (;;) { sleep(1000); }
     }
 }

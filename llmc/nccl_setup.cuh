@@ -18,8 +18,8 @@
 #include "process_info.h"
 #include "watchdog.h"
 
-// Every NCCL call is watched (llmc/watchdog.h): under the emulator a collective blocks inside
-// the call until the peers join, and a dead or hung peer must not keep it there. A grace
+// Every NCCL call is watched (llmc/watchdog.h): in the emulator's --check builds a collective
+// blocks inside the call until the peers join, and a dead or hung peer must not keep it there. A grace
 // (watchdog_grace) lasts until the next completed host wait, where a real GPU blocks.
 #define ncclCheck(call)                                      \
     do {                                                     \

@@ -16,6 +16,7 @@
 static volatile sig_atomic_t preempt_signals = 0; // signals received
 static volatile sig_atomic_t preempt_signo = 0;   // the first one
 static volatile sig_atomic_t preempt_step = 0;    // the step in progress (1-based), for messages
+static const char* volatile preempt_phase = "the start-up"; // what the step is doing, for messages
 static int preempt_rank = 0;
 
 // Appends the decimal digits of v to buf at *len (async-signal-safe).

@@ -256,6 +256,7 @@ static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, i
 // the ranks, printed and logged.
 static void run_hellaswag(TrainRun* r, const TrainerOps* ops, void* ctx, int step) {
     const TrainArgs* a = r->args;
+    preempt_phase = "the HellaSwag evaluation";
     int mine = eval_step(&r->hellaswag, r->rank, r->world, a->B, a->T, ops->eval_losses, ctx, step);
     fault_hang_at(&run_fault, FAULT_HANG_EVAL, step, r->rank, "the HellaSwag evaluation");
     int right = ops->sum_count(ctx, mine);
@@ -339,6 +340,7 @@ static int run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, voi
     checkpoint_path(model, sizeof(model), dir, "model", step, -1);
     checkpoint_path(path, sizeof(path), dir, "state", step, r->rank);
     TrainState s = run_train_state(r, step);
+    preempt_phase = "the checkpoint write";
     soft_write_begin();
     fault_disk_full(&run_fault, FAULT_ENOSPC_MODEL, step, r->rank, 5120, "its model file");
     if (r->rank == 0) { ops->write_model(ctx, model, &model_crc); }
@@ -429,6 +431,7 @@ static void run_write_final_model(TrainRun* r, const TrainerOps* ops, void* ctx)
 static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* ctx, int step, float* loss,
                                       float* norm, int* stop, int* synced) {
     const TrainArgs* a = r->args;
+    preempt_phase = "the forward, backward and update";
     if (a->overfit) { dataloader_reset(&r->train); }
     if (r->outer.every > 0) {
         int alone = outer_active(&r->outer, step + 1);
@@ -481,6 +484,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         preempt_step = step + 1;
         int last = step == r->max_steps;
         if (r->have_val && (step % a->val_every == 0 || last)) {
+            preempt_phase = "the validation loss";
             float val_loss = ops->evaluate(ctx, &r->val, a->val_batches);
             if (r->rank == 0) { printf("step %d: val loss %.6f\n", step, val_loss); }
             logger_log_val(&r->logger, step, val_loss);
@@ -488,6 +492,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         if (a->sample_every > 0 && step > 0 && (step % a->sample_every == 0 || last)) { watchdog_grace(); }
         if (a->hellaswag && (step % a->val_every == 0 || last)) { run_hellaswag(r, ops, ctx, step); }
         if (r->rank == 0 && a->sample_every > 0 && step > 0 && (step % a->sample_every == 0 || last)) {
+            preempt_phase = "the text sample";
             sample_text(ops->next_logits, ctx, a->T, r->config.vocab_size, r->have_tokenizer ? &r->tokenizer : NULL,
                         eot, a->gen_tokens, &r->sample_rng);
         }
@@ -529,6 +534,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
             break;
         }
     }
+    preempt_phase = "the end of the run";
     if (r->rank == 0) {
         progress_summary(&times, a->total_batch);
         if (ops->comm_bytes_sent) {

@@ -5,7 +5,7 @@
 // the rest. Waits that may legitimately be long (the first collective of a run, the one after
 // rank 0 samples text, a checkpoint's barrier) get 10 times the timeout (watchdog_grace).
 // The trainers arm it around every blocking collective (CPU: each ring exchange; GPU: each NCCL
-// call, which blocks under the emulator, and each host wait on the device).
+// call, which blocks in the emulator's --check builds, and each host wait on the device).
 #ifndef LLMC_WATCHDOG_H
 #define LLMC_WATCHDOG_H
 
@@ -35,16 +35,17 @@ static void* watchdog_thread(void* arg) {
         int64_t deadline = __atomic_load_n(&watchdog_deadline_ms, __ATOMIC_ACQUIRE);
         int64_t span = __atomic_load_n(&watchdog_span_deadline_ms, __ATOMIC_ACQUIRE);
         if (span > 0 && watchdog_now_ms() > span) {
-            fprintf(stderr, "error: rank %d: step %d: %s did not end within %.0f s (blocked behind a collective with "
-                    "a peer that has died or hangs, -wt); ending the job\n", watchdog_rank, (int)preempt_step,
-                    watchdog_span_what, watchdog_span_limit_s());
+            fprintf(stderr, "error: rank %d: step %d, %s: %s did not end within %.0f s (10 x -wt: blocked behind a "
+                    "collective with a peer that has died or hangs); ending the job\n", watchdog_rank, (int)preempt_step,
+                    preempt_phase, watchdog_span_what, watchdog_span_limit_s());
             fflush(stderr);
             _exit(1);
         }
         if (deadline > 0 && watchdog_now_ms() > deadline) {
-            fprintf(stderr, "error: rank %d: step %d: no answer from the other ranks within %.0f s while waiting for %s "
-                    "(a peer has died or hangs, -wt); ending the job\n", watchdog_rank, (int)preempt_step,
-                    watchdog_timeout_s * (watchdog_grace_next ? 10.0 : 1.0), watchdog_what);
+            fprintf(stderr, "error: rank %d: step %d, %s: no answer from the other ranks within %.0f s (%s-wt) while "
+                    "waiting for %s (a peer has died or hangs); ending the job\n", watchdog_rank, (int)preempt_step,
+                    preempt_phase, watchdog_timeout_s * (watchdog_grace_next ? 10.0 : 1.0),
+                    watchdog_grace_next ? "10 x " : "", watchdog_what);
             fflush(stderr);
             _exit(1);
         }

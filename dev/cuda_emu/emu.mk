@@ -1,6 +1,7 @@
 # dev/cuda_emu/emu.mk: builds the CUDA emulator's tests. Included by the top-level Makefile, or
 # standalone: make -f dev/cuda_emu/emu.mk emu-tests. Paths are relative to the repository root.
-#   emu-tests  every test program, plain and AddressSanitizer builds, in build/cuda_emu/
+#   emu-tests  every test program, plain and AddressSanitizer builds, in build/cuda_emu/ (and
+#              test_nccl_peer_stops, emulator-only, for tests/check_peer_stops.sh)
 #   emu-nvcc   the same test sources compiled by nvcc for sm_80 and sm_90 (proves they are real CUDA)
 #   emu-bugs   tests/bugs/NAME.cu, one GPU bug each: NAME_plain (emucc), NAME_check (emucc --check; a
 #              build failure is kept in NAME_check.log), NAME_fixed (emucc --check -DFIXED)
@@ -19,7 +20,7 @@ EMU_NVCC_FLAGS := -c -std=c++17 -Werror all-warnings -gencode arch=compute_80,co
 EMU_MPI_INC := $(addprefix -I,$(shell mpicxx --showme:incdirs 2>/dev/null))
 
 emu-tests: $(addprefix $(EMU_BUILD)/,$(EMU_UNIT_TESTS) $(addsuffix _asan,$(EMU_UNIT_TESTS)) oob_write_asan \
-    test_primitives_ucontext two_units)
+    test_primitives_ucontext two_units test_nccl_peer_stops)
 emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write two_units_main two_units_kernels))
 EMU_BUGS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/bugs/*.cu)))
 EMU_CHECK_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma

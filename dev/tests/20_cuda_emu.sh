@@ -17,6 +17,10 @@ for n in 1 2 3 4; do
 done
 # Open MPI's own allocations are reported as leaks, so leak checking is off for the MPI runs
 check emu_nccl_asan_np3 env ASAN_OPTIONS=detect_leaks=0 $emu_mpirun -np 3 -x ASAN_OPTIONS build/cuda_emu/test_nccl_asan
+# The asynchronous emulated NCCL: a collective returns at once; a blocking call behind one whose
+# peer stopped answering never returns; polling sees ncclRemoteError naming the peer (about 16 s,
+# mostly waiting on timeouts, so in the background).
+check_bg emu_nccl_async_peer_stops dev/cuda_emu/tests/check_peer_stops.sh
 check emu_asan_catches_oob dev/cuda_emu/tests/expect_asan_report.sh build/cuda_emu/oob_write_asan
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     check emu_tests_compile_with_nvcc make -s -j2 -f dev/cuda_emu/emu.mk emu-nvcc

@@ -158,5 +158,7 @@ multi_gpu_one_visible_device() {
 }
 check multi_gpu_one_visible_device multi_gpu_one_visible_device
 # A peer that stops answering in a step's forward, in the checkpoint write, in a HellaSwag
-# evaluation: the other rank exits non-zero on its own within the wait's limit (dev/test_peer_stops.py).
+# evaluation: the other rank exits non-zero on its own with a line naming the step, the phase and the
+# peer (ncclRemoteError), and with detection off within the wait's limit (dev/test_peer_stops.py;
+# about 45 s, mostly waiting, in the foreground since it asserts times).
 check multi_gpu_peer_stops /usr/bin/python3 dev/test_peer_stops.py build/multi_gpu/peer_stops build/gpu/train_gpt2emu_fp32

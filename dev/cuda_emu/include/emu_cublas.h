@@ -360,15 +360,17 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
     *count = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
-// A matmul runs as an operation of its stream (under --check: after the stream's earlier work, unchecked).
+// A matmul runs as an operation of its stream (under --check: after the stream's earlier work, unchecked;
+// plain builds: emu_async.h).
 template <class F> cublasStatus_t blas_run(cudaStream_t s, F f) {
 #ifdef EMU_CHECK
     cublasStatus_t r = CUBLAS_STATUS_SUCCESS;
     emu::chk::run_now(s, "a cuBLAS matmul", [&] { r = f(); });
     return r;
 #else
-    (void)s;
-    return f();
+    if (emu::stream_ticket(s) <= emu::drain()) return f();
+    emu::enqueue(s, [f]() mutable { f(); });  // queued behind a pending collective (emu_async.h): its status is lost
+    return CUBLAS_STATUS_SUCCESS;
 #endif
 }
 
@@ -424,10 +426,11 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc
     e.aux_ld = desc->aux_ld;
     e.aux_stride = desc->aux_batch_stride;
     float al = *(const float*)alpha, be = *(const float*)beta;
-    return blas_run(stream, [&] {
-        return emu::gemm(desc->transa, desc->transb, m, n, k, al, {A, Al->type, Al->ld, Al->stride},
-                         {B, Bl->type, Bl->ld, Bl->stride}, be, {C, Cl->type, Cl->ld, Cl->stride},
-                         {D, Dl->type, Dl->ld, Dl->stride}, batch, e);
+    int ta = desc->transa, tb = desc->transb;  // read now, as cuBLASLt reads its descriptors at the call
+    emu::Operand oa{A, Al->type, Al->ld, Al->stride}, ob{B, Bl->type, Bl->ld, Bl->stride};
+    emu::Operand oc{C, Cl->type, Cl->ld, Cl->stride}, od{D, Dl->type, Dl->ld, Dl->stride};
+    return blas_run(stream, [=] {
+        return emu::gemm(ta, tb, m, n, k, al, oa, ob, be, oc, od, batch, e);
     });
 }
 
@@ -447,7 +450,7 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
                                                  int batch, cublasComputeType_t compute, cublasGemmAlgo_t) {
     if (compute == CUBLAS_COMPUTE_16F || compute == CUBLAS_COMPUTE_64F) return CUBLAS_STATUS_NOT_SUPPORTED;
     float al = *(const float*)alpha, be = *(const float*)beta;
-    return blas_run(h->stream, [&] {
+    return blas_run(h->stream, [=] {
         return emu::gemm(ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, al, {A, At, lda, sa}, {B, Bt, ldb, sb}, be,
                          {C, Ct, ldc, sc}, {C, Ct, ldc, sc}, batch, emu::Epilogue{});
     });

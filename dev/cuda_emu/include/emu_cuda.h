@@ -1,6 +1,6 @@
 // emu_cuda.h: entry point of the CUDA emulator (force-included by emucc into every .cu file).
 // CUDA keywords as host C++, vector types, dim3, error codes, the runtime API (device memory is host
-// memory, streams and events run synchronously), and the emulated device's properties.
+// memory; streams and events: emu_async.h, --check: emu_check.h), and the emulated device's properties.
 #ifndef EMU_CUDA_H
 #define EMU_CUDA_H
 
@@ -14,6 +14,15 @@
 #include <algorithm>
 #include <map>
 #include <unistd.h>
+// before the keywords below (__noinline__ ...): the standard headers of emu_async.h and emu_nccl.h
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <sched.h>
+#include <thread>
+#include <vector>
 
 #define EMU_CUDA 1
 #ifndef CUDART_VERSION
@@ -307,6 +316,15 @@ inline cudaError_t cudaDeviceSynchronize();
 #endif
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 
+struct CUstream_st { int flags; int index; };
+struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded; int stream; uint32_t seq; void* op; uint64_t ticket = 0;
+                    uint32_t rec_seq = 0, done_seq = 0; };  // plain builds: records issued, run
+typedef CUstream_st* cudaStream_t;
+typedef CUevent_st* cudaEvent_t;
+#ifndef EMU_CHECK
+#include "emu_async.h"
+#endif
+
 // ---- memory: host memory underneath, every allocation tracked ----
 enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
@@ -335,14 +353,18 @@ inline cudaError_t cudaMalloc(void** p, size_t n) {
     *p = q;
     return cudaSuccess;
 }
-inline cudaError_t cudaFree(void* p) {
-    if (!p) return cudaSuccess;
+inline cudaError_t emu_free_now(void* p) {
     auto it = emu::allocations().find(p);
     if (it == emu::allocations().end()) return emu::fail(cudaErrorInvalidValue);
     emu::allocated_bytes -= it->second;
     emu::allocations().erase(it);
     free(p);
     return cudaSuccess;
+}
+inline cudaError_t cudaFree(void* p) {
+    if (!p) return cudaSuccess;
+    emu::wait_ticket(emu::coll_tickets);  // synchronises the device, as on a GPU
+    return emu_free_now(p);
 }
 inline cudaError_t cudaMallocHost(void** p, size_t n) { return cudaMalloc(p, n); }
 inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned int) { return cudaMalloc(p, n); }
@@ -360,49 +382,6 @@ inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
     *free_bytes = emu::kGlobalMem - emu::allocated_bytes;
     return cudaSuccess;
 }
-struct CUstream_st { int flags; int index; };
-struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded; int stream; uint32_t seq; void* op; uint64_t ticket = 0; };
-typedef CUstream_st* cudaStream_t;
-typedef CUevent_st* cudaEvent_t;
-#ifndef EMU_CHECK
-// Host waits behind collectives (plain builds, strict rule; EMU_STRICT=0: unchecked). On a GPU a
-// collective returns at once and runs when its stream reaches it; if a peer died or hangs it never
-// ends, and a blocking call (cudaMemcpy, cudaStreamSynchronize, cudaEventSynchronize,
-// cudaDeviceSynchronize) that waits behind it blocks forever with no deadline. So such a call is
-// reported while a collective it stands behind has not been seen complete by the host through a
-// poll (cudaEventQuery or cudaStreamQuery answering cudaSuccess for an event or stream behind it:
-// the deadline-and-async-error path). Each collective is a ticket; a stream stands behind the last
-// ticket issued on it or reached through cudaStreamWaitEvent, an event behind its stream's at record.
-namespace emu {
-inline uint64_t coll_tickets = 0;       // collectives issued
-inline uint64_t coll_seen = 0;          // the newest ticket the host has seen complete by polling
-inline const char* coll_what = "";      // the newest collective's name
-inline std::map<const void*, uint64_t>& stream_tickets() { static std::map<const void*, uint64_t> m; return m; }
-inline const void* stream_key(cudaStream_t s) {
-    return ((uintptr_t)s <= 2) ? nullptr : (const void*)s;  // 0, cudaStreamLegacy, cudaStreamPerThread
-}
-inline uint64_t stream_ticket(cudaStream_t s) {
-    auto it = stream_tickets().find(stream_key(s));
-    uint64_t t = it == stream_tickets().end() ? 0 : it->second;
-    if (stream_key(s) == nullptr)  // the legacy stream also waits for the blocking streams
-        for (auto& kv : stream_tickets())
-            if (kv.first && ((const CUstream_st*)kv.first)->flags == 0 && kv.second > t) t = kv.second;
-    return t;
-}
-inline void collective_issued(cudaStream_t s, const char* what) {
-    stream_tickets()[stream_key(s)] = ++coll_tickets;
-    coll_what = what;
-}
-inline void host_blocks(const char* call, uint64_t ticket) {
-    if (!strict() || ticket <= coll_seen) return;
-    fprintf(stderr, "cuda_emu: %s blocks behind a collective (%s) the host has not seen complete: on a GPU it "
-            "blocks forever, with no deadline, if a peer died or hangs; poll first (cudaEventQuery with a deadline "
-            "and ncclCommGetAsyncError)\n", call, coll_what);
-    fflush(stderr);
-    _exit(66);
-}
-}  // namespace emu
-#endif
 #ifdef EMU_CHECK
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind);
 inline cudaError_t cudaMemset(void* p, int v, size_t n);
@@ -413,12 +392,18 @@ inline cudaError_t emu_copy(void* dst, const void* src, size_t n, cudaMemcpyKind
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
-    emu::host_blocks("cudaMemcpy", emu::stream_ticket(0));
+    uint64_t t = emu::stream_ticket(0);
+    emu::host_blocks("cudaMemcpy", t);
+    emu::wait_ticket(t);
     return emu_copy(dst, src, n, kind);
 }
-inline cudaError_t cudaMemset(void* p, int v, size_t n) { if (n) memset(p, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemset(void* p, int v, size_t n) {
+    if (n) emu::enqueue(0, [=] { memset(p, v, n); });
+    return cudaSuccess;
+}
 inline cudaError_t cudaDeviceSynchronize() {
     emu::host_blocks("cudaDeviceSynchronize", emu::coll_tickets);
+    emu::wait_ticket(emu::coll_tickets);
     return cudaSuccess;
 }
 #endif
@@ -445,7 +430,8 @@ cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t n, size_t of
 }
 template <class T> cudaError_t cudaGetSymbolAddress(void** p, T& symbol) { *p = (void*)&symbol; return cudaSuccess; }
 
-// ---- streams and events: every operation completes before the call returns (--check: emu_check.h) ----
+// ---- streams and events: work runs when issued unless it stands behind a pending collective (emu_async.h;
+// --check: emu_check.h) ----
 #define cudaStreamDefault 0
 #define cudaStreamNonBlocking 1
 #define cudaStreamLegacy ((cudaStream_t)0x1)
@@ -479,11 +465,15 @@ inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int f) { 
 inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int f, int) { return cudaStreamCreateWithFlags(s, f); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    emu::host_blocks("cudaStreamSynchronize", emu::stream_ticket(s));
+    uint64_t t = emu::stream_ticket(s);
+    emu::host_blocks("cudaStreamSynchronize", t);
+    emu::wait_ticket(t);
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamQuery(cudaStream_t s) {
-    emu::coll_seen = std::max(emu::coll_seen, emu::stream_ticket(s));
+    uint64_t t = emu::stream_ticket(s);
+    if (emu::drain() < t) return emu::not_ready();
+    emu::host_saw(t);
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int = 0) {
@@ -493,19 +483,31 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned i
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st{{}, false, 0, 0, nullptr}; return cudaSuccess; }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
-inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (e->done_seq == e->rec_seq) delete e;  // else its queued record still needs it (kept)
+    return cudaSuccess;
+}
+// The record runs as stream work: the event completes when the stream's work before it has run.
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0) {
-    e->t = std::chrono::steady_clock::now();
     e->recorded = true;
     e->ticket = emu::stream_ticket(s);
+    uint32_t seq = ++e->rec_seq;
+    emu::enqueue(s, [e, seq] {
+        if (e->rec_seq != seq) return;  // recorded again since
+        e->t = std::chrono::steady_clock::now();
+        e->done_seq = seq;
+    });
     return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     emu::host_blocks("cudaEventSynchronize", e->ticket);
+    emu::wait_ticket(e->ticket);
     return cudaSuccess;
 }
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
-    emu::coll_seen = std::max(emu::coll_seen, e->ticket);
+    emu::drain();
+    if (e->done_seq != e->rec_seq) return emu::not_ready();
+    emu::host_saw(e->ticket);
     return cudaSuccess;
 }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
@@ -513,12 +515,39 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b)
     *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
     return cudaSuccess;
 }
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = 0) {
-    return emu_copy(d, s, n, k);
+namespace emu {
+inline bool allocated(const void* p) {  // device or pinned memory (cudaMalloc*, cudaHostAlloc)
+    auto it = allocations().upper_bound((void*)p);
+    if (it == allocations().begin()) return false;
+    --it;
+    return (const char*)p < (const char*)it->first + it->second;
 }
-inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = 0) { return cudaMemset(p, v, n); }
+}  // namespace emu
+// As CUDA does with pageable host memory: a copy into it returns once the copy is done (it waits for
+// the stream), one from it once the source has been staged (a snapshot taken at the call).
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st = 0) {
+    if ((unsigned)k > cudaMemcpyDefault) return emu::fail(cudaErrorInvalidMemcpyDirection);
+    if (!n) return cudaSuccess;
+    if (!emu::allocated(d) && emu::allocated(s)) {
+        emu::wait_ticket(emu::stream_ticket(st));
+        emu::enqueue(st, [=] { memmove(d, s, n); });
+    } else if (!emu::allocated(s) && emu::stream_ticket(st) > emu::drain()) {
+        std::vector<char> staged((const char*)s, (const char*)s + n);
+        emu::enqueue(st, [=] { memmove(d, staged.data(), n); });
+    } else {
+        emu::enqueue(st, [=] { memmove(d, s, n); });
+    }
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st = 0) {
+    if (n) emu::enqueue(st, [=] { memset(p, v, n); });
+    return cudaSuccess;
+}
 inline cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
-inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t st) {
+    if (p) emu::enqueue(st, [=] { emu_free_now(p); });
+    return cudaSuccess;
+}
 #endif
 template <class T> cudaError_t cudaMallocAsync(T** p, size_t n, cudaStream_t s) { return cudaMallocAsync((void**)p, n, s); }
 template <class T>

@@ -425,9 +425,12 @@ template <class F> void launch(const void* kid, const LaunchConfig& c, F body) {
 #ifdef EMU_CHECK
     chk_launch(kid, c, body);
 #else
+    // runs as stream work (emu_async.h: at once, or queued behind a pending collective). Shared memory
     // exact size, so ASan catches out-of-bounds accesses; 0xff bytes (NaN, -1) expose reads before writes
-    std::vector<unsigned char> smem(c.smem, 0xff);
-    run_grid(c, body, smem.data());
+    enqueue(c.stream, [c, body]() mutable {
+        std::vector<unsigned char> smem(c.smem, 0xff);
+        run_grid(c, body, smem.data());
+    });
 #endif
 }
 

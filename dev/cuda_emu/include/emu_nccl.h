@@ -1,19 +1,31 @@
 // emu_nccl.h: NCCL over MPI. A communicator is an MPI communicator; each collective is a ring
-// built from MPI_Sendrecv (reduce-scatter, all-gather; all-reduce = reduce-scatter + all-gather;
-// broadcast = a chain from the root), so the reduction order is fixed and every byte handed to MPI
-// is counted: emu_nccl_bytes_sent() returns the bytes this rank has passed to MPI_Sendrecv and
-// MPI_Send (per all-reduce of N bytes on n ranks: 2 (n-1)/n N, up to rounding of uneven chunks).
+// of MPI send/receive pairs (reduce-scatter, all-gather; all-reduce = reduce-scatter + all-gather;
+// broadcast = a chain from the root), so the reduction order is fixed. emu_nccl_bytes_sent() returns
+// the bytes this rank's collectives hand to MPI, counted when each is issued (per all-reduce of N
+// bytes on n ranks: 2 (n-1)/n N, up to rounding of uneven chunks), so a count read between two
+// steps does not depend on whether the last collective has run yet.
 // ncclCommInitRank is collective over MPI_COMM_WORLD: every world rank must call it (ranks of other
-// communicators with another id at the same time). Calls run eagerly on the calling thread, except
-// between ncclGroupStart and ncclGroupEnd (nestable): there they are only recorded, and the
-// outermost ncclGroupEnd issues them all, in call order, on their streams, as NCCL launches a
-// group's operations at ncclGroupEnd (so stream work issued inside the group runs before them, and
-// their buffers must stay untouched until then). bf16 partial sums are rounded to bf16 at each ring step.
+// communicators with another id at the same time). A call returns at once: in plain builds the
+// collective runs on the rank's progress thread when its stream reaches it (emu_async.h), in issue
+// order; under --check it runs inside the call, after its stream's earlier work. Between
+// ncclGroupStart and ncclGroupEnd (nestable) calls are only recorded, and the outermost ncclGroupEnd
+// issues them all, in call order, on their streams, as NCCL launches a group's operations at
+// ncclGroupEnd (so stream work issued inside the group runs before them, and their buffers must stay
+// untouched until then). bf16 partial sums are rounded to bf16 at each ring step.
+// Peer stops: a rank that calls emu_nccl_stop_answering() (the trainer's -fi hang_* faults) stops
+// answering and tells the others; after EMU_NCCL_DETECT_S seconds (default 0.5; "off": never, as
+// NCCL cannot tell a live but hung peer) their ncclCommGetAsyncError reports ncclRemoteError on every
+// communicator with that rank, emu_nccl_stopped_peer() names it, and a collective with it never ends.
 #ifndef EMU_NCCL_H
 #define EMU_NCCL_H
 #include <mpi.h>
 #include <climits>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <functional>
+#include <mutex>
+#include <thread>
 #include <vector>
 #include "emu_cuda.h"
 #include "cuda_bf16.h"
@@ -45,11 +57,17 @@ typedef struct {
 } ncclConfig_t;
 #define NCCL_CONFIG_INITIALIZER {sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION_CODE, 1, 4, 1, 32, nullptr, 0}
 
-struct ncclComm { MPI_Comm mpi; int rank, size, device; };
+struct ncclComm {
+    MPI_Comm mpi;
+    int rank, size, device;
+    std::vector<int> world;               // each member's rank in MPI_COMM_WORLD
+    std::atomic<int> async_error{0};      // ncclResult_t, set by the progress thread
+    std::atomic<int> stopped_peer{-1};    // the world rank whose stop it reports
+};
 typedef ncclComm* ncclComm_t;
 
 namespace emu {
-inline size_t nccl_bytes = 0;
+inline std::atomic<size_t> nccl_bytes{0};
 inline int nccl_tag = 7177;
 
 inline void ensure_mpi() {
@@ -111,10 +129,181 @@ inline void divide(void* p, size_t n, ncclDataType_t t, int d) {
     }
 }
 
-inline void sendrecv(const void* sbuf, size_t sbytes, int to, void* rbuf, size_t rbytes, int from, MPI_Comm c) {
+// ---- MPI from two threads (the host's and the progress thread), one call at a time ----
+inline std::mutex& mpi_mutex() { static std::mutex* m = new std::mutex; return *m; }  // never destroyed: threads outlive exit()
+typedef std::lock_guard<std::mutex> MpiLock;
+
+// ---- peer stops ----
+constexpr int kStopTag = 7178;
+inline MPI_Comm ctl = MPI_COMM_NULL;        // a copy of MPI_COMM_WORLD for stop notices
+inline std::atomic<bool> answering{true};   // false: this rank stopped answering
+inline int stopped_peer = -1;               // the first world rank that said it stopped
+inline double stopped_at = 0.0;
+inline std::mutex& comms_mutex() { static std::mutex* m = new std::mutex; return *m; }
+inline std::vector<ncclComm*>& live_comms() { static std::vector<ncclComm*> v; return v; }
+inline double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+inline double detect_s() {
+    const char* e = getenv("EMU_NCCL_DETECT_S");
+    if (!e) return 0.5;
+    return strcmp(e, "off") == 0 ? -1.0 : atof(e);
+}
+inline bool has_member(const ncclComm* c, int world_rank) {
+    return std::find(c->world.begin(), c->world.end(), world_rank) != c->world.end();
+}
+[[noreturn]] inline void freeze() {  // a collective that never ends
+    for (;;) sleep(1000);
+}
+// Reads stop notices; once the detection delay has passed, every communicator with the stopped rank
+// reports ncclRemoteError, and a collective on one (current) never ends. A rank that stopped
+// answering freezes here.
+inline void watch_peers(ncclComm_t current) {
+    if (!answering.load()) freeze();
+    if (ctl == MPI_COMM_NULL) return;
+    {
+        MpiLock g(mpi_mutex());
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, kStopTag, ctl, &flag, &st);
+        if (flag) {
+            int who;
+            MPI_Recv(&who, 1, MPI_INT, st.MPI_SOURCE, kStopTag, ctl, MPI_STATUS_IGNORE);
+            if (stopped_peer < 0) { stopped_peer = who; stopped_at = now_s(); }
+        }
+    }
+    double d = detect_s();
+    if (stopped_peer < 0 || d < 0 || now_s() - stopped_at < d) return;
+    {
+        std::lock_guard<std::mutex> g(comms_mutex());
+        for (ncclComm* c : live_comms())
+            if (has_member(c, stopped_peer)) {
+                c->stopped_peer = stopped_peer;
+                c->async_error = ncclRemoteError;
+            }
+    }
+    if (current && has_member(current, stopped_peer)) freeze();
+}
+
+// Waits for n requests, watching the peers.
+inline void wait_requests(MPI_Request* r, int n, ncclComm_t comm) {
+    for (int spins = 0;; spins++) {
+        int flag = 0;
+        {
+            MpiLock g(mpi_mutex());
+            MPI_Testall(n, r, &flag, MPI_STATUSES_IGNORE);
+        }
+        if (flag) return;
+        if (spins % 64 == 0) watch_peers(comm);
+        if (spins > 2000) usleep(30);
+        else sched_yield();
+    }
+}
+inline void sendrecv(const void* sbuf, size_t sbytes, int to, void* rbuf, size_t rbytes, int from, ncclComm_t comm) {
     if (sbytes > INT_MAX || rbytes > INT_MAX) die("NCCL emulation: a ring chunk over 2 GiB");
-    nccl_bytes += sbytes;
-    MPI_Sendrecv(sbuf, (int)sbytes, MPI_BYTE, to, nccl_tag, rbuf, (int)rbytes, MPI_BYTE, from, nccl_tag, c, MPI_STATUS_IGNORE);
+    MPI_Request r[2];
+    {
+        MpiLock g(mpi_mutex());
+        MPI_Irecv(rbuf, (int)rbytes, MPI_BYTE, from, nccl_tag, comm->mpi, &r[0]);
+        MPI_Isend(sbuf, (int)sbytes, MPI_BYTE, to, nccl_tag, comm->mpi, &r[1]);
+    }
+    wait_requests(r, 2, comm);
+}
+// One of send / receive (to or from: a rank, the other -1).
+inline void send_or_recv(void* buf, size_t bytes, int to, int from, ncclComm_t comm) {
+    MPI_Request r;
+    {
+        MpiLock g(mpi_mutex());
+        if (to >= 0) MPI_Isend(buf, (int)bytes, MPI_BYTE, to, nccl_tag, comm->mpi, &r);
+        else MPI_Irecv(buf, (int)bytes, MPI_BYTE, from, nccl_tag, comm->mpi, &r);
+    }
+    wait_requests(&r, 1, comm);
+}
+
+// ---- the progress thread (plain builds): runs the collectives handed over, in ticket order ----
+struct Progress {
+    std::mutex m;
+    std::condition_variable cv;
+    std::deque<std::pair<uint64_t, std::function<void()>>> q;
+    std::thread th;
+    bool running = false, quit = false;
+};
+inline Progress& progress() { static Progress* p = new Progress; return *p; }  // a frozen thread outlives exit()
+inline void progress_main() {
+    Progress& p = progress();
+    for (;;) {
+        std::pair<uint64_t, std::function<void()>> job;
+        {
+            std::unique_lock<std::mutex> l(p.m);
+            while (p.q.empty() && !p.quit) {
+                if (p.cv.wait_for(l, std::chrono::milliseconds(10)) == std::cv_status::timeout) {
+                    l.unlock();
+                    watch_peers(nullptr);
+                    l.lock();
+                }
+            }
+            if (p.q.empty()) return;
+            job = std::move(p.q.front());
+            p.q.pop_front();
+        }
+        job.second();
+#ifndef EMU_CHECK
+        coll_done.store(job.first, std::memory_order_release);
+#endif
+    }
+}
+inline void progress_submit(uint64_t ticket, std::function<void()> f) {
+    Progress& p = progress();
+    {
+        std::lock_guard<std::mutex> l(p.m);
+        if (!p.running) {
+            p.running = true;
+            p.quit = false;
+            p.th = std::thread(progress_main);
+        }
+        p.q.emplace_back(ticket, std::move(f));
+    }
+    p.cv.notify_one();
+}
+// Ends the progress thread (nothing pending: the last communicator is gone).
+inline void progress_stop() {
+    Progress& p = progress();
+    {
+        std::lock_guard<std::mutex> l(p.m);
+        if (!p.running) return;
+        p.quit = true;
+    }
+    p.cv.notify_one();
+    p.th.join();
+    p.running = false;
+}
+// Before a call that is collective over MPI itself: every collective issued so far has completed.
+inline void quiesce() {
+#ifndef EMU_CHECK
+    wait_ticket(coll_tickets);
+#endif
+}
+inline ncclComm_t new_comm(MPI_Comm c, int device) {
+    ncclComm_t comm = new ncclComm;
+    comm->mpi = c;
+    MPI_Comm_size(c, &comm->size);
+    MPI_Comm_rank(c, &comm->rank);
+    comm->device = device;
+    MPI_Group g, wg;
+    MPI_Comm_group(c, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    std::vector<int> mine(comm->size);
+    for (int i = 0; i < comm->size; i++) mine[i] = i;
+    comm->world.resize(comm->size);
+    MPI_Group_translate_ranks(g, comm->size, mine.data(), wg, comm->world.data());
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+    std::lock_guard<std::mutex> l(comms_mutex());
+    live_comms().push_back(comm);
+    return comm;
+}
+inline void drop_comm(ncclComm_t comm) {
+    std::lock_guard<std::mutex> l(comms_mutex());
+    auto& v = live_comms();
+    v.erase(std::remove(v.begin(), v.end(), comm), v.end());
 }
 
 // Ring reduce-scatter over chunks [off[i], off[i+1]) of `count` elements: rank r ends with chunk r
@@ -130,7 +319,7 @@ inline void ring_reduce_scatter(const void* in, void* out, const std::vector<siz
     for (int s = 0; s < n - 1; s++) {
         auto rc = chunk(r - 2 - s);
         recv.resize(rc.second * es);
-        sendrecv(partial.data(), partial.size(), (r + 1) % n, recv.data(), recv.size(), (r - 1 + n) % n, comm->mpi);
+        sendrecv(partial.data(), partial.size(), (r + 1) % n, recv.data(), recv.size(), (r - 1 + n) % n, comm);
         reduce_into(recv.data(), (const char*)in + rc.first * es, rc.second, t, op);
         partial.swap(recv);
     }
@@ -145,7 +334,7 @@ inline void ring_all_gather(void* buf, const std::vector<size_t>& off, ncclDataT
         int sc = ((r - s) % n + n) % n, rc = ((r - s - 1) % n + n) % n;
         char* b = (char*)buf;
         std::vector<char> send(b + off[sc] * es, b + off[sc + 1] * es);
-        sendrecv(send.data(), send.size(), (r + 1) % n, b + off[rc] * es, (off[rc + 1] - off[rc]) * es, (r - 1 + n) % n, comm->mpi);
+        sendrecv(send.data(), send.size(), (r + 1) % n, b + off[rc] * es, (off[rc + 1] - off[rc]) * es, (r - 1 + n) % n, comm);
     }
 }
 
@@ -171,7 +360,13 @@ inline const char* ncclGetErrorString(ncclResult_t r) {
     default: return "unknown result code";
     }
 }
-inline const char* ncclGetLastError(ncclComm_t) { return ""; }
+inline const char* ncclGetLastError(ncclComm_t comm) {
+    static char msg[128];
+    int p = comm ? comm->stopped_peer.load() : -1;
+    if (p < 0) return "";
+    snprintf(msg, sizeof(msg), "emulated NCCL: rank %d stopped answering", p);
+    return msg;
+}
 inline ncclResult_t ncclGetVersion(int* v) { *v = NCCL_VERSION_CODE; return ncclSuccess; }
 
 inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
@@ -187,6 +382,9 @@ inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 inline ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
     if (nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
     emu::ensure_mpi();
+    emu::quiesce();
+    emu::MpiLock g(emu::mpi_mutex());
+    if (emu::ctl == MPI_COMM_NULL) MPI_Comm_dup(MPI_COMM_WORLD, &emu::ctl);
     uint32_t h = 2166136261u;  // FNV-1a hash of the id picks the MPI_Comm_split color
     for (char c : id.internal) h = (h ^ (unsigned char)c) * 16777619u;
     MPI_Comm c;
@@ -200,23 +398,22 @@ inline ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId 
     }
     int dev;
     cudaGetDevice(&dev);
-    *comm = new ncclComm{c, r, size, dev};
+    *comm = emu::new_comm(c, dev);
     return ncclSuccess;
 }
 inline ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t*) {
     return ncclCommInitRank(comm, nranks, id, rank);
 }
 inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* out, ncclConfig_t*) {
+    emu::quiesce();
+    emu::MpiLock g(emu::mpi_mutex());
     MPI_Comm c;
     MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &c);
     if (c == MPI_COMM_NULL) {
         *out = nullptr;
         return ncclSuccess;
     }
-    int size, r;
-    MPI_Comm_size(c, &size);
-    MPI_Comm_rank(c, &r);
-    *out = new ncclComm{c, r, size, comm->device};
+    *out = emu::new_comm(c, comm->device);
     return ncclSuccess;
 }
 #ifdef EMU_CHECK
@@ -227,16 +424,63 @@ inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 #ifdef EMU_CHECK
     emu::forget_comm(comm);
 #endif
+    emu::quiesce();
+    emu::drop_comm(comm);
+    bool last;
+    {
+        std::lock_guard<std::mutex> l(emu::comms_mutex());
+        last = emu::live_comms().empty();
+    }
+    if (last) emu::progress_stop();  // nothing pending; MPI is the host's alone again
     MPI_Comm_free(&comm->mpi);
+    if (last && emu::ctl != MPI_COMM_NULL) MPI_Comm_free(&emu::ctl);
     delete comm;
     return ncclSuccess;
 }
 inline ncclResult_t ncclCommFinalize(ncclComm_t) { return ncclSuccess; }
-inline ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+// Leaves the communicator's pending collectives where they are (they may never end) and forgets it.
+inline ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    if (!comm) return ncclInvalidArgument;
+#ifdef EMU_CHECK
+    emu::forget_comm(comm);
+#endif
+    emu::drop_comm(comm);
+    return ncclSuccess;
+}
 inline ncclResult_t ncclCommCount(const ncclComm_t comm, int* n) { *n = comm->size; return ncclSuccess; }
 inline ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* r) { *r = comm->rank; return ncclSuccess; }
 inline ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* d) { *d = comm->device; return ncclSuccess; }
-inline ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* e) { *e = ncclSuccess; return ncclSuccess; }
+inline ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* e) {
+    if (!comm) return ncclInvalidArgument;
+    *e = (ncclResult_t)comm->async_error.load();
+    return ncclSuccess;
+}
+// Emulator extensions (guard with #ifdef EMU_CUDA): the world rank whose stop this communicator
+// reports (-1: none), and the `peer stops` fault itself: once the collectives already issued have
+// completed, this rank stops answering (its progress thread freezes) and tells every other rank,
+// which then see ncclRemoteError after the delay.
+inline int emu_nccl_stopped_peer(ncclComm_t comm) { return comm ? comm->stopped_peer.load() : -1; }
+inline void emu_nccl_stop_answering(void) {
+    emu::quiesce();  // what was issued still runs (a hung host's GPU finishes its queue); nothing after
+    emu::answering = false;
+    if (emu::ctl == MPI_COMM_NULL) return;
+    static int me;
+    int n;
+    std::vector<MPI_Request> r;
+    {
+        emu::MpiLock g(emu::mpi_mutex());
+        MPI_Comm_rank(emu::ctl, &me);
+        MPI_Comm_size(emu::ctl, &n);
+        r.resize(n > 1 ? n - 1 : 0);
+        for (int p = 0, i = 0; p < n; p++)
+            if (p != me) MPI_Isend(&me, 1, MPI_INT, p, emu::kStopTag, emu::ctl, &r[i++]);
+    }
+    double until = emu::now_s() + 2.0;  // one int each: they leave at once, but give MPI a moment
+    for (int flag = 0; !flag && emu::now_s() < until; usleep(1000)) {
+        emu::MpiLock g(emu::mpi_mutex());
+        MPI_Testall((int)r.size(), r.data(), &flag, MPI_STATUSES_IGNORE);
+    }
+}
 
 namespace emu {
 inline int nccl_group_depth = 0;                                // open ncclGroupStart calls
@@ -281,9 +525,21 @@ EMU_NOSAN inline void forget_comm(const void* comm) {
     comm_ids().erase(comm);
 }
 #endif
+// The bytes a ring step s = 0 .. n-2 sends, chunk first - s each step (reduce-scatter: first = rank - 1,
+// all-gather: first = rank).
+inline size_t ring_sent(const std::vector<size_t>& off, int first, int n, size_t es) {
+    size_t b = 0;
+    for (int s = 0; s < n - 1; s++) {
+        int c = ((first - s) % n + n) % n;
+        b += (off[c + 1] - off[c]) * es;
+    }
+    return b;
+}
+// sent: the bytes this rank's part will hand to MPI (counted at issue).
 template <class F> ncclResult_t nccl_run(ncclComm_t comm, cudaStream_t s, const char* what, const void* in,
-                                         size_t in_bytes, void* out, size_t out_bytes, F f) {
+                                         size_t in_bytes, void* out, size_t out_bytes, size_t sent, F f) {
     auto issue = [=]() mutable -> ncclResult_t {
+        nccl_bytes += sent;
 #ifdef EMU_CHECK
         ncclResult_t r = ncclSuccess;
         chk::run_now(s, what, [&] {
@@ -295,8 +551,8 @@ template <class F> ncclResult_t nccl_run(ncclComm_t comm, cudaStream_t s, const 
         return r;
 #else
         (void)comm; (void)in; (void)in_bytes; (void)out; (void)out_bytes;
-        collective_issued(s, what);
-        return f();
+        enqueue_collective(s, what, [f](uint64_t ticket) { progress_submit(ticket, [f]() mutable { f(); }); });
+        return ncclSuccess;
 #endif
     };
     if (nccl_group_depth > 0) {
@@ -331,7 +587,9 @@ inline ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t c
                                   ncclComm_t comm, cudaStream_t s) {
     if (!comm || !emu::nccl_supported(t, op)) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    return emu::nccl_run(comm, s, "ncclAllReduce", sendbuff, count * es, recvbuff, count * es, [=] {
+    auto chunks = emu::even_chunks(count, comm->size);
+    size_t sent = emu::ring_sent(chunks, comm->rank - 1, comm->size, es) + emu::ring_sent(chunks, comm->rank, comm->size, es);
+    return emu::nccl_run(comm, s, "ncclAllReduce", sendbuff, count * es, recvbuff, count * es, sent, [=] {
         auto off = emu::even_chunks(count, comm->size);
         char* own = (char*)recvbuff + off[comm->rank] * es;
         emu::ring_reduce_scatter(sendbuff, own, off, t, op, comm);
@@ -346,7 +604,9 @@ inline ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size
                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
     if (!comm || !emu::nccl_supported(t, op)) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    return emu::nccl_run(comm, s, "ncclReduceScatter", sendbuff, recvcount * comm->size * es, recvbuff, recvcount * es, [=] {
+    size_t sent = emu::ring_sent(emu::even_chunks(recvcount * comm->size, comm->size), comm->rank - 1, comm->size, es);
+    return emu::nccl_run(comm, s, "ncclReduceScatter", sendbuff, recvcount * comm->size * es, recvbuff, recvcount * es,
+                         sent, [=] {
         auto off = emu::even_chunks(recvcount * comm->size, comm->size);
         emu::ring_reduce_scatter(sendbuff, recvbuff, off, t, op, comm);
         if (op == ncclAvg) emu::divide(recvbuff, recvcount, t, comm->size);
@@ -359,7 +619,9 @@ inline ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t s
                                   ncclComm_t comm, cudaStream_t s) {
     if (!comm) return ncclInvalidArgument;
     size_t es = emu::nccl_size(t);
-    return emu::nccl_run(comm, s, "ncclAllGather", sendbuff, sendcount * es, recvbuff, sendcount * comm->size * es, [=] {
+    size_t sent = emu::ring_sent(emu::even_chunks(sendcount * comm->size, comm->size), comm->rank, comm->size, es);
+    return emu::nccl_run(comm, s, "ncclAllGather", sendbuff, sendcount * es, recvbuff, sendcount * comm->size * es, sent,
+                         [=] {
         char* own = (char*)recvbuff + comm->rank * sendcount * es;
         if (own != sendbuff) memmove(own, sendbuff, sendcount * es);
         emu::ring_all_gather(recvbuff, emu::even_chunks(sendcount * comm->size, comm->size), t, comm);
@@ -372,14 +634,12 @@ inline ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t c
     if (!comm || root < 0 || root >= comm->size) return ncclInvalidArgument;
     size_t bytes = count * emu::nccl_size(t);
     int n = comm->size, pos = (comm->rank - root + n) % n;  // position along the chain
-    return emu::nccl_run(comm, s, "ncclBroadcast", pos == 0 ? sendbuff : nullptr, bytes, recvbuff, bytes, [=] {
+    return emu::nccl_run(comm, s, "ncclBroadcast", pos == 0 ? sendbuff : nullptr, bytes, recvbuff, bytes,
+                         pos < n - 1 ? bytes : 0, [=] {
         if (pos == 0 && recvbuff != sendbuff) memmove(recvbuff, sendbuff, bytes);
         if (bytes > INT_MAX) emu::die("NCCL emulation: a broadcast over 2 GiB");
-        if (pos > 0) MPI_Recv(recvbuff, (int)bytes, MPI_BYTE, (comm->rank - 1 + n) % n, emu::nccl_tag, comm->mpi, MPI_STATUS_IGNORE);
-        if (pos < n - 1) {
-            emu::nccl_bytes += bytes;
-            MPI_Send(recvbuff, (int)bytes, MPI_BYTE, (comm->rank + 1) % n, emu::nccl_tag, comm->mpi);
-        }
+        if (pos > 0) emu::send_or_recv(recvbuff, bytes, -1, (comm->rank - 1 + n) % n, comm);
+        if (pos < n - 1) emu::send_or_recv(recvbuff, bytes, (comm->rank + 1) % n, -1, comm);
         return ncclSuccess;
     });
 }
