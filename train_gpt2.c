@@ -544,6 +544,7 @@ typedef struct {
     int replica_reduce;   // 1: gradients averaged over every rank; 0 (-ls): over the shard group only
     float* outer;         // -ls: outer parameters and momentum (owned elements), else NULL
     float* outer_m;
+    float* residual;      // -rq with error feedback: what encoding lost (owned elements, padded), else NULL
     OwnedSpan* spans;     // this rank's owned elements in the parameters (llmc/outer_sync.h)
     int num_spans;
     size_t owned;         // elements of m and v on this rank
@@ -555,7 +556,8 @@ typedef struct {
     float** unit_grads;   // where each unit's full gradient lives
 } DataParallel;
 
-static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, int dp_shard, int outer_state) {
+static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, int dp_shard, int outer_state,
+                    int residual) {
     int world, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -576,6 +578,7 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->opt_v = (float*)calloc_check(dp->owned, sizeof(float));
     dp->outer = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->outer_m = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
+    dp->residual = residual ? (float*)calloc_check(round_up(dp->owned, dp->mesh.dp_replicate), sizeof(float)) : NULL;
     dp->spans = (OwnedSpan*)malloc_check(dp->layout.num_units * sizeof(OwnedSpan));
     dp->num_spans = owned_spans(&dp->layout, zero_stage, dp->mesh.shard_idx, m->num_parameters, dp->spans);
     size_t padded_shard = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
@@ -763,14 +766,52 @@ static void dp_outer_init(DataParallel* dp, GPT2* m) {
     dp_owned_params(dp, m, dp->outer);
 }
 
-// The outer step: each owned element's message (outer_message: the pseudo-gradient outer - local)
-// into the idle gradient buffer, padded to the replicas, summed over them by one ring all-reduce,
-// then outer_update on every owned element with local = outer, and the all-gather in the replica.
+// -rq: msg (R slices of `slice` elements: this rank's messages) summed over the replicas through the
+// wire format f (llmc/wire_format.h). Every slice is encoded (the residual keeps what that lost,
+// where given) and slice j sent to replica j; each replica decodes the R encodings of its own
+// slice and sums them in fp32 in replica order 0..R-1, encodes the sum and sends it to every
+// replica; msg then holds the decoded sums, the same on every replica.
+static void dp_replica_sum_wire(DataParallel* dp, float* msg, size_t slice, int f, float* residual) {
+    int R = dp->replica.size, me = dp->replica.rank;
+    size_t sb = wire_bytes(f, slice);
+    uint8_t* sent = (uint8_t*)malloc_check((size_t)R * sb);
+    uint8_t* got = (uint8_t*)malloc_check((size_t)R * sb);
+    float* tmp = (float*)malloc_check(slice * sizeof(float));
+    for (int j = 0; j < R; j++) {
+        wire_encode_feedback(f, msg + j * slice, slice, sent + j * sb, residual ? residual + j * slice : NULL, tmp);
+    }
+    memcpy(got + me * sb, sent + me * sb, sb);
+    for (int k = 1; k < R; k++) {
+        int to = (me + k) % R, from = (me + R - k) % R;
+        COMM_TIMED(pair_exchange_bytes(&dp->replica, sent + to * sb, to, got + from * sb, from, sb));
+    }
+    float* sum = msg + me * slice;
+    wire_decode(f, got, slice, sum);
+    for (int r = 1; r < R; r++) {
+        wire_decode(f, got + r * sb, slice, tmp);
+        for (size_t i = 0; i < slice; i++) { sum[i] += tmp[i]; }
+    }
+    wire_encode(f, sum, slice, sent + me * sb);
+    for (int k = 1; k < R; k++) {
+        int to = (me + k) % R, from = (me + R - k) % R;
+        COMM_TIMED(pair_exchange_bytes(&dp->replica, sent + me * sb, to, sent + from * sb, from, sb));
+    }
+    for (int j = 0; j < R; j++) { wire_decode(f, sent + j * sb, slice, msg + j * slice); }
+    free(sent);
+    free(got);
+    free(tmp);
+}
+
+// The outer step: each owned element's message (outer_message: the pseudo-gradient outer - local,
+// plus the residual with -rq and error feedback) into the idle gradient buffer, padded to the
+// replicas, summed over them (fp32: one ring all-reduce; -rq: dp_replica_sum_wire), then
+// outer_update on every owned element with local = outer, and the all-gather in the replica.
 // Returns the mean pseudo-gradient's squared norm over the whole model.
 static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
     float* msg = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
     int R = dp->replica.size, plain = outer_plain_average(c);
     size_t padded = round_up(dp->owned, R);
+    const float* res = c->wire != WIRE_FP32 ? dp->residual : NULL;
     memset(msg, 0, padded * sizeof(float));
     for (int i = 0; i < dp->num_spans; i++) {
         const OwnedSpan* sp = &dp->spans[i];
@@ -778,8 +819,15 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
         const float* outer = dp->outer + sp->owned_offset;
         float* d = msg + sp->owned_offset;
         for (size_t j = 0; j < sp->count; j++) { d[j] = outer_message(outer[j], local[j], plain); }
+        if (res) {
+            for (size_t j = 0; j < sp->count; j++) { d[j] += res[sp->owned_offset + j]; }
+        }
     }
-    COMM_TIMED(ring_all_reduce(&dp->replica, msg, padded, dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp));
+    if (c->wire == WIRE_FP32) {
+        COMM_TIMED(ring_all_reduce(&dp->replica, msg, padded, dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp));
+    } else {
+        dp_replica_sum_wire(dp, msg, padded / R, c->wire, dp->residual);
+    }
     float inv_R = 1.0f / (float)R;
     double sq = 0.0;
     for (int i = 0; i < dp->num_spans; i++) {
@@ -828,6 +876,7 @@ static void dp_zero_shard_grads(DataParallel* dp) {
 static void dp_free(DataParallel* dp) {
     free(dp->outer);
     free(dp->outer_m);
+    free(dp->residual);
     free(dp->spans);
     free(dp->opt_m);
     free(dp->opt_v);
@@ -945,7 +994,7 @@ static void cpu_write_state(void* ctx, const char* path, const TrainState* s) {
     DataParallel* dp = &cpu_of(ctx)->dp;
     float* local = s->has_local ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     if (local) { dp_owned_params(dp, &cpu_of(ctx)->model, local); }
-    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m}};
+    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m, dp->residual}};
     state_write_arrays(path, s, &arrays);
     free(local);
 }
@@ -953,7 +1002,7 @@ static void cpu_write_state(void* ctx, const char* path, const TrainState* s) {
 static void cpu_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
     DataParallel* dp = &cpu_of(ctx)->dp;
     float* local = dp->outer ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
-    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m}};
+    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m, dp->residual}};
     state_load_arrays(dir, step, target, got, &arrays);
     if (got->has_local) { dp_set_owned_params(dp, &cpu_of(ctx)->model, local); }
     free(local);
@@ -1017,7 +1066,8 @@ int main(int argc, char** argv) {
     int zero = args.zero_stage;
     gpt2_build(&cpu.model, &run.config, params, args.B, args.T, (size_t)world, zero == 2);
     int outer = args.outer_every > 0;
-    dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer);
+    dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer,
+            outer && wire_format_from_name(args.wire_name) != WIRE_FP32 && args.error_feedback);
     TrainerOps ops = cpu_trainer_ops;
     char peak_source[160] = "-pk";
     if (args.peak_tflops == 0.0f) { ops.peak_tflops = cpu_measured_peak_tflops(peak_source, sizeof(peak_source)); }
@@ -1026,6 +1076,7 @@ int main(int argc, char** argv) {
 
     MemoryBytes mem = memory_bytes_per_rank(&cpu.dp.layout, zero, cpu.model.num_parameters, 4, 4, 0, 1, outer);
     mem.activations = cpu.model.activation_bytes;
+    mem.residual = cpu.dp.residual ? cpu.dp.owned * 4 : 0;
     CommBytes comm = comm_bytes_per_step(&cpu.dp.layout, &cpu.dp.mesh, zero, run.grad_accum,
                                          cpu.model.num_parameters, 4, 4, &run.outer);
     char extra[128];

@@ -29,6 +29,8 @@ typedef struct {
     // across the replicas every step.
     int sync_every;
     size_t step_no_sync, sync_replica, sync_inner, replica_sync_training;
+    int wire;                  // -rq: the format of sync_replica (llmc/wire_format.h)
+    size_t sync_replica_fp32;  // what sync_replica would be in fp32
 } CommBytes;
 
 // Bytes each rank sends per optimizer step. grad_bytes: bytes per gradient element on the
@@ -67,7 +69,9 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
         int H = outer->every;
         b.sync_every = H;
         b.step_no_sync = b.total;
-        b.sync_replica = outer_sync_replica_bytes(owned, R);
+        b.sync_replica = outer_sync_replica_bytes(owned, R, outer->wire);
+        b.wire = outer->wire;
+        b.sync_replica_fp32 = outer_sync_replica_bytes(owned, R, WIRE_FP32);
         b.sync_inner = outer_sync_shard_bytes(zero_stage, S) + b.param_gather; // the synced slices all-gathered again
         b.replica_sync_training = replica_grads;
         b.replica = (b.sync_replica + H / 2) / H;
@@ -80,6 +84,7 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
 typedef struct {
     size_t params, grads, optimizer, activations;
     size_t outer; // -ls: the outer parameters and momentum (fp32, sharded like the AdamW state)
+    size_t residual; // -rq with error feedback: the residual (fp32, one per owned element)
 } MemoryBytes;
 
 // Per-rank bytes for parameters (param_bytes each, plus fp32 master copies when master is
@@ -90,7 +95,7 @@ typedef struct {
 static MemoryBytes memory_bytes_per_rank(const ShardLayout* s, int zero_stage, size_t num_parameters,
                                          size_t param_bytes, size_t grad_bytes, int master, int layer_slots,
                                          int outer_state) {
-    MemoryBytes mb = {0, 0, 0, 0, 0};
+    MemoryBytes mb = {0, 0, 0, 0, 0, 0};
     size_t owned = zero_stage == 0 ? num_parameters : s->shard_elements;
     mb.outer = outer_state ? 2 * owned * 4 : 0;
     mb.params = num_parameters * param_bytes + (master ? owned * 4 : 0);

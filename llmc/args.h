@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "utils.h"
+#include "wire_format.h"
 
 typedef struct {
     const char* train_pattern; // -i
@@ -54,6 +55,9 @@ typedef struct {
     float outer_lr;            // -ol
     float outer_momentum;      // -om
     int outer_start;           // -lss
+    const char* wire_name;     // -rq: fp32 | bf16 | int8 | int4 (llmc/wire_format.h)
+    int error_feedback;        // -ref (0|1)
+    int wire_start;            // -rqs
     // GPU trainer only
     int recompute;             // -r
     int master_weights;        // -w
@@ -119,6 +123,9 @@ static const ArgSpec arg_specs[] = {
     ARG("-ol", ARG_FLOAT, outer_lr, 0, "-ls: outer learning rate (Nesterov SGD on the pseudo-gradients)"),
     ARG("-om", ARG_FLOAT, outer_momentum, 0, "-ls: outer Nesterov momentum"),
     ARG("-lss", ARG_INT, outer_start, 0, "-ls: synchronous steps before the first window (outer starts there)"),
+    ARG("-rq", ARG_STRING, wire_name, 0, "-ls: replica link format fp32 | bf16 | int8 | int4 (blocks of 128, fp32 scales)"),
+    ARG("-ref", ARG_INT, error_feedback, 0, "-rq: error feedback, what rounding lost added to the next sync (0|1)"),
+    ARG("-rqs", ARG_INT, wire_start, 0, "-rq: syncs after steps <= S stay fp32, later ones use -rq"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-pi", ARG_STRING, init_method, 1, "multi-process start-up: mpi | fs | tcp"),
@@ -175,6 +182,9 @@ static void args_defaults(TrainArgs* a) {
     a->outer_lr = 1.0f;       // plain averaging: docs/distributed.md's table says why
     a->outer_momentum = 0.0f;
     a->outer_start = 0;
+    a->wire_name = "fp32";
+    a->error_feedback = 1;
+    a->wire_start = 0;
     a->recompute = 1;
     a->master_weights = 1;
     a->init_method = "mpi";
@@ -244,6 +254,22 @@ static void require_float(const char* flag, float value, float lo, float hi) {
     if (!(value >= lo && value <= hi)) { fail("%s %g: must be in %g..%g", flag, value, lo, hi); }
 }
 
+// -rq, -ref, -rqs: compressed pseudo-gradients of -ls on the CPU trainer only (docs/distributed.md).
+static void args_validate_wire(const TrainArgs* a, int gpu) {
+    int f = wire_format_from_name(a->wire_name);
+    if (f < 0) { fail("-rq %s: must be fp32, bf16, int8 or int4", a->wire_name); }
+    require_int("-ref", a->error_feedback, 0, 1);
+    require_int("-rqs", a->wire_start, 0, 2147483647);
+    if (f == WIRE_FP32) {
+        if (a->wire_start > 0) { fail("-rqs %d: needs -rq bf16, int8 or int4", a->wire_start); }
+        return;
+    }
+    if (a->outer_every == 0) {
+        fail("-rq %s: needs -ls H > 0 (the compressed synchronous all-reduce of -ls 0 is not built yet)", a->wire_name);
+    }
+    if (gpu) { fail("-rq %s: the GPU trainer sends fp32 only for now (compressed formats: train_gpt2cpu)", a->wire_name); }
+}
+
 // Range checks that need no model or data.
 static void args_validate(const TrainArgs* a, int gpu) {
     const int big = 2147483647;
@@ -283,6 +309,7 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_float("-om", a->outer_momentum, 0.0f, 0.999f);
     require_int("-lss", a->outer_start, 0, big);
     if (a->outer_start > 0 && a->outer_every == 0) { fail("-lss %d: needs -ls H > 0", a->outer_start); }
+    args_validate_wire(a, gpu);
     if (a->hellaswag && a->val_every == 0) { fail("-h 1: HellaSwag runs at every validation, so -v must be > 0"); }
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {
         fail("-y/-n: checkpoints need a log dir (-o)");

@@ -18,6 +18,7 @@
 #include "utils.h"
 #include "crc32c.h"
 #include "mesh.h"
+#include "wire_format.h"
 
 #define STATE_MAGIC 20261122
 #define STATE_VERSION 2
@@ -44,25 +45,30 @@ typedef struct {
     int outer_every, outer_start, in_agreement;
     float outer_lr, outer_momentum;
     int has_local, has_outer;
+    // -rq (llmc/wire_format.h; 0 = fp32), -ref and -rqs of an -ls run, and whether the rank's
+    // error-feedback residual follows the outer momentum (owned elements, fp32).
+    int wire, feedback, wire_start, has_residual;
 } TrainState;
 
 // The arrays of a state file, in file order; an absent one is skipped (llmc/outer_sync.h for
 // the last three).
-enum { STATE_M, STATE_V, STATE_MASTER, STATE_LOCAL, STATE_OUTER, STATE_OUTER_M, STATE_ARRAYS };
+enum { STATE_M, STATE_V, STATE_MASTER, STATE_LOCAL, STATE_OUTER, STATE_OUTER_M, STATE_RESIDUAL, STATE_ARRAYS };
 typedef struct {
     float* a[STATE_ARRAYS]; // this rank's owned elements of each, or NULL
 } StateArrays;
 
 // Where array `kind` sits in a file with header s (0-based, in units of owned elements), or -1.
 static int state_array_slot(const TrainState* s, int kind) {
-    int present[STATE_ARRAYS] = {1, 1, s->has_master, s->has_local, s->has_outer, s->has_outer};
+    int present[STATE_ARRAYS] = {1, 1, s->has_master, s->has_local, s->has_outer, s->has_outer, s->has_residual};
     if (!present[kind]) { return -1; }
     int slot = 0;
     for (int k = 0; k < kind; k++) { slot += present[k]; }
     return slot;
 }
 
-static int state_array_count(const TrainState* s) { return 2 + s->has_master + s->has_local + 2 * s->has_outer; }
+static int state_array_count(const TrainState* s) {
+    return 2 + s->has_master + s->has_local + 2 * s->has_outer + s->has_residual;
+}
 
 static void checkpoint_path(char* out, size_t len, const char* dir, const char* kind, int step, int rank) {
     if (rank >= 0) { snprintf(out, len, "%s/%s_%08d_%05d.bin", dir, kind, step, rank); }
@@ -89,6 +95,7 @@ static void state_pack_header(int* h, const TrainState* s) {
     h[26] = s->outer_every; h[27] = s->outer_start; h[28] = s->in_agreement;
     memcpy(&h[29], &s->outer_lr, 4);
     memcpy(&h[30], &s->outer_momentum, 4);
+    h[31] = s->has_residual; h[32] = s->wire; h[33] = s->feedback; h[34] = s->wire_start;
     memcpy(&h[64], s->loss_history, LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -109,6 +116,7 @@ static void state_unpack_header(const int* h, TrainState* s) {
     s->outer_every = h[26]; s->outer_start = h[27]; s->in_agreement = h[28];
     memcpy(&s->outer_lr, &h[29], 4);
     memcpy(&s->outer_momentum, &h[30], 4);
+    s->has_residual = h[31]; s->wire = h[32]; s->feedback = h[33]; s->wire_start = h[34];
     memcpy(s->loss_history, &h[64], LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -176,9 +184,10 @@ static int state_read_header(FILE* f, const char* path, TrainState* s, int* head
         return 0;
     }
     state_unpack_header(header, s);
-    if ((unsigned)s->has_master > 1 || (unsigned)s->has_local > 1 || (unsigned)s->has_outer > 1) {
-        snprintf(why, why_len, "%s: header names arrays %d %d %d (each must be 0 or 1)", path, s->has_master,
-                 s->has_local, s->has_outer);
+    if ((unsigned)s->has_master > 1 || (unsigned)s->has_local > 1 || (unsigned)s->has_outer > 1 ||
+        (unsigned)s->has_residual > 1) {
+        snprintf(why, why_len, "%s: header names arrays %d %d %d %d (each must be 0 or 1)", path, s->has_master,
+                 s->has_local, s->has_outer, s->has_residual);
         return 0;
     }
     long expected = state_file_bytes(s);
@@ -257,6 +266,7 @@ typedef struct {
     int has_master;
     const GPT2Config* config; // the model (shapes the shard layouts)
     int outer_every, outer_start; // -ls and -lss of this run (0 without)
+    int wire, wire_start, has_residual; // -rq, -rqs and whether this run keeps a residual
 } StateTarget;
 
 // The files of a checkpoint written on another layout, opened as needed: shard s of the old
@@ -272,7 +282,7 @@ typedef struct {
 } OldShards;
 
 static const char* state_array_names[STATE_ARRAYS] = {"m", "v", "master weights", "local parameters",
-                                                      "outer parameters", "outer momentum"};
+                                                      "outer parameters", "outer momentum", "residual"};
 
 // Reads elements [e0, e0 + n) of unit u (or, for a ZeRO-0 checkpoint, of the flat parameters
 // from unit u's offset) into each non-NULL dst array (advanced past them).
@@ -366,6 +376,12 @@ static void state_check_outer(const char* path, const TrainState* old, const Sta
                  old->outer_start, old->step, t->outer_every, t->outer_start);
         }
     }
+    if (old->outer_every > 0 && (old->wire != t->wire || old->wire_start != t->wire_start ||
+                                 old->has_residual != t->has_residual)) {
+        fail("%s: written with -rq %s -rqs %d and %s residual; this run has -rq %s -rqs %d and %s (resume with the "
+             "same)", path, wire_format_names[(unsigned)old->wire % WIRE_FORMATS], old->wire_start, old->has_residual ? "a" : "no",
+             wire_format_names[(unsigned)t->wire % WIRE_FORMATS], t->wire_start, t->has_residual ? "one" : "none");
+    }
     if (same_layout || old->outer_every == 0) { return; }
     if (old_R != R) {
         fail("%s: written by %d replicas (-ls %d); a resume on another layout needs the same dp_replicate, this run "
@@ -418,6 +434,7 @@ static void state_load_arrays(const char* dir, int step, const StateTarget* t, T
     out->has_master = out->has_master && arrays->a[STATE_MASTER] != NULL;
     out->has_local = out->has_local && arrays->a[STATE_LOCAL] != NULL;
     out->has_outer = out->has_outer && arrays->a[STATE_OUTER] != NULL && arrays->a[STATE_OUTER_M] != NULL;
+    out->has_residual = out->has_residual && arrays->a[STATE_RESIDUAL] != NULL;
 }
 
 // m, v (and master): state_load_arrays without the -ls arrays. out->has_master says whether

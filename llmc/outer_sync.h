@@ -18,6 +18,7 @@
 #include "utils.h"
 #include "mesh.h"
 #include "crc32c.h"
+#include "wire_format.h"
 
 #ifdef __CUDACC__
 #define OUTER_HD __host__ __device__
@@ -30,6 +31,9 @@ typedef struct {
     int start;       // S (-lss): synchronous steps before the first window
     float lr;        // -ol
     float momentum;  // -om
+    int wire;        // -rq (llmc/wire_format.h): the pseudo-gradients' format on the replica link
+    int feedback;    // -ref: error feedback (a residual per owned element) with wire != fp32
+    int wire_start;  // -rqs: syncs after steps <= wire_start send fp32
 } OuterConfig;
 
 // Whether step t (1-based) trains each replica on its own (no gradient traffic across replicas).
@@ -51,10 +55,19 @@ static int outer_window_position(const OuterConfig* o, int t) {
     return outer_active(o, t) ? (t - o->start) % o->every : 0;
 }
 
+// The format of the sync after step t (-rqs: fp32 up to that step).
+static int outer_wire_at(const OuterConfig* o, int t) { return t > o->wire_start ? o->wire : WIRE_FP32; }
+
+// Whether the run keeps an error-feedback residual (fp32, one per owned element).
+static int outer_has_residual(const OuterConfig* o) { return o->every > 0 && o->wire != WIRE_FP32 && o->feedback; }
+
 // -ol 1 -om 0 is plain averaging (outer = the mean of the replicas' local parameters): the
 // replicas then send their local values instead of the pseudo-gradients (the same bytes) and the
-// mean is formed directly, so that one replica is bitwise its synchronous run.
-static int outer_plain_average(const OuterConfig* o) { return o->lr == 1.0f && o->momentum == 0.0f; }
+// mean is formed directly, so that one replica is bitwise its synchronous run. Never with -rq other
+// than fp32: the link then carries the pseudo-gradients (small values that quantize well).
+static int outer_plain_average(const OuterConfig* o) {
+    return o->lr == 1.0f && o->momentum == 0.0f && o->wire == WIRE_FP32;
+}
 
 // What a rank sends of one owned element: the pseudo-gradient outer - local, or (plain) local.
 OUTER_HD static inline float outer_message(float outer, float local, int plain) { return plain ? local : outer - local; }
@@ -130,13 +143,16 @@ static uint32_t crc_from_floats(const float* in) { return ((uint32_t)in[0] << 16
 
 // ----------------------------------------------------------------------------
 // bytes (ring collectives, llmc/accounting.h): per outer sync and rank, the all-reduce of the
-// owned fp32 pseudo-gradient over the R replicas, the all-gather of the CRC (2 floats) over them,
+// owned pseudo-gradient over the R replicas, the all-gather of the CRC (2 floats) over them,
 // and (ZeRO 1, 2) the pseudo-gradient norm's scalar over the shard group (beside the all-gather
-// of the synchronized parameter slices inside the replica, which accounting.h adds).
+// of the synchronized parameter slices inside the replica, which accounting.h adds). The owned
+// elements are cut into R slices of ceil(owned / R); fp32 rings send 2 (R - 1) slices, and so do
+// the compressed exchanges (R - 1 encoded slices out, R - 1 encoded sums back), each slice taking
+// wire_bytes(wire, slice) bytes.
 
-static size_t outer_sync_replica_bytes(size_t owned, int R) {
+static size_t outer_sync_replica_bytes(size_t owned, int R, int wire) {
     if (R == 1) { return 0; }
-    return (2 * (size_t)(R - 1) * ceil_div(owned, R) + (size_t)(R - 1) * 2) * 4;
+    return 2 * (size_t)(R - 1) * wire_bytes(wire, ceil_div(owned, R)) + (size_t)(R - 1) * 2 * 4;
 }
 
 static size_t outer_sync_shard_bytes(int zero_stage, int S) {

@@ -152,6 +152,10 @@ static TrainState run_train_state(const TrainRun* r, int step) {
         s.in_agreement = outer_in_agreement(&r->outer, step, r->max_steps);
         s.has_local = 1;
         s.has_outer = r->outer_ready;
+        s.wire = r->outer.wire;
+        s.feedback = r->outer.feedback;
+        s.wire_start = r->outer.wire_start;
+        s.has_residual = outer_has_residual(&r->outer);
     }
     return s;
 }
@@ -173,7 +177,8 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->start_step = 0;
     r->ckpt_failures = 0;
     r->last_complete = r->resume_step;
-    OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum};
+    OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum, wire_format_from_name(a->wire_name),
+                         a->error_feedback, a->wire_start};
     r->outer = outer;
     r->outer_ready = 0;
     r->last_pg_norm = -1.0f;
@@ -181,7 +186,8 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     step_guard_init(&r->guard, a->max_skips, a->spike_z, a->spike_window);
     if (r->resume_step >= 0) {
         StateTarget target = {r->rank, r->world, mesh->dp_shard, zero_stage, a->B, a->T, a->total_batch, opt_owned,
-                              opt_has_master, &r->config, outer.every, outer.start};
+                              opt_has_master, &r->config, outer.every, outer.start, outer.wire,
+                              outer.wire_start, outer_has_residual(&outer)};
         TrainState got;
         ops->read_state(ctx, a->log_dir, r->resume_step, &target, &got);
         r->outer_ready = got.has_outer;
@@ -247,7 +253,9 @@ static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, i
         r->outer_ready = 1;
     }
     if (!outer_sync_due(&r->outer, t, r->max_steps)) { return 0; }
-    r->last_pg_norm = sqrtf(ops->outer_step(ctx, &r->outer));
+    OuterConfig now = r->outer;
+    now.wire = outer_wire_at(&r->outer, t);
+    r->last_pg_norm = sqrtf(ops->outer_step(ctx, &now));
     run_check_replicas(r, ops, ctx, t, 1);
     return 1;
 }
