@@ -556,8 +556,7 @@ typedef struct {
     float** unit_grads;   // where each unit's full gradient lives
 } DataParallel;
 
-static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, int dp_shard, int outer_state,
-                    int residual) {
+static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, int dp_shard, int outer_state) {
     int world, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -578,7 +577,7 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->opt_v = (float*)calloc_check(dp->owned, sizeof(float));
     dp->outer = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->outer_m = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
-    dp->residual = residual ? (float*)calloc_check(round_up(dp->owned, dp->mesh.dp_replicate), sizeof(float)) : NULL;
+    dp->residual = NULL; // dp_init_residual
     dp->spans = (OwnedSpan*)malloc_check(dp->layout.num_units * sizeof(OwnedSpan));
     dp->num_spans = owned_spans(&dp->layout, zero_stage, dp->mesh.shard_idx, m->num_parameters, dp->spans);
     size_t padded_shard = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
@@ -601,6 +600,11 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
         size_t layer_offset = (m->grads_one_layer || unit->layer < 0) ? 0 : unit->layer * unit->size;
         dp->unit_grads[u] = grad_tensors[unit->tensor] + layer_offset;
     }
+}
+
+// -rq with error feedback: the residual, zero, one per owned element (padded to the replicas).
+static void dp_init_residual(DataParallel* dp) {
+    dp->residual = (float*)calloc_check(round_up(dp->owned, dp->mesh.dp_replicate), sizeof(float));
 }
 
 // Reduce-scatters one unit's gradient over the shard group and adds this rank's slice of the
@@ -1066,8 +1070,9 @@ int main(int argc, char** argv) {
     int zero = args.zero_stage;
     gpt2_build(&cpu.model, &run.config, params, args.B, args.T, (size_t)world, zero == 2);
     int outer = args.outer_every > 0;
-    dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer,
-            outer && wire_format_from_name(args.wire_name) != WIRE_FP32 && args.error_feedback);
+    dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer);
+    int residual = outer && wire_format_from_name(args.wire_name) != WIRE_FP32 && args.error_feedback;
+    if (residual) { dp_init_residual(&cpu.dp); }
     TrainerOps ops = cpu_trainer_ops;
     char peak_source[160] = "-pk";
     if (args.peak_tflops == 0.0f) { ops.peak_tflops = cpu_measured_peak_tflops(peak_source, sizeof(peak_source)); }

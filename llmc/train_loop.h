@@ -177,8 +177,8 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->start_step = 0;
     r->ckpt_failures = 0;
     r->last_complete = r->resume_step;
-    OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum, wire_format_from_name(a->wire_name),
-                         a->error_feedback, a->wire_start};
+    OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum,
+                         wire_format_from_name(a->wire_name), a->error_feedback, a->wire_start};
     r->outer = outer;
     r->outer_ready = 0;
     r->last_pg_norm = -1.0f;
