@@ -152,10 +152,12 @@ static TrainState run_train_state(const TrainRun* r, int step) {
         s.in_agreement = outer_in_agreement(&r->outer, step, r->max_steps);
         s.has_local = 1;
         s.has_outer = r->outer_ready;
-        s.wire = r->outer.wire;
-        s.feedback = r->outer.feedback;
-        s.wire_start = r->outer.wire_start;
-        s.has_residual = outer_has_residual(&r->outer);
+        if (r->outer.wire != WIRE_FP32) { // -rq fp32: slots 31-34 stay 0, the files are the run's without -rq
+            s.wire = r->outer.wire;
+            s.feedback = r->outer.feedback;
+            s.wire_start = r->outer.wire_start;
+            s.has_residual = outer_has_residual(&r->outer);
+        }
     }
     return s;
 }
