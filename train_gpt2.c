@@ -775,14 +775,16 @@ static void dp_outer_init(DataParallel* dp, GPT2* m) {
 // where given) and slice j sent to replica j; each replica decodes the R encodings of its own
 // slice and sums them in fp32 in replica order 0..R-1, encodes the sum and sends it to every
 // replica; msg then holds the decoded sums, the same on every replica.
-static void dp_replica_sum_wire(DataParallel* dp, float* msg, size_t slice, int f, float* residual) {
+static void dp_replica_sum_wire(DataParallel* dp, float* msg, size_t slice, const OuterConfig* c, float* residual) {
     int R = dp->replica.size, me = dp->replica.rank;
-    size_t sb = wire_bytes(f, slice);
-    uint8_t* sent = (uint8_t*)malloc_check((size_t)R * sb);
+    WireSpec mine = outer_wire_spec(c, 0, R), owner = outer_wire_spec(c, 1, R);
+    size_t sb = wire_spec_bytes(&mine, slice), ob = wire_spec_bytes(&owner, slice);
+    uint8_t* sent = (uint8_t*)malloc_check((size_t)R * (sb > ob ? sb : ob));
     uint8_t* got = (uint8_t*)malloc_check((size_t)R * sb);
     float* tmp = (float*)malloc_check(slice * sizeof(float));
     for (int j = 0; j < R; j++) {
-        wire_encode_feedback(f, msg + j * slice, slice, sent + j * sb, residual ? residual + j * slice : NULL, tmp);
+        wire_encode_feedback(&mine, msg + j * slice, slice, sent + j * sb, residual ? residual + j * slice : NULL,
+                             tmp);
     }
     memcpy(got + me * sb, sent + me * sb, sb);
     for (int k = 1; k < R; k++) {
@@ -790,17 +792,17 @@ static void dp_replica_sum_wire(DataParallel* dp, float* msg, size_t slice, int 
         COMM_TIMED(pair_exchange_bytes(&dp->replica, sent + to * sb, to, got + from * sb, from, sb));
     }
     float* sum = msg + me * slice;
-    wire_decode(f, got, slice, sum);
+    wire_spec_decode(&mine, got, slice, sum);
     for (int r = 1; r < R; r++) {
-        wire_decode(f, got + r * sb, slice, tmp);
+        wire_spec_decode(&mine, got + r * sb, slice, tmp);
         for (size_t i = 0; i < slice; i++) { sum[i] += tmp[i]; }
     }
-    wire_encode(f, sum, slice, sent + me * sb);
+    wire_spec_encode(&owner, sum, slice, sent + me * ob);
     for (int k = 1; k < R; k++) {
         int to = (me + k) % R, from = (me + R - k) % R;
-        COMM_TIMED(pair_exchange_bytes(&dp->replica, sent + me * sb, to, sent + from * sb, from, sb));
+        COMM_TIMED(pair_exchange_bytes(&dp->replica, sent + me * ob, to, sent + from * ob, from, ob));
     }
-    for (int j = 0; j < R; j++) { wire_decode(f, sent + j * sb, slice, msg + j * slice); }
+    for (int j = 0; j < R; j++) { wire_spec_decode(&owner, sent + j * ob, slice, msg + j * slice); }
     free(sent);
     free(got);
     free(tmp);
@@ -815,7 +817,7 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
     float* msg = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
     int R = dp->replica.size, plain = outer_plain_average(c);
     size_t padded = round_up(dp->owned, R);
-    const float* res = c->wire != WIRE_FP32 ? dp->residual : NULL;
+    const float* res = outer_compressed(c) ? dp->residual : NULL;
     memset(msg, 0, padded * sizeof(float));
     for (int i = 0; i < dp->num_spans; i++) {
         const OwnedSpan* sp = &dp->spans[i];
@@ -827,10 +829,10 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
             for (size_t j = 0; j < sp->count; j++) { d[j] += res[sp->owned_offset + j]; }
         }
     }
-    if (c->wire == WIRE_FP32) {
+    if (!outer_compressed(c)) {
         COMM_TIMED(ring_all_reduce(&dp->replica, msg, padded, dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp));
     } else {
-        dp_replica_sum_wire(dp, msg, padded / R, c->wire, dp->residual);
+        dp_replica_sum_wire(dp, msg, padded / R, c, dp->residual);
     }
     float inv_R = 1.0f / (float)R;
     double sq = 0.0;
@@ -1071,7 +1073,8 @@ int main(int argc, char** argv) {
     gpt2_build(&cpu.model, &run.config, params, args.B, args.T, (size_t)world, zero == 2);
     int outer = args.outer_every > 0;
     dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer);
-    int residual = outer && wire_format_from_name(args.wire_name) != WIRE_FP32 && args.error_feedback;
+    int residual = outer && (wire_format_from_name(args.wire_name) != WIRE_FP32 || args.topk > 0.0f) &&
+                   args.error_feedback;
     if (residual) { dp_init_residual(&cpu.dp); }
     TrainerOps ops = cpu_trainer_ops;
     char peak_source[160] = "-pk";

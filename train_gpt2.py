@@ -219,9 +219,29 @@ def _wire_blocks(x, levels):
     return scales.astype(np.float32), codes.astype(np.int32)
 
 
-def wire_roundtrip(x, fmt):
-    """The float32 values a receiver decodes from x sent in format fmt."""
+WIRE_TOPK_CHUNK = 4096
+
+
+def _topk_chunks(x, density, mult):
+    """--topk: per chunk of WIRE_TOPK_CHUNK values from x's start, (its start, the indices within
+    it of the mult * ceil(density * len) values of largest magnitude (float32 product, at most
+    len), equal magnitudes by lower index, in ascending order)."""
+    for c in range(0, x.size, WIRE_TOPK_CHUNK):
+        part = x[c:c + WIRE_TOPK_CHUNK]
+        k = min(part.size, mult * int(np.ceil(np.float32(density) * np.float32(part.size))))
+        by_size = np.lexsort((np.arange(part.size), -np.abs(part)))
+        yield c, np.sort(by_size[:k])
+
+
+def wire_roundtrip(x, fmt, density=0.0, mult=1):
+    """The float32 values a receiver decodes from x sent in format fmt (density > 0: only the
+    top-k values of each chunk, the rest 0)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
+    if density > 0:
+        out = np.zeros_like(x)
+        for c, idx in _topk_chunks(x, density, mult):
+            out[c + idx] = wire_roundtrip(x[c + idx], fmt)
+        return out
     if fmt == "fp32":
         return x.copy()
     if fmt == "bf16":
@@ -230,10 +250,14 @@ def wire_roundtrip(x, fmt):
     return (codes.astype(np.float32) * scales[:, None]).reshape(-1)[:x.size]
 
 
-def wire_encode(x, fmt):
+def wire_encode(x, fmt, density=0.0, mult=1):
     """The bytes of x in format fmt: fp32/bf16 little-endian values; int8/int4 the block scales
-    (fp32) then the codes (int8 one a byte; int4 two a byte, even index in the low nibble)."""
+    (fp32) then the codes (int8 one a byte; int4 two a byte, even index in the low nibble).
+    density > 0: per chunk, the kept indices (uint16) then their values in the format."""
     x = np.ascontiguousarray(x, dtype=np.float32)
+    if density > 0:
+        return b"".join(idx.astype("<u2").tobytes() + wire_encode(x[c + idx], fmt)
+                        for c, idx in _topk_chunks(x, density, mult))
     if fmt == "fp32":
         return x.astype("<f4").tobytes()
     if fmt == "bf16":
@@ -276,12 +300,13 @@ def owned_layout(cfg, shards):
     return layout
 
 
-def wire_mean(msgs, fmt, layout, residuals):
+def wire_mean(msgs, fmt, layout, residuals, density=0.0):
     """The mean over the replicas of msgs (R flat float32 pseudo-gradients) as sent through the
     wire: for every shard's owned vector (padded to R equal slices), each replica adds its residual
     (error feedback, when residuals is a list) and sends slice j encoded to replica j, keeping what
     encoding lost as its new residual; replica j adds the R decoded slices in replica order in
-    float32 and sends the encoded sum back to all. Returns sum / R (float32, flat)."""
+    float32 and sends the encoded sum back to all (density > 0: top-k, the sum keeping R times as
+    many values). Returns sum / R (float32, flat)."""
     R = len(msgs)
     total = np.zeros_like(msgs[0])
     for s, idx in enumerate(layout):
@@ -295,7 +320,7 @@ def wire_mean(msgs, fmt, layout, residuals):
             m[have] = msgs[r][pos[have]]
             if residuals is not None:
                 m = m + residuals[r].setdefault(s, np.zeros(R * k, np.float32))
-            d = np.concatenate([wire_roundtrip(m[j * k:(j + 1) * k], fmt) for j in range(R)])
+            d = np.concatenate([wire_roundtrip(m[j * k:(j + 1) * k], fmt, density) for j in range(R)])
             if residuals is not None:
                 residuals[r][s] = m - d
             decoded.append(d)
@@ -303,17 +328,17 @@ def wire_mean(msgs, fmt, layout, residuals):
             part = decoded[0][j * k:(j + 1) * k]
             for r in range(1, R):
                 part = part + decoded[r][j * k:(j + 1) * k]
-            got = wire_roundtrip(part, fmt)
+            got = wire_roundtrip(part, fmt, density, R)
             sl = pos[j * k:(j + 1) * k]
             total[sl[sl >= 0]] = got[sl >= 0]
     return total / np.float32(R)
 
 
-def outer_step_wire(outer, buf, local, lr, momentum, fmt, layout, residuals):
-    """outer_step with the pseudo-gradients' mean formed through wire_mean (--wire-format)."""
+def outer_step_wire(outer, buf, local, lr, momentum, fmt, layout, residuals, density=0.0):
+    """outer_step with the pseudo-gradients' mean formed through wire_mean (--wire-format, --topk)."""
     flat = lambda d: np.concatenate([d[n].detach().numpy().reshape(-1) for n in PARAM_NAMES]).astype(np.float32)
     o = flat(outer)
-    mean = wire_mean([o - flat(rep) for rep in local], fmt, layout, residuals)
+    mean = wire_mean([o - flat(rep) for rep in local], fmt, layout, residuals, density)
     sq, off = 0.0, 0
     for n in PARAM_NAMES:
         k = outer[n].numel()
@@ -329,7 +354,7 @@ def outer_step_wire(outer, buf, local, lr, momentum, fmt, layout, residuals):
 
 def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0, replicas=1,
           sync_every=0, outer_lr=0.7, outer_momentum=0.9, sync_start=0, on_first_batch=None,
-          path="data", log=print, wire="fp32", feedback=True, wire_start=0, wire_shards=0):
+          path="data", log=print, wire="fp32", feedback=True, wire_start=0, wire_shards=0, topk=0.0):
     """Train `steps` AdamW steps; returns (losses, reps): each step's loss before its update and
     the R replicas' final parameters (reps[0] is P itself, updated in place; after the final
     outer sync all replicas are equal). Step t (1-based) reads the next global batch of R*B rows
@@ -341,12 +366,14 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
     global batch.
     on_first_batch(x, y, logits, loss, grads), if given, gets the global batch of step 1 on the
     initial model (with steps <= 0 only that is done).
-    wire (not fp32): syncs after steps t > wire_start send the pseudo-gradients in that format
-    (outer_step_wire; feedback: with error feedback; wire_shards: the C trainer's ZeRO 1/2 shard
-    group size whose owned slices are cut into the slices and blocks, 0 = ZeRO 0)."""
+    wire (not fp32) or topk > 0: syncs after steps t > wire_start send the pseudo-gradients in that
+    format, top-k when topk > 0 (outer_step_wire; feedback: with error feedback; wire_shards: the C
+    trainer's ZeRO 1/2 shard group size whose owned slices are cut into the slices and blocks, 0 =
+    ZeRO 0)."""
     R, H, S = replicas, sync_every, sync_start
     residuals = [{} for _ in range(R)] if feedback else None
-    layout = owned_layout(cfg, wire_shards) if wire != "fp32" else None
+    compressed = wire != "fp32" or topk > 0
+    layout = owned_layout(cfg, wire_shards) if compressed else None
     loader = batches(tokens, R * B, T, path)
     reps = [P] + [{n: t.clone() for n, t in P.items()} for _ in range(R - 1)]
     if steps <= 0:
@@ -389,8 +416,8 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
         if H > 0 and t == S:
             outer, buf = take_outer()
         if active and ((t - S) % H == 0 or t == steps):
-            if wire != "fp32" and t > wire_start:
-                pg = outer_step_wire(outer, buf, reps, outer_lr, outer_momentum, wire, layout, residuals)
+            if compressed and t > wire_start:
+                pg = outer_step_wire(outer, buf, reps, outer_lr, outer_momentum, wire, layout, residuals, topk)
             else:
                 pg = outer_step(outer, buf, reps, outer_lr, outer_momentum)
             if log:
@@ -762,6 +789,8 @@ def main(argv=None):
                     help="--wire-format: keep what rounding lost and add it to the next sync (default 1)")
     ap.add_argument("--compress-start", type=int, default=0, metavar="S",
                     help="--wire-format: syncs after steps <= S stay fp32 (default 0)")
+    ap.add_argument("--topk", type=float, default=0.0, metavar="D",
+                    help="DiLoCo: send the fraction D of each 4096-value chunk, largest first (default 0: all)")
     ap.add_argument("--wire-shards", type=int, default=0, metavar="DS",
                     help="--wire-format: slices and blocks cut as the C trainer's ZeRO 1/2 over DS shard "
                          "ranks (0: ZeRO 0, default)")
@@ -810,7 +839,7 @@ def main(argv=None):
     losses, reps = train(P, cfg, load_shard(a.data, cfg["V"]), a.B, a.T, a.steps, a.lr, a.weight_decay,
                          a.grad_clip, a.replicas, a.sync_every, a.outer_lr, a.outer_momentum, a.sync_start,
                          on_first_batch=dump, path=a.data, wire=a.wire_format, feedback=bool(a.error_feedback),
-                         wire_start=a.compress_start, wire_shards=a.wire_shards)
+                         wire_start=a.compress_start, wire_shards=a.wire_shards, topk=a.topk)
     if a.write_losses:
         write_atomic(a.write_losses, ["".join(f"{v:.9f}\n" for v in losses).encode()])
     if a.write_final:

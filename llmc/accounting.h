@@ -29,7 +29,8 @@ typedef struct {
     // across the replicas every step.
     int sync_every;
     size_t step_no_sync, sync_replica, sync_inner, replica_sync_training;
-    int wire;                  // -rq: the format of sync_replica (llmc/wire_format.h)
+    int wire;                  // -rq: the format of sync_replica (llmc/wire_format.h), after -rqs
+    float topk;                // -rk
     size_t sync_replica_fp32;  // what sync_replica would be in fp32
 } CommBytes;
 
@@ -69,9 +70,12 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
         int H = outer->every;
         b.sync_every = H;
         b.step_no_sync = b.total;
-        b.sync_replica = outer_sync_replica_bytes(owned, R, outer->wire);
+        OuterConfig fp32 = outer_config_at(outer, 0); // step 0 <= -rqs: fp32, every value
+        OuterConfig late = outer_config_at(outer, outer->wire_start + 1);
+        b.sync_replica = outer_sync_replica_bytes(owned, &late, R);
         b.wire = outer->wire;
-        b.sync_replica_fp32 = outer_sync_replica_bytes(owned, R, WIRE_FP32);
+        b.topk = outer->topk;
+        b.sync_replica_fp32 = outer_sync_replica_bytes(owned, &fp32, R);
         b.sync_inner = outer_sync_shard_bytes(zero_stage, S) + b.param_gather; // the synced slices all-gathered again
         b.replica_sync_training = replica_grads;
         b.replica = (b.sync_replica + H / 2) / H;

@@ -45,9 +45,10 @@ typedef struct {
     int outer_every, outer_start, in_agreement;
     float outer_lr, outer_momentum;
     int has_local, has_outer;
-    // -rq (llmc/wire_format.h; 0 = fp32), -ref and -rqs of an -ls run, and whether the rank's
+    // -rq (llmc/wire_format.h; 0 = fp32), -ref, -rqs and -rk of an -ls run, and whether the rank's
     // error-feedback residual follows the outer momentum (owned elements, fp32).
     int wire, feedback, wire_start, has_residual;
+    float topk; // -rk (0 = off)
 } TrainState;
 
 // The arrays of a state file, in file order; an absent one is skipped (llmc/outer_sync.h for
@@ -96,6 +97,7 @@ static void state_pack_header(int* h, const TrainState* s) {
     memcpy(&h[29], &s->outer_lr, 4);
     memcpy(&h[30], &s->outer_momentum, 4);
     h[31] = s->has_residual; h[32] = s->wire; h[33] = s->feedback; h[34] = s->wire_start;
+    memcpy(&h[35], &s->topk, 4);
     memcpy(&h[64], s->loss_history, LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -117,6 +119,7 @@ static void state_unpack_header(const int* h, TrainState* s) {
     memcpy(&s->outer_lr, &h[29], 4);
     memcpy(&s->outer_momentum, &h[30], 4);
     s->has_residual = h[31]; s->wire = h[32]; s->feedback = h[33]; s->wire_start = h[34];
+    memcpy(&s->topk, &h[35], 4);
     memcpy(s->loss_history, &h[64], LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -267,6 +270,7 @@ typedef struct {
     const GPT2Config* config; // the model (shapes the shard layouts)
     int outer_every, outer_start; // -ls and -lss of this run (0 without)
     int wire, wire_start, has_residual; // -rq, -rqs and whether this run keeps a residual
+    float topk;                         // -rk
 } StateTarget;
 
 // The files of a checkpoint written on another layout, opened as needed: shard s of the old
@@ -377,10 +381,11 @@ static void state_check_outer(const char* path, const TrainState* old, const Sta
         }
     }
     if (old->outer_every > 0 && (old->wire != t->wire || old->wire_start != t->wire_start ||
-                                 old->has_residual != t->has_residual)) {
-        fail("%s: written with -rq %s -rqs %d and %s residual; this run has -rq %s -rqs %d and %s (resume with the "
-             "same)", path, wire_format_names[(unsigned)old->wire % WIRE_FORMATS], old->wire_start, old->has_residual ? "a" : "no",
-             wire_format_names[(unsigned)t->wire % WIRE_FORMATS], t->wire_start, t->has_residual ? "one" : "none");
+                                 old->has_residual != t->has_residual || old->topk != t->topk)) {
+        fail("%s: written with -rq %s -rk %g -rqs %d and %s residual; this run has -rq %s -rk %g -rqs %d and %s "
+             "(resume with the same)", path, wire_format_names[(unsigned)old->wire % WIRE_FORMATS], old->topk,
+             old->wire_start, old->has_residual ? "a" : "no", wire_format_names[(unsigned)t->wire % WIRE_FORMATS],
+             t->topk, t->wire_start, t->has_residual ? "one" : "none");
     }
     if (same_layout || old->outer_every == 0) { return; }
     if (old_R != R) {

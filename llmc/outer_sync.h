@@ -34,6 +34,7 @@ typedef struct {
     int wire;        // -rq (llmc/wire_format.h): the pseudo-gradients' format on the replica link
     int feedback;    // -ref: error feedback (a residual per owned element) with wire != fp32
     int wire_start;  // -rqs: syncs after steps <= wire_start send fp32
+    float topk;      // -rk: the fraction of each chunk sent (0: all)
 } OuterConfig;
 
 // Whether step t (1-based) trains each replica on its own (no gradient traffic across replicas).
@@ -55,18 +56,34 @@ static int outer_window_position(const OuterConfig* o, int t) {
     return outer_active(o, t) ? (t - o->start) % o->every : 0;
 }
 
-// The format of the sync after step t (-rqs: fp32 up to that step).
-static int outer_wire_at(const OuterConfig* o, int t) { return t > o->wire_start ? o->wire : WIRE_FP32; }
+// Whether the replica link is compressed (-rq other than fp32, or -rk).
+static int outer_compressed(const OuterConfig* o) { return o->wire != WIRE_FP32 || o->topk > 0.0f; }
+
+// The config of the sync after step t: -rqs keeps fp32 and every value up to that step.
+static OuterConfig outer_config_at(const OuterConfig* o, int t) {
+    OuterConfig now = *o;
+    if (t <= o->wire_start) {
+        now.wire = WIRE_FP32;
+        now.topk = 0.0f;
+    }
+    return now;
+}
 
 // Whether the run keeps an error-feedback residual (fp32, one per owned element).
-static int outer_has_residual(const OuterConfig* o) { return o->every > 0 && o->wire != WIRE_FP32 && o->feedback; }
+static int outer_has_residual(const OuterConfig* o) { return o->every > 0 && outer_compressed(o) && o->feedback; }
+
+// What one replica sends of its message (owner 0), and what an owner sends of the sum (owner 1).
+static WireSpec outer_wire_spec(const OuterConfig* o, int owner, int R) {
+    WireSpec w = {o->wire, o->topk, owner ? R : 1};
+    return w;
+}
 
 // -ol 1 -om 0 is plain averaging (outer = the mean of the replicas' local parameters): the
 // replicas then send their local values instead of the pseudo-gradients (the same bytes) and the
 // mean is formed directly, so that one replica is bitwise its synchronous run. Never with -rq other
 // than fp32: the link then carries the pseudo-gradients (small values that quantize well).
 static int outer_plain_average(const OuterConfig* o) {
-    return o->lr == 1.0f && o->momentum == 0.0f && o->wire == WIRE_FP32;
+    return o->lr == 1.0f && o->momentum == 0.0f && !outer_compressed(o);
 }
 
 // What a rank sends of one owned element: the pseudo-gradient outer - local, or (plain) local.
@@ -147,12 +164,14 @@ static uint32_t crc_from_floats(const float* in) { return ((uint32_t)in[0] << 16
 // and (ZeRO 1, 2) the pseudo-gradient norm's scalar over the shard group (beside the all-gather
 // of the synchronized parameter slices inside the replica, which accounting.h adds). The owned
 // elements are cut into R slices of ceil(owned / R); fp32 rings send 2 (R - 1) slices, and so do
-// the compressed exchanges (R - 1 encoded slices out, R - 1 encoded sums back), each slice taking
-// wire_bytes(wire, slice) bytes.
+// the compressed exchanges: R - 1 encoded slices out and R - 1 encoded sums back
+// (llmc/wire_format.h's wire_spec_bytes of a slice, each; with -rk a sum keeps R times the values).
 
-static size_t outer_sync_replica_bytes(size_t owned, int R, int wire) {
+static size_t outer_sync_replica_bytes(size_t owned, const OuterConfig* o, int R) {
     if (R == 1) { return 0; }
-    return 2 * (size_t)(R - 1) * wire_bytes(wire, ceil_div(owned, R)) + (size_t)(R - 1) * 2 * 4;
+    WireSpec mine = outer_wire_spec(o, 0, R), sum = outer_wire_spec(o, 1, R);
+    size_t slice = ceil_div(owned, R);
+    return (size_t)(R - 1) * (wire_spec_bytes(&mine, slice) + wire_spec_bytes(&sum, slice)) + (size_t)(R - 1) * 2 * 4;
 }
 
 static size_t outer_sync_shard_bytes(int zero_stage, int S) {

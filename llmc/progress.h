@@ -68,10 +68,11 @@ static void progress_accounting(const Mesh* mesh, int zero_stage, const MemoryBy
         printf("communication per outer sync (every %d steps): %zu bytes sent per rank across replicas, %zu inside "
                "the replica; a step without a sync sends %zu\n", H, comm->sync_replica, comm->sync_inner,
                comm->step_no_sync);
-        if (comm->wire != WIRE_FP32) {
-            printf("replica link format: -rq %s (scales and padding included): %zu bytes per outer sync across "
-                   "replicas, %zu in fp32 (%.3fx)\n", wire_format_names[comm->wire], comm->sync_replica,
-                   comm->sync_replica_fp32, comm->sync_replica_fp32 ? comm->sync_replica / (double)comm->sync_replica_fp32 : 0.0);
+        if (comm->wire != WIRE_FP32 || comm->topk > 0.0f) {
+            printf("replica link format: -rq %s -rk %g (scales, indices and padding included): %zu bytes per outer "
+                   "sync across replicas, %zu in fp32 (%.4fx)\n", wire_format_names[comm->wire], comm->topk,
+                   comm->sync_replica, comm->sync_replica_fp32,
+                   comm->sync_replica_fp32 ? comm->sync_replica / (double)comm->sync_replica_fp32 : 0.0);
         }
         if (mesh->dp_replicate == 1) { return; }
         printf("communication across replicas: %.1f bytes per rank per step with -ls %d, %zu with synchronous "

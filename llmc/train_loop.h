@@ -152,11 +152,12 @@ static TrainState run_train_state(const TrainRun* r, int step) {
         s.in_agreement = outer_in_agreement(&r->outer, step, r->max_steps);
         s.has_local = 1;
         s.has_outer = r->outer_ready;
-        if (r->outer.wire != WIRE_FP32) { // -rq fp32: slots 31-34 stay 0, the files are the run's without -rq
+        if (outer_compressed(&r->outer)) { // else slots 31-35 stay 0: the files are the run's without -rq
             s.wire = r->outer.wire;
             s.feedback = r->outer.feedback;
             s.wire_start = r->outer.wire_start;
             s.has_residual = outer_has_residual(&r->outer);
+            s.topk = r->outer.topk;
         }
     }
     return s;
@@ -180,7 +181,7 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->ckpt_failures = 0;
     r->last_complete = r->resume_step;
     OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum,
-                         wire_format_from_name(a->wire_name), a->error_feedback, a->wire_start};
+                         wire_format_from_name(a->wire_name), a->error_feedback, a->wire_start, a->topk};
     r->outer = outer;
     r->outer_ready = 0;
     r->last_pg_norm = -1.0f;
@@ -189,7 +190,7 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     if (r->resume_step >= 0) {
         StateTarget target = {r->rank, r->world, mesh->dp_shard, zero_stage, a->B, a->T, a->total_batch, opt_owned,
                               opt_has_master, &r->config, outer.every, outer.start, outer.wire,
-                              outer.wire_start, outer_has_residual(&outer)};
+                              outer.wire_start, outer_has_residual(&outer), outer.topk};
         TrainState got;
         ops->read_state(ctx, a->log_dir, r->resume_step, &target, &got);
         r->outer_ready = got.has_outer;
@@ -255,8 +256,7 @@ static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, i
         r->outer_ready = 1;
     }
     if (!outer_sync_due(&r->outer, t, r->max_steps)) { return 0; }
-    OuterConfig now = r->outer;
-    now.wire = outer_wire_at(&r->outer, t);
+    OuterConfig now = outer_config_at(&r->outer, t);
     r->last_pg_norm = sqrtf(ops->outer_step(ctx, &now));
     run_check_replicas(r, ops, ctx, t, 1);
     return 1;
