@@ -545,6 +545,7 @@ typedef struct {
     float* outer;         // -ls: outer parameters and momentum (owned elements), else NULL
     float* outer_m;
     float* residual;      // -rq with error feedback: what encoding lost (owned elements, padded), else NULL
+    OuterConfig grad_wire; // -ls 0: how the gradients cross the replicas (outer_compressed: -rq, -rk)
     OwnedSpan* spans;     // this rank's owned elements in the parameters (llmc/outer_sync.h)
     int num_spans;
     size_t owned;         // elements of m and v on this rank
@@ -578,6 +579,7 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->outer = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->outer_m = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->residual = NULL; // dp_init_residual
+    memset(&dp->grad_wire, 0, sizeof(dp->grad_wire));
     dp->spans = (OwnedSpan*)malloc_check(dp->layout.num_units * sizeof(OwnedSpan));
     dp->num_spans = owned_spans(&dp->layout, zero_stage, dp->mesh.shard_idx, m->num_parameters, dp->spans);
     size_t padded_shard = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
@@ -607,6 +609,13 @@ static void dp_init_residual(DataParallel* dp) {
     dp->residual = (float*)calloc_check(round_up(dp->owned, dp->mesh.dp_replicate), sizeof(float));
 }
 
+// -ls 0 with -rq/-rk in ZeRO 0: the shard group's all-reduce of the gradient needs a larger slice.
+static void dp_init_gradient_wire(DataParallel* dp, size_t num_parameters) {
+    if (dp->zero_stage != 0) { return; }
+    free(dp->scratch);
+    dp->scratch = (float*)calloc_check(ceil_div(num_parameters, dp->mesh.dp_shard), sizeof(float));
+}
+
 // Reduce-scatters one unit's gradient over the shard group and adds this rank's slice of the
 // sum into shard_grads.
 static void dp_reduce_scatter_unit(DataParallel* dp, int u) {
@@ -632,12 +641,36 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     if (dp->zero_stage == 2 && layer < 0) { gpt2_zero_grads(m); }
 }
 
+static void dp_replica_sum_wire(DataParallel* dp, float* msg, size_t slice, const OuterConfig* c, float* residual);
+
+// -ls 0 with -rq/-rk: the gradient (ZeRO 0: all of it after the shard group's all-reduce; 1, 2:
+// the shard accumulator) plus the residual, summed over the replicas by dp_replica_sum_wire.
+static void dp_replica_sum_gradient(DataParallel* dp, GPT2* m) {
+    int R = dp->replica.size;
+    float* g = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
+    if (dp->zero_stage == 0) {
+        COMM_TIMED(ring_all_reduce(&dp->shard, g, round_up(m->num_parameters, dp->shard.size), dp->scratch));
+    }
+    size_t padded = round_up(dp->owned, R);
+    memset(g + dp->owned, 0, (padded - dp->owned) * sizeof(float));
+    if (dp->residual) {
+        for (size_t i = 0; i < dp->owned; i++) { g[i] += dp->residual[i]; }
+    }
+    dp_replica_sum_wire(dp, g, padded / R, &dp->grad_wire, dp->residual);
+}
+
 // After the last micro-step: finish the reduction across ranks and average over the world (or,
 // with -ls between syncs, over the replica's shard group: the replicas keep their own gradients).
 static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
     CommGroup* group = dp->replica_reduce ? &dp->world : &dp->shard;
     if (group->size == 1) { return; } // nothing to reduce, and the average is the gradient itself
     float inv = 1.0f / (float)group->size;
+    if (dp->replica_reduce && dp->replica.size > 1 && outer_compressed(&dp->grad_wire)) {
+        dp_replica_sum_gradient(dp, m);
+        float* g = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
+        for (size_t i = 0; i < dp->owned; i++) { g[i] *= inv; }
+        return;
+    }
     if (dp->zero_stage == 0) {
         size_t padded = round_up(m->num_parameters, group->size);
         COMM_TIMED(ring_all_reduce(group, m->grads_memory, padded, dp->scratch));
@@ -1028,6 +1061,8 @@ static size_t cpu_comm_bytes_sent(void* ctx) {
 
 static void cpu_set_replica_reduce(void* ctx, int every_step) { cpu_of(ctx)->dp.replica_reduce = every_step; }
 
+static void cpu_set_gradient_wire(void* ctx, const OuterConfig* c) { cpu_of(ctx)->dp.grad_wire = *c; }
+
 static void cpu_outer_init(void* ctx) { dp_outer_init(&cpu_of(ctx)->dp, &cpu_of(ctx)->model); }
 
 static float cpu_outer_step(void* ctx, const OuterConfig* c) {
@@ -1044,7 +1079,7 @@ static const TrainerOps cpu_trainer_ops = {cpu_begin_step, cpu_micro_step, cpu_r
                                            cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent,
                                            cpu_eval_losses, cpu_sum_count, 0.0, NULL,
                                            "train_gpt2cpu", cpu_set_replica_reduce, cpu_outer_init, cpu_outer_step,
-                                           cpu_replica_crcs};
+                                           cpu_replica_crcs, cpu_set_gradient_wire};
 
 static void mpi_abort_all(void) {
     int world = 1;
@@ -1073,9 +1108,9 @@ int main(int argc, char** argv) {
     gpt2_build(&cpu.model, &run.config, params, args.B, args.T, (size_t)world, zero == 2);
     int outer = args.outer_every > 0;
     dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer);
-    int residual = outer && (wire_format_from_name(args.wire_name) != WIRE_FP32 || args.topk > 0.0f) &&
-                   args.error_feedback;
-    if (residual) { dp_init_residual(&cpu.dp); }
+    int compressed = wire_format_from_name(args.wire_name) != WIRE_FP32 || args.topk > 0.0f;
+    if (compressed && args.error_feedback) { dp_init_residual(&cpu.dp); }
+    if (compressed && !outer) { dp_init_gradient_wire(&cpu.dp, cpu.model.num_parameters); }
     TrainerOps ops = cpu_trainer_ops;
     char peak_source[160] = "-pk";
     if (args.peak_tflops == 0.0f) { ops.peak_tflops = cpu_measured_peak_tflops(peak_source, sizeof(peak_source)); }

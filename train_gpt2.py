@@ -352,6 +352,28 @@ def outer_step_wire(outer, buf, local, lr, momentum, fmt, layout, residuals, den
     return math.sqrt(sq)
 
 
+def synchronous_step_wire(reps, opts, cfg, x, y, B, fmt, layout, residuals, density):
+    """A synchronous step whose gradients cross the replicas through wire_mean (--sync-every 0
+    with --wire-format/--topk): each replica's gradient on its own B rows (the C trainer sends the
+    sum over a replica's ranks instead, the same values times the shard count: a power of two,
+    which rounding and top-k carry exactly), their mean through the wire applied by every replica.
+    Returns (the mean of the replicas' losses, the norm)."""
+    R = len(reps)
+    losses, msgs = [], []
+    for r in range(R):
+        loss_r, grads_r, _ = loss_and_grads(reps[0], cfg, x[r * B:(r + 1) * B], y[r * B:(r + 1) * B])
+        losses.append(float(loss_r))
+        msgs.append(np.concatenate([grads_r[n].numpy().reshape(-1) for n in PARAM_NAMES]).astype(np.float32))
+    mean = wire_mean(msgs, fmt, layout, residuals, density)
+    grads, off = {}, 0
+    for n in PARAM_NAMES:
+        k = reps[0][n].numel()
+        grads[n] = torch.from_numpy(mean[off:off + k].copy()).reshape(reps[0][n].shape)
+        off += k
+    norms = [opt.step(rep, grads) for rep, opt in zip(reps, opts)]
+    return sum(losses) / R, norms[0]
+
+
 def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0, replicas=1,
           sync_every=0, outer_lr=0.7, outer_momentum=0.9, sync_start=0, on_first_batch=None,
           path="data", log=print, wire="fp32", feedback=True, wire_start=0, wire_shards=0, topk=0.0):
@@ -369,7 +391,7 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
     wire (not fp32) or topk > 0: syncs after steps t > wire_start send the pseudo-gradients in that
     format, top-k when topk > 0 (outer_step_wire; feedback: with error feedback; wire_shards: the C
     trainer's ZeRO 1/2 shard group size whose owned slices are cut into the slices and blocks, 0 =
-    ZeRO 0)."""
+    ZeRO 0); with H = 0 the steps after wire_start send their gradients so (synchronous_step_wire)."""
     R, H, S = replicas, sync_every, sync_start
     residuals = [{} for _ in range(R)] if feedback else None
     compressed = wire != "fp32" or topk > 0
@@ -394,12 +416,15 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
     for t in range(1, steps + 1):
         x, y = next(loader)
         active = H > 0 and t > S
-        if not active or (t == 1 and on_first_batch is not None):
+        wire_now = not active and H == 0 and compressed and t > wire_start and R > 1
+        if (not active and not wire_now) or (t == 1 and on_first_batch is not None):
             full = loss_and_grads(reps[0], cfg, x, y)
             if t == 1 and on_first_batch is not None:
                 loss, grads, logits = full
                 on_first_batch(x, y, logits, loss, grads)
-        if not active:
+        if wire_now:
+            loss, norm = synchronous_step_wire(reps, opts, cfg, x, y, B, wire, layout, residuals, topk)
+        elif not active:
             loss, grads, _ = full
             norms = [opt.step(rep, grads) for rep, opt in zip(reps, opts)]
             loss, norm = float(loss), norms[0]

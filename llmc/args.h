@@ -124,10 +124,10 @@ static const ArgSpec arg_specs[] = {
     ARG("-ol", ARG_FLOAT, outer_lr, 0, "-ls: outer learning rate (Nesterov SGD on the pseudo-gradients)"),
     ARG("-om", ARG_FLOAT, outer_momentum, 0, "-ls: outer Nesterov momentum"),
     ARG("-lss", ARG_INT, outer_start, 0, "-ls: synchronous steps before the first window (outer starts there)"),
-    ARG("-rq", ARG_STRING, wire_name, 0, "-ls: replica link format fp32 | bf16 | int8 | int4 (blocks of 128, fp32 scales)"),
+    ARG("-rq", ARG_STRING, wire_name, 0, "replica link format fp32 | bf16 | int8 | int4 (blocks of 128, fp32 scales)"),
     ARG("-ref", ARG_INT, error_feedback, 0, "-rq: error feedback, what rounding lost added to the next sync (0|1)"),
     ARG("-rqs", ARG_INT, wire_start, 0, "-rq/-rk: syncs after steps <= S stay fp32, later ones use -rq/-rk"),
-    ARG("-rk", ARG_FLOAT, topk, 0, "-ls: send the fraction D of each 4096-value chunk, largest first (0 = all)"),
+    ARG("-rk", ARG_FLOAT, topk, 0, "replica link: send the fraction D of each 4096-value chunk, largest first (0 = all)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-pi", ARG_STRING, init_method, 1, "multi-process start-up: mpi | fs | tcp"),
@@ -257,26 +257,22 @@ static void require_float(const char* flag, float value, float lo, float hi) {
     if (!(value >= lo && value <= hi)) { fail("%s %g: must be in %g..%g", flag, value, lo, hi); }
 }
 
-// -rq, -ref, -rqs, -rk: compressed pseudo-gradients of -ls on the CPU trainer only
-// (docs/distributed.md).
+// -rq, -ref, -rqs, -rk: compressed pseudo-gradients (-ls H) or gradients (-ls 0) across the replicas,
+// on the CPU trainer only (docs/distributed.md).
 static void args_validate_wire(const TrainArgs* a, int gpu) {
     int f = wire_format_from_name(a->wire_name);
     if (f < 0) { fail("-rq %s: must be fp32, bf16, int8 or int4", a->wire_name); }
     require_int("-ref", a->error_feedback, 0, 1);
     require_int("-rqs", a->wire_start, 0, 2147483647);
     require_float("-rk", a->topk, 0.0f, 1.0f);
-    const char* flag = f != WIRE_FP32 ? "-rq" : "-rk";
-    char value[64];
-    if (f != WIRE_FP32) { snprintf(value, sizeof(value), "%s", a->wire_name); }
-    else { snprintf(value, sizeof(value), "%g", a->topk); }
     if (f == WIRE_FP32 && a->topk == 0.0f) {
         if (a->wire_start > 0) { fail("-rqs %d: needs -rq bf16, int8 or int4, or -rk", a->wire_start); }
         return;
     }
-    if (a->outer_every == 0) {
-        fail("%s %s: needs -ls H > 0 (the compressed synchronous all-reduce of -ls 0 is not built yet)", flag, value);
+    if (gpu) {
+        fail("-rq %s -rk %g: the GPU trainer sends fp32 and every value only for now (compressed formats: "
+             "train_gpt2cpu)", a->wire_name, a->topk);
     }
-    if (gpu) { fail("%s %s: the GPU trainer sends fp32 only for now (compressed formats: train_gpt2cpu)", flag, value); }
 }
 
 // Range checks that need no model or data.

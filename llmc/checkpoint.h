@@ -380,8 +380,8 @@ static void state_check_outer(const char* path, const TrainState* old, const Sta
                  old->outer_start, old->step, t->outer_every, t->outer_start);
         }
     }
-    if (old->outer_every > 0 && (old->wire != t->wire || old->wire_start != t->wire_start ||
-                                 old->has_residual != t->has_residual || old->topk != t->topk)) {
+    if (old->wire != t->wire || old->wire_start != t->wire_start || old->has_residual != t->has_residual ||
+        old->topk != t->topk) {
         fail("%s: written with -rq %s -rk %g -rqs %d and %s residual; this run has -rq %s -rk %g -rqs %d and %s "
              "(resume with the same)", path, wire_format_names[(unsigned)old->wire % WIRE_FORMATS], old->topk,
              old->wire_start, old->has_residual ? "a" : "no", wire_format_names[(unsigned)t->wire % WIRE_FORMATS],

@@ -69,8 +69,9 @@ static OuterConfig outer_config_at(const OuterConfig* o, int t) {
     return now;
 }
 
-// Whether the run keeps an error-feedback residual (fp32, one per owned element).
-static int outer_has_residual(const OuterConfig* o) { return o->every > 0 && outer_compressed(o) && o->feedback; }
+// Whether the run keeps an error-feedback residual (fp32, one per owned element): of the
+// pseudo-gradients (-ls H), or of the gradients (-ls 0).
+static int outer_has_residual(const OuterConfig* o) { return outer_compressed(o) && o->feedback; }
 
 // What one replica sends of its message (owner 0), and what an owner sends of the sum (owner 1).
 static WireSpec outer_wire_spec(const OuterConfig* o, int owner, int R) {
@@ -167,11 +168,17 @@ static uint32_t crc_from_floats(const float* in) { return ((uint32_t)in[0] << 16
 // the compressed exchanges: R - 1 encoded slices out and R - 1 encoded sums back
 // (llmc/wire_format.h's wire_spec_bytes of a slice, each; with -rk a sum keeps R times the values).
 
-static size_t outer_sync_replica_bytes(size_t owned, const OuterConfig* o, int R) {
+// The compressed exchange of `owned` elements over R replicas (also -ls 0's gradients).
+static size_t outer_wire_bytes(size_t owned, const OuterConfig* o, int R) {
     if (R == 1) { return 0; }
     WireSpec mine = outer_wire_spec(o, 0, R), sum = outer_wire_spec(o, 1, R);
     size_t slice = ceil_div(owned, R);
-    return (size_t)(R - 1) * (wire_spec_bytes(&mine, slice) + wire_spec_bytes(&sum, slice)) + (size_t)(R - 1) * 2 * 4;
+    return (size_t)(R - 1) * (wire_spec_bytes(&mine, slice) + wire_spec_bytes(&sum, slice));
+}
+
+static size_t outer_sync_replica_bytes(size_t owned, const OuterConfig* o, int R) {
+    if (R == 1) { return 0; }
+    return outer_wire_bytes(owned, o, R) + (size_t)(R - 1) * 2 * 4;
 }
 
 static size_t outer_sync_shard_bytes(int zero_stage, int S) {

@@ -63,6 +63,12 @@ static void progress_accounting(const Mesh* mesh, int zero_stage, const MemoryBy
     const char* avg = comm->sync_every ? ", averaged over a window of -ls steps" : "";
     printf("communication per step: %zu bytes sent per rank (gradients %zu, replicas %zu, parameters %zu, "
            "scalars %zu)%s\n", comm->total, comm->grad_reduce, comm->replica, comm->param_gather, comm->scalars, avg);
+    if (!comm->sync_every && (comm->wire != WIRE_FP32 || comm->topk > 0.0f)) {
+        printf("replica link format: -rq %s -rk %g (scales, indices and padding included): %zu bytes per step "
+               "across replicas, %zu in fp32 (%.4fx)\n", wire_format_names[comm->wire], comm->topk, comm->replica,
+               comm->sync_replica_fp32,
+               comm->sync_replica_fp32 ? comm->replica / (double)comm->sync_replica_fp32 : 0.0);
+    }
     if (comm->sync_every) {
         int H = comm->sync_every;
         printf("communication per outer sync (every %d steps): %zu bytes sent per rank across replicas, %zu inside "
