@@ -67,6 +67,8 @@ static void info_one(const char* dir, int step) {
         printf("  outer state: %s; each rank's local parameters: %s\n",
                s.has_outer ? "outer parameters and momentum in every state file" : "not begun yet (before -lss)",
                s.has_local ? "in its state file" : "no");
+    }
+    if (s.wire != WIRE_FP32 || s.topk > 0.0f) {
         printf("  replica link: -rq %s -rk %g -ref %d -rqs %d; error-feedback residual: %s\n",
                wire_format_names[(unsigned)s.wire % WIRE_FORMATS], s.topk, s.feedback, s.wire_start,
                s.has_residual ? "in every state file" : "none");
