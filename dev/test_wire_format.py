@@ -12,7 +12,8 @@ dev/tests/36_diloco.sh. The d2 byte-level model of dev/test_diloco.py on KJV.
              losses and final weights against train_gpt2.py --wire-format (tolerances below); the
              bytes the MPI exchanges counted against the closed form written here
   resume     checkpoints inside a window (steps 4, 5; -rk: 5) with residuals resumed: the rest of
-             the run bit for bit, and not with rank 0's residual zeroed; -rq fp32 (given)
+             the run bit for bit, and not with rank 0's residual zeroed; -ls 0 -rq int8 resumed with
+             another ZeRO stage (each replica's residual re-cut) bit for bit; -rq fp32 (given)
              byte-identical to no -rq; the resumes and flags refused (the GPU trainer's -rq too)
   mutants    copies of the trainer with the residual not added (-ls 3 and -ls 0), and with int8/int4
              scales absmax/(L+1), must fail `reference` and `formats`
@@ -230,6 +231,17 @@ def cmd_resume():
     differs = r.returncode == 0 and "resumed from step 4" in r.stdout and not dl.bitwise_tail(full, part, 5, STEPS)
     report(differs, "the same resume with rank 0's residual zeroed in its state file (CRCs recomputed) differs: the "
                     "saved residuals are what made it exact")
+    # -ls 0 -rq int8: checkpoint 4 of 2 x 2 ZeRO 1 resumed with ZeRO 2 (another layout: each replica's
+    # residual re-cut from its own files; the same slices and blocks, so the same run), refused on 4 x 1
+    sync = ["-x", "8", "-ds", "2", "-z", "1", "-rq", "int8", "-n", "4"]
+    full_s, _ = dl.run(4, sync, "wf_sync_full")
+    part, _ = dl.resumed(4, ["-x", "8", "-ds", "2", "-z", "2", "-rq", "int8", "-n", "0"], full_s, 4, "wf_sync_other")
+    report(dl.bitwise_tail(full_s, part, 5, 8), "-ls 0 -rq int8: checkpoint 4 of 2 x 2 ZeRO 1 resumed with ZeRO 2 "
+                                               "(residuals re-cut): steps 5-8 and model_final.bin bit for bit")
+    _, r = dl.resumed(4, ["-x", "8", "-ds", "1", "-z", "1", "-rq", "int8"], full_s, 4, "wf_sync_refused", ok=False)
+    line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "")
+    report(r.returncode != 0 and "needs the same dp_replicate" in line, f"refused: that checkpoint on 4 x 1: "
+                                                                       f"{line[:150]}")
     plain, _ = dl.run(4, ["-x", "6", "-ls", str(H), "-ds", "2", "-z", "1", "-n", "3"], "wf_id_plain")
     given, _ = dl.run(4, ["-x", "6", "-ls", str(H), "-ds", "2", "-z", "1", "-n", "3", "-rq", "fp32", "-ref", "1"],
                       "wf_id_fp32")

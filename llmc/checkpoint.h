@@ -368,8 +368,9 @@ static void state_load_resharded(const char* dir, int step, const StateTarget* t
 }
 
 // The -ls rules of a resume (rank 0's header `old` of checkpoint `path`): the same -ls and -lss
-// (a checkpoint of synchronous training also serves a run whose windows start later); another
-// layout only with the same dp_replicate and where the replicas agreed.
+// (a checkpoint of synchronous training also serves a run whose windows start later) and the same
+// -rq, -rk, -rqs; another layout only with the same dp_replicate (with -ls or a residual) and where
+// the replicas agreed (-ls).
 static void state_check_outer(const char* path, const TrainState* old, const StateTarget* t, int same_layout) {
     int old_R = old->world / old->dp_shard, R = t->world / t->dp_shard;
     if (old->outer_every != t->outer_every || old->outer_start != t->outer_start) {
@@ -387,12 +388,13 @@ static void state_check_outer(const char* path, const TrainState* old, const Sta
              old->wire_start, old->has_residual ? "a" : "no", wire_format_names[(unsigned)t->wire % WIRE_FORMATS],
              t->topk, t->wire_start, t->has_residual ? "one" : "none");
     }
-    if (same_layout || old->outer_every == 0) { return; }
-    if (old_R != R) {
-        fail("%s: written by %d replicas (-ls %d); a resume on another layout needs the same dp_replicate, this run "
-             "has %d", path, old_R, old->outer_every, R);
+    if (same_layout || (old->outer_every == 0 && !old->has_residual)) { return; }
+    if (old_R != R) { // each replica has its own local parameters (-ls) or residual (-rq, -rk)
+        fail("%s: written by %d replicas (-ls %d -rq %s -rk %g); a resume on another layout needs the same "
+             "dp_replicate, this run has %d", path, old_R, old->outer_every,
+             wire_format_names[(unsigned)old->wire % WIRE_FORMATS], old->topk, R);
     }
-    if (!old->in_agreement) {
+    if (old->outer_every > 0 && !old->in_agreement) {
         fail("%s: step %d is inside an -ls window (the replicas differ): it resumes only on its own layout (%d ranks, "
              "-ds %d, -z %d)", path, old->step, old->world, old->dp_shard, old->zero_stage);
     }
@@ -402,7 +404,7 @@ static void state_check_outer(const char* path, const TrainState* old, const Sta
 // which came) and the run position of checkpoint `step` (already verified by checkpoint_select).
 // The same world size, -ds and -z read this rank's own file (exact); any other layout with the
 // same -t and -d re-cuts the old shards (state_load_resharded_arrays), from the rank's own replica
-// under -ls.
+// under -ls or with a residual (-rq, -rk).
 static void state_load_arrays(const char* dir, int step, const StateTarget* t, TrainState* out,
                               const StateArrays* arrays) {
     char path[4096], why[4096 + 256];
@@ -418,7 +420,7 @@ static void state_load_arrays(const char* dir, int step, const StateTarget* t, T
     int same = out->world == t->world && out->dp_shard == t->dp_shard && out->zero_stage == t->zero_stage;
     state_check_outer(path, out, t, same);
     if (!same) {
-        int replica = out->outer_every > 0 ? t->rank / t->dp_shard : 0;
+        int replica = out->outer_every > 0 || out->has_residual ? t->rank / t->dp_shard : 0;
         state_load_resharded_arrays(dir, step, t, out, replica, arrays);
     } else {
         checkpoint_path(path, sizeof(path), dir, "state", step, t->rank);
