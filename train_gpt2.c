@@ -803,8 +803,8 @@ static void dp_outer_init(DataParallel* dp, GPT2* m) {
     dp_owned_params(dp, m, dp->outer);
 }
 
-// -rq: msg (R slices of `slice` elements: this rank's messages) summed over the replicas through the
-// wire format f (llmc/wire_format.h). Every slice is encoded (the residual keeps what that lost,
+// -rq/-rk: msg (R slices of `slice` elements: this rank's messages) summed over the replicas through
+// the wire format of c (llmc/wire_format.h). Every slice is encoded (the residual keeps what that lost,
 // where given) and slice j sent to replica j; each replica decodes the R encodings of its own
 // slice and sums them in fp32 in replica order 0..R-1, encodes the sum and sends it to every
 // replica; msg then holds the decoded sums, the same on every replica.
