@@ -127,7 +127,7 @@ static const ArgSpec arg_specs[] = {
     ARG("-rq", ARG_STRING, wire_name, 0, "replica link format fp32 | bf16 | int8 | int4 (blocks of 128, fp32 scales)"),
     ARG("-ref", ARG_INT, error_feedback, 0, "-rq: error feedback, what rounding lost added to the next sync (0|1)"),
     ARG("-rqs", ARG_INT, wire_start, 0, "-rq/-rk: syncs after steps <= S stay fp32, later ones use -rq/-rk"),
-    ARG("-rk", ARG_FLOAT, topk, 0, "replica link: send the fraction D of each 4096-value chunk, largest first (0 = all)"),
+    ARG("-rk", ARG_FLOAT, topk, 0, "top-k: send the fraction D of each 4096-value chunk, largest first (0 = all)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-pi", ARG_STRING, init_method, 1, "multi-process start-up: mpi | fs | tcp"),
