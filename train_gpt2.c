@@ -544,6 +544,8 @@ typedef struct {
     int replica_reduce;   // 1: gradients averaged over every rank; 0 (-ls): over the shard group only
     float* outer;         // -ls: outer parameters and momentum (owned elements), else NULL
     float* outer_m;
+    float* residual;      // -rq with error feedback: what encoding lost (owned elements, padded), else NULL
+    OuterConfig grad_wire; // -ls 0: how the gradients cross the replicas (outer_compressed: -rq, -rk)
     OwnedSpan* spans;     // this rank's owned elements in the parameters (llmc/outer_sync.h)
     int num_spans;
     size_t owned;         // elements of m and v on this rank
@@ -576,6 +578,8 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->opt_v = (float*)calloc_check(dp->owned, sizeof(float));
     dp->outer = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->outer_m = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
+    dp->residual = NULL; // dp_init_residual
+    memset(&dp->grad_wire, 0, sizeof(dp->grad_wire));
     dp->spans = (OwnedSpan*)malloc_check(dp->layout.num_units * sizeof(OwnedSpan));
     dp->num_spans = owned_spans(&dp->layout, zero_stage, dp->mesh.shard_idx, m->num_parameters, dp->spans);
     size_t padded_shard = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
@@ -598,6 +602,18 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
         size_t layer_offset = (m->grads_one_layer || unit->layer < 0) ? 0 : unit->layer * unit->size;
         dp->unit_grads[u] = grad_tensors[unit->tensor] + layer_offset;
     }
+}
+
+// -rq with error feedback: the residual, zero, one per owned element (padded to the replicas).
+static void dp_init_residual(DataParallel* dp) {
+    dp->residual = (float*)calloc_check(round_up(dp->owned, dp->mesh.dp_replicate), sizeof(float));
+}
+
+// -ls 0 with -rq/-rk in ZeRO 0: the shard group's all-reduce of the gradient needs a larger slice.
+static void dp_init_gradient_wire(DataParallel* dp, size_t num_parameters) {
+    if (dp->zero_stage != 0) { return; }
+    free(dp->scratch);
+    dp->scratch = (float*)calloc_check(ceil_div(num_parameters, dp->mesh.dp_shard), sizeof(float));
 }
 
 // Reduce-scatters one unit's gradient over the shard group and adds this rank's slice of the
@@ -625,12 +641,36 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     if (dp->zero_stage == 2 && layer < 0) { gpt2_zero_grads(m); }
 }
 
+static void dp_replica_sum_wire(DataParallel* dp, float* msg, size_t slice, const OuterConfig* c, float* residual);
+
+// -ls 0 with -rq/-rk: the gradient (ZeRO 0: all of it after the shard group's all-reduce; 1, 2:
+// the shard accumulator) plus the residual, summed over the replicas by dp_replica_sum_wire.
+static void dp_replica_sum_gradient(DataParallel* dp, GPT2* m) {
+    int R = dp->replica.size;
+    float* g = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
+    if (dp->zero_stage == 0) {
+        COMM_TIMED(ring_all_reduce(&dp->shard, g, round_up(m->num_parameters, dp->shard.size), dp->scratch));
+    }
+    size_t padded = round_up(dp->owned, R);
+    memset(g + dp->owned, 0, (padded - dp->owned) * sizeof(float));
+    if (dp->residual) {
+        for (size_t i = 0; i < dp->owned; i++) { g[i] += dp->residual[i]; }
+    }
+    dp_replica_sum_wire(dp, g, padded / R, &dp->grad_wire, dp->residual);
+}
+
 // After the last micro-step: finish the reduction across ranks and average over the world (or,
 // with -ls between syncs, over the replica's shard group: the replicas keep their own gradients).
 static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
     CommGroup* group = dp->replica_reduce ? &dp->world : &dp->shard;
     if (group->size == 1) { return; } // nothing to reduce, and the average is the gradient itself
     float inv = 1.0f / (float)group->size;
+    if (dp->replica_reduce && dp->replica.size > 1 && outer_compressed(&dp->grad_wire)) {
+        dp_replica_sum_gradient(dp, m);
+        float* g = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
+        for (size_t i = 0; i < dp->owned; i++) { g[i] *= inv; }
+        return;
+    }
     if (dp->zero_stage == 0) {
         size_t padded = round_up(m->num_parameters, group->size);
         COMM_TIMED(ring_all_reduce(group, m->grads_memory, padded, dp->scratch));
@@ -763,14 +803,54 @@ static void dp_outer_init(DataParallel* dp, GPT2* m) {
     dp_owned_params(dp, m, dp->outer);
 }
 
-// The outer step: each owned element's message (outer_message: the pseudo-gradient outer - local)
-// into the idle gradient buffer, padded to the replicas, summed over them by one ring all-reduce,
-// then outer_update on every owned element with local = outer, and the all-gather in the replica.
+// -rq/-rk: msg (R slices of `slice` elements: this rank's messages) summed over the replicas through
+// the wire format of c (llmc/wire_format.h). Every slice is encoded (the residual keeps what that lost,
+// where given) and slice j sent to replica j; each replica decodes the R encodings of its own
+// slice and sums them in fp32 in replica order 0..R-1, encodes the sum and sends it to every
+// replica; msg then holds the decoded sums, the same on every replica.
+static void dp_replica_sum_wire(DataParallel* dp, float* msg, size_t slice, const OuterConfig* c, float* residual) {
+    int R = dp->replica.size, me = dp->replica.rank;
+    WireSpec mine = outer_wire_spec(c, 0, R), owner = outer_wire_spec(c, 1, R);
+    size_t sb = wire_spec_bytes(&mine, slice), ob = wire_spec_bytes(&owner, slice);
+    uint8_t* sent = (uint8_t*)malloc_check((size_t)R * (sb > ob ? sb : ob));
+    uint8_t* got = (uint8_t*)malloc_check((size_t)R * sb);
+    float* tmp = (float*)malloc_check(slice * sizeof(float));
+    for (int j = 0; j < R; j++) {
+        wire_encode_feedback(&mine, msg + j * slice, slice, sent + j * sb, residual ? residual + j * slice : NULL,
+                             tmp);
+    }
+    memcpy(got + me * sb, sent + me * sb, sb);
+    for (int k = 1; k < R; k++) {
+        int to = (me + k) % R, from = (me + R - k) % R;
+        COMM_TIMED(pair_exchange_bytes(&dp->replica, sent + to * sb, to, got + from * sb, from, sb));
+    }
+    float* sum = msg + me * slice;
+    wire_spec_decode(&mine, got, slice, sum);
+    for (int r = 1; r < R; r++) {
+        wire_spec_decode(&mine, got + r * sb, slice, tmp);
+        for (size_t i = 0; i < slice; i++) { sum[i] += tmp[i]; }
+    }
+    wire_spec_encode(&owner, sum, slice, sent + me * ob);
+    for (int k = 1; k < R; k++) {
+        int to = (me + k) % R, from = (me + R - k) % R;
+        COMM_TIMED(pair_exchange_bytes(&dp->replica, sent + me * ob, to, sent + from * ob, from, ob));
+    }
+    for (int j = 0; j < R; j++) { wire_spec_decode(&owner, sent + j * ob, slice, msg + j * slice); }
+    free(sent);
+    free(got);
+    free(tmp);
+}
+
+// The outer step: each owned element's message (outer_message: the pseudo-gradient outer - local,
+// plus the residual with -rq and error feedback) into the idle gradient buffer, padded to the
+// replicas, summed over them (fp32: one ring all-reduce; -rq: dp_replica_sum_wire), then
+// outer_update on every owned element with local = outer, and the all-gather in the replica.
 // Returns the mean pseudo-gradient's squared norm over the whole model.
 static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
     float* msg = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
     int R = dp->replica.size, plain = outer_plain_average(c);
     size_t padded = round_up(dp->owned, R);
+    const float* res = outer_compressed(c) ? dp->residual : NULL;
     memset(msg, 0, padded * sizeof(float));
     for (int i = 0; i < dp->num_spans; i++) {
         const OwnedSpan* sp = &dp->spans[i];
@@ -778,8 +858,15 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
         const float* outer = dp->outer + sp->owned_offset;
         float* d = msg + sp->owned_offset;
         for (size_t j = 0; j < sp->count; j++) { d[j] = outer_message(outer[j], local[j], plain); }
+        if (res) {
+            for (size_t j = 0; j < sp->count; j++) { d[j] += res[sp->owned_offset + j]; }
+        }
     }
-    COMM_TIMED(ring_all_reduce(&dp->replica, msg, padded, dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp));
+    if (!outer_compressed(c)) {
+        COMM_TIMED(ring_all_reduce(&dp->replica, msg, padded, dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp));
+    } else {
+        dp_replica_sum_wire(dp, msg, padded / R, c, dp->residual);
+    }
     float inv_R = 1.0f / (float)R;
     double sq = 0.0;
     for (int i = 0; i < dp->num_spans; i++) {
@@ -828,6 +915,7 @@ static void dp_zero_shard_grads(DataParallel* dp) {
 static void dp_free(DataParallel* dp) {
     free(dp->outer);
     free(dp->outer_m);
+    free(dp->residual);
     free(dp->spans);
     free(dp->opt_m);
     free(dp->opt_v);
@@ -945,7 +1033,7 @@ static void cpu_write_state(void* ctx, const char* path, const TrainState* s) {
     DataParallel* dp = &cpu_of(ctx)->dp;
     float* local = s->has_local ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     if (local) { dp_owned_params(dp, &cpu_of(ctx)->model, local); }
-    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m}};
+    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m, dp->residual}};
     state_write_arrays(path, s, &arrays);
     free(local);
 }
@@ -953,7 +1041,7 @@ static void cpu_write_state(void* ctx, const char* path, const TrainState* s) {
 static void cpu_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
     DataParallel* dp = &cpu_of(ctx)->dp;
     float* local = dp->outer ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
-    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m}};
+    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m, dp->residual}};
     state_load_arrays(dir, step, target, got, &arrays);
     if (got->has_local) { dp_set_owned_params(dp, &cpu_of(ctx)->model, local); }
     free(local);
@@ -973,6 +1061,8 @@ static size_t cpu_comm_bytes_sent(void* ctx) {
 
 static void cpu_set_replica_reduce(void* ctx, int every_step) { cpu_of(ctx)->dp.replica_reduce = every_step; }
 
+static void cpu_set_gradient_wire(void* ctx, const OuterConfig* c) { cpu_of(ctx)->dp.grad_wire = *c; }
+
 static void cpu_outer_init(void* ctx) { dp_outer_init(&cpu_of(ctx)->dp, &cpu_of(ctx)->model); }
 
 static float cpu_outer_step(void* ctx, const OuterConfig* c) {
@@ -989,7 +1079,7 @@ static const TrainerOps cpu_trainer_ops = {cpu_begin_step, cpu_micro_step, cpu_r
                                            cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent,
                                            cpu_eval_losses, cpu_sum_count, 0.0, NULL,
                                            "train_gpt2cpu", cpu_set_replica_reduce, cpu_outer_init, cpu_outer_step,
-                                           cpu_replica_crcs};
+                                           cpu_replica_crcs, cpu_set_gradient_wire};
 
 static void mpi_abort_all(void) {
     int world = 1;
@@ -1018,6 +1108,9 @@ int main(int argc, char** argv) {
     gpt2_build(&cpu.model, &run.config, params, args.B, args.T, (size_t)world, zero == 2);
     int outer = args.outer_every > 0;
     dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer);
+    int compressed = wire_format_from_name(args.wire_name) != WIRE_FP32 || args.topk > 0.0f;
+    if (compressed && args.error_feedback) { dp_init_residual(&cpu.dp); }
+    if (compressed && !outer) { dp_init_gradient_wire(&cpu.dp, cpu.model.num_parameters); }
     TrainerOps ops = cpu_trainer_ops;
     char peak_source[160] = "-pk";
     if (args.peak_tflops == 0.0f) { ops.peak_tflops = cpu_measured_peak_tflops(peak_source, sizeof(peak_source)); }
@@ -1026,6 +1119,7 @@ int main(int argc, char** argv) {
 
     MemoryBytes mem = memory_bytes_per_rank(&cpu.dp.layout, zero, cpu.model.num_parameters, 4, 4, 0, 1, outer);
     mem.activations = cpu.model.activation_bytes;
+    mem.residual = cpu.dp.residual ? cpu.dp.owned * 4 : 0;
     CommBytes comm = comm_bytes_per_step(&cpu.dp.layout, &cpu.dp.mesh, zero, run.grad_accum,
                                          cpu.model.num_parameters, 4, 4, &run.outer);
     char extra[128];

@@ -197,9 +197,186 @@ def outer_step(outer, buf, local, lr, momentum):
     return math.sqrt(sq)
 
 
+# the replica link's wire formats (--wire-format): what a receiver gets back from a run of fp32
+# values, written from the definitions in docs/distributed.md
+
+WIRE_BLOCK = 128
+WIRE_LEVELS = {"int8": 127, "int4": 7}
+
+
+def _wire_blocks(x, levels):
+    """x (float32, 1-D) cut into rows of WIRE_BLOCK (the last zero-filled, which leaves its absmax
+    alone); returns (scales, integer codes) with scale = absmax / levels and codes rint(x / scale)."""
+    n = x.size
+    rows = np.zeros(-(-n // WIRE_BLOCK) * WIRE_BLOCK, np.float32)
+    rows[:n] = x
+    rows = rows.reshape(-1, WIRE_BLOCK)
+    scales = np.abs(rows).max(axis=1) / np.float32(levels)
+    zero = scales == 0
+    codes = np.rint(rows / np.where(zero, np.float32(1), scales)[:, None])
+    codes = np.clip(codes, -levels, levels)
+    codes[zero] = 0
+    return scales.astype(np.float32), codes.astype(np.int32)
+
+
+WIRE_TOPK_CHUNK = 4096
+
+
+def _topk_chunks(x, density, mult):
+    """--topk: per chunk of WIRE_TOPK_CHUNK values from x's start, (its start, the indices within
+    it of the mult * ceil(density * len) values of largest magnitude (float32 product, at most
+    len), equal magnitudes by lower index, in ascending order)."""
+    for c in range(0, x.size, WIRE_TOPK_CHUNK):
+        part = x[c:c + WIRE_TOPK_CHUNK]
+        k = min(part.size, mult * int(np.ceil(np.float32(density) * np.float32(part.size))))
+        by_size = np.lexsort((np.arange(part.size), -np.abs(part)))
+        yield c, np.sort(by_size[:k])
+
+
+def wire_roundtrip(x, fmt, density=0.0, mult=1):
+    """The float32 values a receiver decodes from x sent in format fmt (density > 0: only the
+    top-k values of each chunk, the rest 0)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if density > 0:
+        out = np.zeros_like(x)
+        for c, idx in _topk_chunks(x, density, mult):
+            out[c + idx] = wire_roundtrip(x[c + idx], fmt)
+        return out
+    if fmt == "fp32":
+        return x.copy()
+    if fmt == "bf16":
+        return bf16_bits_to_fp32(fp32_to_bf16_bits(x))
+    scales, codes = _wire_blocks(x, WIRE_LEVELS[fmt])
+    return (codes.astype(np.float32) * scales[:, None]).reshape(-1)[:x.size]
+
+
+def wire_encode(x, fmt, density=0.0, mult=1):
+    """The bytes of x in format fmt: fp32/bf16 little-endian values; int8/int4 the block scales
+    (fp32) then the codes (int8 one a byte; int4 two a byte, even index in the low nibble).
+    density > 0: per chunk, the kept indices (uint16) then their values in the format."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if density > 0:
+        return b"".join(idx.astype("<u2").tobytes() + wire_encode(x[c + idx], fmt)
+                        for c, idx in _topk_chunks(x, density, mult))
+    if fmt == "fp32":
+        return x.astype("<f4").tobytes()
+    if fmt == "bf16":
+        return fp32_to_bf16_bits(x).astype("<u2").tobytes()
+    scales, codes = _wire_blocks(x, WIRE_LEVELS[fmt])
+    codes = codes.reshape(-1)[:x.size]
+    if fmt == "int8":
+        packed = codes.astype(np.int8).tobytes()
+    else:
+        nib = (codes & 0xF).astype(np.uint8)
+        if nib.size % 2:
+            nib = np.append(nib, np.uint8(0))
+        packed = (nib[0::2] | (nib[1::2] << 4)).astype(np.uint8).tobytes()
+    return scales.astype("<f4").tobytes() + packed
+
+
+def owned_layout(cfg, shards):
+    """Each shard rank's owned elements as indices into the flat parameters (file order), -1 for
+    padding: shards 0 (ZeRO 0) one rank that owns everything; else ZeRO 1/2 over `shards` ranks:
+    units (per layer its 12 tensors, then wte, wpe, lnfw, lnfb), each cut into slices of
+    ceil(size / shards), rank s owning slice s of every unit."""
+    shapes = param_shapes(cfg)
+    sizes = {n: int(np.prod(shapes[n])) for n in PARAM_NAMES}
+    offsets = dict(zip(PARAM_NAMES, np.cumsum([0] + [sizes[n] for n in PARAM_NAMES])[:-1]))
+    if shards == 0:
+        return [np.arange(sum(sizes.values()))]
+    L = cfg["L"]
+    units = [(offsets[n] + l * (sizes[n] // L), sizes[n] // L) for l in range(L) for n in PARAM_NAMES[2:14]]
+    units += [(offsets[n], sizes[n]) for n in ("wte", "wpe", "lnfw", "lnfb")]
+    layout = []
+    for s in range(shards):
+        parts = []
+        for start, size in units:
+            k = -(-size // shards)
+            piece = np.full(k, -1)
+            lo, hi = min(s * k, size), min((s + 1) * k, size)
+            piece[:hi - lo] = np.arange(start + lo, start + hi)
+            parts.append(piece)
+        layout.append(np.concatenate(parts))
+    return layout
+
+
+def wire_mean(msgs, fmt, layout, residuals, density=0.0):
+    """The mean over the replicas of msgs (R flat float32 pseudo-gradients) as sent through the
+    wire: for every shard's owned vector (padded to R equal slices), each replica adds its residual
+    (error feedback, when residuals is a list) and sends slice j encoded to replica j, keeping what
+    encoding lost as its new residual; replica j adds the R decoded slices in replica order in
+    float32 and sends the encoded sum back to all (density > 0: top-k, the sum keeping R times as
+    many values). Returns sum / R (float32, flat)."""
+    R = len(msgs)
+    total = np.zeros_like(msgs[0])
+    for s, idx in enumerate(layout):
+        k = -(-idx.size // R)
+        pos = np.full(R * k, -1)
+        pos[:idx.size] = idx
+        have = pos >= 0
+        decoded = []
+        for r in range(R):
+            m = np.zeros(R * k, np.float32)
+            m[have] = msgs[r][pos[have]]
+            if residuals is not None:
+                m = m + residuals[r].setdefault(s, np.zeros(R * k, np.float32))
+            d = np.concatenate([wire_roundtrip(m[j * k:(j + 1) * k], fmt, density) for j in range(R)])
+            if residuals is not None:
+                residuals[r][s] = m - d
+            decoded.append(d)
+        for j in range(R):
+            part = decoded[0][j * k:(j + 1) * k]
+            for r in range(1, R):
+                part = part + decoded[r][j * k:(j + 1) * k]
+            got = wire_roundtrip(part, fmt, density, R)
+            sl = pos[j * k:(j + 1) * k]
+            total[sl[sl >= 0]] = got[sl >= 0]
+    return total / np.float32(R)
+
+
+def outer_step_wire(outer, buf, local, lr, momentum, fmt, layout, residuals, density=0.0):
+    """outer_step with the pseudo-gradients' mean formed through wire_mean (--wire-format, --topk)."""
+    flat = lambda d: np.concatenate([d[n].detach().numpy().reshape(-1) for n in PARAM_NAMES]).astype(np.float32)
+    o = flat(outer)
+    mean = wire_mean([o - flat(rep) for rep in local], fmt, layout, residuals, density)
+    sq, off = 0.0, 0
+    for n in PARAM_NAMES:
+        k = outer[n].numel()
+        delta = torch.from_numpy(mean[off:off + k].copy()).reshape(outer[n].shape)
+        off += k
+        buf[n].mul_(momentum).add_(delta)
+        outer[n].sub_(lr * (delta + momentum * buf[n]))
+        sq += float((delta.double() ** 2).sum())
+        for rep in local:
+            rep[n].copy_(outer[n])
+    return math.sqrt(sq)
+
+
+def synchronous_step_wire(reps, opts, cfg, x, y, B, fmt, layout, residuals, density):
+    """A synchronous step whose gradients cross the replicas through wire_mean (--sync-every 0
+    with --wire-format/--topk): each replica's gradient on its own B rows (the C trainer sends the
+    sum over a replica's ranks instead, the same values times the shard count: a power of two,
+    which rounding and top-k carry exactly), their mean through the wire applied by every replica.
+    Returns (the mean of the replicas' losses, the norm)."""
+    R = len(reps)
+    losses, msgs = [], []
+    for r in range(R):
+        loss_r, grads_r, _ = loss_and_grads(reps[0], cfg, x[r * B:(r + 1) * B], y[r * B:(r + 1) * B])
+        losses.append(float(loss_r))
+        msgs.append(np.concatenate([grads_r[n].numpy().reshape(-1) for n in PARAM_NAMES]).astype(np.float32))
+    mean = wire_mean(msgs, fmt, layout, residuals, density)
+    grads, off = {}, 0
+    for n in PARAM_NAMES:
+        k = reps[0][n].numel()
+        grads[n] = torch.from_numpy(mean[off:off + k].copy()).reshape(reps[0][n].shape)
+        off += k
+    norms = [opt.step(rep, grads) for rep, opt in zip(reps, opts)]
+    return sum(losses) / R, norms[0]
+
+
 def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0, replicas=1,
           sync_every=0, outer_lr=0.7, outer_momentum=0.9, sync_start=0, on_first_batch=None,
-          path="data", log=print):
+          path="data", log=print, wire="fp32", feedback=True, wire_start=0, wire_shards=0, topk=0.0):
     """Train `steps` AdamW steps; returns (losses, reps): each step's loss before its update and
     the R replicas' final parameters (reps[0] is P itself, updated in place; after the final
     outer sync all replicas are equal). Step t (1-based) reads the next global batch of R*B rows
@@ -210,8 +387,15 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
     step S). Otherwise (synchronous) every replica's AdamW applies the gradient of the whole
     global batch.
     on_first_batch(x, y, logits, loss, grads), if given, gets the global batch of step 1 on the
-    initial model (with steps <= 0 only that is done)."""
+    initial model (with steps <= 0 only that is done).
+    wire (not fp32) or topk > 0: syncs after steps t > wire_start send the pseudo-gradients in that
+    format, top-k when topk > 0 (outer_step_wire; feedback: with error feedback; wire_shards: the C
+    trainer's ZeRO 1/2 shard group size whose owned slices are cut into the slices and blocks, 0 =
+    ZeRO 0); with H = 0 the steps after wire_start send their gradients so (synchronous_step_wire)."""
     R, H, S = replicas, sync_every, sync_start
+    residuals = [{} for _ in range(R)] if feedback else None
+    compressed = wire != "fp32" or topk > 0
+    layout = owned_layout(cfg, wire_shards) if compressed else None
     loader = batches(tokens, R * B, T, path)
     reps = [P] + [{n: t.clone() for n, t in P.items()} for _ in range(R - 1)]
     if steps <= 0:
@@ -232,12 +416,15 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
     for t in range(1, steps + 1):
         x, y = next(loader)
         active = H > 0 and t > S
-        if not active or (t == 1 and on_first_batch is not None):
+        wire_now = not active and H == 0 and compressed and t > wire_start and R > 1
+        if (not active and not wire_now) or (t == 1 and on_first_batch is not None):
             full = loss_and_grads(reps[0], cfg, x, y)
             if t == 1 and on_first_batch is not None:
                 loss, grads, logits = full
                 on_first_batch(x, y, logits, loss, grads)
-        if not active:
+        if wire_now:
+            loss, norm = synchronous_step_wire(reps, opts, cfg, x, y, B, wire, layout, residuals, topk)
+        elif not active:
             loss, grads, _ = full
             norms = [opt.step(rep, grads) for rep, opt in zip(reps, opts)]
             loss, norm = float(loss), norms[0]
@@ -254,7 +441,10 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
         if H > 0 and t == S:
             outer, buf = take_outer()
         if active and ((t - S) % H == 0 or t == steps):
-            pg = outer_step(outer, buf, reps, outer_lr, outer_momentum)
+            if compressed and t > wire_start:
+                pg = outer_step_wire(outer, buf, reps, outer_lr, outer_momentum, wire, layout, residuals, topk)
+            else:
+                pg = outer_step(outer, buf, reps, outer_lr, outer_momentum)
             if log:
                 log(f"outer sync after step {t}: pseudo-gradient norm {pg:.6f}")
     return losses, reps
@@ -618,6 +808,17 @@ def main(argv=None):
     ap.add_argument("--outer-momentum", type=float, default=0.0, help="DiLoCo outer momentum (default 0.0)")
     ap.add_argument("--sync-start", type=int, default=0, metavar="S",
                     help="DiLoCo starts after step S; steps 1..S are synchronous (default 0)")
+    ap.add_argument("--wire-format", default="fp32", choices=["fp32", "bf16", "int8", "int4"],
+                    help="DiLoCo: the pseudo-gradients' format on the replica link (default fp32)")
+    ap.add_argument("--error-feedback", type=int, default=1, choices=[0, 1],
+                    help="--wire-format: keep what rounding lost and add it to the next sync (default 1)")
+    ap.add_argument("--compress-start", type=int, default=0, metavar="S",
+                    help="--wire-format: syncs after steps <= S stay fp32 (default 0)")
+    ap.add_argument("--topk", type=float, default=0.0, metavar="D",
+                    help="DiLoCo: send the fraction D of each 4096-value chunk, largest first (default 0: all)")
+    ap.add_argument("--wire-shards", type=int, default=0, metavar="DS",
+                    help="--wire-format: slices and blocks cut as the C trainer's ZeRO 1/2 over DS shard "
+                         "ranks (0: ZeRO 0, default)")
     a = ap.parse_args(argv)
     if a.replicas < 1:
         ap.error(f"--replicas must be >= 1 (got {a.replicas})")
@@ -662,7 +863,8 @@ def main(argv=None):
         if a.write_state else None
     losses, reps = train(P, cfg, load_shard(a.data, cfg["V"]), a.B, a.T, a.steps, a.lr, a.weight_decay,
                          a.grad_clip, a.replicas, a.sync_every, a.outer_lr, a.outer_momentum, a.sync_start,
-                         on_first_batch=dump, path=a.data)
+                         on_first_batch=dump, path=a.data, wire=a.wire_format, feedback=bool(a.error_feedback),
+                         wire_start=a.compress_start, wire_shards=a.wire_shards, topk=a.topk)
     if a.write_losses:
         write_atomic(a.write_losses, ["".join(f"{v:.9f}\n" for v in losses).encode()])
     if a.write_final:

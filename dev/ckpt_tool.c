@@ -58,7 +58,8 @@ static void info_one(const char* dir, int step) {
     printf("  position: step %d, data epoch %d file %d row %ld, skipped steps %d (%d in a row), spike window %d\n",
            s.step, s.epoch, s.file_pos, s.row_pos, s.skipped, s.consecutive_skips, s.loss_count);
     if (s.outer_every > 0) {
-        OuterConfig o = {s.outer_every, s.outer_start, s.outer_lr, s.outer_momentum};
+        OuterConfig o = {s.outer_every, s.outer_start, s.outer_lr, s.outer_momentum,
+                         s.wire, s.feedback, s.wire_start, s.topk};
         int in_window = outer_window_position(&o, s.step);
         printf("  outer sync: -ls %d -lss %d -ol %g -om %g, %d replicas; step %d is %d steps into its window, the "
                "replicas %s\n", s.outer_every, s.outer_start, s.outer_lr, s.outer_momentum, s.world / s.dp_shard,
@@ -66,6 +67,11 @@ static void info_one(const char* dir, int step) {
         printf("  outer state: %s; each rank's local parameters: %s\n",
                s.has_outer ? "outer parameters and momentum in every state file" : "not begun yet (before -lss)",
                s.has_local ? "in its state file" : "no");
+    }
+    if (s.wire != WIRE_FP32 || s.topk > 0.0f) {
+        printf("  replica link: -rq %s -rk %g -ref %d -rqs %d; error-feedback residual: %s\n",
+               wire_format_names[(unsigned)s.wire % WIRE_FORMATS], s.topk, s.feedback, s.wire_start,
+               s.has_residual ? "in every state file" : "none");
     }
 }
 
@@ -81,7 +87,8 @@ static void export_model(const char* dir, int step, const char* out) {
     const char* source = "its model file";
     if (s.has_master) {
         size_t n = gpt2_num_parameters(&c);
-        StateTarget t = {0, 1, 1, 0, s.B, s.T, s.total_batch, n, 1, &c, s.outer_every, s.outer_start};
+        StateTarget t = {0, 1, 1, 0, s.B, s.T, s.total_batch, n, 1, &c, s.outer_every, s.outer_start, s.wire,
+                         s.wire_start, s.has_residual, s.topk};
         float* m = (float*)malloc_check(n * sizeof(float));
         float* v = (float*)malloc_check(n * sizeof(float));
         state_load_resharded(dir, step, &t, &s, m, v, params);

@@ -29,6 +29,9 @@ typedef struct {
     // across the replicas every step.
     int sync_every;
     size_t step_no_sync, sync_replica, sync_inner, replica_sync_training;
+    int wire;                  // -rq: the format of sync_replica (-ls 0: of replica), after -rqs
+    float topk;                // -rk
+    size_t sync_replica_fp32;  // what sync_replica (-ls 0: replica) would be in fp32
 } CommBytes;
 
 // Bytes each rank sends per optimizer step. grad_bytes: bytes per gradient element on the
@@ -41,14 +44,16 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
     memset(&b, 0, sizeof(b));
     int S = m->dp_shard, R = m->dp_replicate, W = m->world;
     int local = outer && outer->every > 0; // the replicas do not reduce gradients every step
+    int wire = outer && outer->every == 0 && outer_compressed(outer) && R > 1; // -ls 0 with -rq/-rk
     b.scalars = ring_all_reduce_elements(1, W) * 4; // the step's loss, over all ranks
     size_t owned = zero_stage == 0 ? num_parameters : s->shard_elements;
     size_t replica_grads = 0;
     if (zero_stage == 0) {
-        b.grad_reduce = ring_all_reduce_elements(num_parameters, local ? S : W) * grad_bytes;
+        b.grad_reduce = ring_all_reduce_elements(num_parameters, local || wire ? S : W) * grad_bytes;
         // the part of the world all-reduce that a shard-group all-reduce would not send
         replica_grads = (ring_all_reduce_elements(num_parameters, W) - ring_all_reduce_elements(num_parameters, S)) *
                         grad_bytes;
+        b.replica = wire ? outer_wire_bytes(num_parameters, outer, R) : 0;
     } else {
         size_t rs = 0, ag = 0;
         for (int u = 0; u < s->num_units; u++) {
@@ -58,16 +63,26 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
         int reduce_scatters = zero_stage == 1 ? 1 : grad_accum;
         b.grad_reduce = rs * reduce_scatters * grad_bytes;
         replica_grads = ring_all_reduce_elements(s->shard_elements, R) * 4; // fp32 shard accumulator
-        b.replica = local ? 0 : replica_grads;
+        b.replica = local ? 0 : wire ? outer_wire_bytes(s->shard_elements, outer, R) : replica_grads;
         b.param_gather = ag * param_bytes;
         b.scalars += ring_all_reduce_elements(1, S) * 4;                // squared norm over the shard group
     }
     b.total = b.grad_reduce + b.replica + b.param_gather + b.scalars;
+    if (wire) {
+        b.wire = outer->wire;
+        b.topk = outer->topk;
+        b.sync_replica_fp32 = replica_grads;
+    }
     if (local) {
         int H = outer->every;
         b.sync_every = H;
         b.step_no_sync = b.total;
-        b.sync_replica = outer_sync_replica_bytes(owned, R);
+        OuterConfig fp32 = outer_config_at(outer, 0); // step 0 <= -rqs: fp32, every value
+        OuterConfig late = outer_config_at(outer, outer->wire_start + 1);
+        b.sync_replica = outer_sync_replica_bytes(owned, &late, R);
+        b.wire = outer->wire;
+        b.topk = outer->topk;
+        b.sync_replica_fp32 = outer_sync_replica_bytes(owned, &fp32, R);
         b.sync_inner = outer_sync_shard_bytes(zero_stage, S) + b.param_gather; // the synced slices all-gathered again
         b.replica_sync_training = replica_grads;
         b.replica = (b.sync_replica + H / 2) / H;
@@ -80,6 +95,7 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
 typedef struct {
     size_t params, grads, optimizer, activations;
     size_t outer; // -ls: the outer parameters and momentum (fp32, sharded like the AdamW state)
+    size_t residual; // -rq with error feedback: the residual (fp32, one per owned element)
 } MemoryBytes;
 
 // Per-rank bytes for parameters (param_bytes each, plus fp32 master copies when master is
@@ -90,7 +106,7 @@ typedef struct {
 static MemoryBytes memory_bytes_per_rank(const ShardLayout* s, int zero_stage, size_t num_parameters,
                                          size_t param_bytes, size_t grad_bytes, int master, int layer_slots,
                                          int outer_state) {
-    MemoryBytes mb = {0, 0, 0, 0, 0};
+    MemoryBytes mb = {0, 0, 0, 0, 0, 0};
     size_t owned = zero_stage == 0 ? num_parameters : s->shard_elements;
     mb.outer = outer_state ? 2 * owned * 4 : 0;
     mb.params = num_parameters * param_bytes + (master ? owned * 4 : 0);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "utils.h"
+#include "wire_format.h"
 
 typedef struct {
     const char* train_pattern; // -i
@@ -54,6 +55,10 @@ typedef struct {
     float outer_lr;            // -ol
     float outer_momentum;      // -om
     int outer_start;           // -lss
+    const char* wire_name;     // -rq: fp32 | bf16 | int8 | int4 (llmc/wire_format.h)
+    int error_feedback;        // -ref (0|1)
+    int wire_start;            // -rqs
+    float topk;                // -rk
     // GPU trainer only
     int recompute;             // -r
     int master_weights;        // -w
@@ -121,6 +126,10 @@ static const ArgSpec arg_specs[] = {
     ARG("-ol", ARG_FLOAT, outer_lr, 0, "-ls: outer learning rate (Nesterov SGD on the pseudo-gradients)"),
     ARG("-om", ARG_FLOAT, outer_momentum, 0, "-ls: outer Nesterov momentum"),
     ARG("-lss", ARG_INT, outer_start, 0, "-ls: synchronous steps before the first window (outer starts there)"),
+    ARG("-rq", ARG_STRING, wire_name, 0, "replica link format fp32 | bf16 | int8 | int4 (blocks of 128, fp32 scales)"),
+    ARG("-ref", ARG_INT, error_feedback, 0, "-rq/-rk: error feedback, what encoding lost added to the next message (0|1)"),
+    ARG("-rqs", ARG_INT, wire_start, 0, "-rq/-rk: steps <= S (and their syncs) send fp32, later ones -rq/-rk"),
+    ARG("-rk", ARG_FLOAT, topk, 0, "top-k: send the fraction D of each 4096-value chunk, largest first (0 = all)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-at", ARG_STRING, attention, 1, "attention: ours | cudnn (empty: cudnn in make USE_CUDNN=1 BF16 builds, else ours)"),
@@ -179,6 +188,10 @@ static void args_defaults(TrainArgs* a) {
     a->outer_lr = 1.0f;       // plain averaging: docs/distributed.md's table says why
     a->outer_momentum = 0.0f;
     a->outer_start = 0;
+    a->wire_name = "fp32";
+    a->error_feedback = 1;
+    a->wire_start = 0;
+    a->topk = 0.0f;
     a->recompute = 1;
     a->master_weights = 1;
     a->attention = "";
@@ -250,6 +263,24 @@ static void require_float(const char* flag, float value, float lo, float hi) {
     if (!(value >= lo && value <= hi)) { fail("%s %g: must be in %g..%g", flag, value, lo, hi); }
 }
 
+// -rq, -ref, -rqs, -rk: compressed pseudo-gradients (-ls H) or gradients (-ls 0) across the replicas,
+// on the CPU trainer only (docs/distributed.md).
+static void args_validate_wire(const TrainArgs* a, int gpu) {
+    int f = wire_format_from_name(a->wire_name);
+    if (f < 0) { fail("-rq %s: must be fp32, bf16, int8 or int4", a->wire_name); }
+    require_int("-ref", a->error_feedback, 0, 1);
+    require_int("-rqs", a->wire_start, 0, 2147483647);
+    require_float("-rk", a->topk, 0.0f, 1.0f);
+    if (f == WIRE_FP32 && a->topk == 0.0f) {
+        if (a->wire_start > 0) { fail("-rqs %d: needs -rq bf16, int8 or int4, or -rk", a->wire_start); }
+        return;
+    }
+    if (gpu) {
+        fail("-rq %s -rk %g: the GPU trainer sends fp32 and every value only for now (compressed formats: "
+             "train_gpt2cpu)", a->wire_name, a->topk);
+    }
+}
+
 // Range checks that need no model or data.
 static void args_validate(const TrainArgs* a, int gpu) {
     const int big = 2147483647;
@@ -289,6 +320,7 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_float("-om", a->outer_momentum, 0.0f, 0.999f);
     require_int("-lss", a->outer_start, 0, big);
     if (a->outer_start > 0 && a->outer_every == 0) { fail("-lss %d: needs -ls H > 0", a->outer_start); }
+    args_validate_wire(a, gpu);
     if (a->hellaswag && a->val_every == 0) { fail("-h 1: HellaSwag runs at every validation, so -v must be > 0"); }
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {
         fail("-y/-n: checkpoints need a log dir (-o)");

@@ -18,6 +18,7 @@
 #include "utils.h"
 #include "crc32c.h"
 #include "mesh.h"
+#include "wire_format.h"
 
 #define STATE_MAGIC 20261122
 #define STATE_VERSION 2
@@ -44,25 +45,31 @@ typedef struct {
     int outer_every, outer_start, in_agreement;
     float outer_lr, outer_momentum;
     int has_local, has_outer;
+    // -rq (llmc/wire_format.h; 0 = fp32), -ref, -rqs and -rk of an -ls run, and whether the rank's
+    // error-feedback residual follows the outer momentum (owned elements, fp32).
+    int wire, feedback, wire_start, has_residual;
+    float topk; // -rk (0 = off)
 } TrainState;
 
 // The arrays of a state file, in file order; an absent one is skipped (llmc/outer_sync.h for
 // the last three).
-enum { STATE_M, STATE_V, STATE_MASTER, STATE_LOCAL, STATE_OUTER, STATE_OUTER_M, STATE_ARRAYS };
+enum { STATE_M, STATE_V, STATE_MASTER, STATE_LOCAL, STATE_OUTER, STATE_OUTER_M, STATE_RESIDUAL, STATE_ARRAYS };
 typedef struct {
     float* a[STATE_ARRAYS]; // this rank's owned elements of each, or NULL
 } StateArrays;
 
 // Where array `kind` sits in a file with header s (0-based, in units of owned elements), or -1.
 static int state_array_slot(const TrainState* s, int kind) {
-    int present[STATE_ARRAYS] = {1, 1, s->has_master, s->has_local, s->has_outer, s->has_outer};
+    int present[STATE_ARRAYS] = {1, 1, s->has_master, s->has_local, s->has_outer, s->has_outer, s->has_residual};
     if (!present[kind]) { return -1; }
     int slot = 0;
     for (int k = 0; k < kind; k++) { slot += present[k]; }
     return slot;
 }
 
-static int state_array_count(const TrainState* s) { return 2 + s->has_master + s->has_local + 2 * s->has_outer; }
+static int state_array_count(const TrainState* s) {
+    return 2 + s->has_master + s->has_local + 2 * s->has_outer + s->has_residual;
+}
 
 static void checkpoint_path(char* out, size_t len, const char* dir, const char* kind, int step, int rank) {
     if (rank >= 0) { snprintf(out, len, "%s/%s_%08d_%05d.bin", dir, kind, step, rank); }
@@ -89,6 +96,8 @@ static void state_pack_header(int* h, const TrainState* s) {
     h[26] = s->outer_every; h[27] = s->outer_start; h[28] = s->in_agreement;
     memcpy(&h[29], &s->outer_lr, 4);
     memcpy(&h[30], &s->outer_momentum, 4);
+    h[31] = s->has_residual; h[32] = s->wire; h[33] = s->feedback; h[34] = s->wire_start;
+    memcpy(&h[35], &s->topk, 4);
     memcpy(&h[64], s->loss_history, LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -109,6 +118,8 @@ static void state_unpack_header(const int* h, TrainState* s) {
     s->outer_every = h[26]; s->outer_start = h[27]; s->in_agreement = h[28];
     memcpy(&s->outer_lr, &h[29], 4);
     memcpy(&s->outer_momentum, &h[30], 4);
+    s->has_residual = h[31]; s->wire = h[32]; s->feedback = h[33]; s->wire_start = h[34];
+    memcpy(&s->topk, &h[35], 4);
     memcpy(s->loss_history, &h[64], LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -176,9 +187,10 @@ static int state_read_header(FILE* f, const char* path, TrainState* s, int* head
         return 0;
     }
     state_unpack_header(header, s);
-    if ((unsigned)s->has_master > 1 || (unsigned)s->has_local > 1 || (unsigned)s->has_outer > 1) {
-        snprintf(why, why_len, "%s: header names arrays %d %d %d (each must be 0 or 1)", path, s->has_master,
-                 s->has_local, s->has_outer);
+    if ((unsigned)s->has_master > 1 || (unsigned)s->has_local > 1 || (unsigned)s->has_outer > 1 ||
+        (unsigned)s->has_residual > 1) {
+        snprintf(why, why_len, "%s: header names arrays %d %d %d %d (each must be 0 or 1)", path, s->has_master,
+                 s->has_local, s->has_outer, s->has_residual);
         return 0;
     }
     long expected = state_file_bytes(s);
@@ -257,6 +269,8 @@ typedef struct {
     int has_master;
     const GPT2Config* config; // the model (shapes the shard layouts)
     int outer_every, outer_start; // -ls and -lss of this run (0 without)
+    int wire, wire_start, has_residual; // -rq, -rqs and whether this run keeps a residual
+    float topk;                         // -rk
 } StateTarget;
 
 // The files of a checkpoint written on another layout, opened as needed: shard s of the old
@@ -272,7 +286,7 @@ typedef struct {
 } OldShards;
 
 static const char* state_array_names[STATE_ARRAYS] = {"m", "v", "master weights", "local parameters",
-                                                      "outer parameters", "outer momentum"};
+                                                      "outer parameters", "outer momentum", "residual"};
 
 // Reads elements [e0, e0 + n) of unit u (or, for a ZeRO-0 checkpoint, of the flat parameters
 // from unit u's offset) into each non-NULL dst array (advanced past them).
@@ -354,8 +368,9 @@ static void state_load_resharded(const char* dir, int step, const StateTarget* t
 }
 
 // The -ls rules of a resume (rank 0's header `old` of checkpoint `path`): the same -ls and -lss
-// (a checkpoint of synchronous training also serves a run whose windows start later); another
-// layout only with the same dp_replicate and where the replicas agreed.
+// (a checkpoint of synchronous training also serves a run whose windows start later) and the same
+// -rq, -rk, -rqs; another layout only with the same dp_replicate (with -ls or a residual) and where
+// the replicas agreed (-ls).
 static void state_check_outer(const char* path, const TrainState* old, const StateTarget* t, int same_layout) {
     int old_R = old->world / old->dp_shard, R = t->world / t->dp_shard;
     if (old->outer_every != t->outer_every || old->outer_start != t->outer_start) {
@@ -366,12 +381,20 @@ static void state_check_outer(const char* path, const TrainState* old, const Sta
                  old->outer_start, old->step, t->outer_every, t->outer_start);
         }
     }
-    if (same_layout || old->outer_every == 0) { return; }
-    if (old_R != R) {
-        fail("%s: written by %d replicas (-ls %d); a resume on another layout needs the same dp_replicate, this run "
-             "has %d", path, old_R, old->outer_every, R);
+    if (old->wire != t->wire || old->wire_start != t->wire_start || old->has_residual != t->has_residual ||
+        old->topk != t->topk) {
+        fail("%s: written with -rq %s -rk %g -rqs %d and %s residual; this run has -rq %s -rk %g -rqs %d and %s "
+             "(resume with the same)", path, wire_format_names[(unsigned)old->wire % WIRE_FORMATS], old->topk,
+             old->wire_start, old->has_residual ? "a" : "no", wire_format_names[(unsigned)t->wire % WIRE_FORMATS],
+             t->topk, t->wire_start, t->has_residual ? "one" : "none");
     }
-    if (!old->in_agreement) {
+    if (same_layout || (old->outer_every == 0 && !old->has_residual)) { return; }
+    if (old_R != R) { // each replica has its own local parameters (-ls) or residual (-rq, -rk)
+        fail("%s: written by %d replicas (-ls %d -rq %s -rk %g); a resume on another layout needs the same "
+             "dp_replicate, this run has %d", path, old_R, old->outer_every,
+             wire_format_names[(unsigned)old->wire % WIRE_FORMATS], old->topk, R);
+    }
+    if (old->outer_every > 0 && !old->in_agreement) {
         fail("%s: step %d is inside an -ls window (the replicas differ): it resumes only on its own layout (%d ranks, "
              "-ds %d, -z %d)", path, old->step, old->world, old->dp_shard, old->zero_stage);
     }
@@ -381,7 +404,7 @@ static void state_check_outer(const char* path, const TrainState* old, const Sta
 // which came) and the run position of checkpoint `step` (already verified by checkpoint_select).
 // The same world size, -ds and -z read this rank's own file (exact); any other layout with the
 // same -t and -d re-cuts the old shards (state_load_resharded_arrays), from the rank's own replica
-// under -ls.
+// under -ls or with a residual (-rq, -rk).
 static void state_load_arrays(const char* dir, int step, const StateTarget* t, TrainState* out,
                               const StateArrays* arrays) {
     char path[4096], why[4096 + 256];
@@ -397,7 +420,7 @@ static void state_load_arrays(const char* dir, int step, const StateTarget* t, T
     int same = out->world == t->world && out->dp_shard == t->dp_shard && out->zero_stage == t->zero_stage;
     state_check_outer(path, out, t, same);
     if (!same) {
-        int replica = out->outer_every > 0 ? t->rank / t->dp_shard : 0;
+        int replica = out->outer_every > 0 || out->has_residual ? t->rank / t->dp_shard : 0;
         state_load_resharded_arrays(dir, step, t, out, replica, arrays);
     } else {
         checkpoint_path(path, sizeof(path), dir, "state", step, t->rank);
@@ -418,6 +441,7 @@ static void state_load_arrays(const char* dir, int step, const StateTarget* t, T
     out->has_master = out->has_master && arrays->a[STATE_MASTER] != NULL;
     out->has_local = out->has_local && arrays->a[STATE_LOCAL] != NULL;
     out->has_outer = out->has_outer && arrays->a[STATE_OUTER] != NULL && arrays->a[STATE_OUTER_M] != NULL;
+    out->has_residual = out->has_residual && arrays->a[STATE_RESIDUAL] != NULL;
 }
 
 // m, v (and master): state_load_arrays without the -ls arrays. out->has_master says whether

@@ -48,6 +48,26 @@ static void ring_exchange(CommGroup* g, const float* send, float* recv, size_t c
     comm_bytes_sent += count * sizeof(float);
 }
 
+// Sends `bytes` bytes to group rank `to` while receiving `bytes` bytes from group rank `from`: the
+// pairwise exchanges of the compressed replica link (train_gpt2.c, llmc/wire_format.h).
+static void pair_exchange_bytes(CommGroup* g, const void* send, int to, void* recv, int from, size_t bytes) {
+    const size_t max_chunk = (size_t)1 << 30;
+    for (size_t done = 0; done < bytes; done += max_chunk) {
+        int n = (int)(bytes - done < max_chunk ? bytes - done : max_chunk);
+        watchdog_arm("a pairwise exchange");
+        int rc = MPI_Sendrecv((const char*)send + done, n, MPI_BYTE, to, 8, (char*)recv + done, n, MPI_BYTE, from, 8,
+                              g->comm, MPI_STATUS_IGNORE);
+        watchdog_disarm();
+        if (rc != MPI_SUCCESS) {
+            char msg[MPI_MAX_ERROR_STRING];
+            int len = 0;
+            MPI_Error_string(rc, msg, &len);
+            fail("step %d: MPI error in a pairwise exchange (%s): a peer has died?", (int)preempt_step, msg);
+        }
+    }
+    comm_bytes_sent += bytes;
+}
+
 static size_t ring_slot(int i, int size) { return (size_t)(((i % size) + size) % size); }
 
 // buf holds size slices of slice elements. On return slice g->rank holds the sum over the group

@@ -14,6 +14,7 @@ typedef int MPI_Comm;
 #define MPI_COMM_WORLD 0
 #define MPI_FLOAT 0
 #define MPI_DOUBLE 1
+#define MPI_BYTE 2
 #define MPI_SUM 0
 #define MPI_STATUS_IGNORE NULL
 #define MPI_SUCCESS 0

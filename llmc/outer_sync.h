@@ -18,6 +18,7 @@
 #include "utils.h"
 #include "mesh.h"
 #include "crc32c.h"
+#include "wire_format.h"
 
 #ifdef __CUDACC__
 #define OUTER_HD __host__ __device__
@@ -30,6 +31,10 @@ typedef struct {
     int start;       // S (-lss): synchronous steps before the first window
     float lr;        // -ol
     float momentum;  // -om
+    int wire;        // -rq (llmc/wire_format.h): the pseudo-gradients' format on the replica link
+    int feedback;    // -ref: error feedback (a residual per owned element) with wire != fp32
+    int wire_start;  // -rqs: syncs after steps <= wire_start send fp32
+    float topk;      // -rk: the fraction of each chunk sent (0: all)
 } OuterConfig;
 
 // Whether step t (1-based) trains each replica on its own (no gradient traffic across replicas).
@@ -51,10 +56,36 @@ static int outer_window_position(const OuterConfig* o, int t) {
     return outer_active(o, t) ? (t - o->start) % o->every : 0;
 }
 
+// Whether the replica link is compressed (-rq other than fp32, or -rk).
+static int outer_compressed(const OuterConfig* o) { return o->wire != WIRE_FP32 || o->topk > 0.0f; }
+
+// The config of the sync after step t: -rqs keeps fp32 and every value up to that step.
+static OuterConfig outer_config_at(const OuterConfig* o, int t) {
+    OuterConfig now = *o;
+    if (t <= o->wire_start) {
+        now.wire = WIRE_FP32;
+        now.topk = 0.0f;
+    }
+    return now;
+}
+
+// Whether the run keeps an error-feedback residual (fp32, one per owned element): of the
+// pseudo-gradients (-ls H), or of the gradients (-ls 0).
+static int outer_has_residual(const OuterConfig* o) { return outer_compressed(o) && o->feedback; }
+
+// What one replica sends of its message (owner 0), and what an owner sends of the sum (owner 1).
+static WireSpec outer_wire_spec(const OuterConfig* o, int owner, int R) {
+    WireSpec w = {o->wire, o->topk, owner ? R : 1};
+    return w;
+}
+
 // -ol 1 -om 0 is plain averaging (outer = the mean of the replicas' local parameters): the
 // replicas then send their local values instead of the pseudo-gradients (the same bytes) and the
-// mean is formed directly, so that one replica is bitwise its synchronous run.
-static int outer_plain_average(const OuterConfig* o) { return o->lr == 1.0f && o->momentum == 0.0f; }
+// mean is formed directly, so that one replica is bitwise its synchronous run. Never with -rq other
+// than fp32: the link then carries the pseudo-gradients (small values that quantize well).
+static int outer_plain_average(const OuterConfig* o) {
+    return o->lr == 1.0f && o->momentum == 0.0f && !outer_compressed(o);
+}
 
 // What a rank sends of one owned element: the pseudo-gradient outer - local, or (plain) local.
 OUTER_HD static inline float outer_message(float outer, float local, int plain) { return plain ? local : outer - local; }
@@ -130,13 +161,24 @@ static uint32_t crc_from_floats(const float* in) { return ((uint32_t)in[0] << 16
 
 // ----------------------------------------------------------------------------
 // bytes (ring collectives, llmc/accounting.h): per outer sync and rank, the all-reduce of the
-// owned fp32 pseudo-gradient over the R replicas, the all-gather of the CRC (2 floats) over them,
+// owned pseudo-gradient over the R replicas, the all-gather of the CRC (2 floats) over them,
 // and (ZeRO 1, 2) the pseudo-gradient norm's scalar over the shard group (beside the all-gather
-// of the synchronized parameter slices inside the replica, which accounting.h adds).
+// of the synchronized parameter slices inside the replica, which accounting.h adds). The owned
+// elements are cut into R slices of ceil(owned / R); fp32 rings send 2 (R - 1) slices, and so do
+// the compressed exchanges: R - 1 encoded slices out and R - 1 encoded sums back
+// (llmc/wire_format.h's wire_spec_bytes of a slice, each; with -rk a sum keeps R times the values).
 
-static size_t outer_sync_replica_bytes(size_t owned, int R) {
+// The compressed exchange of `owned` elements over R replicas (also -ls 0's gradients).
+static size_t outer_wire_bytes(size_t owned, const OuterConfig* o, int R) {
     if (R == 1) { return 0; }
-    return (2 * (size_t)(R - 1) * ceil_div(owned, R) + (size_t)(R - 1) * 2) * 4;
+    WireSpec mine = outer_wire_spec(o, 0, R), sum = outer_wire_spec(o, 1, R);
+    size_t slice = ceil_div(owned, R);
+    return (size_t)(R - 1) * (wire_spec_bytes(&mine, slice) + wire_spec_bytes(&sum, slice));
+}
+
+static size_t outer_sync_replica_bytes(size_t owned, const OuterConfig* o, int R) {
+    if (R == 1) { return 0; }
+    return outer_wire_bytes(owned, o, R) + (size_t)(R - 1) * 2 * 4;
 }
 
 static size_t outer_sync_shard_bytes(int zero_stage, int S) {

@@ -58,15 +58,28 @@ static void progress_accounting(const Mesh* mesh, int zero_stage, const MemoryBy
     printf("memory per rank: params %zu grads %zu optimizer %zu activations %zu bytes", mem->params, mem->grads,
            mem->optimizer, mem->activations);
     if (mem->outer) { printf(" | outer state %zu bytes (-ls: outer parameters and momentum, fp32)", mem->outer); }
+    if (mem->residual) { printf(" | residual %zu bytes (-rq error feedback, fp32)", mem->residual); }
     printf("\n");
     const char* avg = comm->sync_every ? ", averaged over a window of -ls steps" : "";
     printf("communication per step: %zu bytes sent per rank (gradients %zu, replicas %zu, parameters %zu, "
            "scalars %zu)%s\n", comm->total, comm->grad_reduce, comm->replica, comm->param_gather, comm->scalars, avg);
+    if (!comm->sync_every && (comm->wire != WIRE_FP32 || comm->topk > 0.0f)) {
+        printf("replica link format: -rq %s -rk %g (scales, indices and padding included): %zu bytes per step "
+               "across replicas, %zu in fp32 (%.4fx)\n", wire_format_names[comm->wire], comm->topk, comm->replica,
+               comm->sync_replica_fp32,
+               comm->sync_replica_fp32 ? comm->replica / (double)comm->sync_replica_fp32 : 0.0);
+    }
     if (comm->sync_every) {
         int H = comm->sync_every;
         printf("communication per outer sync (every %d steps): %zu bytes sent per rank across replicas, %zu inside "
                "the replica; a step without a sync sends %zu\n", H, comm->sync_replica, comm->sync_inner,
                comm->step_no_sync);
+        if (comm->wire != WIRE_FP32 || comm->topk > 0.0f) {
+            printf("replica link format: -rq %s -rk %g (scales, indices and padding included): %zu bytes per outer "
+                   "sync across replicas, %zu in fp32 (%.4fx)\n", wire_format_names[comm->wire], comm->topk,
+                   comm->sync_replica, comm->sync_replica_fp32,
+                   comm->sync_replica_fp32 ? comm->sync_replica / (double)comm->sync_replica_fp32 : 0.0);
+        }
         if (mesh->dp_replicate == 1) { return; }
         printf("communication across replicas: %.1f bytes per rank per step with -ls %d, %zu with synchronous "
                "training (%.1fx fewer)\n", (double)comm->sync_replica / H, H, comm->replica_sync_training,

@@ -87,6 +87,9 @@ typedef struct {
     // The CRC-32C of this rank's owned outer (outer 1) or local (0) parameters on every replica:
     // crcs[r] from the rank of replica r with this shard index (an all-gather over them).
     void (*replica_crcs)(void* ctx, int outer, uint32_t* crcs);
+    // -ls 0 with -rq or -rk (NULL where not supported): how the next step's gradients cross the
+    // replicas (outer_config_at's wire, topk and feedback; fp32 and every value: the plain rings).
+    void (*set_gradient_wire)(void* ctx, const OuterConfig* c);
 } TrainerOps;
 
 typedef struct {
@@ -153,6 +156,13 @@ static TrainState run_train_state(const TrainRun* r, int step) {
         s.has_local = 1;
         s.has_outer = r->outer_ready;
     }
+    if (outer_compressed(&r->outer)) { // else slots 31-35 stay 0: the files are the run's without -rq
+        s.wire = r->outer.wire;
+        s.feedback = r->outer.feedback;
+        s.wire_start = r->outer.wire_start;
+        s.has_residual = outer_has_residual(&r->outer);
+        s.topk = r->outer.topk;
+    }
     return s;
 }
 
@@ -173,15 +183,20 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->start_step = 0;
     r->ckpt_failures = 0;
     r->last_complete = r->resume_step;
-    OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum};
+    OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum,
+                         wire_format_from_name(a->wire_name), a->error_feedback, a->wire_start, a->topk};
     r->outer = outer;
     r->outer_ready = 0;
     r->last_pg_norm = -1.0f;
     if (outer.every > 0 && !ops->outer_step) { fail("-ls %d: not supported by %s", outer.every, ops->name); }
+    if (outer.every == 0 && outer_compressed(&outer) && !ops->set_gradient_wire) {
+        fail("-rq %s -rk %g: not supported by %s", wire_format_names[outer.wire], outer.topk, ops->name);
+    }
     step_guard_init(&r->guard, a->max_skips, a->spike_z, a->spike_window);
     if (r->resume_step >= 0) {
         StateTarget target = {r->rank, r->world, mesh->dp_shard, zero_stage, a->B, a->T, a->total_batch, opt_owned,
-                              opt_has_master, &r->config, outer.every, outer.start};
+                              opt_has_master, &r->config, outer.every, outer.start, outer.wire,
+                              outer.wire_start, outer_has_residual(&outer), outer.topk};
         TrainState got;
         ops->read_state(ctx, a->log_dir, r->resume_step, &target, &got);
         r->outer_ready = got.has_outer;
@@ -247,7 +262,8 @@ static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, i
         r->outer_ready = 1;
     }
     if (!outer_sync_due(&r->outer, t, r->max_steps)) { return 0; }
-    r->last_pg_norm = sqrtf(ops->outer_step(ctx, &r->outer));
+    OuterConfig now = outer_config_at(&r->outer, t);
+    r->last_pg_norm = sqrtf(ops->outer_step(ctx, &now));
     run_check_replicas(r, ops, ctx, t, 1);
     return 1;
 }
@@ -437,6 +453,9 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
         int alone = outer_active(&r->outer, step + 1);
         ops->set_replica_reduce(ctx, !alone);
         dataloader_replica_major(&r->train, alone ? r->mesh->dp_shard : 0);
+    } else if (outer_compressed(&r->outer)) {
+        OuterConfig now = outer_config_at(&r->outer, step + 1);
+        ops->set_gradient_wire(ctx, &now);
     }
     ops->begin_step(ctx);
     float grad_factor = fault_grad_factor(&run_fault, step + 1, r->rank);

@@ -9,7 +9,8 @@ configuration reads the same rows (a replica's share of each global batch) and r
 val loss (the same 64 val rows), the bytes each rank sends across the replicas per trained token
 (from the trainer's own closed form, printed at start-up) and the measured step time.
 
-  python3 dev/bench/diloco_table.py [--steps N] [--only NAME,...]   prints a markdown table
+  python3 dev/bench/diloco_table.py [--steps N] [--only NAME,...] [--sync-val V]   prints a markdown table
+(--sync-val: the synchronous run's final val loss, measured before, instead of running it again)
 Results (one log per configuration) go to build/bench/diloco/. docs/distributed.md holds the table
 measured with the defaults.
 """
@@ -21,7 +22,7 @@ import sys
 import time
 
 OUT = "build/bench/diloco"
-# name, replicas, -ls, -ol, -om, -lss
+# name, replicas, -ls, -ol, -om, -lss[, further flags: the replica link's format]
 CONFIGS = [
     ("sync", 2, 0, 0.7, 0.9, 0),
     ("R2 H5 0.7/0.9", 2, 5, 0.7, 0.9, 0),
@@ -35,11 +36,16 @@ CONFIGS = [
     ("R4 H20 0.7/0.9", 4, 20, 0.7, 0.9, 0),
     ("R4 H20 avg 1.0/0", 4, 20, 1.0, 0.0, 0),
     ("R4 H20 0.7/0.9 -lss 100", 4, 20, 0.7, 0.9, 100),
+    ("R2 H20 avg -rq int8", 2, 20, 1.0, 0.0, 0, ["-rq", "int8"]),
+    ("R2 H20 avg -rq int4", 2, 20, 1.0, 0.0, 0, ["-rq", "int4"]),
+    ("R2 H20 avg -rq int4 -ref 0", 2, 20, 1.0, 0.0, 0, ["-rq", "int4", "-ref", "0"]),
+    ("R2 H20 avg -rq int4 -rk 0.02", 2, 20, 1.0, 0.0, 0, ["-rq", "int4", "-rk", "0.02"]),
+    ("sync -rq int8", 2, 0, 0.7, 0.9, 0, ["-rq", "int8"]),
 ]
 ROWS, T = 4, 64
 
 
-def run(name, R, every, lr, mom, start, steps):
+def run(name, R, every, lr, mom, start, steps, extra=()):
     tag = re.sub(r"[^A-Za-z0-9.]+", "_", name)
     d = f"{OUT}/{tag}"
     args = ["-i", "data/kjv/kjv_train.bin", "-j", "data/kjv/kjv_val.bin", "-e", "d6", "-V", "257", "-sl", "256",
@@ -48,6 +54,7 @@ def run(name, R, every, lr, mom, start, steps):
             "-ds", "1", "-o", d]
     if every:
         args += ["-ls", str(every), "-ol", str(lr), "-om", str(mom), "-lss", str(start)]
+    args += list(extra)
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(R), "-x",
            "OMP_NUM_THREADS=1", os.environ.get("TRAINER", "./train_gpt2cpu")] + args
     t0 = time.time()
@@ -69,16 +76,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--only", default="")
+    ap.add_argument("--sync-val", type=float, default=None)
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     only = [s for s in a.only.split(",") if s]
-    rows, sync_val = [], None
+    rows, sync_val = [], a.sync_val
     print(f"| configuration | final val loss | vs sync | val at 100/200/300/400/500 | replica bytes/token | step ms |")
     print("|---|---|---|---|---|---|")
     for cfg in CONFIGS:
-        if only and cfg[0] not in only and cfg[0] != "sync":
+        if (only and cfg[0] not in only and cfg[0] != "sync") or (cfg[0] == "sync" and a.sync_val is not None):
             continue
-        res = run(*cfg, a.steps)
+        res = run(*cfg[:6], a.steps, *cfg[6:])
         if cfg[0] == "sync":
             sync_val = res["val"]
         rel = f"{100 * (res['val'] / sync_val - 1):+.1f}%" if sync_val else ""

@@ -8,3 +8,11 @@ check diloco_identities /usr/bin/python3 dev/test_diloco.py identity
 check diloco_accounting /usr/bin/python3 dev/test_diloco.py accounting
 check diloco_resume /usr/bin/python3 dev/test_diloco.py resume
 check diloco_refusals /usr/bin/python3 dev/test_diloco.py refusals
+# -rq/-ref/-rqs/-rk (a compressed replica link with error feedback, -ls H and -ls 0):
+# llmc/wire_format.h bit for bit against train_gpt2.py's, the CPU trainer on 2 x 2 against it, the
+# bytes against the closed form, resumes with residuals, refusals, and mutants the checks must
+# catch; about 2 minutes on the 2-core host. See dev/test_wire_format.py.
+check wire_formats_vs_reference /usr/bin/python3 dev/test_wire_format.py formats
+check wire_diloco_vs_pytorch /usr/bin/python3 dev/test_wire_format.py reference
+check wire_resume_and_refusals /usr/bin/python3 dev/test_wire_format.py resume
+check wire_mutants_caught /usr/bin/python3 dev/test_wire_format.py mutants
