@@ -22,7 +22,7 @@ EMU_MPI_INC := $(addprefix -I,$(shell mpicxx --showme:incdirs 2>/dev/null))
 
 emu-tests: $(addprefix $(EMU_BUILD)/,$(EMU_UNIT_TESTS) $(addsuffix _asan,$(EMU_UNIT_TESTS)) oob_write_asan \
     test_primitives_ucontext two_units test_nccl_peer_stops test_ptx_plant1 test_ptx_plant2)
-emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write two_units_main two_units_kernels))
+emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write two_units_main two_units_kernels bank_conflicts))
 EMU_BUGS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/bugs/*.cu)))
 EMU_CHECK_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma test_ptx bank_conflicts
 emu-bugs: $(foreach b,$(EMU_BUGS),$(EMU_BUILD)/bugs/$(b)_plain $(EMU_BUILD)/bugs/$(b)_fixed $(EMU_BUILD)/bugs/$(b)_check.log)
