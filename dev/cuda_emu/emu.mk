@@ -11,19 +11,20 @@
 EMUCC := dev/cuda_emu/emucc
 EMU_DIR := dev/cuda_emu
 EMU_BUILD := build/cuda_emu
-EMU_DEPS := $(EMUCC) $(EMU_DIR)/emu_rewrite.py $(wildcard $(EMU_DIR)/include/*.h $(EMU_DIR)/include/*/*.h) $(EMU_DIR)/tests/check.h
+EMU_DEPS := $(EMUCC) $(EMU_DIR)/emu_rewrite.py $(wildcard $(EMU_DIR)/include/*.h $(EMU_DIR)/include/*/*.h) $(EMU_DIR)/tests/check.h \
+    llmc/ptx.cuh
 EMU_CFLAGS := -O1 -g -Wall -Werror
 EMU_ASAN := -fsanitize=address -fno-omit-frame-pointer
-EMU_UNIT_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma
+EMU_UNIT_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma test_ptx
 EMU_NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),/usr/local/cuda/bin/nvcc)
 EMU_NVCC_FLAGS := -c -std=c++17 -Werror all-warnings -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 EMU_MPI_INC := $(addprefix -I,$(shell mpicxx --showme:incdirs 2>/dev/null))
 
 emu-tests: $(addprefix $(EMU_BUILD)/,$(EMU_UNIT_TESTS) $(addsuffix _asan,$(EMU_UNIT_TESTS)) oob_write_asan \
-    test_primitives_ucontext two_units test_nccl_peer_stops)
-emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write two_units_main two_units_kernels))
+    test_primitives_ucontext two_units test_nccl_peer_stops test_ptx_plant1 test_ptx_plant2)
+emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write two_units_main two_units_kernels bank_conflicts))
 EMU_BUGS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/bugs/*.cu)))
-EMU_CHECK_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma
+EMU_CHECK_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma test_ptx bank_conflicts
 emu-bugs: $(foreach b,$(EMU_BUGS),$(EMU_BUILD)/bugs/$(b)_plain $(EMU_BUILD)/bugs/$(b)_fixed $(EMU_BUILD)/bugs/$(b)_check.log)
 emu-check: $(addprefix $(EMU_BUILD)/check/,$(EMU_CHECK_TESTS))
 EMU_STRICT_TESTS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/strict/*.cu)))
@@ -44,6 +45,11 @@ $(EMU_BUILD)/two_units: $(EMU_DIR)/tests/two_units_main.cu $(EMU_DIR)/tests/two_
 $(EMU_BUILD)/test_cudnn_frontend: $(EMU_DIR)/tests/test_cudnn_frontend.cpp $(EMU_DEPS)
 	@mkdir -p $(@D)
 	$(EMUCC) $(EMU_CFLAGS) -o $@ $<
+
+# llmc/ptx.cuh's tests: test_ptx with a planted wrong lane mapping in the emulator (tests/check_ptx_plants.sh)
+$(EMU_BUILD)/test_ptx_plant%: $(EMU_DIR)/tests/test_ptx.cu $(EMU_DEPS)
+	@mkdir -p $(@D)
+	$(EMUCC) $(EMU_CFLAGS) -DEMU_PTX_PLANT=$* -o $@ $<
 
 # the portable ucontext fiber switch (the default on x86-64 is a hand-written one)
 $(EMU_BUILD)/%_ucontext: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)
@@ -74,7 +80,7 @@ $(EMU_BUILD)/bugs/%_check.log: $(EMU_DIR)/tests/bugs/%.cu $(EMU_BUG_DEPS)
 	@mkdir -p $(@D)
 	@$(EMUCC) --check -O1 -o $(EMU_BUILD)/bugs/$*_check $< > $@ 2>&1 || echo "emucc --check $< did not build (see $@)"
 
-$(EMU_BUILD)/nvcc/%.o: $(EMU_DIR)/tests/%.cu $(EMU_DIR)/tests/check.h
+$(EMU_BUILD)/nvcc/%.o: $(EMU_DIR)/tests/%.cu $(EMU_DIR)/tests/check.h llmc/ptx.cuh
 	@mkdir -p $(@D)
 	$(EMU_NVCC) $(EMU_NVCC_FLAGS) $(EMU_MPI_INC) -o $@ $<
 

@@ -6,7 +6,11 @@ check emu_build make -s -j2 -f dev/cuda_emu/emu.mk emu-tests
 check emu_rewrite python3 dev/cuda_emu/tests/test_rewrite.py
 check emu_plain_reduction build/cuda_emu/plain_reduction
 check emu_wmma build/cuda_emu/test_wmma
-for t in test_primitives test_bf16_errors test_cublaslt plain_reduction test_wmma; do
+# llmc/ptx.cuh (mma.sync m16n8k16, ldmatrix, cp.async) against naive loops at the documented layouts;
+# a planted wrong lane mapping in the emulator's mma or ldmatrix must make the same test fail
+check emu_ptx build/cuda_emu/test_ptx
+check emu_ptx_catches_wrong_lane_map dev/cuda_emu/tests/check_ptx_plants.sh
+for t in test_primitives test_bf16_errors test_cublaslt plain_reduction test_wmma test_ptx; do
     check "emu_${t#test_}_asan" build/cuda_emu/${t}_asan
 done
 check emu_primitives build/cuda_emu/test_primitives
@@ -24,6 +28,12 @@ check_bg emu_nccl_async_peer_stops dev/cuda_emu/tests/check_peer_stops.sh
 check emu_asan_catches_oob dev/cuda_emu/tests/expect_asan_report.sh build/cuda_emu/oob_write_asan
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     check emu_tests_compile_with_nvcc make -s -j2 -f dev/cuda_emu/emu.mk emu-nvcc
+    # the SASS of llmc/ptx.cuh's test kernels (sm_90, nvdisasm): HMMA.16816.F32.BF16, LDSM, LDGSTS
+    if python3 dev/gpu_kernels/sass_report.py --find-nvdisasm >/dev/null 2>&1; then
+        check emu_ptx_sass dev/cuda_emu/tests/check_ptx_sass.sh
+    else
+        echo "SKIP emu_ptx_sass: no nvdisasm (dev/install_deps.sh installs it)"
+    fi
 else
     echo "SKIP emu_tests_compile_with_nvcc: no nvcc on this machine"
 fi
@@ -32,10 +42,12 @@ fi
 # and --check catches, and its fixed twin passes --check silently (check_pair.sh says what is proven).
 check emu_check_build make -s -j2 -f dev/cuda_emu/emu.mk emu-check emu-bugs
 for sched in forward reverse random:1; do
-    check "emu_check_units_$sched" bash -c "for t in test_primitives test_bf16_errors test_cublaslt plain_reduction test_wmma; do
+    check "emu_check_units_$sched" bash -c "for t in test_primitives test_bf16_errors test_cublaslt plain_reduction test_wmma test_ptx; do
         EMU_SCHED=$sched build/cuda_emu/check/\$t || exit 1; done &&
         EMU_SCHED=$sched $emu_mpirun -np 3 -x EMU_SCHED build/cuda_emu/check/test_nccl"
 done
+# bank conflicts counted per access site: known 8-way and 2-way layouts reported as such, swizzled 1-way
+check emu_check_counts_bank_conflicts dev/cuda_emu/tests/check_banks.sh
 for bug in dev/cuda_emu/tests/bugs/*.cu; do
     bug=$(basename $bug .cu)
     check "emu_check_catches_$bug" dev/cuda_emu/tests/bugs/check_pair.sh $bug

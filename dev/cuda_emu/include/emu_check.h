@@ -53,6 +53,8 @@ struct Shadow {
 static_assert(sizeof(Shadow) == 32, "shadow record size");
 constexpr uint8_t kAtomic = 0x10, kMulti = 1, kMultiWarp = 2;
 constexpr uint8_t kDevice = 0x10, kPinned = 0x20, kFreed = 0x40;
+// shared memory a cp.async will write (emu_ptx.h): any access before its wait_group is reported
+constexpr uint8_t kInFlight = 0x80;
 constexpr size_t kArenaBytes = 32ull << 30;
 constexpr size_t kSmemBytes = 256 * 1024;
 
@@ -85,6 +87,9 @@ struct Release { uintptr_t addr; uint32_t lo, hi; };
 inline std::vector<Release>& releases() { static std::vector<Release> v; return v; }  // this launch's
 struct Range { uint32_t lo, hi; };
 inline std::vector<Range>& acquired() { static std::vector<Range> v; return v; }  // the running block's
+// emu_ptx.h's: who issued the cp.async in flight at an address; what a new block resets
+inline std::string (*in_flight_who)(uintptr_t) = nullptr;
+inline void (*block_start_hook)() = nullptr;
 inline uint32_t fence_int = 0;  // interval of the running block's last __threadfence (0: none yet)
 inline bool acquired_interval(uint32_t i) {
     for (const Range& r : acquired()) if (i >= r.lo && i <= r.hi) return true;
@@ -107,7 +112,7 @@ EMU_NOSAN inline std::string where(uint32_t pc) {
             else {
                 std::string loc = std::string(line) + " (" + fn + ")";
                 if (first.empty()) first = loc;
-                if (user.empty() && !strstr(line, "cuda_emu/include")) user = loc;
+                if (user.empty() && !strstr(line, "cuda_emu/include") && !strstr(line, "llmc/ptx.cuh")) user = loc;
             }
             is_fn = !is_fn;
         }
@@ -329,6 +334,11 @@ EMU_NOSAN inline void kernel_access(uintptr_t a, unsigned size, bool write, bool
             if (g + b >= a && g + b < end) m |= (uint8_t)(1u << b);
         uint8_t st = r->st[s - r->sh];
         if ((st & m) != m || (st & kFreed)) bad_access(a, size, write, pc, st);
+        if (st & kInFlight)
+            report("%s of bytes in flight in kernel %s: %s by %s %s at %s; they are the destination of %s "
+                   "(cp.async.wait_group/wait_all must retire the copy, then a barrier if another thread reads)",
+                   write ? "write" : "read", kernel_name, describe_addr(g).c_str(), tid_str((uint32_t)t).c_str(),
+                   block_of(cur_int).c_str(), where(pc).c_str(), in_flight_who ? in_flight_who(g).c_str() : "a cp.async");
         Op* p = nullptr;
         // against the last write
         if (s->wint && (s->wmask & m & 0xf)) {
@@ -534,6 +544,7 @@ inline void chk_block_start(size_t smem_bytes) {
     chk::blocks_run().push_back({chk::block_first, blockIdx});
     chk::fence_int = 0;
     chk::acquired().clear();
+    if (chk::block_start_hook) chk::block_start_hook();
     memset(chk::clk, 0, sizeof(chk::clk));
     if (smem_bytes) memset((void*)chk::smem.lo, 0xff, smem_bytes);  // fresh shared memory: NaN bytes
     if (smem_bytes != chk_smem_marked) {
