@@ -549,6 +549,9 @@ typedef struct {
     OwnedSpan* spans;     // this rank's owned elements in the parameters (llmc/outer_sync.h)
     int num_spans;
     size_t owned;         // elements of m and v on this rank
+    int* frag_of;         // -ls: each owned element's fragment (-lf; all 0 without it), else NULL
+    size_t* frag_pos;     // -ls: an owned element's place among its fragment's, in owned order
+    size_t* frag_count;   // -ls: owned elements (padding slots included) of each fragment
     float* shard_grads;   // stages 1, 2: this rank's reduced gradient slices (padded to dp_replicate)
     float* opt_m;
     float* opt_v;
@@ -579,6 +582,9 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->outer = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->outer_m = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->residual = NULL; // dp_init_residual
+    dp->frag_of = NULL;  // dp_init_fragments
+    dp->frag_pos = NULL;
+    dp->frag_count = NULL;
     memset(&dp->grad_wire, 0, sizeof(dp->grad_wire));
     dp->spans = (OwnedSpan*)malloc_check(dp->layout.num_units * sizeof(OwnedSpan));
     dp->num_spans = owned_spans(&dp->layout, zero_stage, dp->mesh.shard_idx, m->num_parameters, dp->spans);
@@ -841,47 +847,91 @@ static void dp_replica_sum_wire(DataParallel* dp, float* msg, size_t slice, cons
     free(tmp);
 }
 
-// The outer step: each owned element's message (outer_message: the pseudo-gradient outer - local,
-// plus the residual with -rq and error feedback) into the idle gradient buffer, padded to the
-// replicas, summed over them (fp32: one ring all-reduce; -rq: dp_replica_sum_wire), then
-// outer_update on every owned element with local = outer, and the all-gather in the replica.
-// Returns the mean pseudo-gradient's squared norm over the whole model.
-static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
-    float* msg = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
-    int R = dp->replica.size, plain = outer_plain_average(c);
-    size_t padded = round_up(dp->owned, R);
-    const float* res = outer_compressed(c) ? dp->residual : NULL;
+// -lf F: each owned element's fragment (outer_unit_fragment of its unit; stages 1, 2: the unit's
+// whole slice, padding included), its place in its fragment's message and each fragment's count.
+static void dp_init_fragments(DataParallel* dp, int F) {
+    dp->frag_of = (int*)calloc_check(dp->owned, sizeof(int));
+    dp->frag_pos = (size_t*)calloc_check(dp->owned, sizeof(size_t));
+    dp->frag_count = (size_t*)calloc_check(F, sizeof(size_t));
+    int L = dp->layout.num_layers;
+    for (int u = 0; u < dp->layout.num_units; u++) {
+        const ShardUnit* unit = &dp->layout.units[u];
+        size_t first = dp->zero_stage == 0 ? unit->offset : unit->shard_offset;
+        size_t n = dp->zero_stage == 0 ? unit->size : unit->slice;
+        for (size_t i = 0; i < n; i++) { dp->frag_of[first + i] = outer_unit_fragment(unit, L, F); }
+    }
+    for (size_t o = 0; o < dp->owned; o++) { dp->frag_pos[o] = dp->frag_count[dp->frag_of[o]]++; }
+}
+
+// The messages of fragment f (outer_message: the pseudo-gradient outer - local, plus the residual
+// with -rq and error feedback) packed in owned order into msg (zeroed to `padded` first).
+static void dp_fragment_messages(const DataParallel* dp, const GPT2* m, int f, int plain, const float* res,
+                                 float* msg, size_t padded) {
     memset(msg, 0, padded * sizeof(float));
     for (int i = 0; i < dp->num_spans; i++) {
         const OwnedSpan* sp = &dp->spans[i];
         const float* local = m->params_memory + sp->param_offset;
-        const float* outer = dp->outer + sp->owned_offset;
-        float* d = msg + sp->owned_offset;
-        for (size_t j = 0; j < sp->count; j++) { d[j] = outer_message(outer[j], local[j], plain); }
-        if (res) {
-            for (size_t j = 0; j < sp->count; j++) { d[j] += res[sp->owned_offset + j]; }
+        for (size_t j = 0; j < sp->count; j++) {
+            size_t o = sp->owned_offset + j;
+            if (dp->frag_of[o] != f) { continue; }
+            float d = outer_message(dp->outer[o], local[j], plain);
+            if (res) { d += res[o]; }
+            msg[dp->frag_pos[o]] = d;
         }
     }
+}
+
+// Fragment f's residual packed like its messages (into packed, `padded` long), or (back 1) unpacked.
+static void dp_fragment_residual(DataParallel* dp, int f, float* packed, size_t padded, int back) {
+    if (!back) { memset(packed, 0, padded * sizeof(float)); }
+    for (size_t o = 0; o < dp->owned; o++) {
+        if (dp->frag_of[o] != f) { continue; }
+        if (back) {
+            dp->residual[o] = packed[dp->frag_pos[o]];
+        } else {
+            packed[dp->frag_pos[o]] = dp->residual[o];
+        }
+    }
+}
+
+// The outer step of fragment c->fragment (-lf; the whole model without it): its owned elements'
+// messages packed into the idle gradient buffer, padded to the replicas, summed over them (fp32: one
+// ring all-reduce; -rq: dp_replica_sum_wire), then outer_update on each with local = outer, and
+// the all-gather of the fragment's units in the replica. With one fragment the packing is the
+// identity. Returns the fragment's mean pseudo-gradient's squared norm over the whole replica.
+static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
+    float* msg = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
+    int R = dp->replica.size, plain = outer_plain_average(c), f = c->fragment, F = outer_num_fragments(c);
+    size_t padded = round_up(dp->frag_count[f], R);
+    const float* res = outer_compressed(c) ? dp->residual : NULL;
+    dp_fragment_messages(dp, m, f, plain, res, msg, padded);
     if (!outer_compressed(c)) {
         COMM_TIMED(ring_all_reduce(&dp->replica, msg, padded, dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp));
     } else {
-        dp_replica_sum_wire(dp, msg, padded / R, c, dp->residual);
+        float* packed = dp->residual ? (float*)malloc_check(padded * sizeof(float)) : NULL;
+        if (packed) { dp_fragment_residual(dp, f, packed, padded, 0); }
+        dp_replica_sum_wire(dp, msg, padded / R, c, packed);
+        if (packed) { dp_fragment_residual(dp, f, packed, padded, 1); }
+        free(packed);
     }
     float inv_R = 1.0f / (float)R;
     double sq = 0.0;
     for (int i = 0; i < dp->num_spans; i++) {
         const OwnedSpan* sp = &dp->spans[i];
         float* local = m->params_memory + sp->param_offset;
-        size_t o = sp->owned_offset;
         for (size_t j = 0; j < sp->count; j++) {
+            size_t o = sp->owned_offset + j;
+            if (dp->frag_of[o] != f) { continue; }
             float delta;
-            local[j] = outer_update(&dp->outer[o + j], &dp->outer_m[o + j], msg[o + j], inv_R, c->lr, c->momentum,
+            local[j] = outer_update(&dp->outer[o], &dp->outer_m[o], msg[dp->frag_pos[o]], inv_R, c->lr, c->momentum,
                                     plain, &delta);
             sq += (double)delta * delta;
         }
     }
     if (dp->zero_stage == 0) { return (float)sq; }
-    for (int u = 0; u < dp->layout.num_units; u++) { dp_all_gather_unit(dp, m, u); }
+    for (int u = 0; u < dp->layout.num_units; u++) {
+        if (outer_unit_fragment(&dp->layout.units[u], dp->layout.num_layers, F) == f) { dp_all_gather_unit(dp, m, u); }
+    }
     float total;
     COMM_TIMED(total = all_reduce_sum_scalar(&dp->shard, (float)sq));
     return total;
@@ -915,6 +965,9 @@ static void dp_zero_shard_grads(DataParallel* dp) {
 static void dp_free(DataParallel* dp) {
     free(dp->outer);
     free(dp->outer_m);
+    free(dp->frag_of);
+    free(dp->frag_pos);
+    free(dp->frag_count);
     free(dp->residual);
     free(dp->spans);
     free(dp->opt_m);
@@ -1079,7 +1132,7 @@ static const TrainerOps cpu_trainer_ops = {cpu_begin_step, cpu_micro_step, cpu_r
                                            cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent,
                                            cpu_eval_losses, cpu_sum_count, 0.0, NULL,
                                            "train_gpt2cpu", cpu_set_replica_reduce, cpu_outer_init, cpu_outer_step,
-                                           cpu_replica_crcs, cpu_set_gradient_wire};
+                                           cpu_replica_crcs, cpu_set_gradient_wire, 1};
 
 static void mpi_abort_all(void) {
     int world = 1;
@@ -1108,6 +1161,7 @@ int main(int argc, char** argv) {
     gpt2_build(&cpu.model, &run.config, params, args.B, args.T, (size_t)world, zero == 2);
     int outer = args.outer_every > 0;
     dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer);
+    if (outer) { dp_init_fragments(&cpu.dp, args.fragments); }
     int compressed = wire_format_from_name(args.wire_name) != WIRE_FP32 || args.topk > 0.0f;
     if (compressed && args.error_feedback) { dp_init_residual(&cpu.dp); }
     if (compressed && !outer) { dp_init_gradient_wire(&cpu.dp, cpu.model.num_parameters); }

@@ -352,6 +352,91 @@ def outer_step_wire(outer, buf, local, lr, momentum, fmt, layout, residuals, den
     return math.sqrt(sq)
 
 
+# streaming fragments (--fragments F, docs/distributed.md): layer l belongs to fragment l * F // L,
+# wte and wpe to fragment 0, lnfw and lnfb to fragment F - 1; fragment f syncs after the steps t
+# with t - S - f * H // F a non-negative multiple of H, and every fragment after the last step.
+
+def fragment_of_tensor(name, layer, L, F):
+    if name in ("wte", "wpe"):
+        return 0
+    if name in ("lnfw", "lnfb"):
+        return F - 1
+    return layer * F // L
+
+
+def fragment_masks(cfg, F, f):
+    """Boolean masks (one per tensor, its shape) of the elements of fragment f."""
+    L, masks = cfg["L"], {}
+    for n, shape in param_shapes(cfg).items():
+        m = torch.zeros(shape, dtype=torch.bool)
+        if n in ("wte", "wpe", "lnfw", "lnfb"):
+            m[...] = fragment_of_tensor(n, -1, L, F) == f
+        else:
+            for layer in range(L):
+                m[layer] = fragment_of_tensor(n, layer, L, F) == f
+        masks[n] = m
+    return masks
+
+
+FRAGMENT_OFFSET_BUG = 0  # dev/test_diloco.py's planted bug: fragments f > 0 this many steps late
+
+
+def fragment_due(f, F, t, H, S, steps):
+    d = t - S - f * H // F - (FRAGMENT_OFFSET_BUG if f > 0 else 0)
+    return t > S and (t == steps or (d >= 0 and d % H == 0))
+
+
+def fragment_layout(cfg, shards, F, f):
+    """owned_layout's vectors cut down to fragment f's elements (the C trainer packs each rank's
+    owned elements of one fragment in owned order, the padding of a unit's slice with its unit)."""
+    flat_frag = np.concatenate([fragment_masks(cfg, F, f)[n].numpy().reshape(-1) for n in PARAM_NAMES])
+    full = owned_layout(cfg, shards)
+    if shards == 0:
+        return [full[0][flat_frag[full[0]]]]
+    shapes = param_shapes(cfg)
+    L = cfg["L"]
+    keep_units = [fragment_of_tensor(n, l, L, F) == f for l in range(L) for n in PARAM_NAMES[2:14]]
+    keep_units += [fragment_of_tensor(n, -1, L, F) == f for n in ("wte", "wpe", "lnfw", "lnfb")]
+    sizes = [int(np.prod(shapes[n])) // L for l in range(L) for n in PARAM_NAMES[2:14]]
+    sizes += [int(np.prod(shapes[n])) for n in ("wte", "wpe", "lnfw", "lnfb")]
+    out = []
+    for vec in full:
+        parts, off = [], 0
+        for size, keep in zip(sizes, keep_units):
+            k = -(-size // shards)
+            if keep:
+                parts.append(vec[off:off + k])
+            off += k
+        out.append(np.concatenate(parts))
+    return out
+
+
+def outer_step_fragment(outer, buf, local, lr, momentum, masks, fmt=None, layout=None, residuals=None, density=0.0):
+    """outer_step (fmt None) or outer_step_wire restricted to the elements of one fragment (masks);
+    the others keep their outer, momentum and local values. Returns the fragment's squared norm."""
+    if fmt is not None:
+        flat = lambda d: np.concatenate([d[n].detach().numpy().reshape(-1) for n in PARAM_NAMES]).astype(np.float32)
+        o = flat(outer)
+        mean = wire_mean([o - flat(rep) for rep in local], fmt, layout, residuals, density)
+    sq, off = 0.0, 0
+    for n in PARAM_NAMES:
+        k, m = outer[n].numel(), masks[n]
+        if fmt is not None:
+            delta = torch.from_numpy(mean[off:off + k].copy()).reshape(outer[n].shape)
+        else:
+            delta = outer[n] - local[0][n]
+            for rep in local[1:]:
+                delta = delta + (outer[n] - rep[n])
+            delta = delta / len(local)
+        off += k
+        buf[n][m] = momentum * buf[n][m] + delta[m]
+        outer[n][m] = outer[n][m] - lr * (delta[m] + momentum * buf[n][m])
+        sq += float((delta[m].double() ** 2).sum())
+        for rep in local:
+            rep[n][m] = outer[n][m]
+    return sq
+
+
 def synchronous_step_wire(reps, opts, cfg, x, y, B, fmt, layout, residuals, density):
     """A synchronous step whose gradients cross the replicas through wire_mean (--sync-every 0
     with --wire-format/--topk): each replica's gradient on its own B rows (the C trainer sends the
@@ -376,7 +461,8 @@ def synchronous_step_wire(reps, opts, cfg, x, y, B, fmt, layout, residuals, dens
 
 def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0, replicas=1,
           sync_every=0, outer_lr=0.7, outer_momentum=0.9, sync_start=0, on_first_batch=None,
-          path="data", log=print, wire="fp32", feedback=True, wire_start=0, wire_shards=0, topk=0.0):
+          path="data", log=print, wire="fp32", feedback=True, wire_start=0, wire_shards=0, topk=0.0,
+          fragments=1):
     """Train `steps` AdamW steps; returns (losses, reps): each step's loss before its update and
     the R replicas' final parameters (reps[0] is P itself, updated in place; after the final
     outer sync all replicas are equal). Step t (1-based) reads the next global batch of R*B rows
@@ -396,6 +482,9 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
     residuals = [{} for _ in range(R)] if feedback else None
     compressed = wire != "fp32" or topk > 0
     layout = owned_layout(cfg, wire_shards) if compressed else None
+    fragment_layouts = [fragment_layout(cfg, wire_shards, fragments, f) if compressed else None
+                        for f in range(fragments)]
+    frag_residuals = [[{} for _ in range(R)] if feedback else None for _ in range(fragments)]
     loader = batches(tokens, R * B, T, path)
     reps = [P] + [{n: t.clone() for n, t in P.items()} for _ in range(R - 1)]
     if steps <= 0:
@@ -440,7 +529,20 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
             log(f"step {t - 1}: loss {loss:.6f} norm {norm:.4f}")
         if H > 0 and t == S:
             outer, buf = take_outer()
-        if active and ((t - S) % H == 0 or t == steps):
+        if active and fragments > 1:
+            sq = 0.0
+            for f in range(fragments):
+                if not fragment_due(f, fragments, t, H, S, steps):
+                    continue
+                masks = fragment_masks(cfg, fragments, f)
+                if compressed and t > wire_start:
+                    sq += outer_step_fragment(outer, buf, reps, outer_lr, outer_momentum, masks, wire,
+                                              fragment_layouts[f], frag_residuals[f], topk)
+                else:
+                    sq += outer_step_fragment(outer, buf, reps, outer_lr, outer_momentum, masks)
+            if log and sq > 0:
+                log(f"outer sync after step {t}: pseudo-gradient norm {math.sqrt(sq):.6f}")
+        elif active and ((t - S) % H == 0 or t == steps):
             if compressed and t > wire_start:
                 pg = outer_step_wire(outer, buf, reps, outer_lr, outer_momentum, wire, layout, residuals, topk)
             else:
@@ -814,6 +916,9 @@ def main(argv=None):
                     help="--wire-format: keep what rounding lost and add it to the next sync (default 1)")
     ap.add_argument("--compress-start", type=int, default=0, metavar="S",
                     help="--wire-format: syncs after steps <= S stay fp32 (default 0)")
+    ap.add_argument("--fragments", type=int, default=1, metavar="F",
+                    help="--sync-every: streaming fragments, F groups of layers synced at staggered steps")
+    ap.add_argument("--fragment-offset-bug", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--topk", type=float, default=0.0, metavar="D",
                     help="DiLoCo: send the fraction D of each 4096-value chunk, largest first (default 0: all)")
     ap.add_argument("--wire-shards", type=int, default=0, metavar="DS",
@@ -830,6 +935,10 @@ def main(argv=None):
         ap.error(f"--outer-momentum must be in [0, 1) (got {a.outer_momentum})")
     if not a.outer_lr > 0.0:
         ap.error(f"--outer-lr must be > 0 (got {a.outer_lr})")
+    if a.fragments < 1 or (a.fragments > 1 and a.sync_every == 0):
+        ap.error(f"--fragments must be >= 1, and > 1 only with --sync-every (got {a.fragments})")
+    global FRAGMENT_OFFSET_BUG
+    FRAGMENT_OFFSET_BUG = a.fragment_offset_bug
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -864,7 +973,8 @@ def main(argv=None):
     losses, reps = train(P, cfg, load_shard(a.data, cfg["V"]), a.B, a.T, a.steps, a.lr, a.weight_decay,
                          a.grad_clip, a.replicas, a.sync_every, a.outer_lr, a.outer_momentum, a.sync_start,
                          on_first_batch=dump, path=a.data, wire=a.wire_format, feedback=bool(a.error_feedback),
-                         wire_start=a.compress_start, wire_shards=a.wire_shards, topk=a.topk)
+                         wire_start=a.compress_start, wire_shards=a.wire_shards, topk=a.topk,
+                         fragments=a.fragments)
     if a.write_losses:
         write_atomic(a.write_losses, ["".join(f"{v:.9f}\n" for v in losses).encode()])
     if a.write_final:

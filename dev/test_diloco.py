@@ -67,14 +67,14 @@ def run(n, args, name, ok=True):
     return d, r
 
 
-def reference(R, steps, every, start=0, lr=0.7, mom=0.9):
-    tag = f"ref_R{R}_H{every}_S{start}_{lr}_{mom}_{steps}"
+def reference(R, steps, every, start=0, lr=0.7, mom=0.9, extra=()):
+    tag = f"ref_R{R}_H{every}_S{start}_{lr}_{mom}_{steps}" + "_".join(extra).replace("-", "")
     losses, final = f"{OUT}/{tag}.txt", f"{OUT}/{tag}.bin"
     if not os.path.exists(final):
         subprocess.run([PY, "train_gpt2.py", "--load", model_file(), "--data", DATA, "--B", str(ROWS // R),
                         "--T", str(T), "--steps", str(steps), "--lr", "1e-3", "--weight-decay", "0.1",
                         "--replicas", str(R), "--sync-every", str(every), "--sync-start", str(start),
-                        "--outer-lr", str(lr), "--outer-momentum", str(mom), "--write-losses", losses,
+                        "--outer-lr", str(lr), "--outer-momentum", str(mom), *extra, "--write-losses", losses,
                         "--write-final", final], check=True, capture_output=True)
     return {i + 1: float(x) for i, x in enumerate(open(losses))}, td.weights(final)
 
@@ -295,8 +295,81 @@ def cmd_refusals():
     report(r.returncode != 0 and "step 2" in line and "outer parameters" in line,
            f"replicas run with -ol 0.7 and -ol 0.5 stop at the first sync: {line[:170]}")
 
+def frag_syncs(d):
+    """main.log's outer_sync steps (one per step with any fragment synced)."""
+    return syncs(d)
+
+
+def same_files(a, b, names):
+    return all(open(f"{a}/{n}", "rb").read() == open(f"{b}/{n}", "rb").read() for n in names)
+
+
+def cmd_fragments():
+    """-lf (streaming fragments) on 2 x 2: against the reference's --fragments (fp32 and int8),
+    -lf 1 identical to plain -ls, the bytes against the closed form, resumes with the fragments at
+    different phases, and a planted wrong offset caught by the reference comparison."""
+    tol = 1e-4
+    lf = ["-x", str(STEPS), "-ls", str(H), "-lf", "2", "-ds", "2"] + NESTEROV
+    ref_l, ref_w = reference(2, STEPS, H, extra=("--fragments", "2"))
+    for stage in (0, 1):
+        d, _ = run(4, lf + ["-z", str(stage)], f"frag_{stage}")
+        le, we = errors(d, ref_l, ref_w)
+        # d2: fragment 0 = layer 0 + wte, wpe (offset 0), fragment 1 = layer 1 + lnf (offset H/2 = 2)
+        report(le <= tol and we <= tol and syncs(d) == [2, 4, 6, 8, 10, 12],
+               f"2 x 2 ZeRO {stage} -ls {H} -lf 2, syncs after {syncs(d)}: max loss error {le:.2e}, max weight error "
+               f"{we:.2e} against train_gpt2.py --fragments 2 (tol {tol:.0e})")
+    ref_l, ref_w = reference(2, STEPS, H, extra=("--fragments", "2", "--wire-format", "int8", "--wire-shards", "2"))
+    d, r8 = run(4, lf + ["-z", "1", "-rq", "int8"], "frag_int8")
+    le, we = errors(d, ref_l, ref_w)
+    report(le <= tol and we <= tol, f"2 x 2 ZeRO 1 -ls {H} -lf 2 -rq int8: max loss error {le:.2e}, max weight error "
+                                    f"{we:.2e} against the reference (tol {tol:.0e})")
+    # a planted bug: the reference with fragment 1's offset one step late must be told apart
+    bad_l, bad_w = reference(2, STEPS, H, extra=("--fragments", "2", "--fragment-offset-bug", "1"))
+    d0 = f"{OUT}/frag_1"
+    le, we = errors(d0, bad_l, bad_w)
+    report(le > tol or we > tol, f"planted: fragment 1 one step late in the reference: max loss error {le:.2e}, "
+                                 f"max weight error {we:.2e} (must exceed {tol:.0e})")
+    # -lf 1 is plain -ls, bit for bit: losses, model files, state files
+    plain_args = ["-x", "8", "-ls", str(H), "-ds", "2", "-z", "1", "-n", "3"] + NESTEROV
+    a, _ = run(4, plain_args, "frag_plain")
+    b, _ = run(4, plain_args + ["-lf", "1"], "frag_one")
+    names = sorted(f for f in os.listdir(a) if f.endswith(".bin"))
+    report(same_run(a, b) and same_files(a, b, names) and len(names) > 4,
+           f"-lf 1 identical to plain -ls (2 x 2 ZeRO 1): train losses and {len(names)} model/state files bit for bit")
+    # bytes: closed form per fragment (each packs its owned elements, padded to R slices)
+    units, L = td.unit_sizes(), 2
+    ar = lambda count, g: 2 * (g - 1) * math.ceil(count / g)
+    frag_units = [[u for i, u in enumerate(units) if (i // 12 if i < 12 * L else (0 if i < 12 * L + 2 else 1)) == f]
+                  for f in range(2)]
+    _, r = run(4, lf + ["-z", "1"], "frag_bytes")
+    got = counts(r.stdout)
+    owned = [sum(math.ceil(u / 2) for u in fu) for fu in frag_units]
+    per = [ar(o, 2) * 4 + 8 for o in owned]
+    peak = int(re.search(r"the largest sends (\d+) bytes", r.stdout).group(1))
+    # the last step syncs both fragments with one checksum exchange
+    want_sync = got["measured_plain"] + sum(per) - 8 + got["sync_inner"]
+    ok = got["sync_replica"] == sum(per) and peak == max(per) and got["measured_sync"] == want_sync
+    report(ok, f"-lf 2 bytes (2 x 2 ZeRO 1): per window {got['sync_replica']} across replicas (closed form "
+               f"{sum(per)} = {per}), largest fragment {peak}, measured last step {got['measured_sync']} (want "
+               f"{want_sync})")
+    # resumes inside the window with the fragments at different phases (fragment 1 synced at 2 and 6)
+    args = lf + ["-z", "1", "-n", "1"]
+    full, _ = run(4, args, "frag_res_full")
+    for step in (3, 7):
+        part, _ = resumed(4, args, full, step, f"frag_res_{step}")
+        report(bitwise_tail(full, part, step + 1, STEPS),
+               f"-lf 2: checkpoint {step} (fragment 1 synced, fragment 0 mid-window) resumed: steps {step + 1}-{STEPS} "
+               "and model_final.bin bit for bit")
+    for what, extra, pat in [("-lf 3 on 2 layers", ["-lf", "3"], r"-lf 3: more fragments than the model's 2 layers"),
+                             ("-lf 2 without -ls", ["-lf", "2", "-ls", "0"], r"-lf 2: needs -ls H > 0"),
+                             ("-lf 0", ["-lf", "0"], r"-lf")]:
+        _, r = run(2, ["-x", "4", "-ls", "2"] + extra, "frag_refused", ok=False)
+        line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "")
+        report(r.returncode != 0 and re.search(pat, line), f"refused: {what}: {line[:160]}")
+
 
 if __name__ == "__main__":
     {"reference": cmd_reference, "invariance": cmd_invariance, "identity": cmd_identity,
-     "accounting": cmd_accounting, "resume": cmd_resume, "refusals": cmd_refusals}[sys.argv[1]]()
+     "accounting": cmd_accounting, "resume": cmd_resume, "refusals": cmd_refusals,
+     "fragments": cmd_fragments}[sys.argv[1]]()
     sys.exit(1 if failures else 0)

@@ -32,6 +32,11 @@ typedef struct {
     int wire;                  // -rq: the format of sync_replica (-ls 0: of replica), after -rqs
     float topk;                // -rk
     size_t sync_replica_fp32;  // what sync_replica (-ls 0: replica) would be in fp32
+    // -lf F > 1: sync_replica and sync_inner are the sums of the F fragments' syncs of a window
+    // (each with its own checksum exchange and norm scalar); the largest fragment's sync sends
+    // sync_replica_peak across the replicas.
+    int fragments;
+    size_t sync_replica_peak;
 } CommBytes;
 
 // Bytes each rank sends per optimizer step. grad_bytes: bytes per gradient element on the
@@ -79,11 +84,19 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
         b.step_no_sync = b.total;
         OuterConfig fp32 = outer_config_at(outer, 0); // step 0 <= -rqs: fp32, every value
         OuterConfig late = outer_config_at(outer, outer->wire_start + 1);
-        b.sync_replica = outer_sync_replica_bytes(owned, &late, R);
+        int F = outer_num_fragments(outer);
+        for (int f = 0; f < F; f++) {
+            size_t n = F == 1 ? owned : outer_fragment_owned(s, zero_stage, F, f);
+            size_t bytes = outer_sync_replica_bytes(n, &late, R);
+            b.sync_replica += bytes;
+            b.sync_replica_fp32 += outer_sync_replica_bytes(n, &fp32, R);
+            if (bytes > b.sync_replica_peak) { b.sync_replica_peak = bytes; }
+        }
+        b.fragments = F;
         b.wire = outer->wire;
         b.topk = outer->topk;
-        b.sync_replica_fp32 = outer_sync_replica_bytes(owned, &fp32, R);
-        b.sync_inner = outer_sync_shard_bytes(zero_stage, S) + b.param_gather; // the synced slices all-gathered again
+        // the synced slices all-gathered again (each fragment its own units), a norm scalar per fragment
+        b.sync_inner = F * outer_sync_shard_bytes(zero_stage, S) + b.param_gather;
         b.replica_sync_training = replica_grads;
         b.replica = (b.sync_replica + H / 2) / H;
         b.scalars += (b.sync_inner + H / 2) / H;

@@ -55,6 +55,7 @@ typedef struct {
     float outer_lr;            // -ol
     float outer_momentum;      // -om
     int outer_start;           // -lss
+    int fragments;             // -lf
     const char* wire_name;     // -rq: fp32 | bf16 | int8 | int4 (llmc/wire_format.h)
     int error_feedback;        // -ref (0|1)
     int wire_start;            // -rqs
@@ -125,6 +126,7 @@ static const ArgSpec arg_specs[] = {
     ARG("-ls", ARG_INT, outer_every, 0, "replicas train alone, outer sync every H steps (DiLoCo; 0 = every step)"),
     ARG("-ol", ARG_FLOAT, outer_lr, 0, "-ls: outer learning rate (Nesterov SGD on the pseudo-gradients)"),
     ARG("-om", ARG_FLOAT, outer_momentum, 0, "-ls: outer Nesterov momentum"),
+    ARG("-lf", ARG_INT, fragments, 0, "-ls: streaming fragments, F groups of layers synced at staggered steps"),
     ARG("-lss", ARG_INT, outer_start, 0, "-ls: synchronous steps before the first window (outer starts there)"),
     ARG("-rq", ARG_STRING, wire_name, 0, "replica link format fp32 | bf16 | int8 | int4 (blocks of 128, fp32 scales)"),
     ARG("-ref", ARG_INT, error_feedback, 0, "-rq/-rk: error feedback, what encoding lost added to the next message (0|1)"),
@@ -188,6 +190,7 @@ static void args_defaults(TrainArgs* a) {
     a->outer_lr = 1.0f;       // plain averaging: docs/distributed.md's table says why
     a->outer_momentum = 0.0f;
     a->outer_start = 0;
+    a->fragments = 1;
     a->wire_name = "fp32";
     a->error_feedback = 1;
     a->wire_start = 0;
@@ -320,6 +323,8 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_float("-om", a->outer_momentum, 0.0f, 0.999f);
     require_int("-lss", a->outer_start, 0, big);
     if (a->outer_start > 0 && a->outer_every == 0) { fail("-lss %d: needs -ls H > 0", a->outer_start); }
+    require_int("-lf", a->fragments, 1, big);
+    if (a->fragments > 1 && a->outer_every == 0) { fail("-lf %d: needs -ls H > 0", a->fragments); }
     args_validate_wire(a, gpu);
     if (a->hellaswag && a->val_every == 0) { fail("-h 1: HellaSwag runs at every validation, so -v must be > 0"); }
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {

@@ -35,20 +35,53 @@ typedef struct {
     int feedback;    // -ref: error feedback (a residual per owned element) with wire != fp32
     int wire_start;  // -rqs: syncs after steps <= wire_start send fp32
     float topk;      // -rk: the fraction of each chunk sent (0: all)
+    int fragments;   // -lf F (0 or 1: the whole model at once)
+    int fragment;    // the fragment one outer_step syncs (0..F-1)
 } OuterConfig;
 
 // Whether step t (1-based) trains each replica on its own (no gradient traffic across replicas).
 static int outer_active(const OuterConfig* o, int t) { return o->every > 0 && t > o->start; }
 
-// Whether an outer sync follows step t (1-based) of a run of last_step steps.
+static int outer_num_fragments(const OuterConfig* o) { return o->fragments > 1 ? o->fragments : 1; }
+
+// -lf F: fragment f's offset in the window, floor(f * H / F) (0 for f = 0: plain -ls's syncs).
+static int outer_fragment_offset(const OuterConfig* o, int f) {
+    return (int)(((long long)f * o->every) / outer_num_fragments(o));
+}
+
+// Whether fragment f syncs after step t (1-based) of a run of last_step steps: t - S - offset_f a
+// non-negative multiple of H, or the last step (every fragment then syncs, in order 0..F-1).
+static int outer_fragment_due(const OuterConfig* o, int f, int t, int last_step) {
+    if (!outer_active(o, t)) { return 0; }
+    int d = t - o->start - outer_fragment_offset(o, f);
+    return (d >= 0 && d % o->every == 0) || t == last_step;
+}
+
+// Whether an outer sync (of any fragment) follows step t (1-based) of a run of last_step steps.
 static int outer_sync_due(const OuterConfig* o, int t, int last_step) {
-    return outer_active(o, t) && ((t - o->start) % o->every == 0 || t == last_step);
+    for (int f = 0; f < outer_num_fragments(o); f++) {
+        if (outer_fragment_due(o, f, t, last_step)) { return 1; }
+    }
+    return 0;
 }
 
 // Whether the replicas hold the same parameters after step t (0 = before the first step): a
-// synchronous step, a sync step, or no -ls at all.
+// synchronous step, a step after which every fragment syncs, or no -ls at all.
 static int outer_in_agreement(const OuterConfig* o, int t, int last_step) {
-    return !outer_active(o, t) || outer_sync_due(o, t, last_step);
+    if (!outer_active(o, t)) { return 1; }
+    for (int f = 0; f < outer_num_fragments(o); f++) {
+        if (!outer_fragment_due(o, f, t, last_step)) { return 0; }
+    }
+    return 1;
+}
+
+// The fragment of a shard unit (llmc/mesh.h) under -lf F over L layers: layer l in fragment
+// floor(l * F / L) (contiguous layers, sizes within one layer of each other); wte and wpe (tensors
+// 0, 1) with fragment 0, which holds the first layer they feed; lnfw and lnfb with fragment F - 1,
+// which holds the last layer they read.
+static int outer_unit_fragment(const ShardUnit* u, int L, int F) {
+    if (u->layer >= 0) { return (int)(((long long)u->layer * F) / L); }
+    return u->tensor <= 1 ? 0 : F - 1;
 }
 
 // Steps since the window began (0 at a sync step, and while synchronous).
@@ -179,6 +212,17 @@ static size_t outer_wire_bytes(size_t owned, const OuterConfig* o, int R) {
 static size_t outer_sync_replica_bytes(size_t owned, const OuterConfig* o, int R) {
     if (R == 1) { return 0; }
     return outer_wire_bytes(owned, o, R) + (size_t)(R - 1) * 2 * 4;
+}
+
+// -lf: the owned elements of fragment f (ZeRO 0: its units; stages 1, 2: its units' slices,
+// padding included), the same on every rank of the shard group.
+static size_t outer_fragment_owned(const ShardLayout* layout, int zero_stage, int F, int f) {
+    size_t n = 0;
+    for (int u = 0; u < layout->num_units; u++) {
+        const ShardUnit* unit = &layout->units[u];
+        if (outer_unit_fragment(unit, layout->num_layers, F) == f) { n += zero_stage == 0 ? unit->size : unit->slice; }
+    }
+    return n;
 }
 
 static size_t outer_sync_shard_bytes(int zero_stage, int S) {

@@ -74,6 +74,11 @@ static void progress_accounting(const Mesh* mesh, int zero_stage, const MemoryBy
         printf("communication per outer sync (every %d steps): %zu bytes sent per rank across replicas, %zu inside "
                "the replica; a step without a sync sends %zu\n", H, comm->sync_replica, comm->sync_inner,
                comm->step_no_sync);
+        if (comm->fragments > 1) {
+            printf("streaming fragments (-lf %d): the outer sync above is the sum of the fragments' syncs of a "
+                   "window, the largest sends %zu bytes per rank across replicas (%.3f of the sum)\n", comm->fragments,
+                   comm->sync_replica_peak, comm->sync_replica ? comm->sync_replica_peak / (double)comm->sync_replica : 0.0);
+        }
         if (comm->wire != WIRE_FP32 || comm->topk > 0.0f) {
             printf("replica link format: -rq %s -rk %g (scales, indices and padding included): %zu bytes per outer "
                    "sync across replicas, %zu in fp32 (%.4fx)\n", wire_format_names[comm->wire], comm->topk,

@@ -90,6 +90,8 @@ typedef struct {
     // -ls 0 with -rq or -rk (NULL where not supported): how the next step's gradients cross the
     // replicas (outer_config_at's wire, topk and feedback; fp32 and every value: the plain rings).
     void (*set_gradient_wire)(void* ctx, const OuterConfig* c);
+    // -lf: 1 where outer_step syncs the fragment c->fragment alone (0: the whole model only).
+    int fragments;
 } TrainerOps;
 
 typedef struct {
@@ -184,11 +186,19 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->ckpt_failures = 0;
     r->last_complete = r->resume_step;
     OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum,
-                         wire_format_from_name(a->wire_name), a->error_feedback, a->wire_start, a->topk};
+                         wire_format_from_name(a->wire_name), a->error_feedback, a->wire_start, a->topk,
+                         a->fragments, 0};
     r->outer = outer;
     r->outer_ready = 0;
     r->last_pg_norm = -1.0f;
     if (outer.every > 0 && !ops->outer_step) { fail("-ls %d: not supported by %s", outer.every, ops->name); }
+    if (outer.fragments > r->config.num_layers) {
+        fail("-lf %d: more fragments than the model's %d layers", outer.fragments, r->config.num_layers);
+    }
+    if (outer.fragments > 1 && !ops->fragments) {
+        fail("-lf %d: streaming fragments are not supported by %s yet (train_gpt2cpu has them)", outer.fragments,
+             ops->name);
+    }
     if (outer.every == 0 && outer_compressed(&outer) && !ops->set_gradient_wire) {
         fail("-rq %s -rk %g: not supported by %s", wire_format_names[outer.wire], outer.topk, ops->name);
     }
@@ -254,7 +264,8 @@ static void run_outer_begin(TrainRun* r, const TrainerOps* ops, void* ctx) {
 }
 
 // -ls, after the update of step t (1-based): the outer parameters begin after step -lss, and an
-// outer sync follows every step outer_sync_due names. Returns whether one ran.
+// outer sync of each fragment outer_fragment_due names follows (in order 0..F-1 on every rank).
+// Returns whether one ran; last_pg_norm is the norm over the fragments synced.
 static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, int t) {
     if (r->outer.every == 0) { return 0; }
     if (!r->outer_ready && t >= r->outer.start) {
@@ -263,7 +274,13 @@ static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, i
     }
     if (!outer_sync_due(&r->outer, t, r->max_steps)) { return 0; }
     OuterConfig now = outer_config_at(&r->outer, t);
-    r->last_pg_norm = sqrtf(ops->outer_step(ctx, &now));
+    float sq = 0.0f;
+    for (int f = 0; f < outer_num_fragments(&r->outer); f++) {
+        if (!outer_fragment_due(&r->outer, f, t, r->max_steps)) { continue; }
+        now.fragment = f;
+        sq += ops->outer_step(ctx, &now);
+    }
+    r->last_pg_norm = sqrtf(sq);
     run_check_replicas(r, ops, ctx, t, 1);
     return 1;
 }
