@@ -59,7 +59,7 @@ static void info_one(const char* dir, int step) {
            s.step, s.epoch, s.file_pos, s.row_pos, s.skipped, s.consecutive_skips, s.loss_count);
     if (s.outer_every > 0) {
         OuterConfig o = {s.outer_every, s.outer_start, s.outer_lr, s.outer_momentum,
-                         s.wire, s.feedback, s.wire_start, s.topk};
+                         s.wire, s.feedback, s.wire_start, s.topk, s.fragments, 0};
         int in_window = outer_window_position(&o, s.step);
         printf("  outer sync: -ls %d -lss %d -ol %g -om %g, %d replicas; step %d is %d steps into its window, the "
                "replicas %s\n", s.outer_every, s.outer_start, s.outer_lr, s.outer_momentum, s.world / s.dp_shard,
@@ -67,6 +67,10 @@ static void info_one(const char* dir, int step) {
         printf("  outer state: %s; each rank's local parameters: %s\n",
                s.has_outer ? "outer parameters and momentum in every state file" : "not begun yet (before -lss)",
                s.has_local ? "in its state file" : "no");
+        if (s.fragments > 1) {
+            printf("  streaming fragments: -lf %d (fragment f syncs f * %d / %d steps into each window)\n", s.fragments,
+                   s.outer_every, s.fragments);
+        }
     }
     if (s.wire != WIRE_FP32 || s.topk > 0.0f) {
         printf("  replica link: -rq %s -rk %g -ref %d -rqs %d; error-feedback residual: %s\n",
@@ -88,7 +92,7 @@ static void export_model(const char* dir, int step, const char* out) {
     if (s.has_master) {
         size_t n = gpt2_num_parameters(&c);
         StateTarget t = {0, 1, 1, 0, s.B, s.T, s.total_batch, n, 1, &c, s.outer_every, s.outer_start, s.wire,
-                         s.wire_start, s.has_residual, s.topk};
+                         s.wire_start, s.has_residual, s.topk, s.fragments};
         float* m = (float*)malloc_check(n * sizeof(float));
         float* v = (float*)malloc_check(n * sizeof(float));
         state_load_resharded(dir, step, &t, &s, m, v, params);

@@ -360,6 +360,10 @@ def cmd_fragments():
         report(bitwise_tail(full, part, step + 1, STEPS),
                f"-lf 2: checkpoint {step} (fragment 1 synced, fragment 0 mid-window) resumed: steps {step + 1}-{STEPS} "
                "and model_final.bin bit for bit")
+    _, r = resumed(4, lf[:4] + ["-lf", "1"] + lf[6:] + ["-z", "1"], full, 3, "frag_res_refused", ok=False)
+    line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "")
+    report(r.returncode != 0 and "written with -lf 2; this run has -lf 1" in line,
+           f"refused: an -lf 2 checkpoint resumed with -lf 1: {line[:160]}")
     for what, extra, pat in [("-lf 3 on 2 layers", ["-lf", "3"], r"-lf 3: more fragments than the model's 2 layers"),
                              ("-lf 2 without -ls", ["-lf", "2", "-ls", "0"], r"-lf 2: needs -ls H > 0"),
                              ("-lf 0", ["-lf", "0"], r"-lf")]:

@@ -49,6 +49,7 @@ typedef struct {
     // error-feedback residual follows the outer momentum (owned elements, fp32).
     int wire, feedback, wire_start, has_residual;
     float topk; // -rk (0 = off)
+    int fragments; // -lf F of an -ls run when F > 1 (slot 36; 0 = one fragment, the files of plain -ls)
 } TrainState;
 
 // The arrays of a state file, in file order; an absent one is skipped (llmc/outer_sync.h for
@@ -98,6 +99,7 @@ static void state_pack_header(int* h, const TrainState* s) {
     memcpy(&h[30], &s->outer_momentum, 4);
     h[31] = s->has_residual; h[32] = s->wire; h[33] = s->feedback; h[34] = s->wire_start;
     memcpy(&h[35], &s->topk, 4);
+    h[36] = s->fragments;
     memcpy(&h[64], s->loss_history, LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -120,6 +122,7 @@ static void state_unpack_header(const int* h, TrainState* s) {
     memcpy(&s->outer_momentum, &h[30], 4);
     s->has_residual = h[31]; s->wire = h[32]; s->feedback = h[33]; s->wire_start = h[34];
     memcpy(&s->topk, &h[35], 4);
+    s->fragments = h[36];
     memcpy(s->loss_history, &h[64], LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -271,6 +274,7 @@ typedef struct {
     int outer_every, outer_start; // -ls and -lss of this run (0 without)
     int wire, wire_start, has_residual; // -rq, -rqs and whether this run keeps a residual
     float topk;                         // -rk
+    int fragments;                      // -lf (0 or 1: one fragment)
 } StateTarget;
 
 // The files of a checkpoint written on another layout, opened as needed: shard s of the old
@@ -387,6 +391,10 @@ static void state_check_outer(const char* path, const TrainState* old, const Sta
              "(resume with the same)", path, wire_format_names[(unsigned)old->wire % WIRE_FORMATS], old->topk,
              old->wire_start, old->has_residual ? "a" : "no", wire_format_names[(unsigned)t->wire % WIRE_FORMATS],
              t->topk, t->wire_start, t->has_residual ? "one" : "none");
+    }
+    int old_F = old->fragments > 1 ? old->fragments : 1, F = t->fragments > 1 ? t->fragments : 1;
+    if (old->outer_every > 0 && old_F != F) {
+        fail("%s: written with -lf %d; this run has -lf %d (resume with the same)", path, old_F, F);
     }
     if (same_layout || (old->outer_every == 0 && !old->has_residual)) { return; }
     if (old_R != R) { // each replica has its own local parameters (-ls) or residual (-rq, -rk)

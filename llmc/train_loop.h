@@ -155,6 +155,7 @@ static TrainState run_train_state(const TrainRun* r, int step) {
         s.outer_lr = r->outer.lr;
         s.outer_momentum = r->outer.momentum;
         s.in_agreement = outer_in_agreement(&r->outer, step, r->max_steps);
+        s.fragments = r->outer.fragments > 1 ? r->outer.fragments : 0;
         s.has_local = 1;
         s.has_outer = r->outer_ready;
     }
@@ -206,7 +207,7 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     if (r->resume_step >= 0) {
         StateTarget target = {r->rank, r->world, mesh->dp_shard, zero_stage, a->B, a->T, a->total_batch, opt_owned,
                               opt_has_master, &r->config, outer.every, outer.start, outer.wire,
-                              outer.wire_start, outer_has_residual(&outer), outer.topk};
+                              outer.wire_start, outer_has_residual(&outer), outer.topk, outer.fragments};
         TrainState got;
         ops->read_state(ctx, a->log_dir, r->resume_step, &target, &got);
         r->outer_ready = got.has_outer;

@@ -16,3 +16,7 @@ check wire_formats_vs_reference /usr/bin/python3 dev/test_wire_format.py formats
 check wire_diloco_vs_pytorch /usr/bin/python3 dev/test_wire_format.py reference
 check wire_resume_and_refusals /usr/bin/python3 dev/test_wire_format.py resume
 check wire_mutants_caught /usr/bin/python3 dev/test_wire_format.py mutants
+# -lf (streaming fragments) on 2 x 2: against train_gpt2.py --fragments (fp32, int8), -lf 1 bit for
+# bit plain -ls, bytes per fragment against the closed form, resumes with fragments at different
+# phases, a planted late offset caught, refusals; about 30 s on the 2-core host.
+check diloco_fragments /usr/bin/python3 dev/test_diloco.py fragments
