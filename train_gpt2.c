@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "llmc/utils.h"
 #include "llmc/rng.h"
 #include "llmc/gpt2_model.h"
@@ -552,6 +553,10 @@ typedef struct {
     int* frag_of;         // -ls: each owned element's fragment (-lf; all 0 without it), else NULL
     size_t* frag_pos;     // -ls: an owned element's place among its fragment's, in owned order
     size_t* frag_count;   // -ls: owned elements (padding slots included) of each fragment
+    float* pend_sum;      // -lo: each fragment's summed messages while in flight (packed, padded to R)
+    size_t* pend_off;     // -lo: where fragment f's starts in pend_sum
+    float* pend_snap;     // -lo: the owned local values when their fragment's exchange started
+    double* pend_ready;   // -lo with -rb: when each fragment's exchange has crossed the modelled link
     float* shard_grads;   // stages 1, 2: this rank's reduced gradient slices (padded to dp_replicate)
     float* opt_m;
     float* opt_v;
@@ -585,6 +590,10 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->frag_of = NULL;  // dp_init_fragments
     dp->frag_pos = NULL;
     dp->frag_count = NULL;
+    dp->pend_sum = NULL;  // dp_init_fragments
+    dp->pend_off = NULL;
+    dp->pend_snap = NULL;
+    dp->pend_ready = NULL;
     memset(&dp->grad_wire, 0, sizeof(dp->grad_wire));
     dp->spans = (OwnedSpan*)malloc_check(dp->layout.num_units * sizeof(OwnedSpan));
     dp->num_spans = owned_spans(&dp->layout, zero_stage, dp->mesh.shard_idx, m->num_parameters, dp->spans);
@@ -861,6 +870,27 @@ static void dp_init_fragments(DataParallel* dp, int F) {
         for (size_t i = 0; i < n; i++) { dp->frag_of[first + i] = outer_unit_fragment(unit, L, F); }
     }
     for (size_t o = 0; o < dp->owned; o++) { dp->frag_pos[o] = dp->frag_count[dp->frag_of[o]]++; }
+    dp->pend_off = (size_t*)calloc_check(F + 1, sizeof(size_t));
+    for (int f = 0; f < F; f++) { dp->pend_off[f + 1] = dp->pend_off[f] + round_up(dp->frag_count[f], dp->replica.size); }
+    dp->pend_ready = (double*)calloc_check(F, sizeof(double));
+}
+
+// -lo: the buffers of the exchanges in flight (a summed message and a local snapshot per element).
+static void dp_init_overlap(DataParallel* dp, int F) {
+    dp->pend_sum = (float*)calloc_check(dp->pend_off[F], sizeof(float));
+    dp->pend_snap = (float*)calloc_check(dp->owned, sizeof(float));
+}
+
+// -rb: returns when `t0` + bytes / (mbps * 1e6) seconds have passed (at once when mbps is 0).
+static double link_ready_time(double t0, size_t bytes, float mbps) {
+    return mbps > 0.0f ? t0 + (double)bytes / ((double)mbps * 1e6) : 0.0;
+}
+static void wait_until(double when) {
+    for (double now = now_seconds(); now < when; now = now_seconds()) {
+        double s = when - now;
+        struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
 }
 
 // The messages of fragment f (outer_message: the pseudo-gradient outer - local, plus the residual
@@ -894,17 +924,16 @@ static void dp_fragment_residual(DataParallel* dp, int f, float* packed, size_t 
     }
 }
 
-// The outer step of fragment c->fragment (-lf; the whole model without it): its owned elements'
-// messages packed into the idle gradient buffer, padded to the replicas, summed over them (fp32: one
-// ring all-reduce; -rq: dp_replica_sum_wire), then outer_update on each with local = outer, and
-// the all-gather of the fragment's units in the replica. With one fragment the packing is the
-// identity. Returns the fragment's mean pseudo-gradient's squared norm over the whole replica.
-static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
-    float* msg = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
-    int R = dp->replica.size, plain = outer_plain_average(c), f = c->fragment, F = outer_num_fragments(c);
+// Fragment c->fragment's exchange: its messages packed into msg, padded to the replicas, summed
+// over them (fp32: one ring all-reduce; -rq: dp_replica_sum_wire, the residual updated). Returns
+// when the modelled link (-rb) would have carried its bytes (0 without -rb).
+static double dp_fragment_exchange(DataParallel* dp, GPT2* m, const OuterConfig* c, float* msg) {
+    int R = dp->replica.size, f = c->fragment;
     size_t padded = round_up(dp->frag_count[f], R);
     const float* res = outer_compressed(c) ? dp->residual : NULL;
-    dp_fragment_messages(dp, m, f, plain, res, msg, padded);
+    double t0 = now_seconds();
+    size_t sent0 = comm_bytes_sent;
+    dp_fragment_messages(dp, m, f, outer_plain_average(c), res, msg, padded);
     if (!outer_compressed(c)) {
         COMM_TIMED(ring_all_reduce(&dp->replica, msg, padded, dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp));
     } else {
@@ -914,6 +943,15 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
         if (packed) { dp_fragment_residual(dp, f, packed, padded, 1); }
         free(packed);
     }
+    return link_ready_time(t0, comm_bytes_sent - sent0, c->link_mbps);
+}
+
+// The outer step of fragment c->fragment with its summed messages: outer_update on each owned
+// element, local = outer (snap NULL) or outer_merge with the local value snap held at the exchange's
+// start (-lo), then the all-gather of the fragment's units in the replica. Returns the fragment's
+// mean pseudo-gradient's squared norm over the whole replica.
+static float dp_fragment_apply(DataParallel* dp, GPT2* m, const OuterConfig* c, const float* sum, const float* snap) {
+    int R = dp->replica.size, plain = outer_plain_average(c), f = c->fragment, F = outer_num_fragments(c);
     float inv_R = 1.0f / (float)R;
     double sq = 0.0;
     for (int i = 0; i < dp->num_spans; i++) {
@@ -923,8 +961,9 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
             size_t o = sp->owned_offset + j;
             if (dp->frag_of[o] != f) { continue; }
             float delta;
-            local[j] = outer_update(&dp->outer[o], &dp->outer_m[o], msg[dp->frag_pos[o]], inv_R, c->lr, c->momentum,
-                                    plain, &delta);
+            float now = outer_update(&dp->outer[o], &dp->outer_m[o], sum[dp->frag_pos[o]], inv_R, c->lr, c->momentum,
+                                     plain, &delta);
+            local[j] = snap ? outer_merge(now, local[j], snap[o]) : now;
             sq += (double)delta * delta;
         }
     }
@@ -935,6 +974,34 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
     float total;
     COMM_TIMED(total = all_reduce_sum_scalar(&dp->shard, (float)sq));
     return total;
+}
+
+// The outer step of fragment c->fragment (-lf; the whole model without it) in phase c->phase:
+// OUTER_BLOCKING exchanges in the idle gradient buffer and applies at once; OUTER_START (-lo)
+// exchanges into the fragment's held buffer and keeps its owned local values; OUTER_FINISH waits
+// for the modelled link (-rb) and applies the held sum. With one fragment the packing is the
+// identity. Returns the applied squared norm (0 for OUTER_START).
+static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
+    int f = c->fragment;
+    if (c->phase == OUTER_BLOCKING) {
+        float* msg = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
+        wait_until(dp_fragment_exchange(dp, m, c, msg));
+        return dp_fragment_apply(dp, m, c, msg, NULL);
+    }
+    float* held = dp->pend_sum + dp->pend_off[f];
+    if (c->phase == OUTER_START) {
+        for (int i = 0; i < dp->num_spans; i++) { // fragment f's owned local values (others may be in flight)
+            const OwnedSpan* sp = &dp->spans[i];
+            for (size_t j = 0; j < sp->count; j++) {
+                size_t o = sp->owned_offset + j;
+                if (dp->frag_of[o] == f) { dp->pend_snap[o] = m->params_memory[sp->param_offset + j]; }
+            }
+        }
+        dp->pend_ready[f] = dp_fragment_exchange(dp, m, c, held);
+        return 0.0f;
+    }
+    wait_until(dp->pend_ready[f]);
+    return dp_fragment_apply(dp, m, c, held, dp->pend_snap);
 }
 
 // The CRC-32C of the owned outer (outer 1) or local parameters, all-gathered over the replicas.
@@ -968,6 +1035,10 @@ static void dp_free(DataParallel* dp) {
     free(dp->frag_of);
     free(dp->frag_pos);
     free(dp->frag_count);
+    free(dp->pend_sum);
+    free(dp->pend_off);
+    free(dp->pend_snap);
+    free(dp->pend_ready);
     free(dp->residual);
     free(dp->spans);
     free(dp->opt_m);
@@ -1162,6 +1233,7 @@ int main(int argc, char** argv) {
     int outer = args.outer_every > 0;
     dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer);
     if (outer) { dp_init_fragments(&cpu.dp, args.fragments); }
+    if (outer && args.overlap > 0) { dp_init_overlap(&cpu.dp, args.fragments); }
     int compressed = wire_format_from_name(args.wire_name) != WIRE_FP32 || args.topk > 0.0f;
     if (compressed && args.error_feedback) { dp_init_residual(&cpu.dp); }
     if (compressed && !outer) { dp_init_gradient_wire(&cpu.dp, cpu.model.num_parameters); }

@@ -411,16 +411,16 @@ def fragment_layout(cfg, shards, F, f):
     return out
 
 
-def outer_step_fragment(outer, buf, local, lr, momentum, masks, fmt=None, layout=None, residuals=None, density=0.0):
-    """outer_step (fmt None) or outer_step_wire restricted to the elements of one fragment (masks);
-    the others keep their outer, momentum and local values. Returns the fragment's squared norm."""
+def outer_fragment_delta(outer, local, masks, fmt=None, layout=None, residuals=None, density=0.0):
+    """The mean pseudo-gradient of one fragment (dict of tensors, zero outside masks): the plain mean
+    over the replicas (fmt None) or wire_mean's through the format (residuals updated)."""
     if fmt is not None:
         flat = lambda d: np.concatenate([d[n].detach().numpy().reshape(-1) for n in PARAM_NAMES]).astype(np.float32)
         o = flat(outer)
         mean = wire_mean([o - flat(rep) for rep in local], fmt, layout, residuals, density)
-    sq, off = 0.0, 0
+    out, off = {}, 0
     for n in PARAM_NAMES:
-        k, m = outer[n].numel(), masks[n]
+        k = outer[n].numel()
         if fmt is not None:
             delta = torch.from_numpy(mean[off:off + k].copy()).reshape(outer[n].shape)
         else:
@@ -429,11 +429,22 @@ def outer_step_fragment(outer, buf, local, lr, momentum, masks, fmt=None, layout
                 delta = delta + (outer[n] - rep[n])
             delta = delta / len(local)
         off += k
-        buf[n][m] = momentum * buf[n][m] + delta[m]
-        outer[n][m] = outer[n][m] - lr * (delta[m] + momentum * buf[n][m])
-        sq += float((delta[m].double() ** 2).sum())
-        for rep in local:
-            rep[n][m] = outer[n][m]
+        out[n] = torch.where(masks[n], delta, torch.zeros_like(delta))
+    return out
+
+
+def outer_fragment_apply(outer, buf, local, lr, momentum, masks, delta, snaps=None):
+    """The Nesterov outer step with delta on the fragment's elements; each replica's values there
+    become the new outer (snaps None), or (--overlap) the new outer plus what that replica's own
+    steps added since its snapshot was taken when the exchange started. Returns the squared norm."""
+    sq = 0.0
+    for n in PARAM_NAMES:
+        m, d = masks[n], delta[n]
+        buf[n][m] = momentum * buf[n][m] + d[m]
+        outer[n][m] = outer[n][m] - lr * (d[m] + momentum * buf[n][m])
+        sq += float((d[m].double() ** 2).sum())
+        for r, rep in enumerate(local):
+            rep[n][m] = outer[n][m] if snaps is None else outer[n][m] + (rep[n][m] - snaps[r][n][m])
     return sq
 
 
@@ -462,7 +473,7 @@ def synchronous_step_wire(reps, opts, cfg, x, y, B, fmt, layout, residuals, dens
 def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0, replicas=1,
           sync_every=0, outer_lr=0.7, outer_momentum=0.9, sync_start=0, on_first_batch=None,
           path="data", log=print, wire="fp32", feedback=True, wire_start=0, wire_shards=0, topk=0.0,
-          fragments=1):
+          fragments=1, overlap=0):
     """Train `steps` AdamW steps; returns (losses, reps): each step's loss before its update and
     the R replicas' final parameters (reps[0] is P itself, updated in place; after the final
     outer sync all replicas are equal). Step t (1-based) reads the next global batch of R*B rows
@@ -485,6 +496,8 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
     fragment_layouts = [fragment_layout(cfg, wire_shards, fragments, f) if compressed else None
                         for f in range(fragments)]
     frag_residuals = [[{} for _ in range(R)] if feedback else None for _ in range(fragments)]
+    all_masks = [fragment_masks(cfg, fragments, f) for f in range(fragments)]
+    pending = {}  # --overlap: fragment -> (the step its exchange started after, its mean, the replicas' snapshots)
     loader = batches(tokens, R * B, T, path)
     reps = [P] + [{n: t.clone() for n, t in P.items()} for _ in range(R - 1)]
     if steps <= 0:
@@ -529,18 +542,28 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
             log(f"step {t - 1}: loss {loss:.6f} norm {norm:.4f}")
         if H > 0 and t == S:
             outer, buf = take_outer()
-        if active and fragments > 1:
-            sq = 0.0
+        if active and (fragments > 1 or overlap > 0):
+            sq, applied = 0.0, False
+            for f in sorted(pending):  # exchanges that started overlap steps ago (all after the last step)
+                t0, delta, snaps = pending[f]
+                if t == steps or t >= t0 + overlap:
+                    sq += outer_fragment_apply(outer, buf, reps, outer_lr, outer_momentum, all_masks[f], delta, snaps)
+                    del pending[f]
+                    applied = True
             for f in range(fragments):
                 if not fragment_due(f, fragments, t, H, S, steps):
                     continue
-                masks = fragment_masks(cfg, fragments, f)
                 if compressed and t > wire_start:
-                    sq += outer_step_fragment(outer, buf, reps, outer_lr, outer_momentum, masks, wire,
-                                              fragment_layouts[f], frag_residuals[f], topk)
+                    delta = outer_fragment_delta(outer, reps, all_masks[f], wire, fragment_layouts[f],
+                                                 frag_residuals[f], topk)
                 else:
-                    sq += outer_step_fragment(outer, buf, reps, outer_lr, outer_momentum, masks)
-            if log and sq > 0:
+                    delta = outer_fragment_delta(outer, reps, all_masks[f])
+                if overlap > 0 and t != steps:
+                    pending[f] = (t, delta, [{n: rep[n].clone() for n in PARAM_NAMES} for rep in reps])
+                else:
+                    sq += outer_fragment_apply(outer, buf, reps, outer_lr, outer_momentum, all_masks[f], delta)
+                    applied = True
+            if log and applied:
                 log(f"outer sync after step {t}: pseudo-gradient norm {math.sqrt(sq):.6f}")
         elif active and ((t - S) % H == 0 or t == steps):
             if compressed and t > wire_start:
@@ -918,6 +941,8 @@ def main(argv=None):
                     help="--wire-format: syncs after steps <= S stay fp32 (default 0)")
     ap.add_argument("--fragments", type=int, default=1, metavar="F",
                     help="--sync-every: streaming fragments, F groups of layers synced at staggered steps")
+    ap.add_argument("--overlap", type=int, default=0, metavar="TAU",
+                    help="--sync-every: a fragment's mean is computed after its step and applied TAU steps later")
     ap.add_argument("--fragment-offset-bug", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--topk", type=float, default=0.0, metavar="D",
                     help="DiLoCo: send the fraction D of each 4096-value chunk, largest first (default 0: all)")
@@ -937,6 +962,8 @@ def main(argv=None):
         ap.error(f"--outer-lr must be > 0 (got {a.outer_lr})")
     if a.fragments < 1 or (a.fragments > 1 and a.sync_every == 0):
         ap.error(f"--fragments must be >= 1, and > 1 only with --sync-every (got {a.fragments})")
+    if a.overlap < 0 or (a.overlap > 0 and a.overlap >= a.sync_every):
+        ap.error(f"--overlap must be >= 0 and below --sync-every (got {a.overlap})")
     global FRAGMENT_OFFSET_BUG
     FRAGMENT_OFFSET_BUG = a.fragment_offset_bug
 
@@ -974,7 +1001,7 @@ def main(argv=None):
                          a.grad_clip, a.replicas, a.sync_every, a.outer_lr, a.outer_momentum, a.sync_start,
                          on_first_batch=dump, path=a.data, wire=a.wire_format, feedback=bool(a.error_feedback),
                          wire_start=a.compress_start, wire_shards=a.wire_shards, topk=a.topk,
-                         fragments=a.fragments)
+                         fragments=a.fragments, overlap=a.overlap)
     if a.write_losses:
         write_atomic(a.write_losses, ["".join(f"{v:.9f}\n" for v in losses).encode()])
     if a.write_final:

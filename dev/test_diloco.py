@@ -323,6 +323,14 @@ def cmd_fragments():
     le, we = errors(d, ref_l, ref_w)
     report(le <= tol and we <= tol, f"2 x 2 ZeRO 1 -ls {H} -lf 2 -rq int8: max loss error {le:.2e}, max weight error "
                                     f"{we:.2e} against the reference (tol {tol:.0e})")
+    # -lo 1: each fragment's exchange starts after its step, applied one step later
+    ref_l, ref_w = reference(2, STEPS, H, extra=("--fragments", "2", "--overlap", "1"))
+    for stage, extra in [(1, []), (2, [])]:
+        d, _ = run(4, lf + ["-z", str(stage), "-lo", "1"] + extra, f"frag_lo_{stage}")
+        le, we = errors(d, ref_l, ref_w)
+        report(le <= tol and we <= tol and syncs(d) == [3, 5, 7, 9, 11, 12],
+               f"2 x 2 ZeRO {stage} -ls {H} -lf 2 -lo 1, applied after {syncs(d)}: max loss error {le:.2e}, max weight "
+               f"error {we:.2e} against train_gpt2.py --fragments 2 --overlap 1 (tol {tol:.0e})")
     # a planted bug: the reference with fragment 1's offset one step late must be told apart
     bad_l, bad_w = reference(2, STEPS, H, extra=("--fragments", "2", "--fragment-offset-bug", "1"))
     d0 = f"{OUT}/frag_1"

@@ -56,6 +56,8 @@ typedef struct {
     float outer_momentum;      // -om
     int outer_start;           // -lss
     int fragments;             // -lf
+    int overlap;               // -lo
+    float link_mbps;           // -rb
     const char* wire_name;     // -rq: fp32 | bf16 | int8 | int4 (llmc/wire_format.h)
     int error_feedback;        // -ref (0|1)
     int wire_start;            // -rqs
@@ -127,6 +129,8 @@ static const ArgSpec arg_specs[] = {
     ARG("-ol", ARG_FLOAT, outer_lr, 0, "-ls: outer learning rate (Nesterov SGD on the pseudo-gradients)"),
     ARG("-om", ARG_FLOAT, outer_momentum, 0, "-ls: outer Nesterov momentum"),
     ARG("-lf", ARG_INT, fragments, 0, "-ls: streaming fragments, F groups of layers synced at staggered steps"),
+    ARG("-lo", ARG_INT, overlap, 0, "-ls: a fragment's exchange overlaps the next tau steps, merged after them (0 = blocking)"),
+    ARG("-rb", ARG_FLOAT, link_mbps, 0, "-ls, tests: outer-sync exchanges take >= bytes / (MB/s) of wall time (0 = off)"),
     ARG("-lss", ARG_INT, outer_start, 0, "-ls: synchronous steps before the first window (outer starts there)"),
     ARG("-rq", ARG_STRING, wire_name, 0, "replica link format fp32 | bf16 | int8 | int4 (blocks of 128, fp32 scales)"),
     ARG("-ref", ARG_INT, error_feedback, 0, "-rq/-rk: error feedback, what encoding lost added to the next message (0|1)"),
@@ -191,6 +195,8 @@ static void args_defaults(TrainArgs* a) {
     a->outer_momentum = 0.0f;
     a->outer_start = 0;
     a->fragments = 1;
+    a->overlap = 0;
+    a->link_mbps = 0.0f;
     a->wire_name = "fp32";
     a->error_feedback = 1;
     a->wire_start = 0;
@@ -325,6 +331,12 @@ static void args_validate(const TrainArgs* a, int gpu) {
     if (a->outer_start > 0 && a->outer_every == 0) { fail("-lss %d: needs -ls H > 0", a->outer_start); }
     require_int("-lf", a->fragments, 1, big);
     if (a->fragments > 1 && a->outer_every == 0) { fail("-lf %d: needs -ls H > 0", a->fragments); }
+    require_int("-lo", a->overlap, 0, big);
+    if (a->overlap > 0 && a->overlap >= a->outer_every) {
+        fail("-lo %d: needs -ls H > tau (a fragment's exchange lands before its next one starts)", a->overlap);
+    }
+    require_float("-rb", a->link_mbps, 0.0f, 1e9f);
+    if (a->link_mbps > 0.0f && a->outer_every == 0) { fail("-rb %g: needs -ls H > 0", a->link_mbps); }
     args_validate_wire(a, gpu);
     if (a->hellaswag && a->val_every == 0) { fail("-h 1: HellaSwag runs at every validation, so -v must be > 0"); }
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {

@@ -37,7 +37,15 @@ typedef struct {
     float topk;      // -rk: the fraction of each chunk sent (0: all)
     int fragments;   // -lf F (0 or 1: the whole model at once)
     int fragment;    // the fragment one outer_step syncs (0..F-1)
+    int overlap;     // -lo tau: a fragment's exchange starts after its step, its result merged tau steps later
+    float link_mbps; // -rb: the replica link's modelled bandwidth in MB/s (0: unthrottled)
+    int phase;       // what one outer_step does: OUTER_BLOCKING, OUTER_START or OUTER_FINISH
 } OuterConfig;
+
+// outer_step's phases: the whole sync at once; -lo: the exchange alone (its result held, the
+// fragment's local values kept as they were), or the outer step with the held result, where
+// local = outer_new + (local_now - local_at_start) (docs/distributed.md).
+enum { OUTER_BLOCKING, OUTER_START, OUTER_FINISH };
 
 // Whether step t (1-based) trains each replica on its own (no gradient traffic across replicas).
 static int outer_active(const OuterConfig* o, int t) { return o->every > 0 && t > o->start; }
@@ -141,6 +149,12 @@ OUTER_HD static inline float outer_update(float* outer, float* buf, float sum, f
     *outer = o;
     *delta = d;
     return o;
+}
+
+// -lo: the local value after an overlapped sync: the new outer plus what the local steps since the
+// exchange started added (local_now - local_at_start).
+OUTER_HD static inline float outer_merge(float outer_new, float local_now, float local_at_start) {
+    return outer_new + (local_now - local_at_start);
 }
 
 // A run of a rank's owned elements: parameters [param_offset, +count) are owned elements

@@ -119,6 +119,7 @@ typedef struct {
     OuterConfig outer;        // -ls, -lss, -ol, -om (outer.every 0: synchronous)
     int outer_ready;          // the outer state holds the outer parameters (from step -lss on)
     float last_pg_norm;       // the pseudo-gradient norm of the last outer sync
+    int* outer_inflight;      // -lo: the step each fragment's exchange started after, or -1
     int ckpt_failures;        // checkpoints in a row that could not be written (-nf)
     int last_complete;        // the newest complete checkpoint this run knows of (-1: none)
 } TrainRun;
@@ -188,7 +189,7 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->last_complete = r->resume_step;
     OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum,
                          wire_format_from_name(a->wire_name), a->error_feedback, a->wire_start, a->topk,
-                         a->fragments, 0};
+                         a->fragments, 0, a->overlap, a->link_mbps, OUTER_BLOCKING};
     r->outer = outer;
     r->outer_ready = 0;
     r->last_pg_norm = -1.0f;
@@ -196,10 +197,12 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     if (outer.fragments > r->config.num_layers) {
         fail("-lf %d: more fragments than the model's %d layers", outer.fragments, r->config.num_layers);
     }
-    if (outer.fragments > 1 && !ops->fragments) {
-        fail("-lf %d: streaming fragments are not supported by %s yet (train_gpt2cpu has them)", outer.fragments,
-             ops->name);
+    if ((outer.fragments > 1 || outer.overlap > 0 || outer.link_mbps > 0.0f) && !ops->fragments) {
+        fail("-lf %d -lo %d -rb %g: streaming fragments, overlap and the throttled link are not supported by %s yet "
+             "(train_gpt2cpu has them)", outer.fragments, outer.overlap, outer.link_mbps, ops->name);
     }
+    r->outer_inflight = (int*)malloc_check(outer_num_fragments(&outer) * sizeof(int));
+    for (int f = 0; f < outer_num_fragments(&outer); f++) { r->outer_inflight[f] = -1; }
     if (outer.every == 0 && outer_compressed(&outer) && !ops->set_gradient_wire) {
         fail("-rq %s -rk %g: not supported by %s", wire_format_names[outer.wire], outer.topk, ops->name);
     }
@@ -227,6 +230,14 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
 static void run_check_outer_schedule(const TrainRun* r) {
     const TrainArgs* a = r->args;
     if (r->outer.every == 0) { return; }
+    for (int s = a->checkpoint_every; r->outer.overlap > 0 && s > 0 && s < r->max_steps; s += a->checkpoint_every) {
+        for (int t = s - r->outer.overlap + 1; t <= s; t++) {
+            if (t > 0 && outer_sync_due(&r->outer, t, r->max_steps)) {
+                fail("-n %d -lo %d: checkpoint %d would have the exchange started after step %d in flight (not saved "
+                     "yet): put checkpoints where none is", a->checkpoint_every, r->outer.overlap, s, t);
+            }
+        }
+    }
     for (int step = r->start_step; step <= r->max_steps; step++) {
         if (outer_in_agreement(&r->outer, step, r->max_steps)) { continue; }
         int val = (r->have_val || a->hellaswag) && a->val_every > 0 && step % a->val_every == 0;
@@ -264,23 +275,42 @@ static void run_outer_begin(TrainRun* r, const TrainerOps* ops, void* ctx) {
     if (r->outer_ready) { run_check_replicas(r, ops, ctx, r->start_step, 1); }
 }
 
-// -ls, after the update of step t (1-based): the outer parameters begin after step -lss, and an
-// outer sync of each fragment outer_fragment_due names follows (in order 0..F-1 on every rank).
-// Returns whether one ran; last_pg_norm is the norm over the fragments synced.
+// -ls, after the update of step t (1-based): the outer parameters begin after step -lss; then
+// (-lo) every exchange in flight that started tau steps ago (all of them after the last step) is
+// applied, and each fragment outer_fragment_due names syncs: blocking, or (-lo, not the last
+// step) its exchange starts. Both in fragment order 0..F-1 on every rank. Returns whether an outer
+// step was applied; last_pg_norm is the norm over the fragments applied.
 static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, int t) {
     if (r->outer.every == 0) { return 0; }
     if (!r->outer_ready && t >= r->outer.start) {
         ops->outer_init(ctx);
         r->outer_ready = 1;
     }
-    if (!outer_sync_due(&r->outer, t, r->max_steps)) { return 0; }
     OuterConfig now = outer_config_at(&r->outer, t);
+    int last = t == r->max_steps, applied = 0, F = outer_num_fragments(&r->outer);
     float sq = 0.0f;
-    for (int f = 0; f < outer_num_fragments(&r->outer); f++) {
+    for (int f = 0; f < F; f++) {
+        int started = r->outer_inflight[f];
+        if (started < 0 || (!last && t < started + r->outer.overlap)) { continue; }
+        OuterConfig then = outer_config_at(&r->outer, started);
+        then.fragment = f;
+        then.phase = OUTER_FINISH;
+        sq += ops->outer_step(ctx, &then);
+        r->outer_inflight[f] = -1;
+        applied = 1;
+    }
+    for (int f = 0; f < F; f++) {
         if (!outer_fragment_due(&r->outer, f, t, r->max_steps)) { continue; }
         now.fragment = f;
+        now.phase = r->outer.overlap > 0 && !last ? OUTER_START : OUTER_BLOCKING;
         sq += ops->outer_step(ctx, &now);
+        if (now.phase == OUTER_START) {
+            r->outer_inflight[f] = t;
+        } else {
+            applied = 1;
+        }
     }
+    if (!applied) { return 0; }
     r->last_pg_norm = sqrtf(sq);
     run_check_replicas(r, ops, ctx, t, 1);
     return 1;
@@ -592,6 +622,7 @@ static void run_free(TrainRun* r) {
     dataloader_free(&r->train);
     if (r->have_val) { dataloader_free(&r->val); }
     if (r->have_tokenizer) { tokenizer_free(&r->tokenizer); }
+    free(r->outer_inflight);
 }
 
 #endif
