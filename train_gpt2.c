@@ -885,8 +885,11 @@ static void dp_init_overlap(DataParallel* dp, int F) {
 static double link_ready_time(double t0, size_t bytes, float mbps) {
     return mbps > 0.0f ? t0 + (double)bytes / ((double)mbps * 1e6) : 0.0;
 }
-static void wait_until(double when) {
-    for (double now = now_seconds(); now < when; now = now_seconds()) {
+static double link_waited[2]; // -rb: seconds spent in wait_until before / after the last step
+static void wait_until(double when, int last) {
+    double start = now_seconds();
+    if (when > start) { link_waited[last] += when - start; }
+    for (double now = start; now < when; now = now_seconds()) {
         double s = when - now;
         struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
         nanosleep(&ts, NULL);
@@ -985,7 +988,7 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
     int f = c->fragment;
     if (c->phase == OUTER_BLOCKING) {
         float* msg = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
-        wait_until(dp_fragment_exchange(dp, m, c, msg));
+        wait_until(dp_fragment_exchange(dp, m, c, msg), c->last);
         return dp_fragment_apply(dp, m, c, msg, NULL);
     }
     float* held = dp->pend_sum + dp->pend_off[f];
@@ -1000,7 +1003,7 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
         dp->pend_ready[f] = dp_fragment_exchange(dp, m, c, held);
         return 0.0f;
     }
-    wait_until(dp->pend_ready[f]);
+    wait_until(dp->pend_ready[f], c->last);
     return dp_fragment_apply(dp, m, c, held, dp->pend_snap);
 }
 
@@ -1252,7 +1255,14 @@ int main(int argc, char** argv) {
     snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank\n", omp_get_max_threads());
     run_print_start(&run, cpu.model.num_parameters, &mem, &comm, extra);
 
+    double train_start = now_seconds();
     run_train(&run, &ops, &cpu);
+    if (args.link_mbps > 0.0f && rank == 0) {
+        double total = now_seconds() - train_start;
+        printf("modelled link (-rb %g MB/s): rank 0 waited %.1f ms for it in %.1f ms of training (%.2f%%), and %.1f ms "
+               "after the last step (every fragment lands)\n", args.link_mbps, link_waited[0] * 1e3, total * 1e3,
+               100.0 * link_waited[0] / total, link_waited[1] * 1e3);
+    }
 
     run_free(&run);
     dp_free(&cpu.dp);

@@ -59,7 +59,7 @@ static void info_one(const char* dir, int step) {
            s.step, s.epoch, s.file_pos, s.row_pos, s.skipped, s.consecutive_skips, s.loss_count);
     if (s.outer_every > 0) {
         OuterConfig o = {s.outer_every, s.outer_start, s.outer_lr, s.outer_momentum,
-                         s.wire, s.feedback, s.wire_start, s.topk, s.fragments, 0, 0, 0.0f, 0};
+                         s.wire, s.feedback, s.wire_start, s.topk, s.fragments, 0, 0, 0.0f, 0, 0};
         int in_window = outer_window_position(&o, s.step);
         printf("  outer sync: -ls %d -lss %d -ol %g -om %g, %d replicas; step %d is %d steps into its window, the "
                "replicas %s\n", s.outer_every, s.outer_start, s.outer_lr, s.outer_momentum, s.world / s.dp_shard,

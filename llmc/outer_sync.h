@@ -40,6 +40,7 @@ typedef struct {
     int overlap;     // -lo tau: a fragment's exchange starts after its step, its result merged tau steps later
     float link_mbps; // -rb: the replica link's modelled bandwidth in MB/s (0: unthrottled)
     int phase;       // what one outer_step does: OUTER_BLOCKING, OUTER_START or OUTER_FINISH
+    int last;        // 1 after the run's last step (every fragment syncs, whatever is in flight lands)
 } OuterConfig;
 
 // outer_step's phases: the whole sync at once; -lo: the exchange alone (its result held, the

@@ -189,7 +189,7 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->last_complete = r->resume_step;
     OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum,
                          wire_format_from_name(a->wire_name), a->error_feedback, a->wire_start, a->topk,
-                         a->fragments, 0, a->overlap, a->link_mbps, OUTER_BLOCKING};
+                         a->fragments, 0, a->overlap, a->link_mbps, OUTER_BLOCKING, 0};
     r->outer = outer;
     r->outer_ready = 0;
     r->last_pg_norm = -1.0f;
@@ -295,6 +295,7 @@ static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, i
         OuterConfig then = outer_config_at(&r->outer, started);
         then.fragment = f;
         then.phase = OUTER_FINISH;
+        then.last = last;
         sq += ops->outer_step(ctx, &then);
         r->outer_inflight[f] = -1;
         applied = 1;
@@ -303,6 +304,7 @@ static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, i
         if (!outer_fragment_due(&r->outer, f, t, r->max_steps)) { continue; }
         now.fragment = f;
         now.phase = r->outer.overlap > 0 && !last ? OUTER_START : OUTER_BLOCKING;
+        now.last = last;
         sq += ops->outer_step(ctx, &now);
         if (now.phase == OUTER_START) {
             r->outer_inflight[f] = t;
