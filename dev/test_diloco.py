@@ -332,6 +332,25 @@ def cmd_fragments():
         report(le <= tol and we <= tol and syncs(d) == [3, 5, 7, 9, 11, 12],
                f"2 x 2 ZeRO {stage} -ls {H} -lf 2 -lo 1, applied after {syncs(d)}: max loss error {le:.2e}, max weight "
                f"error {we:.2e} against train_gpt2.py --fragments 2 --overlap 1 (tol {tol:.0e})")
+    ref_l, ref_w = reference(2, STEPS, H, extra=("--fragments", "2", "--overlap", "1", "--wire-format", "int8",
+                                                 "--wire-shards", "2"))
+    d, _ = run(4, lf + ["-z", "1", "-lo", "1", "-rq", "int8"], "frag_lo_int8")
+    le, we = errors(d, ref_l, ref_w)
+    report(le <= tol and we <= tol, f"2 x 2 ZeRO 1 -ls {H} -lf 2 -lo 1 -rq int8: max loss error {le:.2e}, max weight "
+                                    f"error {we:.2e} against the reference (tol {tol:.0e})")
+    lo0_l, lo0_w = reference(2, STEPS, H, extra=("--fragments", "2"))
+    le, we = errors(f"{OUT}/frag_lo_1", lo0_l, lo0_w)
+    report(le > tol or we > tol, f"-lo 1 differs from -lo 0 (the check can fail): max loss difference {le:.2e}, max "
+                                 f"weight difference {we:.2e} (must exceed {tol:.0e})")
+    # -lo 1: checkpoint 7 has nothing in flight (exchanges start after even steps, land after odd ones)
+    args = lf + ["-z", "1", "-lo", "1", "-n", "7"]
+    full, _ = run(4, args, "frag_lo_res_full")
+    part, _ = resumed(4, args, full, 7, "frag_lo_res_7")
+    report(bitwise_tail(full, part, 8, STEPS), "-lf 2 -lo 1: checkpoint 7 resumed: steps 8-12 and model_final.bin "
+                                               "bit for bit")
+    _, r = run(4, lf + ["-z", "1", "-lo", "1", "-n", "3"], "frag_lo_refused", ok=False)
+    line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "")
+    report(r.returncode != 0 and "in flight" in line, f"refused: -lo 1 -n 3 (checkpoint 6 in flight): {line[:170]}")
     # a planted bug: the reference with fragment 1's offset one step late must be told apart
     bad_l, bad_w = reference(2, STEPS, H, extra=("--fragments", "2", "--fragment-offset-bug", "1"))
     d0 = f"{OUT}/frag_1"

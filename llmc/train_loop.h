@@ -403,6 +403,13 @@ static int run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, voi
     char path[4096], model[4096];
     const char* dir = r->args->log_dir;
     uint32_t model_crc = 0;
+    for (int f = 0; r->outer.every > 0 && f < outer_num_fragments(&r->outer); f++) {
+        if (r->outer_inflight[f] >= 0) { // the same on every rank: the schedule follows from the step
+            snprintf(why, why_len, "fragment %d's -lo exchange (started after step %d) is in flight and is not saved "
+                     "in checkpoints yet", f, r->outer_inflight[f]);
+            return 0;
+        }
+    }
     checkpoint_path(model, sizeof(model), dir, "model", step, -1);
     checkpoint_path(path, sizeof(path), dir, "state", step, r->rank);
     TrainState s = run_train_state(r, step);
