@@ -871,7 +871,9 @@ static void dp_init_fragments(DataParallel* dp, int F) {
     }
     for (size_t o = 0; o < dp->owned; o++) { dp->frag_pos[o] = dp->frag_count[dp->frag_of[o]]++; }
     dp->pend_off = (size_t*)calloc_check(F + 1, sizeof(size_t));
-    for (int f = 0; f < F; f++) { dp->pend_off[f + 1] = dp->pend_off[f] + round_up(dp->frag_count[f], dp->replica.size); }
+    for (int f = 0; f < F; f++) {
+        dp->pend_off[f + 1] = dp->pend_off[f] + round_up(dp->frag_count[f], dp->replica.size);
+    }
     dp->pend_ready = (double*)calloc_check(F, sizeof(double));
 }
 

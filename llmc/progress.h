@@ -77,7 +77,8 @@ static void progress_accounting(const Mesh* mesh, int zero_stage, const MemoryBy
         if (comm->fragments > 1) {
             printf("streaming fragments (-lf %d): the outer sync above is the sum of the fragments' syncs of a "
                    "window, the largest sends %zu bytes per rank across replicas (%.3f of the sum)\n", comm->fragments,
-                   comm->sync_replica_peak, comm->sync_replica ? comm->sync_replica_peak / (double)comm->sync_replica : 0.0);
+                   comm->sync_replica_peak,
+                   comm->sync_replica ? comm->sync_replica_peak / (double)comm->sync_replica : 0.0);
         }
         if (comm->wire != WIRE_FP32 || comm->topk > 0.0f) {
             printf("replica link format: -rq %s -rk %g (scales, indices and padding included): %zu bytes per outer "
