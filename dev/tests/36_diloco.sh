@@ -20,6 +20,6 @@ check wire_mutants_caught /usr/bin/python3 dev/test_wire_format.py mutants
 # bit plain -ls, bytes per fragment against the closed form, resumes with fragments at different
 # phases, a planted late offset caught, refusals; about 30 s on the 2-core host.
 check diloco_fragments /usr/bin/python3 dev/test_diloco.py fragments
-# -lo with the modelled link -rb: rank 0's wait on the link with -lo 4 at most 10% of blocking's;
+# -lo with the modelled link -rb: rank 0's wait on the link with -lo 7 at most 10% of blocking's;
 # about 10 s.
 check diloco_overlap_link /usr/bin/python3 dev/test_diloco.py overlap
