@@ -351,6 +351,24 @@ def cmd_fragments():
     _, r = run(4, lf + ["-z", "1", "-lo", "1", "-n", "3"], "frag_lo_refused", ok=False)
     line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "")
     report(r.returncode != 0 and "in flight" in line, f"refused: -lo 1 -n 3 (checkpoint 6 in flight): {line[:170]}")
+    # a planted bug in the trainer: replica 1 issues the fragments due together in reverse order
+    import test_wire_format as tw
+    mdir = tw.mutant_copy("fragment_order", "llmc/train_loop.h",
+                          "    for (int f = 0; f < F; f++) {\n        if (!outer_fragment_due(&r->outer, f, t",
+                          "    for (int f0 = 0; f0 < F; f0++) {\n        int f = r->rank == 1 ? F - 1 - f0 : f0;\n"
+                          "        if (!outer_fragment_due(&r->outer, f, t")
+    mutant = os.path.abspath(mdir + "/train_gpt2cpu")
+    subprocess.run(["mpicc"] + tw.CFLAGS + ["-fopenmp", "-o", mutant, mdir + "/train_gpt2.c", "-lm"], check=True)
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2", "-x",
+           "OMP_NUM_THREADS=1", mutant, "-e", model_file()] + BASE + ["-x", "4", "-ls", "4", "-lf", "2", "-ds", "1",
+                                                                        "-o", ""]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "no error line")
+        report(r.returncode != 0, f"planted: replica 1 syncs the fragments due after the last step in reverse order: "
+                                  f"the job stops: {line[:150]}")
+    except subprocess.TimeoutExpired:
+        report(False, "planted: fragments in reverse order on one rank: the job hung (60 s)")
     # a planted bug: the reference with fragment 1's offset one step late must be told apart
     bad_l, bad_w = reference(2, STEPS, H, extra=("--fragments", "2", "--fragment-offset-bug", "1"))
     d0 = f"{OUT}/frag_1"

@@ -18,7 +18,8 @@ check wire_resume_and_refusals /usr/bin/python3 dev/test_wire_format.py resume
 check wire_mutants_caught /usr/bin/python3 dev/test_wire_format.py mutants
 # -lf (streaming fragments) on 2 x 2: against train_gpt2.py --fragments (fp32, int8), -lf 1 bit for
 # bit plain -ls, bytes per fragment against the closed form, resumes with fragments at different
-# phases, a planted late offset caught, refusals; about 30 s on the 2-core host.
+# phases, -lo 1 against --overlap 1, planted bugs caught (a late offset in the reference, a rank
+# issuing fragments in reverse order), refusals; about 25-35 s on the 2-core host.
 check diloco_fragments /usr/bin/python3 dev/test_diloco.py fragments
 # -lo with the modelled link -rb: rank 0's wait on the link with -lo 7 at most 10% of blocking's;
 # about 10 s.
