@@ -22,5 +22,5 @@ check wire_mutants_caught /usr/bin/python3 dev/test_wire_format.py mutants
 # issuing fragments in reverse order), refusals; about 25-35 s on the 2-core host.
 check diloco_fragments /usr/bin/python3 dev/test_diloco.py fragments
 # -lo with the modelled link -rb: rank 0's wait on the link with -lo 7 at most 10% of blocking's;
-# about 10 s.
+# about 5 s.
 check diloco_overlap_link /usr/bin/python3 dev/test_diloco.py overlap
