@@ -2,6 +2,8 @@
 // reference (naive causal attention in double, forward and backward, from the same bf16 inputs),
 // then, where a real GPU is present, a timing loop at GPT-2 shapes.
 //   versions: flash  tensor cores (nvcuda::wmma), BF16 build, head size 64
+//             fa2    llmc/attention_fa2.cuh's forward (mma.sync, ldmatrix, cp.async), BF16, head size 64,
+//                    with flash's backward (fed the fa2 forward's out and lse)
 //             scalar the CUDA-core fallback (FP32 build, or other head sizes), one warp per row
 //             cudnn  cuDNN's SDPA through llmc/cudnn_att.cpp (-DENABLE_CUDNN, BF16; under emucc the
 //                    emulator's frontend, dev/cuda_emu/include/cudnn_frontend.h)
@@ -14,13 +16,17 @@
 // version only (the checked emulator's budget); --cudnn (a -DENABLE_CUDNN build): cuDNN and the
 // tensor-core version on the same inputs at GPT-2 124M's layer shape (B 1, NH 12, T 1024) and an
 // odd T (B 2, NH 12, T 77), each against the reference and against each other, then cuDNN alone on
-// the small cases and head sizes (--cudnn-small: those only).
+// the small cases and head sizes (--cudnn-small: those only). --fa2: the fa2 version alone, at
+// GPT-2 124M's layer (B 1, NH 12, T 1024), T 77, 130 and below 64; --fa2-quick: the same without T 1024.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common.cuh"
 #include "../../llmc/attention.cuh"
+#ifndef ENABLE_FP32
+#include "../../llmc/attention_fa2.cuh"
+#endif
 #ifdef ENABLE_CUDNN
 #include "../../llmc/cudnn_att.h"
 #endif
@@ -176,6 +182,7 @@ static void cudnn_backward(floatX* dqkv, float* delta, const floatX* dout, const
 static const Version versions[] = {
 #ifndef ENABLE_FP32
     {"flash", attention_forward_flash, attention_backward_flash, 64},
+    {"fa2", attention_forward_fa2, attention_backward_flash, 64}, // forward only: the wmma backward on its lse
 #endif
     {"scalar", attention_forward_scalar, attention_backward_scalar, 0},
 #ifdef ENABLE_CUDNN
@@ -339,6 +346,11 @@ int main(int argc, char** argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     int long_flash_only = argc > 1 && strcmp(argv[1], "--long-flash-only") == 0;
     int cudnn_compare = argc > 1 && strcmp(argv[1], "--cudnn") == 0;
+    int fa2_quick = argc > 1 && strcmp(argv[1], "--fa2-quick") == 0;
+    int fa2_only = fa2_quick || (argc > 1 && strcmp(argv[1], "--fa2") == 0);
+#ifdef ENABLE_FP32
+    if (fa2_only) { fail("%s: the fa2 version is BF16 only (build without -DENABLE_FP32)", argv[1]); }
+#endif
     int cudnn_only = cudnn_compare || (argc > 1 && strcmp(argv[1], "--cudnn-small") == 0);
 #ifndef ENABLE_CUDNN
     if (cudnn_only) { fail("%s: this build has no cuDNN version (build with -DENABLE_CUDNN llmc/cudnn_att.cpp)", argv[1]); }
@@ -351,6 +363,18 @@ int main(int argc, char** argv) {
     // (B, NH, T): T over {1, 17, 64, 255, 1024}, partial tiles and several B x NH
     const int cases[][3] = {{1, 1, 1}, {2, 3, 17}, {1, 2, 64}, {2, 1, 255}, {3, 2, 65}, {1, 1, 1024}};
     int ncases = (int)(sizeof(cases) / sizeof(cases[0]));
+#ifndef ENABLE_FP32
+    if (fa2_only) {
+        const Version* v = &versions[1];
+        if (!fa2_quick) { check_case(v, 1, 1024, 12, 64, 2.0f); } // GPT-2 124M's layer: C 768, NH 12
+        check_case(v, 2, 77, 12, 64, 2.0f);  // odd T: a partial second tile
+        check_case(v, 1, 130, 2, 64, 6.0f);  // sharp rows, three tiles, the last with 2 rows
+        check_case(v, 2, 17, 3, 64, 2.0f);   // T < 64: one partial tile
+        check_case(v, 1, 1, 1, 64, 2.0f);
+        printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
+        return failures ? 1 : 0;
+    }
+#endif
 #ifdef ENABLE_CUDNN
     if (cudnn_compare) {
         compare_cudnn_flash(1, 1024, 12, 2.0f); // GPT-2 124M's layer: C 768, NH 12, T 1024
@@ -360,6 +384,7 @@ int main(int argc, char** argv) {
     for (int vi = 0; vi < NUM_VERSIONS; vi++) {
         const Version* v = &versions[vi];
         if (cudnn_only && strcmp(v->name, "cudnn") != 0) { continue; }
+        if (long_flash_only && strcmp(v->name, "fa2") == 0) { continue; } // its own run: --fa2
         for (int c = 0; c < ncases; c++) {
             if (cases[c][2] > 256 && (quick || cudnn_only || (long_flash_only && v->only_hs != 64))) { continue; }
             check_case(v, cases[c][0], cases[c][2], cases[c][1], 64, 2.0f);
