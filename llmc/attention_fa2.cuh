@@ -14,6 +14,9 @@
 #define FA2_TILE 64                        // query rows per block, keys per K/V tile
 #define FA2_WARPS 4                        // 16 query rows each
 #define FA2_THREADS (32 * FA2_WARPS)
+#ifndef FA2_MIN_BLOCKS
+#define FA2_MIN_BLOCKS 1 // __launch_bounds__'s blocks per SM (8 forces spills: the SASS check's plant)
+#endif
 #define FA2_TILE_ELEMS (FA2_TILE * FA2_HS) // one 64 x 64 bf16 tile, 8 KiB, unpadded
 // shared: Q, then K and V twice (double buffer): 5 tiles = 40960 bytes
 #define FA2_SMEM (5 * FA2_TILE_ELEMS * 2)
@@ -21,20 +24,26 @@
 // Swizzled offset of element (row, col) of a 64 x 64 bf16 tile: each 128-byte row holds 8 chunks of
 // 16 bytes; chunk c of row r sits at chunk c ^ (r % 8). The 8 row addresses of one ldmatrix 8x8
 // matrix (same c, 8 consecutive rows) then fall in 8 distinct chunks, i.e. all 32 banks once.
+// FA2_PLANT_NO_SWIZZLE: the plain row-major offset, for the bank-conflict test (8-way ldmatrix).
 __device__ __forceinline__ int fa2_off(int row, int col) {
+#ifdef FA2_PLANT_NO_SWIZZLE
+    return row * FA2_HS + col;
+#else
     return row * FA2_HS + (((col >> 3) ^ (row & 7)) << 3) + (col & 7);
+#endif
 }
 
 // One 64 x 64 tile (rows row0.. of a head's q, k or v columns; row stride rs elements) into the
 // swizzled tile `dst`: 512 chunks of 16 bytes, 4 per thread, by cp.async; rows at or past T are
-// zero-filled with plain 16-byte stores (no global read). The caller commits the group.
+// zero-filled with plain 16-byte stores (no global read; the
+// helpers' stores are warp-collective under --check, and only some lanes take this branch). The caller commits the group.
 __device__ __forceinline__ void fa2_load_tile(bf16* dst, const bf16* src, size_t rs, int row0, int T) {
 #pragma unroll
     for (int i = 0; i < FA2_TILE_ELEMS / 8 / FA2_THREADS; i++) {
         int chunk = threadIdx.x + i * FA2_THREADS, row = chunk / 8, col = (chunk % 8) * 8;
         bf16* d = dst + fa2_off(row, col);
         if (row0 + row < T) { ptx_cp_async_cg16(d, src + (size_t)(row0 + row) * rs + col); }
-        else { ptx_sts128(d, make_uint4(0u, 0u, 0u, 0u)); }
+        else { *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u); }
     }
 }
 
@@ -157,7 +166,7 @@ __device__ __forceinline__ void fa2_store(bf16* out_head, float* lse_head, const
 // (ldmatrix.x4); per key tile kb <= qb: S = Q K^T (fa2_scores), online softmax (fa2_softmax),
 // O += P V (fa2_pv). FA2_PLANT_NO_WAIT plants a missing cp.async wait on the last tile (--check
 // must report it).
-__global__ void __launch_bounds__(FA2_THREADS) attention_forward_fa2_kernel(bf16* __restrict__ out,
+__global__ void __launch_bounds__(FA2_THREADS, FA2_MIN_BLOCKS) attention_forward_fa2_kernel(bf16* __restrict__ out,
                                                                             float* __restrict__ lse,
                                                                             const bf16* __restrict__ qkv, int T, int C,
                                                                             int NH) {
