@@ -2,7 +2,7 @@
 # after 50_gpu_trainer.sh, whose gpu_emu_build made build/gpu/attention_emu_check): against the double
 # reference at GPT-2 124M's layer, and under emucc --check at odd T and T < 64 under three
 # schedules, with 1-way ldmatrix bank conflicts; three planted bugs it must catch; its nvcc SASS and registers.
-# About 45 s of wall time on the 2-core machine (builds included; docs/gpu.md).
+# About 75 s of wall time measured on the 2-core machine, builds included (docs/gpu.md).
 FA2_TMP=build/test_tmp/fa2
 mkdir -p $FA2_TMP
 
