@@ -2,8 +2,8 @@
 // reference (naive causal attention in double, forward and backward, from the same bf16 inputs),
 // then, where a real GPU is present, a timing loop at GPT-2 shapes.
 //   versions: flash  tensor cores (nvcuda::wmma), BF16 build, head size 64
-//             fa2    llmc/attention_fa2.cuh's forward (mma.sync, ldmatrix, cp.async), BF16, head size 64,
-//                    with flash's backward (fed the fa2 forward's out and lse)
+//             fa2    llmc/attention_fa2.cuh and attention_fa2_backward.cuh (mma.sync, ldmatrix, cp.async),
+//                    BF16, head size 64
 //             scalar the CUDA-core fallback (FP32 build, or other head sizes), one warp per row
 //             cudnn  cuDNN's SDPA through llmc/cudnn_att.cpp (-DENABLE_CUDNN, BF16; under emucc the
 //                    emulator's frontend, dev/cuda_emu/include/cudnn_frontend.h)
@@ -25,7 +25,7 @@
 #include "common.cuh"
 #include "../../llmc/attention.cuh"
 #ifndef ENABLE_FP32
-#include "../../llmc/attention_fa2.cuh"
+#include "../../llmc/attention_fa2_backward.cuh"
 #endif
 #ifdef ENABLE_CUDNN
 #include "../../llmc/cudnn_att.h"
@@ -182,7 +182,7 @@ static void cudnn_backward(floatX* dqkv, float* delta, const floatX* dout, const
 static const Version versions[] = {
 #ifndef ENABLE_FP32
     {"flash", attention_forward_flash, attention_backward_flash, 64},
-    {"fa2", attention_forward_fa2, attention_backward_flash, 64}, // forward only: the wmma backward on its lse
+    {"fa2", attention_forward_fa2, attention_backward_fa2, 64},
 #endif
     {"scalar", attention_forward_scalar, attention_backward_scalar, 0},
 #ifdef ENABLE_CUDNN
