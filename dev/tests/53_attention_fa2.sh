@@ -1,4 +1,4 @@
-# llmc/attention_fa2.cuh, the mma.sync/ldmatrix/cp.async attention forward (sourced by dev/run_tests.sh
+# llmc/attention_fa2.cuh and attention_fa2_backward.cuh, the mma.sync/ldmatrix/cp.async attention (sourced by dev/run_tests.sh
 # after 50_gpu_trainer.sh, whose gpu_emu_build made build/gpu/attention_emu_check): against the double
 # reference at GPT-2 124M's layer, and under emucc --check at odd T and T < 64 under three
 # schedules, with 1-way ldmatrix bank conflicts; three planted bugs it must catch; its nvcc SASS and registers.
@@ -7,14 +7,14 @@ FA2_TMP=build/test_tmp/fa2
 mkdir -p $FA2_TMP
 
 # The --fa2-quick run (T 77, 130, 17, 1, forward and backward) under --check, forward schedule;
-# every ldmatrix site of the kernel reports 1-way bank conflicts (3 sites).
+# every ldmatrix site of the three kernels reports 1-way bank conflicts (13 sites).
 fa2_checked_banks() {
     build/gpu/attention_emu_check --fa2-quick 2> $FA2_TMP/banks.txt || { cat $FA2_TMP/banks.txt; return 1; }
-    grep "banks: kernel attention_forward_fa2_kernel" $FA2_TMP/banks.txt | tee $FA2_TMP/fa2_banks.txt
-    [ "$(grep -c ', 1-way worst' $FA2_TMP/fa2_banks.txt)" -eq 3 ] && [ "$(wc -l < $FA2_TMP/fa2_banks.txt)" -eq 3 ]
+    grep "banks: kernel attention_[a-z_]*fa2_kernel" $FA2_TMP/banks.txt | tee $FA2_TMP/fa2_banks.txt
+    [ "$(grep -c ', 1-way worst' $FA2_TMP/fa2_banks.txt)" -eq 13 ] && [ "$(wc -l < $FA2_TMP/fa2_banks.txt)" -eq 13 ]
 }
 # The planted bugs: an off-by-one mask fails the reference comparison; a last tile read before its
-# cp.async wait is reported by --check (exit 66); unswizzled tiles make every ldmatrix 8-way.
+# cp.async wait (forward) is reported by --check (exit 66); unswizzled tiles make every ldmatrix 8-way.
 fa2_plants() {
     local rc
     make -s -j2 -f dev/gpu.mk build/gpu/attention_emu_fa2_mask build/gpu/attention_emu_fa2_nowait \
@@ -26,10 +26,11 @@ fa2_plants() {
     [ $rc -eq 66 ] || { echo "the missing cp.async wait: exit $rc, not 66"; return 1; }
     grep -m1 "read of bytes in flight in kernel attention_forward_fa2_kernel" $FA2_TMP/nowait.txt || return 1
     build/gpu/attention_emu_fa2_noswizzle --fa2-quick 2> $FA2_TMP/noswizzle.txt > /dev/null || return 1
-    grep "banks: kernel attention_forward_fa2_kernel" $FA2_TMP/noswizzle.txt | tee $FA2_TMP/noswizzle_banks.txt
-    [ "$(grep -c ', 8-way worst' $FA2_TMP/noswizzle_banks.txt)" -eq 3 ]
+    grep "banks: kernel attention_[a-z_]*fa2_kernel" $FA2_TMP/noswizzle.txt | tee $FA2_TMP/noswizzle_banks.txt
+    [ "$(grep -c ', 8-way worst' $FA2_TMP/noswizzle_banks.txt)" -eq 13 ]
 }
-# GPT-2 124M's layer (T 1024, forward) and the small cases, plain build (a checked one takes 2 minutes)
+# GPT-2 124M's layer (T 1024, forward only) and the small cases (forward and backward), plain build
+# (a checked one takes 2 minutes)
 check_bg attention_fa2_124M build/gpu/attention_emu --fa2
 check_bg attention_fa2_checked_banks fa2_checked_banks
 check_bg attention_fa2_checked_reverse_random bash -c "EMU_SCHED=reverse build/gpu/attention_emu_check --fa2-quick &&
