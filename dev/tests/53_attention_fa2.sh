@@ -1,8 +1,9 @@
-# llmc/attention_fa2.cuh and attention_fa2_backward.cuh, the mma.sync/ldmatrix/cp.async attention (sourced by dev/run_tests.sh
-# after 50_gpu_trainer.sh, whose gpu_emu_build made build/gpu/attention_emu_check): against the double
-# reference at GPT-2 124M's layer, and under emucc --check at odd T and T < 64 under three
-# schedules, with 1-way ldmatrix bank conflicts; three planted bugs it must catch; its nvcc SASS and registers.
-# About 75 s of wall time measured on the 2-core machine, builds included (docs/gpu.md).
+# llmc/attention_fa2.cuh and attention_fa2_backward.cuh, the mma.sync/ldmatrix/cp.async attention
+# (sourced by dev/run_tests.sh after 50_gpu_trainer.sh, whose gpu_emu_build made
+# build/gpu/attention_emu and attention_emu_check): against the double reference at GPT-2 124M's
+# layer, and under emucc --check at odd T and T < 64 under three schedules, with 1-way ldmatrix bank
+# conflicts; three planted bugs it must catch; its nvcc SASS, spills and registers.
+# 38 to 75 s of wall time measured on the shared 2-core machine, builds included (docs/gpu.md).
 FA2_TMP=build/test_tmp/fa2
 mkdir -p $FA2_TMP
 
