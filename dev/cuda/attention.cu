@@ -2,6 +2,8 @@
 // reference (naive causal attention in double, forward and backward, from the same bf16 inputs),
 // then, where a real GPU is present, a timing loop at GPT-2 shapes.
 //   versions: flash  tensor cores (nvcuda::wmma), BF16 build, head size 64
+//             fa2    llmc/attention_fa2.cuh and attention_fa2_backward.cuh (mma.sync, ldmatrix, cp.async),
+//                    BF16, head size 64
 //             scalar the CUDA-core fallback (FP32 build, or other head sizes), one warp per row
 //             cudnn  cuDNN's SDPA through llmc/cudnn_att.cpp (-DENABLE_CUDNN, BF16; under emucc the
 //                    emulator's frontend, dev/cuda_emu/include/cudnn_frontend.h)
@@ -14,13 +16,18 @@
 // version only (the checked emulator's budget); --cudnn (a -DENABLE_CUDNN build): cuDNN and the
 // tensor-core version on the same inputs at GPT-2 124M's layer shape (B 1, NH 12, T 1024) and an
 // odd T (B 2, NH 12, T 77), each against the reference and against each other, then cuDNN alone on
-// the small cases and head sizes (--cudnn-small: those only).
+// the small cases and head sizes (--cudnn-small: those only). --fa2: the fa2 version alone, at
+// GPT-2 124M's layer (B 1, NH 12, T 1024; forward only), T 77 (B 2, NH 12), 130 and below 64;
+// --fa2-quick (the checked builds' budget): the same without T 1024, T 77 at B 1, NH 3.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common.cuh"
 #include "../../llmc/attention.cuh"
+#ifndef ENABLE_FP32
+#include "../../llmc/attention_fa2_backward.cuh"
+#endif
 #ifdef ENABLE_CUDNN
 #include "../../llmc/cudnn_att.h"
 #endif
@@ -176,6 +183,7 @@ static void cudnn_backward(floatX* dqkv, float* delta, const floatX* dout, const
 static const Version versions[] = {
 #ifndef ENABLE_FP32
     {"flash", attention_forward_flash, attention_backward_flash, 64},
+    {"fa2", attention_forward_fa2, attention_backward_fa2, 64},
 #endif
     {"scalar", attention_forward_scalar, attention_backward_scalar, 0},
 #ifdef ENABLE_CUDNN
@@ -210,6 +218,27 @@ static void case_make(Case* k, int B, int T, int NH, int hs, float a) {
 
 static void case_free(Case* k) { free(k->qkv); free(k->dout); free(k->out); free(k->lse); free(k->dqkv); }
 
+// The backward's checks for case_run: dq, dk, dv (g_dqkv, on the host) against the reference, and
+// a second backward into a NaN-filled buffer bitwise equal to the first.
+static void case_check_backward(const Case* k, const Version* v, const float* g_dqkv, floatX* d_dqkv, float* d_delta,
+                                const floatX* d_dout, const floatX* d_qkv, const floatX* d_out, const float* d_lse) {
+    size_t nqkv = k->nqkv, C = k->C;
+    report("  dq", v->name, rel_error(g_dqkv, k->dqkv, nqkv, 3 * C, 0, C), TOL_GRAD);
+    report("  dk", v->name, rel_error(g_dqkv, k->dqkv, nqkv, 3 * C, C, 2 * C), TOL_GRAD);
+    report("  dv", v->name, rel_error(g_dqkv, k->dqkv, nqkv, 3 * C, 2 * C, 3 * C), TOL_GRAD);
+    cudaCheck(cudaMemset(d_dqkv, 0xff, nqkv * sizeof(floatX)));
+    v->backward(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, k->B, k->T, k->C, k->NH);
+    float* again = to_host_x(d_dqkv, nqkv);
+    size_t diffs = 0;
+    for (size_t i = 0; i < nqkv; i++) { diffs += memcmp(&again[i], &g_dqkv[i], sizeof(float)) != 0; }
+    report("  rerun dqkv bits differ (count)", v->name, (double)diffs, 0.0);
+    free(again);
+}
+
+// forward_only: case_run checks out and lse only (the --fa2 run's T 1024 case: its backward is
+// flash's, tested at that shape by the flash version)
+static int forward_only = 0;
+
 // One version on one case: forward and backward against the reference, backward twice. Returns
 // the outputs (host, float) in *g_out_ret and *g_dqkv_ret when those are not NULL.
 static void case_run(const Case* k, const Version* v, float** g_out_ret, float** g_dqkv_ret) {
@@ -217,7 +246,7 @@ static void case_run(const Case* k, const Version* v, float** g_out_ret, float**
     float a = k->a;
     size_t nqkv = k->nqkv, nout = k->nout, nlse = k->nlse;
     const float *qkv = k->qkv, *dout = k->dout;
-    const double *out = k->out, *lse = k->lse, *dqkv = k->dqkv;
+    const double *out = k->out, *lse = k->lse;
     floatX *d_qkv = to_device(qkv, nqkv), *d_dout = to_device(dout, nout), *d_out, *d_dqkv;
     float *d_lse, *d_delta;
     cudaCheck(cudaMalloc((void**)&d_out, nout * sizeof(floatX)));
@@ -228,7 +257,7 @@ static void case_run(const Case* k, const Version* v, float** g_out_ret, float**
     cudaCheck(cudaMemset(d_lse, 0xff, nlse * sizeof(float)));
     cudaCheck(cudaMemset(d_dqkv, 0xff, nqkv * sizeof(floatX)));
     v->forward(d_out, d_lse, d_qkv, B, T, C, NH);
-    v->backward(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    if (!forward_only) { v->backward(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH); }
     float *g_out = to_host_x(d_out, nout), *g_dqkv = to_host_x(d_dqkv, nqkv);
     float* g_lse = (float*)malloc_check(nlse * sizeof(float));
     cudaCheck(cudaMemcpy(g_lse, d_lse, nlse * sizeof(float), cudaMemcpyDeviceToHost));
@@ -242,19 +271,10 @@ static void case_run(const Case* k, const Version* v, float** g_out_ret, float**
     printf("%s (%s)\n", what, v->name);
     report("  out", v->name, rel_error(g_out, out, nout, nout, 0, nout), TOL_OUT);
     report("  lse (relative)", v->name, lse_err, TOL_LSE);
-    report("  dq", v->name, rel_error(g_dqkv, dqkv, nqkv, 3 * C, 0, C), TOL_GRAD);
-    report("  dk", v->name, rel_error(g_dqkv, dqkv, nqkv, 3 * C, C, 2 * C), TOL_GRAD);
-    report("  dv", v->name, rel_error(g_dqkv, dqkv, nqkv, 3 * C, 2 * C, 3 * C), TOL_GRAD);
-    // determinism: the same backward again, into a NaN-filled buffer, must give the same bits
-    cudaCheck(cudaMemset(d_dqkv, 0xff, nqkv * sizeof(floatX)));
-    v->backward(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
-    float* again = to_host_x(d_dqkv, nqkv);
-    size_t diffs = 0;
-    for (size_t i = 0; i < nqkv; i++) { diffs += memcmp(&again[i], &g_dqkv[i], sizeof(float)) != 0; }
-    report("  rerun dqkv bits differ (count)", v->name, (double)diffs, 0.0);
+    if (!forward_only) { case_check_backward(k, v, g_dqkv, d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse); }
     if (g_out_ret) { *g_out_ret = g_out; } else { free(g_out); }
     if (g_dqkv_ret) { *g_dqkv_ret = g_dqkv; } else { free(g_dqkv); }
-    free(g_lse); free(again);
+    free(g_lse);
     cudaFree(d_qkv); cudaFree(d_dout); cudaFree(d_out); cudaFree(d_dqkv); cudaFree(d_lse); cudaFree(d_delta);
 }
 
@@ -339,6 +359,11 @@ int main(int argc, char** argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     int long_flash_only = argc > 1 && strcmp(argv[1], "--long-flash-only") == 0;
     int cudnn_compare = argc > 1 && strcmp(argv[1], "--cudnn") == 0;
+    int fa2_quick = argc > 1 && strcmp(argv[1], "--fa2-quick") == 0;
+    int fa2_only = fa2_quick || (argc > 1 && strcmp(argv[1], "--fa2") == 0);
+#ifdef ENABLE_FP32
+    if (fa2_only) { fail("%s: the fa2 version is BF16 only (build without -DENABLE_FP32)", argv[1]); }
+#endif
     int cudnn_only = cudnn_compare || (argc > 1 && strcmp(argv[1], "--cudnn-small") == 0);
 #ifndef ENABLE_CUDNN
     if (cudnn_only) { fail("%s: this build has no cuDNN version (build with -DENABLE_CUDNN llmc/cudnn_att.cpp)", argv[1]); }
@@ -351,6 +376,20 @@ int main(int argc, char** argv) {
     // (B, NH, T): T over {1, 17, 64, 255, 1024}, partial tiles and several B x NH
     const int cases[][3] = {{1, 1, 1}, {2, 3, 17}, {1, 2, 64}, {2, 1, 255}, {3, 2, 65}, {1, 1, 1024}};
     int ncases = (int)(sizeof(cases) / sizeof(cases[0]));
+#ifndef ENABLE_FP32
+    if (fa2_only) {
+        const Version* v = &versions[1];
+        forward_only = 1; // GPT-2 124M's layer: C 768, NH 12 (forward only: the emulated backward costs 40 s)
+        if (!fa2_quick) { check_case(v, 1, 1024, 12, 64, 2.0f); }
+        forward_only = 0;
+        check_case(v, fa2_quick ? 1 : 2, 77, fa2_quick ? 3 : 12, 64, 2.0f); // odd T: a partial second tile
+        check_case(v, 1, 130, 2, 64, 6.0f);  // sharp rows, three tiles, the last with 2 rows
+        check_case(v, 2, 17, 3, 64, 2.0f);   // T < 64: one partial tile
+        check_case(v, 1, 1, 1, 64, 2.0f);
+        printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
+        return failures ? 1 : 0;
+    }
+#endif
 #ifdef ENABLE_CUDNN
     if (cudnn_compare) {
         compare_cudnn_flash(1, 1024, 12, 2.0f); // GPT-2 124M's layer: C 768, NH 12, T 1024
@@ -360,8 +399,10 @@ int main(int argc, char** argv) {
     for (int vi = 0; vi < NUM_VERSIONS; vi++) {
         const Version* v = &versions[vi];
         if (cudnn_only && strcmp(v->name, "cudnn") != 0) { continue; }
+        int fa2 = strcmp(v->name, "fa2") == 0; // T 1024 and the checked build: its own run, --fa2
+        if (fa2 && long_flash_only) { continue; }
         for (int c = 0; c < ncases; c++) {
-            if (cases[c][2] > 256 && (quick || cudnn_only || (long_flash_only && v->only_hs != 64))) { continue; }
+            if (cases[c][2] > 256 && (quick || cudnn_only || fa2 || (long_flash_only && v->only_hs != 64))) { continue; }
             check_case(v, cases[c][0], cases[c][2], cases[c][1], 64, 2.0f);
         }
         check_case(v, 1, 130, 2, 64, 6.0f); // sharp rows: the running max moves across key blocks

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# check_attention_fa2_sass.sh: nvcc compiles dev/cuda/attention.cu (BF16, with llmc/attention_fa2*.cuh)
+# for sm_80 and sm_90 with -Werror; per arch, ptxas -v of each fa2 kernel (forward, backward query
+# and key passes) must show no spill and no stack frame (its registers are printed); the sm_90 SASS
+# (nvdisasm) of each must hold HMMA.16816.F32.BF16, LDSM.16.M88.4, LDSM.16.MT88.4 and LDGSTS
+# (cp.async), and no local loads/stores (LDL/STL). Exit 1 naming what is missing.
+# FA2_SASS_EXTRA: more nvcc flags (the test plants -DFA2_MIN_BLOCKS=8, whose spills must fail it).
+set -u
+nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+nd=$(/usr/bin/python3 dev/gpu_kernels/sass_report.py --find-nvdisasm) || { echo "no nvdisasm"; exit 1; }
+out=build/gpu/fa2_sass
+mkdir -p $out
+flags="-O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation -Xptxas -v ${FA2_SASS_EXTRA:-}"
+kernels="attention_forward_fa2_kernel attention_backward_query_fa2_kernel attention_backward_key_fa2_kernel"
+ok=1
+for arch in 80 90; do
+    $nvcc $flags -arch=sm_$arch -cubin -o $out/attention_sm$arch.cubin dev/cuda/attention.cu 2> $out/ptxas_sm$arch.log ||
+        { cat $out/ptxas_sm$arch.log; exit 1; }
+    for k in $kernels; do
+        # the kernel's two ptxas lines after its "Compiling entry function" line
+        info=$(grep -A3 "Compiling entry function '_Z[0-9]*${k}" $out/ptxas_sm$arch.log | tail -n 2)
+        echo "sm_$arch $k: $(echo "$info" | tr '\n' ' ' | sed 's/ptxas info *: //g; s/  */ /g')"
+        echo "$info" | grep -q "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" ||
+            { echo "  FAIL: stack frame or spills"; ok=0; }
+    done
+done
+$nd -c $out/attention_sm90.cubin > $out/attention_sm90.sass || exit 1
+for k in $kernels; do
+    awk -v k="$k" '/\.section[ \t]+\.text\./ { on = index($0, k) > 0 } on' $out/attention_sm90.sass > $out/$k.sass
+    line="sm_90 SASS of $k:"
+    for pat in 'HMMA\.16816\.F32\.BF16' 'LDSM\.16\.M88\.4' 'LDSM\.16\.MT88\.4' 'LDGSTS'; do
+        n=$(grep -cE "$pat" $out/$k.sass)
+        line="$line $n ${pat//\\/}"
+        [ "$n" -gt 0 ] || { echo "  FAIL: no $pat in $k"; ok=0; }
+    done
+    n=$(grep -cE '\b(LDL|STL)\b' $out/$k.sass)
+    echo "$line, $n LDL/STL"
+    [ "$n" -eq 0 ] || { echo "  FAIL: local memory used in $k"; ok=0; }
+done
+[ $ok -eq 1 ]

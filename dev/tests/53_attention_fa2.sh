@@ -1,0 +1,46 @@
+# llmc/attention_fa2.cuh and attention_fa2_backward.cuh, the mma.sync/ldmatrix/cp.async attention
+# (sourced by dev/run_tests.sh after 50_gpu_trainer.sh, whose gpu_emu_build made
+# build/gpu/attention_emu and attention_emu_check): against the double reference at GPT-2 124M's
+# layer, and under emucc --check at odd T and T < 64 under three schedules, with 1-way ldmatrix bank
+# conflicts; three planted bugs it must catch; its nvcc SASS, spills and registers.
+# 38 to 75 s of wall time measured on the shared 2-core machine, builds included (docs/gpu.md).
+FA2_TMP=build/test_tmp/fa2
+mkdir -p $FA2_TMP
+
+# The --fa2-quick run (T 77, 130, 17, 1, forward and backward) under --check, forward schedule;
+# every ldmatrix site of the three kernels reports 1-way bank conflicts (13 sites).
+fa2_checked_banks() {
+    build/gpu/attention_emu_check --fa2-quick 2> $FA2_TMP/banks.txt || { cat $FA2_TMP/banks.txt; return 1; }
+    grep "banks: kernel attention_[a-z_]*fa2_kernel" $FA2_TMP/banks.txt | tee $FA2_TMP/fa2_banks.txt
+    [ "$(grep -c ', 1-way worst' $FA2_TMP/fa2_banks.txt)" -eq 13 ] && [ "$(wc -l < $FA2_TMP/fa2_banks.txt)" -eq 13 ]
+}
+# The planted bugs: an off-by-one mask fails the reference comparison; a last tile read before its
+# cp.async wait (forward) is reported by --check (exit 66); unswizzled tiles make every ldmatrix 8-way.
+fa2_plants() {
+    local rc
+    make -s -j2 -f dev/gpu.mk build/gpu/attention_emu_fa2_mask build/gpu/attention_emu_fa2_nowait \
+        build/gpu/attention_emu_fa2_noswizzle || return 1
+    if build/gpu/attention_emu_fa2_mask --fa2-quick > $FA2_TMP/mask.txt; then echo "the wrong mask passed"; return 1; fi
+    grep "FAIL   out" $FA2_TMP/mask.txt || return 1
+    build/gpu/attention_emu_fa2_nowait --fa2-quick > $FA2_TMP/nowait.txt 2>&1
+    rc=$?
+    [ $rc -eq 66 ] || { echo "the missing cp.async wait: exit $rc, not 66"; return 1; }
+    grep -m1 "read of bytes in flight in kernel attention_forward_fa2_kernel" $FA2_TMP/nowait.txt || return 1
+    build/gpu/attention_emu_fa2_noswizzle --fa2-quick 2> $FA2_TMP/noswizzle.txt > /dev/null || return 1
+    grep "banks: kernel attention_[a-z_]*fa2_kernel" $FA2_TMP/noswizzle.txt | tee $FA2_TMP/noswizzle_banks.txt
+    [ "$(grep -c ', 8-way worst' $FA2_TMP/noswizzle_banks.txt)" -eq 13 ]
+}
+# GPT-2 124M's layer (T 1024, forward only) and the small cases (forward and backward), plain build
+# (a checked one takes 2 minutes)
+check_bg attention_fa2_124M build/gpu/attention_emu --fa2
+check_bg attention_fa2_checked_banks fa2_checked_banks
+check_bg attention_fa2_checked_reverse_random bash -c "EMU_SCHED=reverse build/gpu/attention_emu_check --fa2-quick &&
+    EMU_SCHED=random:5 build/gpu/attention_emu_check --fa2-quick"
+check_bg attention_fa2_planted_bugs fa2_plants
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+    # the SASS check, and its plant: 8 blocks per SM (64 registers) must spill and fail it
+    check_bg attention_fa2_sass bash -c "bash dev/cuda/check_attention_fa2_sass.sh &&
+        ! FA2_SASS_EXTRA=-DFA2_MIN_BLOCKS=8 bash dev/cuda/check_attention_fa2_sass.sh > $FA2_TMP/spill.txt"
+else
+    echo "SKIP attention_fa2_sass: no nvcc on this machine"
+fi
