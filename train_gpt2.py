@@ -177,6 +177,16 @@ class AdamW:
 # training: synchronous AdamW, or DiLoCo (R replicas simulated in one process, each with its own
 # AdamW, averaged every H steps by an outer Nesterov-momentum SGD step)
 
+def outer_nesterov(outer, buf, delta, lr, momentum, locals_):
+    """One tensor's outer step: Nesterov momentum on the pseudo-gradient delta, every replica's local
+    copy set to the new outer value; returns the squared norm of delta."""
+    buf.mul_(momentum).add_(delta)
+    outer.sub_(lr * (delta + momentum * buf))
+    for t in locals_:
+        t.copy_(outer)
+    return float((delta.double() ** 2).sum())
+
+
 def outer_step(outer, buf, local, lr, momentum):
     """One DiLoCo outer update, in place, on every tensor of `outer` (float32), in this order:
     delta = (sum over r = 0..R-1 of (outer - local[r])) / R; buf = momentum * buf + delta;
@@ -189,11 +199,7 @@ def outer_step(outer, buf, local, lr, momentum):
         for rep in local[1:]:
             delta = delta + (outer[n] - rep[n])
         delta = delta / len(local)
-        buf[n].mul_(momentum).add_(delta)
-        outer[n].sub_(lr * (delta + momentum * buf[n]))
-        sq += float((delta.double() ** 2).sum())
-        for rep in local:
-            rep[n].copy_(outer[n])
+        sq += outer_nesterov(outer[n], buf[n], delta, lr, momentum, [rep[n] for rep in local])
     return math.sqrt(sq)
 
 
@@ -344,11 +350,7 @@ def outer_step_wire(outer, buf, local, lr, momentum, fmt, layout, residuals, den
         k = outer[n].numel()
         delta = torch.from_numpy(mean[off:off + k].copy()).reshape(outer[n].shape)
         off += k
-        buf[n].mul_(momentum).add_(delta)
-        outer[n].sub_(lr * (delta + momentum * buf[n]))
-        sq += float((delta.double() ** 2).sum())
-        for rep in local:
-            rep[n].copy_(outer[n])
+        sq += outer_nesterov(outer[n], buf[n], delta, lr, momentum, [rep[n] for rep in local])
     return math.sqrt(sq)
 
 
