@@ -78,9 +78,13 @@ const char* finish(fe::graph::Graph& g, const char* which) {
     if (e.is_good()) { e = g.get_workspace_size(need); }
     if (e.is_bad()) { return error(std::string("cuDNN ") + which + " graph: " + e.get_message()); }
     if (need > workspace_bytes) {
-        if (workspace) { cudaFree(workspace); }
+        // stream-ordered: cudaFree would wait for the whole device (a pending collective included)
+        // outside the -wt deadline; the handle's stream orders the swap after the old workspace's users
+        cudaStream_t stream = nullptr;
+        cudnnGetStream(handle, &stream);
+        if (workspace) { cudaFreeAsync(workspace, stream); }
         workspace = nullptr;
-        if (cudaMalloc(&workspace, (size_t)need) != cudaSuccess) {
+        if (cudaMallocAsync(&workspace, (size_t)need, stream) != cudaSuccess) {
             workspace_bytes = 0;
             return error("cuDNN workspace: cudaMalloc of " + std::to_string(need) + " bytes failed");
         }
