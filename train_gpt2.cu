@@ -38,6 +38,7 @@
 #include "llmc/device_wait.cuh"
 #include "llmc/shard_kernels.cuh"
 #include "llmc/outer_kernels.cuh"
+#include "llmc/op_events.cuh"
 
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
 
@@ -272,6 +273,70 @@ static void upload_tokens(GPT2* m, const int* inputs, const int* targets, int BT
     cudaCheck(cudaEventRecord(m->staged[s], 0));
 }
 
+// -op 1's spans (llmc/op_events.cuh) of the forward and backward, on stream 0, with the counts
+// from the shapes: matmuls 2 N C OC FLOPs forward and twice that backward, attention over the
+// unmasked half (backward twice forward), and bytes with every tensor an op reads or writes moved
+// once (op_bytes: `tensors` arrays of n floatX).
+static double op_bytes(size_t n, int tensors) { return (double)sizeof(floatX) * (double)n * tensors; }
+static double att_flops(int B, int T, int C) { return 2.0 * B * C * (double)T * (T + 1); }
+
+static void mm_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C,
+                       int OC) {
+    double bytes = (double)sizeof(floatX) * ((double)N * C + (double)C * OC + (double)N * OC);
+    OP_SPAN(OP_MATMUL_FWD, 0, 2.0 * N * C * (double)OC, bytes, matmul_forward(out, inp, weight, bias, N, C, OC));
+}
+
+// matmul_backward without GELU's gradient (gelu_pre NULL), timed.
+static void mm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* partial, const floatX* dout,
+                        const floatX* inp, const floatX* weight, int N, int C, int OC) {
+    double bytes = (double)sizeof(floatX) * (2.0 * N * C + 3.0 * C * OC + (double)N * OC);
+    OP_SPAN(OP_MATMUL_BWD, 0, 4.0 * N * C * (double)OC, bytes,
+            matmul_backward(dinp, dweight, dbias, partial, dout, inp, weight, NULL, N, C, OC));
+}
+
+// The MLP's first matmul and GELU (matmul_forward_gelu): with cuBLASLt's GELU epilogue (-ge 1) one
+// call, timed as a matmul; with ours the matmul and the GELU kernel, timed apart.
+static void fc_gelu_forward(floatX* out, floatX* pre, const floatX* inp, const floatX* weight, const floatX* bias,
+                            int N, int C, int OC) {
+    if (!matmul_ctx.gelu_fusion) {
+        mm_forward(pre, inp, weight, bias, N, C, OC);
+        OP_SPAN(OP_GELU, 0, 0.0, op_bytes((size_t)N * OC, 2), gelu_forward(out, pre, (size_t)N * OC));
+        return;
+    }
+    double bytes = (double)sizeof(floatX) * ((double)N * C + (double)C * OC + 2.0 * N * OC);
+    OP_SPAN(OP_MATMUL_FWD, 0, 2.0 * N * C * (double)OC, bytes,
+            matmul_forward_gelu(out, pre, inp, weight, bias, N, C, OC));
+}
+
+// matmul_backward through GELU (gelu_pre given): the DGELU epilogue (-ge 1) inside the matmul, or
+// our GELU gradient kernel after it (it reads only dinp and gelu_pre, which the weight and bias
+// gradients do not read), timed apart.
+static void fc_gelu_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* partial, const floatX* dout,
+                             const floatX* inp, const floatX* weight, const floatX* gelu_pre, int N, int C, int OC) {
+    if (!matmul_ctx.gelu_fusion) {
+        mm_backward(dinp, dweight, dbias, partial, dout, inp, weight, N, C, OC);
+        OP_SPAN(OP_GELU, 0, 0.0, op_bytes((size_t)N * C, 3), gelu_backward_inplace(dinp, gelu_pre, (size_t)N * C));
+        return;
+    }
+    double bytes = (double)sizeof(floatX) * (3.0 * N * C + 3.0 * C * OC + (double)N * OC);
+    OP_SPAN(OP_MATMUL_BWD, 0, 4.0 * N * C * (double)OC, bytes,
+            matmul_backward(dinp, dweight, dbias, partial, dout, inp, weight, gelu_pre, N, C, OC));
+}
+
+// residual_layernorm_forward timed: with a residual (b) it reads two (B, T, C) tensors and writes two.
+static void ln_forward(floatX* out, float* mean, float* rstd, floatX* residual, const floatX* a, const floatX* b,
+                       const floatX* weight, const floatX* bias, int N, int C) {
+    OP_SPAN(OP_LAYERNORM, 0, 0.0, op_bytes((size_t)N * C, b ? 4 : 2),
+            residual_layernorm_forward(out, mean, rstd, residual, a, b, weight, bias, N, C));
+}
+
+// layernorm_backward timed: dout and inp read, dinp read and written.
+static void ln_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* partial, const floatX* dout,
+                        const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N, int C) {
+    OP_SPAN(OP_LAYERNORM, 0, 0.0, op_bytes((size_t)N * C, 4),
+            layernorm_backward(dinp, dweight, dbias, partial, dout, inp, weight, mean, rstd, N, C));
+}
+
 // Forward pass over a (B, T) micro-batch (B, T no larger than built for), leaving the per-token
 // losses on the device (acts.losses) when there are targets. dloss > 0 makes it the forward of
 // a training micro-step: the classifier then also turns the logits into dlogits for
@@ -289,34 +354,35 @@ static void gpt2_forward_device(GPT2* m, const int* inputs, const int* targets, 
     params_needed(m, -1);
     encoder_forward(a->encoded, a->inputs, p[WTE], p[WPE], B, T, C);
     params_needed(m, 0);
-    residual_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, NULL, a->encoded, NULL, p[LN1W], p[LN1B], BT, C);
+    ln_forward(a->ln1, a->ln1_mean, a->ln1_rstd, NULL, a->encoded, NULL, p[LN1W], p[LN1B], BT, C);
     for (int l = 0; l < L; l++) {
         LayerActivations la = layer_activations(m, l);
-        matmul_forward(la.qkv, la.ln1, layer_slice(p, m, QKVW, l), layer_slice(p, m, QKVB, l), BT, C, 3 * C);
-        attention_forward_select(m->att_cudnn, la.atty, la.lse, la.qkv, B, T, C, NH);
-        matmul_forward(a->proj, la.atty, layer_slice(p, m, ATTPROJW, l), layer_slice(p, m, ATTPROJB, l), BT, C, C);
-        residual_layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, la.x, a->proj,
-                                   layer_slice(p, m, LN2W, l), layer_slice(p, m, LN2B, l), BT, C);
-        matmul_forward_gelu(la.fch_gelu, la.fch, la.ln2, layer_slice(p, m, FCW, l), layer_slice(p, m, FCB, l), BT, C,
-                            4 * C);
-        matmul_forward(a->proj, la.fch_gelu, layer_slice(p, m, FCPROJW, l), layer_slice(p, m, FCPROJB, l), BT, 4 * C,
+        mm_forward(la.qkv, la.ln1, layer_slice(p, m, QKVW, l), layer_slice(p, m, QKVB, l), BT, C, 3 * C);
+        OP_SPAN(OP_ATTENTION_FWD, 0, att_flops(B, T, C), op_bytes((size_t)BT * C, 4) + 4.0 * BT * NH,
+                attention_forward_select(m->att_cudnn, la.atty, la.lse, la.qkv, B, T, C, NH));
+        mm_forward(a->proj, la.atty, layer_slice(p, m, ATTPROJW, l), layer_slice(p, m, ATTPROJB, l), BT, C, C);
+        ln_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, la.x, a->proj, layer_slice(p, m, LN2W, l),
+                   layer_slice(p, m, LN2B, l), BT, C);
+        fc_gelu_forward(la.fch_gelu, la.fch, la.ln2, layer_slice(p, m, FCW, l), layer_slice(p, m, FCB, l), BT, C,
+                        4 * C);
+        mm_forward(a->proj, la.fch_gelu, layer_slice(p, m, FCPROJW, l), layer_slice(p, m, FCPROJB, l), BT, 4 * C,
                        C);
         // the residual add fused with the next LayerNorm: the next layer's ln1, or lnf
         if (l + 1 < L) {
             params_needed(m, l + 1);
             LayerActivations next = layer_activations(m, l + 1);
-            residual_layernorm_forward(next.ln1, next.ln1_mean, next.ln1_rstd, la.res3, la.res2, a->proj,
-                                       layer_slice(p, m, LN1W, l + 1), layer_slice(p, m, LN1B, l + 1), BT, C);
+            ln_forward(next.ln1, next.ln1_mean, next.ln1_rstd, la.res3, la.res2, a->proj,
+                       layer_slice(p, m, LN1W, l + 1), layer_slice(p, m, LN1B, l + 1), BT, C);
         } else {
-            residual_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, la.res3, la.res2, a->proj, p[LNFW], p[LNFB],
-                                       BT, C);
+            ln_forward(a->lnf, a->lnf_mean, a->lnf_rstd, la.res3, la.res2, a->proj, p[LNFW], p[LNFB], BT, C);
         }
     }
-    matmul_forward(a->logits, a->lnf, p[WTE], NULL, BT, C, Vp);
+    mm_forward(a->logits, a->lnf, p[WTE], NULL, BT, C, Vp);
     m->dlogits_ready = 0;
     if (!targets) { return; }
     int training = !(dloss <= 0.0f); // a NaN dloss (fault injection, -fi nan) is a training forward too
-    fused_classifier(a->logits, a->losses, a->targets, dloss / (float)BT, training, BT, V, Vp);
+    OP_SPAN(OP_SOFTMAX_XENT, 0, 0.0, op_bytes((size_t)BT * Vp, training ? 2 : 1),
+            fused_classifier(a->logits, a->losses, a->targets, dloss / (float)BT, training, BT, V, Vp));
     m->dlogits_ready = training;
 }
 
@@ -347,36 +413,39 @@ static void gpt2_backward(GPT2* m, int B, int T, GradsReadyFn ready, void* ctx) 
     ActivationGrads* g = &m->acts_grad;
     floatX* const* p = m->params;
     floatX* const* d = m->grads;
-    matmul_backward(g->dC, d[WTE], NULL, NULL, a->logits, a->lnf, p[WTE], NULL, BT, C, Vp);
+    mm_backward(g->dC, d[WTE], NULL, NULL, a->logits, a->lnf, p[WTE], BT, C, Vp);
     cudaCheck(cudaMemset(g->dresidual, 0, (size_t)BT * C * sizeof(floatX)));
     const floatX* last = layer_activations(m, L - 1).res3;
-    layernorm_backward(g->dresidual, d[LNFW], d[LNFB], g->partial, g->dC, last, p[LNFW], a->lnf_mean, a->lnf_rstd,
-                       BT, C);
+    ln_backward(g->dresidual, d[LNFW], d[LNFB], g->partial, g->dC, last, p[LNFW], a->lnf_mean, a->lnf_rstd, BT, C);
     for (int l = L - 1; l >= 0; l--) {
         LayerActivations la = layer_activations(m, l);
-        if (m->recompute >= 1) { gelu_forward(la.fch_gelu, la.fch, (size_t)BT * 4 * C); }
+        if (m->recompute >= 1) {
+            OP_SPAN(OP_GELU, 0, 0.0, op_bytes((size_t)BT * 4 * C, 2), gelu_forward(la.fch_gelu, la.fch, (size_t)BT * 4 * C));
+        }
         if (m->recompute >= 2) {
-            residual_layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, NULL, la.res2, NULL, layer_slice(p, m, LN2W, l),
-                                       layer_slice(p, m, LN2B, l), BT, C);
+            ln_forward(la.ln2, la.ln2_mean, la.ln2_rstd, NULL, la.res2, NULL, layer_slice(p, m, LN2W, l),
+                       layer_slice(p, m, LN2B, l), BT, C);
         }
         // the residual gradient feeds the MLP projection directly; GELU's gradient is its epilogue
-        matmul_backward(g->d4C, grad_slice(m, FCPROJW, l), grad_slice(m, FCPROJB, l), g->partial, g->dresidual,
-                        la.fch_gelu, layer_slice(p, m, FCPROJW, l), la.fch, BT, 4 * C, C);
-        matmul_backward(g->dC, grad_slice(m, FCW, l), grad_slice(m, FCB, l), g->partial, g->d4C, la.ln2,
-                        layer_slice(p, m, FCW, l), NULL, BT, C, 4 * C);
-        layernorm_backward(g->dresidual, grad_slice(m, LN2W, l), grad_slice(m, LN2B, l), g->partial, g->dC,
-                           la.res2, layer_slice(p, m, LN2W, l), la.ln2_mean, la.ln2_rstd, BT, C);
-        matmul_backward(g->dC, grad_slice(m, ATTPROJW, l), grad_slice(m, ATTPROJB, l), g->partial,
-                        g->dresidual, la.atty, layer_slice(p, m, ATTPROJW, l), NULL, BT, C, C);
-        attention_backward_select(m->att_cudnn, g->dqkv, g->att_delta, g->dC, la.qkv, la.atty, la.lse, B, T, C, NH);
+        fc_gelu_backward(g->d4C, grad_slice(m, FCPROJW, l), grad_slice(m, FCPROJB, l), g->partial, g->dresidual,
+                         la.fch_gelu, layer_slice(p, m, FCPROJW, l), la.fch, BT, 4 * C, C);
+        mm_backward(g->dC, grad_slice(m, FCW, l), grad_slice(m, FCB, l), g->partial, g->d4C, la.ln2,
+                    layer_slice(p, m, FCW, l), BT, C, 4 * C);
+        ln_backward(g->dresidual, grad_slice(m, LN2W, l), grad_slice(m, LN2B, l), g->partial, g->dC,
+                    la.res2, layer_slice(p, m, LN2W, l), la.ln2_mean, la.ln2_rstd, BT, C);
+        mm_backward(g->dC, grad_slice(m, ATTPROJW, l), grad_slice(m, ATTPROJB, l), g->partial, g->dresidual, la.atty,
+                    layer_slice(p, m, ATTPROJW, l), BT, C, C);
+        OP_SPAN(OP_ATTENTION_BWD, 0, 2.0 * att_flops(B, T, C), op_bytes((size_t)BT * C, 8) + 8.0 * BT * NH,
+                attention_backward_select(m->att_cudnn, g->dqkv, g->att_delta, g->dC, la.qkv, la.atty, la.lse, B, T, C,
+                                          NH));
         if (m->recompute >= 2) {
-            residual_layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, NULL, la.x, NULL, layer_slice(p, m, LN1W, l),
-                                       layer_slice(p, m, LN1B, l), BT, C);
+            ln_forward(la.ln1, la.ln1_mean, la.ln1_rstd, NULL, la.x, NULL, layer_slice(p, m, LN1W, l),
+                       layer_slice(p, m, LN1B, l), BT, C);
         }
-        matmul_backward(g->dC, grad_slice(m, QKVW, l), grad_slice(m, QKVB, l), g->partial, g->dqkv, la.ln1,
-                        layer_slice(p, m, QKVW, l), NULL, BT, C, 3 * C);
-        layernorm_backward(g->dresidual, grad_slice(m, LN1W, l), grad_slice(m, LN1B, l), g->partial, g->dC, la.x,
-                           layer_slice(p, m, LN1W, l), la.ln1_mean, la.ln1_rstd, BT, C);
+        mm_backward(g->dC, grad_slice(m, QKVW, l), grad_slice(m, QKVB, l), g->partial, g->dqkv, la.ln1,
+                    layer_slice(p, m, QKVW, l), BT, C, 3 * C);
+        ln_backward(g->dresidual, grad_slice(m, LN1W, l), grad_slice(m, LN1B, l), g->partial, g->dC, la.x,
+                    layer_slice(p, m, LN1W, l), la.ln1_mean, la.ln1_rstd, BT, C);
         if (ready) { ready(ctx, m, l); }
     }
     encoder_backward(d[WTE], d[WPE], &m->buckets, g->dresidual, NULL, B, T, C);
@@ -501,6 +570,13 @@ static void dp_order_on_comm(DataParallel* dp) {
     cudaCheck(cudaStreamWaitEvent(dp->comm_stream, dp->grads_ready, 0));
 }
 
+// -op 1's bytes of a ring collective (llmc/op_events.cuh): what one of n ranks sends of a buffer of
+// `bytes` (every rank's share): 2 (n - 1) / n of it in an all-reduce, (n - 1) / n in a
+// reduce-scatter or all-gather.
+static double ring_bytes(double bytes, int n, int all_reduce) {
+    return n > 1 ? (all_reduce ? 2.0 : 1.0) * (n - 1) / n * bytes : 0.0;
+}
+
 // Elements of the scratch one group of units (a layer, or wte, wpe, lnfw, lnfb) needs: its
 // slices (recv) and zero-padded copies of its units that S does not divide (pad).
 static void group_scratch(const ShardLayout* layout, size_t* recv, size_t* pad) {
@@ -597,8 +673,9 @@ static floatX* unit_grad(const GPT2* m, const ShardUnit* u) {
 // On comm_stream: reduce-scatters units [first, first + count) (a layer's, or the globals) over the
 // shard group (in floatX) in one NCCL group, then adds this rank's slices of the sums (contiguous
 // in the shard layout, as in group_recv) into the fp32 shard accumulator in one launch. A group's
-// collectives start at ncclGroupEnd, so each unit has its own send and receive space.
-static void dp_reduce_scatter_group(DataParallel* dp, GPT2* m, int first, int count) {
+// collectives start at ncclGroupEnd, so each unit has its own send and receive space. Returns the
+// slices' elements.
+static size_t dp_reduce_scatter_group(DataParallel* dp, GPT2* m, int first, int count) {
     int S = dp->mesh.dp_shard;
     cudaStream_t cs = dp->comm_stream;
     floatX* pad = dp->group_pad;
@@ -618,6 +695,7 @@ static void dp_reduce_scatter_group(DataParallel* dp, GPT2* m, int first, int co
     }
     ncclCheck(ncclGroupEnd());
     accumulate(dp->shard_grads + dp->layout.units[first].shard_offset, dp->group_recv, received, cs);
+    return received;
 }
 
 // On comm_stream, after the update (stages 1, 2): the parameters all-gathered from every rank's
@@ -628,6 +706,7 @@ static void dp_all_gather_params(DataParallel* dp, GPT2* m) {
     cudaStream_t cs = dp->comm_stream;
     cudaCheck(cudaEventRecord(dp->update_done, 0));
     cudaCheck(cudaStreamWaitEvent(cs, dp->update_done, 0));
+    int span = op_span_begin(OP_COMM, cs);
     for (int layer = -1; layer < dp->layout.num_layers; layer++) {
         int first, count;
         layer_units(&dp->layout, layer, &first, &count);
@@ -658,13 +737,16 @@ static void dp_all_gather_params(DataParallel* dp, GPT2* m) {
         }
         cudaCheck(cudaEventRecord(dp->params_ready[layer + 1], cs));
     }
+    op_span_end(span, 0.0, ring_bytes((double)dp->layout.shard_elements * S * sizeof(floatX), S, 0));
     cudaCheck(cudaEventRecord(dp->comm_done, cs));
 }
 
 // The forward's hook (ParamsWaitFn): stream 0 waits for layer's gathered weights.
 static void dp_params_wait(void* ctx, int layer) {
     DataParallel* dp = (DataParallel*)ctx;
-    if (dp->zero_stage != 0) { cudaCheck(cudaStreamWaitEvent(0, dp->params_ready[layer + 1], 0)); }
+    if (dp->zero_stage != 0) {
+        OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->params_ready[layer + 1], 0)));
+    }
 }
 
 // Stream 0 waits for every collective issued so far (before the parameters are read other than by a forward).
@@ -682,7 +764,7 @@ static void dp_host_wait_comm(DataParallel* dp, const char* what) {
 // Before a micro-step's backward writes gradients: stream 0 waits for the reductions still
 // reading (and, in stage 2, clearing) them. The forward before it overlaps them.
 static void dp_backward_begin(DataParallel* dp) {
-    cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0));
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0)));
 }
 
 // Backward hook (GradsReadyFn): the layer's reduce-scatters go onto comm_stream when this stage
@@ -694,16 +776,22 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     dp_order_on_comm(dp); // after the layer's gradients (and stream 0's collectives)
     int first, count;
     layer_units(&dp->layout, layer, &first, &count);
-    dp_reduce_scatter_group(dp, m, first, count);
+    int span = op_span_begin(OP_COMM, cs);
+    size_t slices = dp_reduce_scatter_group(dp, m, first, count);
     if (dp->zero_stage == 2) {
         for (int u = first; u < first + count; u++) {
             const ShardUnit* unit = &dp->layout.units[u];
             cudaCheck(cudaMemsetAsync(unit_grad(m, unit), 0, unit->size * sizeof(floatX), cs));
         }
-        if (layer >= 0) {
-            cudaCheck(cudaEventRecord(dp->slot_free[layer % m->grad_layers], cs));
-            // the next layer down reuses the slot of the layer above this one
-            if (layer > 0) { cudaCheck(cudaStreamWaitEvent(0, dp->slot_free[(layer - 1) % m->grad_layers], 0)); }
+    }
+    int S = dp->mesh.dp_shard;
+    op_span_end(span, 0.0, ring_bytes((double)slices * S * sizeof(floatX), S, 0));
+    if (dp->zero_stage == 2 && layer >= 0) {
+        cudaCheck(cudaEventRecord(dp->slot_free[layer % m->grad_layers], cs));
+        // the next layer down reuses the slot of the layer above this one
+        if (layer > 0) {
+            OP_SPAN(OP_COMM, 0, 0.0, 0.0,
+                    cudaCheck(cudaStreamWaitEvent(0, dp->slot_free[(layer - 1) % m->grad_layers], 0)));
         }
     }
     cudaCheck(cudaEventRecord(dp->comm_done, cs));
@@ -714,24 +802,33 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
 static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
     int W = dp->mesh.world, S = dp->mesh.dp_shard;
     if (dp->zero_stage == 0) {
+        int span = op_span_begin(OP_COMM, 0);
         dp_order_on_main(dp);
+        double bytes = 0.0;
         if (dp->replica_reduce && W > 1) {
             ncclCheck(ncclAllReduce(m->grads_memory, m->grads_memory, m->grads_elements, ncclFloatX, ncclAvg, dp->world, 0));
+            bytes = ring_bytes((double)m->grads_elements * sizeof(floatX), W, 1);
         } else if (!dp->replica_reduce && S > 1) {
             size_t padded = round_up(m->num_parameters, S);
             ncclCheck(ncclAllReduce(m->grads_memory, m->grads_memory, padded, ncclFloatX, ncclAvg, dp->shard, 0));
+            bytes = ring_bytes((double)padded * sizeof(floatX), S, 1);
         }
+        op_span_end(span, 0.0, bytes);
         return;
     }
     cudaStream_t cs = dp->comm_stream;
     dp_order_on_comm(dp);
+    int span = op_span_begin(OP_COMM, cs);
+    double bytes = 0.0;
     if (dp->replica_reduce && dp->mesh.dp_replicate > 1) {
         size_t padded = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
         ncclCheck(ncclAllReduce(dp->shard_grads, dp->shard_grads, padded, ncclFloat, ncclSum, dp->replica, cs));
+        bytes = ring_bytes((double)padded * sizeof(float), dp->mesh.dp_replicate, 1);
     }
     scale(dp->shard_grads, dp->layout.shard_elements, 1.0f / (float)(dp->replica_reduce ? W : S), cs);
+    op_span_end(span, 0.0, bytes);
     cudaCheck(cudaEventRecord(dp->comm_done, cs));
-    cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0));
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0)));
 }
 
 // The norm of the full averaged gradient (stages 1, 2: the slices' squares summed over the
@@ -740,16 +837,27 @@ static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
 static float dp_grad_norm(DataParallel* dp, GPT2* m) {
     int S = dp->mesh.dp_shard;
     if (dp->zero_stage == 0) {
-        sum_of_squares(dp->norm, m->grads_memory, m->num_parameters, dp->norm + S);
+        OP_SPAN(OP_GRAD_NORM, 0, 0.0, (double)m->num_parameters * sizeof(floatX),
+                sum_of_squares(dp->norm, m->grads_memory, m->num_parameters, dp->norm + S));
     } else {
-        sum_of_squares(dp->norm, dp->shard_grads, dp->layout.shard_elements, dp->norm + S);
+        OP_SPAN(OP_GRAD_NORM, 0, 0.0, (double)dp->layout.shard_elements * sizeof(float),
+                sum_of_squares(dp->norm, dp->shard_grads, dp->layout.shard_elements, dp->norm + S));
+        int span = op_span_begin(OP_COMM, 0);
         dp_order_on_main(dp);
         if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->shard, 0)); }
+        op_span_end(span, 0.0, ring_bytes((double)S * sizeof(float), S, 1));
     }
     wait_device(0, dp->host_event, "the gradient norm");
     float sq;
     cudaCheck(cudaMemcpy(&sq, dp->norm, sizeof(float), cudaMemcpyDeviceToHost));
     return sqrtf(sq);
+}
+
+// -op 1's bytes of an AdamW update of o->n elements with gradients of grad_size bytes: the
+// parameters (floatX), m, v (and master weights) read and written, the gradients read.
+static double adamw_bytes(const Optimizer* o, size_t grad_size) {
+    double per = 2.0 * sizeof(floatX) + (double)grad_size + 4.0 * sizeof(float) + (o->master ? 2.0 * sizeof(float) : 0.0);
+    return per * (double)o->n;
 }
 
 // AdamW (t = 1-based step) on what this rank owns (one launch, stream 0), then (stages 1, 2) the
@@ -758,7 +866,7 @@ static float dp_grad_norm(DataParallel* dp, GPT2* m) {
 static void dp_optimizer_step(DataParallel* dp, GPT2* m, Optimizer* o, const AdamWConfig* h, float grad_scale, int t,
                               uint32_t seed) {
     if (dp->zero_stage == 0) {
-        optimizer_step(o, m, h, grad_scale, t, seed);
+        OP_SPAN(OP_ADAMW, 0, 0.0, adamw_bytes(o, sizeof(floatX)), optimizer_step(o, m, h, grad_scale, t, seed));
         return;
     }
     float bias1, bias2;
@@ -777,8 +885,10 @@ static void dp_optimizer_step(DataParallel* dp, GPT2* m, Optimizer* o, const Ada
         adamw_multi_upload(&o->table);
         o->table_built = 1;
     }
-    adamw_multi_update(&o->table, m->params_memory, o->master, dp->shard_grads, o->m, o->v, h->lr, h->beta1, h->beta2,
-                       h->eps, h->weight_decay, grad_scale, bias1, bias2, seed + (uint32_t)t * NUM_PARAMETER_TENSORS);
+    OP_SPAN(OP_ADAMW, 0, 0.0, adamw_bytes(o, sizeof(float)),
+            adamw_multi_update(&o->table, m->params_memory, o->master, dp->shard_grads, o->m, o->v, h->lr, h->beta1,
+                               h->beta2, h->eps, h->weight_decay, grad_scale, bias1, bias2,
+                               seed + (uint32_t)t * NUM_PARAMETER_TENSORS));
     dp_all_gather_params(dp, m);
 }
 
@@ -793,8 +903,10 @@ static void dp_zero_shard_grads(DataParallel* dp) {
 // one host wait.
 static float dp_mean_over_world(DataParallel* dp, const char* what) {
     int W = dp->mesh.world;
+    int span = op_span_begin(OP_COMM, 0);
     dp_order_on_main(dp); // e.g. after the shard group's parameter all-gathers, on every rank
     if (W > 1) { ncclCheck(ncclAllReduce(dp->loss, dp->loss, W, ncclFloat, ncclSum, dp->world, 0)); }
+    op_span_end(span, 0.0, ring_bytes((double)W * sizeof(float), W, 1));
     wait_device(0, dp->host_event, what);
     float sum;
     cudaCheck(cudaMemcpy(&sum, dp->loss, sizeof(float), cudaMemcpyDeviceToHost));
@@ -1222,7 +1334,12 @@ int main(int argc, char** argv) {
              attention_name(gpu.model.att_cudnn, gpu.model.config.channels, gpu.model.config.num_heads));
     run_print_start(&run, gpu.model.num_parameters, &mem, &comm, extra);
 
+    if (args.op_profile) {
+        op_events_init(zero != 0 ? "the communication stream (reduce-scatters, all-reduce, all-gathers)" : NULL);
+        op_profile.peak_unknown = args.peak_tflops <= 0.0f; // the default peak is a datasheet's, not this device's
+    }
     run_train(&run, &gpu_trainer_ops, &gpu);
+    op_events_free();
 
     run_free(&run);
     optimizer_free(&gpu.opt);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Test of the measured MFU peak and of -op 1's profile (run by dev/tests/60_ecosystem.sh):
+"""Test of the measured MFU peak and of -op 1's profile (run by dev/tests/60_ecosystem.sh for the
+CPU trainer, by dev/tests/55_multi_gpu.sh with --gpu for the emulated GPU trainer):
 
-    /usr/bin/python3 dev/test_op_profile.py WORK_DIR TRAINER [RANKS ...]
+    /usr/bin/python3 dev/test_op_profile.py WORK_DIR TRAINER [RANKS ...] [--gpu]
 
 For each rank count (default 1; 2 and more run under mpirun) trains a 2-layer model for 6 steps
 without -pk and with -op 1, and checks: the mfu line says the peak was measured at start-up, and
@@ -11,6 +12,15 @@ than the step (a family counted twice would not) and "other" is >= 0; all rows s
 average step time the trainer prints, within 5%; metrics.jsonl ends with a {"profile"} record
 holding the same families; with more than one rank, communication takes time and sends bytes.
 Then the same run with -op 0 writes the same main.log and model_final.bin, byte for byte.
+
+--gpu (the GPU trainer through the CUDA emulator, batch 2, with -ge 0 so that GELU runs as its own kernels,
+and ZeRO 1 on more than one rank, so that the communication stream runs beside stream 0): instead
+of the measured peak, the table says % of peak is n/a without -pk and the record's peak_flops is
+null; it says how many CUDA events a step records (the record too); every compute family and AdamW
+and the grad norm take time; with more than one rank the communication stream's line is printed,
+and the bytes of the communication row and of that line (counted from the buffer sizes) add up to
+the bytes the emulated NCCL counted in the last step, exactly. In the emulator an event's time is the host's wall clock when the
+emulated stream reaches it, so the rows are the host time of the emulated kernels.
 """
 import json
 import os
@@ -38,7 +48,9 @@ def expect(cond, what):
 
 
 def train(trainer, ranks, work, logdir, extra):
-    cmd = [trainer, "-e", "d2", "-V", "257", "-sl", "64", "-b", "4", "-t", "32", "-x", "6", "-v", "3", "-m", "2",
+    if GPU:
+        extra = extra + ["-ge", "0"] + (["-z", "1"] if ranks > 1 else [])
+    cmd = [trainer, "-e", "d2", "-V", "257", "-sl", "64", "-b", "2" if GPU else "4", "-t", "32", "-x", "6", "-v", "3", "-m", "2",
            "-s", "0", "-i", os.path.join(work, "train.bin"), "-j", os.path.join(work, "val.bin"), "-o", logdir] + extra
     if ranks > 1:
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-x", "OMP_NUM_THREADS=1"] + cmd
@@ -58,17 +70,42 @@ def table(out):
     return rows
 
 
-def check(trainer, ranks, work):
-    logdir = os.path.join(work, f"log_op1_{ranks}")
-    out = train(trainer, ranks, work, logdir, ["-op", "1"])
-    print(out[-1800:])
+def check_cpu_peak(out, cfg, ranks):
     m = re.search(r"against a peak of ([0-9.e+-]+) TFLOP/s per rank x (\d+) \(measured at start-up: ", out)
     expect(m is not None and 0.0 < float(m.group(1)) < 10.0 and int(m.group(2)) == ranks,
            f"{ranks} ranks: the mfu line's peak is measured here, 0 < {m and m.group(1)} < 10 TFLOP/s per rank")
-    recs = [json.loads(line) for line in open(os.path.join(logdir, "metrics.jsonl"))]
-    cfg = recs[0]["config"]
     expect(m is not None and abs(cfg["peak_flops"] - float(m.group(1)) * 1e12 * ranks) <= 1e-6 * cfg["peak_flops"],
            f"metrics.jsonl's peak_flops {cfg['peak_flops']} is the printed peak x ranks")
+
+
+def check_gpu(out, rows, prof, ranks):
+    """The GPU trainer's own lines and numbers (--gpu)."""
+    expect("% of peak n/a (no -pk" in out and prof["peak_flops"] is None and "| n/a |" in out,
+           "without -pk the % of peak is n/a (table and record)")
+    m = re.search(r"^device times from CUDA events: (\d+) per step", out, re.M)
+    expect(m is not None and int(m.group(1)) > 0 and prof.get("events_per_step") == int(m.group(1)),
+           f"the CUDA events per step are printed and recorded: {m and m.group(1)}")
+    busy = [f for f in FAMILIES if f not in ("communication", "data loading")]
+    expect(all(rows[f][0] > 0.0 for f in busy), f"every compute family, AdamW and the grad norm take time: {busy}")
+    if ranks == 1:
+        return
+    side = re.search(r"^beside the rows \(overlapping them\): the communication stream .* ([0-9.]+) ms per step", out,
+                     re.M)
+    expect(side is not None and float(side.group(1)) > 0.0 and prof.get("side", {}).get("ms", 0) > 0,
+           "the communication stream's time is printed beside the rows and recorded")
+    sent = re.search(r"^communication measured: (\d+) bytes sent per rank in the last step", out, re.M)
+    counted = prof["communication"]["bytes"] + prof.get("side", {}).get("bytes", 0)
+    expect(sent is not None and abs(counted - int(sent.group(1))) <= 0.5,
+           f"the profile's bytes {counted:.0f} per step are the emulated NCCL's {sent and sent.group(1)}")
+
+
+def check(trainer, ranks, work):
+    logdir = os.path.join(work, f"log_op1_{ranks}")
+    out = train(trainer, ranks, work, logdir, ["-op", "1"])
+    print(out[-2400:])
+    recs = [json.loads(line) for line in open(os.path.join(logdir, "metrics.jsonl"))]
+    if not GPU:
+        check_cpu_peak(out, recs[0]["config"], ranks)
     rows = table(out)
     expect(set(FAMILIES) | {"other", "step"} == set(rows), f"the table has every family, other and step: {list(rows)}")
     if not set(FAMILIES) | {"other", "step"} <= set(rows):
@@ -88,6 +125,8 @@ def check(trainer, ranks, work):
     if ranks > 1:
         expect(rows["communication"][0] > 0.0 and prof["communication"]["bytes"] > 0,
                f"{ranks} ranks: communication takes time and sends bytes")
+    if GPU and prof is not None:
+        check_gpu(out, rows, prof, ranks)
     logdir0 = os.path.join(work, f"log_op0_{ranks}")
     train(trainer, ranks, work, logdir0, ["-op", "0"])
     for name in ("main.log", "model_final.bin"):
@@ -97,9 +136,13 @@ def check(trainer, ranks, work):
            "-op 0 writes no profile record")
 
 
+GPU = "--gpu" in sys.argv
+
+
 def main():
-    work, trainer = sys.argv[1], sys.argv[2]
-    ranks = [int(x) for x in sys.argv[3:]] or [1]
+    argv = [a for a in sys.argv if a != "--gpu"]
+    work, trainer = argv[1], argv[2]
+    ranks = [int(x) for x in argv[3:]] or [1]
     os.makedirs(work, exist_ok=True)
     rnd = random.Random(1)
     write_shard(os.path.join(work, "train.bin"), [rnd.randrange(257) for _ in range(6000)], 257)

@@ -611,6 +611,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         }
     }
     preempt_phase = "the end of the run";
+    op_profile_finish();
     if (r->rank == 0) {
         progress_summary(&times, a->total_batch);
         if (ops->comm_bytes_sent) {
