@@ -420,7 +420,8 @@ static void gpt2_backward(GPT2* m, int B, int T, GradsReadyFn ready, void* ctx) 
     for (int l = L - 1; l >= 0; l--) {
         LayerActivations la = layer_activations(m, l);
         if (m->recompute >= 1) {
-            OP_SPAN(OP_GELU, 0, 0.0, op_bytes((size_t)BT * 4 * C, 2), gelu_forward(la.fch_gelu, la.fch, (size_t)BT * 4 * C));
+            OP_SPAN(OP_GELU, 0, 0.0, op_bytes((size_t)BT * 4 * C, 2),
+                    gelu_forward(la.fch_gelu, la.fch, (size_t)BT * 4 * C));
         }
         if (m->recompute >= 2) {
             ln_forward(la.ln2, la.ln2_mean, la.ln2_rstd, NULL, la.res2, NULL, layer_slice(p, m, LN2W, l),
@@ -856,7 +857,8 @@ static float dp_grad_norm(DataParallel* dp, GPT2* m) {
 // -op 1's bytes of an AdamW update of o->n elements with gradients of grad_size bytes: the
 // parameters (floatX), m, v (and master weights) read and written, the gradients read.
 static double adamw_bytes(const Optimizer* o, size_t grad_size) {
-    double per = 2.0 * sizeof(floatX) + (double)grad_size + 4.0 * sizeof(float) + (o->master ? 2.0 * sizeof(float) : 0.0);
+    double per = 2.0 * sizeof(floatX) + (double)grad_size + 4.0 * sizeof(float);
+    if (o->master) { per += 2.0 * sizeof(float); }
     return per * (double)o->n;
 }
 

@@ -2,7 +2,7 @@
 """Test of the measured MFU peak and of -op 1's profile (run by dev/tests/60_ecosystem.sh for the
 CPU trainer, by dev/tests/55_multi_gpu.sh with --gpu for the emulated GPU trainer):
 
-    /usr/bin/python3 dev/test_op_profile.py WORK_DIR TRAINER [RANKS ...] [--gpu]
+    /usr/bin/python3 dev/test_op_profile.py WORK_DIR TRAINER [RANKS ...] [--gpu] [--only-op1]
 
 For each rank count (default 1; 2 and more run under mpirun) trains a 2-layer model for 6 steps
 without -pk and with -op 1, and checks: the mfu line says the peak was measured at start-up, and
@@ -11,16 +11,18 @@ the profile table is printed with every family; the families without "other" sum
 than the step (a family counted twice would not) and "other" is >= 0; all rows sum to the
 average step time the trainer prints, within 5%; metrics.jsonl ends with a {"profile"} record
 holding the same families; with more than one rank, communication takes time and sends bytes.
-Then the same run with -op 0 writes the same main.log and model_final.bin, byte for byte.
+Then (unless --only-op1, for a planted bug) the same run with -op 0 writes the same main.log and
+model_final.bin, byte for byte.
 
---gpu (the GPU trainer through the CUDA emulator, batch 2, with -ge 0 so that GELU runs as its own kernels,
-and ZeRO 1 on more than one rank, so that the communication stream runs beside stream 0): instead
-of the measured peak, the table says % of peak is n/a without -pk and the record's peak_flops is
-null; it says how many CUDA events a step records (the record too); every compute family and AdamW
-and the grad norm take time; with more than one rank the communication stream's line is printed,
-and the bytes of the communication row and of that line (counted from the buffer sizes) add up to
-the bytes the emulated NCCL counted in the last step, exactly. In the emulator an event's time is the host's wall clock when the
-emulated stream reaches it, so the rows are the host time of the emulated kernels.
+--gpu (the GPU trainer through the CUDA emulator, B 2 T 16, with -ge 0 so that GELU runs as its own
+kernels, and ZeRO 1 on more than one rank, so that the communication stream runs beside stream 0):
+instead of the measured peak, the table says % of peak is n/a without -pk and the record's
+peak_flops is null; it says how many CUDA events a step records (the record too); every compute
+family, AdamW and the grad norm take time; with more than one rank the communication stream's line
+is printed, and the bytes of the communication row and of that line (counted from the buffer
+sizes) add up to the bytes the emulated NCCL counted in the last step, exactly. In the emulator an
+event's time is the host's wall clock when the emulated stream reaches it, so the rows are the host
+time of the emulated kernels.
 """
 import json
 import os
@@ -50,7 +52,8 @@ def expect(cond, what):
 def train(trainer, ranks, work, logdir, extra):
     if GPU:
         extra = extra + ["-ge", "0"] + (["-z", "1"] if ranks > 1 else [])
-    cmd = [trainer, "-e", "d2", "-V", "257", "-sl", "64", "-b", "2" if GPU else "4", "-t", "32", "-x", "6", "-v", "3", "-m", "2",
+    batch = ["-b", "2", "-t", "16"] if GPU else ["-b", "4", "-t", "32"]
+    cmd = [trainer, "-e", "d2", "-V", "257", "-sl", "64"] + batch + ["-x", "6", "-v", "3", "-m", "2",
            "-s", "0", "-i", os.path.join(work, "train.bin"), "-j", os.path.join(work, "val.bin"), "-o", logdir] + extra
     if ranks > 1:
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-x", "OMP_NUM_THREADS=1"] + cmd
@@ -127,6 +130,8 @@ def check(trainer, ranks, work):
                f"{ranks} ranks: communication takes time and sends bytes")
     if GPU and prof is not None:
         check_gpu(out, rows, prof, ranks)
+    if ONLY_OP1:
+        return
     logdir0 = os.path.join(work, f"log_op0_{ranks}")
     train(trainer, ranks, work, logdir0, ["-op", "0"])
     for name in ("main.log", "model_final.bin"):
@@ -137,10 +142,11 @@ def check(trainer, ranks, work):
 
 
 GPU = "--gpu" in sys.argv
+ONLY_OP1 = "--only-op1" in sys.argv
 
 
 def main():
-    argv = [a for a in sys.argv if a != "--gpu"]
+    argv = [a for a in sys.argv if a not in ("--gpu", "--only-op1")]
     work, trainer = argv[1], argv[2]
     ranks = [int(x) for x in argv[3:]] or [1]
     os.makedirs(work, exist_ok=True)

@@ -27,6 +27,27 @@ check multi_gpu_broken_stage2_fails /usr/bin/python3 dev/test_multi_gpu.py mutan
 # the bytes of a step without and with a sync, BF16 on 2 x 1 ZeRO 1, a resume inside a window
 check multi_gpu_diloco /usr/bin/python3 dev/test_multi_gpu.py diloco
 
+# -op 1 on the emulated GPU trainer (CUDA events, llmc/op_events.cuh), on 1 rank and on 2 ranks with
+# ZeRO 1: every family, the rows adding up to the step within 5%, the communication stream beside
+# them, its bytes those the emulated NCCL sent, -op 0 writing the same main.log and model
+# (dev/test_op_profile.py --gpu); and a planted bug it must catch: the communication stream's spans
+# counted in the rows, where they overlap stream 0's, so that the families add up to more than the step.
+check gpu_op_profile /usr/bin/python3 dev/test_op_profile.py build/multi_gpu/op_profile build/gpu/train_gpt2emu_fp32 \
+    1 2 --gpu
+gpu_op_profile_counted_twice() {
+    local d=build/multi_gpu/op_profile_mutant
+    rm -rf $d && mkdir -p $d/llmc && cp train_gpt2.cu $d/ && cp llmc/* $d/llmc/ || return 1
+    sed -i 's/if (s->stream == 0) {/if (1) {/' $d/llmc/op_events.cuh
+    grep -q "if (1) {" $d/llmc/op_events.cuh || { echo "the mutation did not apply"; return 1; }
+    dev/cuda_emu/emucc -O1 -DENABLE_FP32 -o $d/train_mutant $d/train_gpt2.cu -lnccl || return 1
+    if /usr/bin/python3 dev/test_op_profile.py $d/work $d/train_mutant 2 --gpu --only-op1 > $d/out.txt 2>&1; then
+        echo "the communication stream counted in the rows passed"; return 1
+    fi
+    grep "^FAIL" $d/out.txt
+    grep -q "^FAIL families .* (nothing counted twice)" $d/out.txt
+}
+check gpu_op_profile_counted_twice_fails gpu_op_profile_counted_twice
+
 # The trainer built with emucc --check (races, stream order, memory; dev/cuda_emu/README.md): FP32 and
 # BF16 on 1 and 2 emulated GPUs, each under the reverse and random:4 schedules (on 2 GPUs ZeRO 1 and,
 # with its communication stream, ZeRO 2), 3 steps of the same global batch: no report, and the CPU
