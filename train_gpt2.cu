@@ -998,9 +998,11 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, float* master, const Outer
     if (R > 1) {
         cudaStream_t cs = dp->comm_stream;
         dp_order_on_comm(dp);
+        int span = op_span_begin(OP_COMM, cs);
         ncclCheck(ncclAllReduce(msg, msg, padded, ncclFloat, ncclSum, dp->replica, cs));
+        op_span_end(span, 0.0, ring_bytes((double)padded * sizeof(float), R, 1));
         cudaCheck(cudaEventRecord(dp->comm_done, cs));
-        cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0));
+        OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0)));
     }
     float inv_R = 1.0f / (float)R;
     for (int i = 0; i < dp->num_spans; i++) {
@@ -1011,8 +1013,10 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, float* master, const Outer
     }
     sum_of_squares(dp->norm, msg, dp->owned, dp->norm + S);
     if (dp->zero_stage != 0) {
+        int span = op_span_begin(OP_COMM, 0);
         dp_order_on_main(dp);
         if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->shard, 0)); }
+        op_span_end(span, 0.0, ring_bytes((double)S * sizeof(float), S, 1));
         dp_all_gather_params(dp, m);
     }
     wait_device(0, dp->host_event, "the outer sync");
@@ -1337,7 +1341,8 @@ int main(int argc, char** argv) {
     run_print_start(&run, gpu.model.num_parameters, &mem, &comm, extra);
 
     if (args.op_profile) {
-        op_events_init(zero != 0 ? "the communication stream (reduce-scatters, all-reduce, all-gathers)" : NULL);
+        int side = zero != 0 || args.outer_every > 0; // the communication stream runs collectives
+        op_events_init(side ? "the communication stream (reduce-scatters, all-reduces, all-gathers)" : NULL);
         op_profile.peak_unknown = args.peak_tflops <= 0.0f; // the default peak is a datasheet's, not this device's
     }
     run_train(&run, &gpu_trainer_ops, &gpu);
