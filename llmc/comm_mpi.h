@@ -3,7 +3,10 @@
 // so the summation order is fixed (runs are reproducible) and every byte handed to MPI is
 // counted in comm_bytes_sent (the figure the tests compare with accounting.h's closed forms). Every
 // exchange is watched (llmc/watchdog.h) and its MPI errors end the job naming the step.
-// Built with -DNO_MPI, MPI is llmc/mpi_single.h: one process, no communication.
+// Built with -DNO_MPI, MPI is llmc/mpi_single.h: one process, no communication. The -lo
+// communication thread (llmc/comm_thread.h) runs them too, on its own communicator and tags
+// (CommGroup.tag): it counts its bytes in its own comm_bytes_sent and its waits are watched by the
+// watchdog's span (the trainer's wait slot is the trainer thread's alone).
 #ifndef LLMC_COMM_MPI_H
 #define LLMC_COMM_MPI_H
 
@@ -18,12 +21,15 @@
 typedef struct {
     MPI_Comm comm;
     int size, rank;
+    int tag; // added to the exchanges' tags (0; the communication thread's: its fragment's)
 } CommGroup;
 
-static size_t comm_bytes_sent = 0;
+static __thread size_t comm_bytes_sent = 0; // per thread: the trainer's, the communication thread's
+static __thread int comm_on_worker = 0;     // 1 on the -lo communication thread
 
 static void comm_group_from(CommGroup* g, MPI_Comm comm) {
     g->comm = comm;
+    g->tag = 0;
     MPI_Comm_size(comm, &g->size);
     MPI_Comm_rank(comm, &g->rank);
 }
@@ -34,10 +40,10 @@ static void ring_exchange(CommGroup* g, const float* send, float* recv, size_t c
     const size_t max_chunk = (size_t)1 << 28;
     for (size_t done = 0; done < count; done += max_chunk) {
         int n = (int)(count - done < max_chunk ? count - done : max_chunk);
-        watchdog_arm("a ring exchange");
-        int rc = MPI_Sendrecv(send + done, n, MPI_FLOAT, right, 7, recv + done, n, MPI_FLOAT, left, 7, g->comm,
-                              MPI_STATUS_IGNORE);
-        watchdog_disarm();
+        if (!comm_on_worker) { watchdog_arm("a ring exchange"); }
+        int rc = MPI_Sendrecv(send + done, n, MPI_FLOAT, right, 7 + g->tag, recv + done, n, MPI_FLOAT, left, 7 + g->tag,
+                              g->comm, MPI_STATUS_IGNORE);
+        if (!comm_on_worker) { watchdog_disarm(); }
         if (rc != MPI_SUCCESS) {
             char msg[MPI_MAX_ERROR_STRING];
             int len = 0;
@@ -54,10 +60,10 @@ static void pair_exchange_bytes(CommGroup* g, const void* send, int to, void* re
     const size_t max_chunk = (size_t)1 << 30;
     for (size_t done = 0; done < bytes; done += max_chunk) {
         int n = (int)(bytes - done < max_chunk ? bytes - done : max_chunk);
-        watchdog_arm("a pairwise exchange");
-        int rc = MPI_Sendrecv((const char*)send + done, n, MPI_BYTE, to, 8, (char*)recv + done, n, MPI_BYTE, from, 8,
-                              g->comm, MPI_STATUS_IGNORE);
-        watchdog_disarm();
+        if (!comm_on_worker) { watchdog_arm("a pairwise exchange"); }
+        int rc = MPI_Sendrecv((const char*)send + done, n, MPI_BYTE, to, 8 + g->tag, (char*)recv + done, n, MPI_BYTE,
+                              from, 8 + g->tag, g->comm, MPI_STATUS_IGNORE);
+        if (!comm_on_worker) { watchdog_disarm(); }
         if (rc != MPI_SUCCESS) {
             char msg[MPI_MAX_ERROR_STRING];
             int len = 0;

@@ -20,6 +20,10 @@ typedef int MPI_Comm;
 #define MPI_SUCCESS 0
 #define MPI_ERRORS_RETURN 0
 #define MPI_MAX_ERROR_STRING 64
+#define MPI_THREAD_SINGLE 0
+#define MPI_THREAD_FUNNELED 1
+#define MPI_THREAD_SERIALIZED 2
+#define MPI_THREAD_MULTIPLE 3
 
 static int MPI_Init(int* argc, char*** argv) {
     (void)argc;
@@ -32,6 +36,23 @@ static int MPI_Init(int* argc, char*** argv) {
                  "(make deps) and rebuild", world_vars[i], v);
         }
     }
+    return 0;
+}
+// One process: every thread level is provided (no other rank to talk to).
+static int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+    *provided = required;
+    return MPI_Init(argc, argv);
+}
+static int MPI_Query_thread(int* provided) {
+    *provided = MPI_THREAD_MULTIPLE;
+    return 0;
+}
+static int MPI_Comm_dup(MPI_Comm comm, MPI_Comm* out) {
+    *out = comm;
+    return 0;
+}
+static int MPI_Comm_free(MPI_Comm* comm) {
+    (void)comm;
     return 0;
 }
 static int MPI_Finalize(void) { return 0; }
