@@ -551,6 +551,13 @@ typedef struct {
 
 struct DataParallel;
 
+// -ls: a run of owned elements of one fragment: parameters [param, +count) are owned elements
+// [owned, +count) and places [pos, +count) of the fragment's packed message.
+typedef struct {
+    size_t param, owned, pos, count;
+    int fragment;
+} FragmentRun;
+
 // -lo: one fragment's exchange handed to the communication thread.
 typedef struct {
     struct DataParallel* dp;
@@ -578,6 +585,8 @@ typedef struct DataParallel {
     int* frag_of;         // -ls: each owned element's fragment (-lf; all 0 without it), else NULL
     size_t* frag_pos;     // -ls: an owned element's place among its fragment's, in owned order
     size_t* frag_count;   // -ls: owned elements (padding slots included) of each fragment
+    FragmentRun* runs;    // -ls: the owned spans cut where the fragment changes, in owned order
+    int num_runs;
     float* pend_sum;      // -lo: each fragment's summed messages while in flight (packed, padded to R)
     size_t* pend_off;     // -lo: where fragment f's starts in pend_sum
     float* pend_snap;     // -lo: the owned local values when their fragment's exchange started
@@ -617,6 +626,8 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->residual = NULL; // dp_init_residual
     dp->frag_of = NULL;  // dp_init_fragments
     dp->frag_pos = NULL;
+    dp->runs = NULL;
+    dp->num_runs = 0;
     dp->frag_count = NULL;
     dp->pend_sum = NULL;  // dp_init_fragments
     dp->pend_off = NULL;
@@ -903,6 +914,16 @@ static void dp_init_fragments(DataParallel* dp, int F) {
         for (size_t i = 0; i < n; i++) { dp->frag_of[first + i] = outer_unit_fragment(unit, L, F); }
     }
     for (size_t o = 0; o < dp->owned; o++) { dp->frag_pos[o] = dp->frag_count[dp->frag_of[o]]++; }
+    dp->runs = (FragmentRun*)malloc_check((dp->num_spans + dp->layout.num_units) * sizeof(FragmentRun));
+    for (int i = 0; i < dp->num_spans; i++) {
+        const OwnedSpan* sp = &dp->spans[i];
+        for (size_t j = 0, k; j < sp->count; j = k) {
+            size_t o = sp->owned_offset + j;
+            for (k = j; k < sp->count && dp->frag_of[sp->owned_offset + k] == dp->frag_of[o]; k++) {}
+            FragmentRun run = {sp->param_offset + j, o, dp->frag_pos[o], k - j, dp->frag_of[o]};
+            dp->runs[dp->num_runs++] = run;
+        }
+    }
     dp->pend_off = (size_t*)calloc_check(F + 1, sizeof(size_t));
     for (int f = 0; f < F; f++) {
         dp->pend_off[f + 1] = dp->pend_off[f] + round_up(dp->frag_count[f], dp->replica.size);
@@ -969,15 +990,16 @@ static void wait_until(double when, int last) {
 static void dp_fragment_messages(const DataParallel* dp, const GPT2* m, int f, int plain, const float* res,
                                  float* msg, size_t padded) {
     memset(msg, 0, padded * sizeof(float));
-    for (int i = 0; i < dp->num_spans; i++) {
-        const OwnedSpan* sp = &dp->spans[i];
-        const float* local = m->params_memory + sp->param_offset;
-        for (size_t j = 0; j < sp->count; j++) {
-            size_t o = sp->owned_offset + j;
-            if (dp->frag_of[o] != f) { continue; }
-            float d = outer_message(dp->outer[o], local[j], plain);
-            if (res) { d += res[o]; }
-            msg[dp->frag_pos[o]] = d;
+    for (int i = 0; i < dp->num_runs; i++) {
+        const FragmentRun* run = &dp->runs[i];
+        if (run->fragment != f) { continue; }
+        const float* local = m->params_memory + run->param;
+        const float* outer = dp->outer + run->owned;
+        float* out = msg + run->pos;
+        for (size_t j = 0; j < run->count; j++) {
+            float d = outer_message(outer[j], local[j], plain);
+            if (res) { d += res[run->owned + j]; }
+            out[j] = d;
         }
     }
 }
@@ -1052,14 +1074,14 @@ static float dp_fragment_apply(DataParallel* dp, GPT2* m, const OuterConfig* c, 
     int R = dp->replica.size, plain = outer_plain_average(c), f = c->fragment, F = outer_num_fragments(c);
     float inv_R = 1.0f / (float)R;
     double sq = 0.0;
-    for (int i = 0; i < dp->num_spans; i++) {
-        const OwnedSpan* sp = &dp->spans[i];
-        float* local = m->params_memory + sp->param_offset;
-        for (size_t j = 0; j < sp->count; j++) {
-            size_t o = sp->owned_offset + j;
-            if (dp->frag_of[o] != f) { continue; }
+    for (int i = 0; i < dp->num_runs; i++) {
+        const FragmentRun* run = &dp->runs[i];
+        if (run->fragment != f) { continue; }
+        float* local = m->params_memory + run->param;
+        for (size_t j = 0; j < run->count; j++) {
+            size_t o = run->owned + j;
             float delta;
-            float now = outer_update(&dp->outer[o], &dp->outer_m[o], sum[dp->frag_pos[o]], inv_R, c->lr, c->momentum,
+            float now = outer_update(&dp->outer[o], &dp->outer_m[o], sum[run->pos + j], inv_R, c->lr, c->momentum,
                                      plain, &delta);
             local[j] = snap ? outer_merge(now, local[j], snap[o]) : now;
             sq += (double)delta * delta;
@@ -1079,12 +1101,10 @@ static float dp_fragment_apply(DataParallel* dp, GPT2* m, const OuterConfig* c, 
 // exchanges started before it. Its bytes count in the step that starts it.
 static void dp_fragment_start(DataParallel* dp, GPT2* m, const OuterConfig* c) {
     int f = c->fragment, R = dp->replica.size;
-    for (int i = 0; i < dp->num_spans; i++) { // fragment f's owned local values (others may be in flight)
-        const OwnedSpan* sp = &dp->spans[i];
-        for (size_t j = 0; j < sp->count; j++) {
-            size_t o = sp->owned_offset + j;
-            if (dp->frag_of[o] == f) { dp->pend_snap[o] = m->params_memory[sp->param_offset + j]; }
-        }
+    for (int i = 0; i < dp->num_runs; i++) { // fragment f's owned local values (others may be in flight)
+        const FragmentRun* run = &dp->runs[i];
+        if (run->fragment != f) { continue; }
+        memcpy(dp->pend_snap + run->owned, m->params_memory + run->param, run->count * sizeof(float));
     }
     PendingExchange* job = &dp->pend_jobs[f];
     job->dp = dp;
@@ -1153,6 +1173,7 @@ static void dp_free(DataParallel* dp) {
     free(dp->outer_m);
     free(dp->frag_of);
     free(dp->frag_pos);
+    free(dp->runs);
     free(dp->frag_count);
     free(dp->pend_sum);
     free(dp->pend_off);

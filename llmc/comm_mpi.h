@@ -17,6 +17,7 @@
 #endif
 #include "utils.h"
 #include "watchdog.h"
+#include <time.h>
 
 typedef struct {
     MPI_Comm comm;
@@ -34,6 +35,27 @@ static void comm_group_from(CommGroup* g, MPI_Comm comm) {
     MPI_Comm_rank(comm, &g->rank);
 }
 
+// MPI_Sendrecv, except on the communication thread: there a non-blocking pair whose completion is
+// polled every 0.1 ms, sleeping in between, so that the thread does not spin a core the trainer
+// threads need while it waits for a peer (Open MPI's blocking calls busy-poll).
+static int comm_sendrecv(const void* send, int n, MPI_Datatype type, int to, void* recv, int from, int tag,
+                         MPI_Comm comm) {
+    if (!comm_on_worker) {
+        return MPI_Sendrecv(send, n, type, to, tag, recv, n, type, from, tag, comm, MPI_STATUS_IGNORE);
+    }
+    MPI_Request req[2];
+    int rc = MPI_Irecv(recv, n, type, from, tag, comm, &req[0]);
+    if (rc == MPI_SUCCESS) { rc = MPI_Isend(send, n, type, to, tag, comm, &req[1]); }
+    for (int done = 0; rc == MPI_SUCCESS && !done;) {
+        rc = MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE);
+        if (!done) {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return rc;
+}
+
 // Sends count floats to the right neighbour while receiving count floats from the left one.
 static void ring_exchange(CommGroup* g, const float* send, float* recv, size_t count) {
     int right = (g->rank + 1) % g->size, left = (g->rank + g->size - 1) % g->size;
@@ -41,8 +63,7 @@ static void ring_exchange(CommGroup* g, const float* send, float* recv, size_t c
     for (size_t done = 0; done < count; done += max_chunk) {
         int n = (int)(count - done < max_chunk ? count - done : max_chunk);
         if (!comm_on_worker) { watchdog_arm("a ring exchange"); }
-        int rc = MPI_Sendrecv(send + done, n, MPI_FLOAT, right, 7 + g->tag, recv + done, n, MPI_FLOAT, left, 7 + g->tag,
-                              g->comm, MPI_STATUS_IGNORE);
+        int rc = comm_sendrecv(send + done, n, MPI_FLOAT, right, recv + done, left, 7 + g->tag, g->comm);
         if (!comm_on_worker) { watchdog_disarm(); }
         if (rc != MPI_SUCCESS) {
             char msg[MPI_MAX_ERROR_STRING];
@@ -61,8 +82,7 @@ static void pair_exchange_bytes(CommGroup* g, const void* send, int to, void* re
     for (size_t done = 0; done < bytes; done += max_chunk) {
         int n = (int)(bytes - done < max_chunk ? bytes - done : max_chunk);
         if (!comm_on_worker) { watchdog_arm("a pairwise exchange"); }
-        int rc = MPI_Sendrecv((const char*)send + done, n, MPI_BYTE, to, 8 + g->tag, (char*)recv + done, n, MPI_BYTE,
-                              from, 8 + g->tag, g->comm, MPI_STATUS_IGNORE);
+        int rc = comm_sendrecv((const char*)send + done, n, MPI_BYTE, to, (char*)recv + done, from, 8 + g->tag, g->comm);
         if (!comm_on_worker) { watchdog_disarm(); }
         if (rc != MPI_SUCCESS) {
             char msg[MPI_MAX_ERROR_STRING];
