@@ -518,11 +518,11 @@ def run_pair(a, b, name):
 
 
 def cmd_overlap():
-    """The goal of -lo: on 2 x 1 ZeRO 1 with -ls 2 -lf 2 (a fragment's exchange after every step),
+    """The goal of -lo: on 2 x 1 ZeRO 1 with -ls 4 -lf 2 (a fragment's exchange after every other step),
     -b 8 -t 64 and one thread per rank, the link throttled (-rb) so that the largest fragment's
     exchange takes half a step of a run that never syncs (-ls larger than the run), -lo 1's mean
     step time (steps but the first and the last) within 10% of the never-syncing run's, and blocking
-    -lo 0 at least 1.25x it (each step waits out about half a step: the check can fail). The shared
+    -lo 0 at least 1.15x it (every other step waits out about half a step: the check can fail). The shared
     2-core host's load drifts by tens of percent between runs a few seconds apart, so each
     comparison runs the two settings at once (the same load on both; a step of about 150-250 ms)
     and -lo 1's is pooled over two such pairs; the calibration pair, two never-syncing runs at once,
@@ -534,17 +534,17 @@ def cmd_overlap():
     t0 = float(np.median(a + b))
     peak = int(re.search(r"the largest sends (\d+) bytes", out).group(1))
     mbps = peak / (0.5 * t0 / 1000) / 1e6
-    rb = common + ["-ls", "2", "-rb", f"{mbps:.3f}"]
+    rb = common + ["-ls", "4", "-rb", f"{mbps:.3f}"]
     base1, lo1, waits1 = [], [], 0.0
     for k in range(2):
         x, y, _, out = run_pair(nosync, rb + ["-lo", "1"], f"ovl_lo1_{k}")
         base1, lo1, waits1 = base1 + x, lo1 + y, waits1 + link_wait(out)
     base0, lo0, _, out = run_pair(nosync, rb, "ovl_lo0")
     r1, r0 = np.mean(lo1) / np.mean(base1), np.mean(lo0) / np.mean(base0)
-    report(r1 <= 1.10 and r0 >= 1.25,
+    report(r1 <= 1.10 and r0 >= 1.15,
            f"-rb {mbps:.1f} MB/s (the largest fragment's {peak}-byte exchange: half a {t0:.0f} ms step): mean step "
            f"{np.mean(lo1):.1f} ms with -lo 1 = {r1:.3f}x the never-syncing run's {np.mean(base1):.1f} ms beside it "
-           f"(want <= 1.10), blocking -lo 0 {np.mean(lo0):.1f} ms = {r0:.3f}x (want >= 1.25); rank 0 waited "
+           f"(want <= 1.10), blocking -lo 0 {np.mean(lo0):.1f} ms = {r0:.3f}x (want >= 1.15); rank 0 waited "
            f"{waits1:.0f} ms on exchanges with -lo 1 (2 x {n - 2} steps), {link_wait(out):.0f} ms with -lo 0 ({n - 2}); "
            f"two never-syncing runs at once: {np.mean(b) / np.mean(a):.3f}x")
 
