@@ -481,6 +481,13 @@ def cmd_overlap_checkpoints(lf):
     report(pending and r2.returncode == 0 and bitwise_tail(full, d, step + 1, STEPS),
            f"-lo 1: SIGUSR1 to rank 1 at step 6: {m.group(0) if m else 'no preemption'} with an exchange in flight "
            f"({pending}); resumed: steps to {STEPS} and model_final.bin bit for bit")
+    # one fragment: checkpoint 4 is a sync step whose exchange is still in flight (the replicas differ)
+    one = ["-x", "8", "-ls", "4", "-lo", "1", "-ds", "1", "-z", "1", "-n", "4"] + NESTEROV
+    full1, _ = run(2, one, "lo_one_full")
+    part, _ = resumed(2, one, full1, 4, "lo_one_4")
+    report(state_header(full1, 4, 1)[38] == 1 and bitwise_tail(full1, part, 5, 8),
+           "2 x 1 -ls 4 -lo 1 (one fragment): checkpoint 4, its sync's exchange in flight, resumed: steps 5-8 and "
+           "model_final.bin bit for bit")
     i = args.index("-lo")
     _, r = resumed(4, args[:i] + args[i + 2:], full, 6, "frag_lo_refused", ok=False)
     line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "")

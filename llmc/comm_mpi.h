@@ -82,7 +82,8 @@ static void pair_exchange_bytes(CommGroup* g, const void* send, int to, void* re
     for (size_t done = 0; done < bytes; done += max_chunk) {
         int n = (int)(bytes - done < max_chunk ? bytes - done : max_chunk);
         if (!comm_on_worker) { watchdog_arm("a pairwise exchange"); }
-        int rc = comm_sendrecv((const char*)send + done, n, MPI_BYTE, to, (char*)recv + done, from, 8 + g->tag, g->comm);
+        int rc = comm_sendrecv((const char*)send + done, n, MPI_BYTE, to, (char*)recv + done, from, 8 + g->tag,
+                               g->comm);
         if (!comm_on_worker) { watchdog_disarm(); }
         if (rc != MPI_SUCCESS) {
             char msg[MPI_MAX_ERROR_STRING];

@@ -82,7 +82,9 @@ static void comm_worker_start(CommWorker* w, int slots, CommJobFn fn, float mbps
     w->busy_s = 0.0;
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->changed, NULL);
-    if (pthread_create(&w->thread, NULL, comm_worker_main, w) != 0) { fail("-lo: cannot start the communication thread"); }
+    if (pthread_create(&w->thread, NULL, comm_worker_main, w) != 0) {
+        fail("-lo: cannot start the communication thread");
+    }
 }
 
 // Queues the job of `slot` (behind every job queued before it).

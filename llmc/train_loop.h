@@ -144,6 +144,15 @@ static float* run_load_model(TrainRun* r, TrainArgs* args, int world, int rank) 
     return params;
 }
 
+// -lo: whether an exchange is in flight (started, not yet applied).
+static int run_outer_pending(const TrainRun* r) {
+    int pending = 0;
+    for (int f = 0; r->outer.every > 0 && f < outer_num_fragments(&r->outer); f++) {
+        pending |= r->outer_inflight[f] >= 0;
+    }
+    return pending;
+}
+
 // The TrainState of this rank at `step` (where the data loader and the sampler stand now).
 static TrainState run_train_state(const TrainRun* r, int step) {
     const TrainArgs* a = r->args;
@@ -159,7 +168,7 @@ static TrainState run_train_state(const TrainRun* r, int step) {
         s.fragments = r->outer.fragments > 1 ? r->outer.fragments : 0;
         s.has_local = 1;
         s.has_outer = r->outer_ready;
-        for (int f = 0; f < outer_num_fragments(&r->outer); f++) { s.has_pending |= r->outer_inflight[f] >= 0; }
+        s.has_pending = run_outer_pending(r);
         s.overlap = r->outer.overlap; // 0 without -lo: the files of a run without it
         s.in_agreement = s.in_agreement && !s.has_pending;
     }
@@ -293,9 +302,8 @@ static void run_outer_begin(TrainRun* r, const TrainerOps* ops, void* ctx) {
         ops->outer_init(ctx);
         r->outer_ready = 1;
     }
-    int pending = 0; // -lo: a resume with exchanges in flight (the replicas' local values differ)
-    for (int f = 0; f < outer_num_fragments(&r->outer); f++) { pending |= r->outer_inflight[f] >= 0; }
-    if (outer_in_agreement(&r->outer, r->start_step, r->max_steps) && !pending) {
+    // -lo: after a resume with exchanges in flight the replicas' local values differ
+    if (outer_in_agreement(&r->outer, r->start_step, r->max_steps) && !run_outer_pending(r)) {
         run_check_replicas(r, ops, ctx, r->start_step, 0);
     }
     if (r->outer_ready) { run_check_replicas(r, ops, ctx, r->start_step, 1); }
