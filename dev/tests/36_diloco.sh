@@ -21,8 +21,8 @@ check wire_mutants_caught /usr/bin/python3 dev/test_wire_format.py mutants
 # phases, -lo 1 against --overlap 1, -lo checkpoints and SIGUSR1 with exchanges in flight resumed
 # bit for bit, the -lo memory line's closed form, planted bugs caught (a late offset in the
 # reference, a rank issuing fragments in reverse order, blocking and on the -lo thread), refusals;
-# about 90 s on the shared 2-core host.
+# 60-90 s on the shared 2-core host.
 check diloco_fragments /usr/bin/python3 dev/test_diloco.py fragments
 # -lo's goal: with the link (-rb) at half a step per exchange, -lo 1's mean step time within 10% of
-# a never-syncing run's beside it, blocking -lo 0 at least 1.15x; about 30 s.
+# a never-syncing run's beside it, blocking -lo 0 at least 1.15x; 30-40 s.
 check diloco_overlap_link /usr/bin/python3 dev/test_diloco.py overlap
