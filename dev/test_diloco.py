@@ -355,8 +355,21 @@ def cmd_fragments():
                           "    for (int f = 0; f < F; f++) {\n        if (!outer_fragment_due(&r->outer, f, t",
                           "    for (int f0 = 0; f0 < F; f0++) {\n        int f = r->rank == 1 ? F - 1 - f0 : f0;\n"
                           "        if (!outer_fragment_due(&r->outer, f, t")
+    # and (a second plant, switched on by MUTANT_FUNNELED=1) MPI initialised with MPI_THREAD_FUNNELED
+    text = open(mdir + "/train_gpt2.c").read()
+    init = "MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);"
+    assert text.count(init) == 1, "mutant fragment_order: MPI_Init_thread's line is gone from train_gpt2.c"
+    open(mdir + "/train_gpt2.c", "w").write(text.replace(init, init.replace(
+        "MPI_THREAD_MULTIPLE", 'getenv("MUTANT_FUNNELED") ? MPI_THREAD_FUNNELED : MPI_THREAD_MULTIPLE')))
     mutant = os.path.abspath(mdir + "/train_gpt2cpu")
     subprocess.run(["mpicc"] + tw.CFLAGS + ["-fopenmp", "-o", mutant, mdir + "/train_gpt2.c", "-lm"], check=True)
+    funnel = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2", "-x",
+              "OMP_NUM_THREADS=1", "-x", "MUTANT_FUNNELED=1", mutant, "-e", model_file()] + BASE + \
+             ["-x", "4", "-ls", "2", "-lo", "1", "-ds", "1", "-o", ""]
+    r = subprocess.run(funnel, capture_output=True, text=True, timeout=60)
+    line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "no error line")
+    report(r.returncode != 0 and "needs MPI_THREAD_MULTIPLE" in line,
+           f"planted: MPI initialised with MPI_THREAD_FUNNELED, -lo 1 on 2 replicas refused: {line[:170]}")
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2", "-x",
            "OMP_NUM_THREADS=1", mutant, "-e", model_file()] + BASE + ["-x", "4", "-ls", "4", "-lf", "2", "-ds", "1",
                                                                         "-o", ""]
