@@ -73,22 +73,28 @@ __device__ __forceinline__ void fa2_scores(float s[8][4], const uint32_t qf[4][4
     }
 }
 
-// O (16 x 64: o[n] = dims 8n..8n+7) += P V. P's A-fragments come straight from the score
-// accumulators (key chunk kc = accumulator groups 2kc, 2kc+1, packed to bf16); V B-fragments by
+// o (16 x 64: o[n] = dims 8n..8n+7) += A B for one 16-key chunk kc: a, the A fragment (16 rows x
+// keys 16kc..16kc+15); B (keys x dims) row-major in the swizzled tile sV, its B fragments by
 // ldmatrix.x4.trans: matrices (keys 16kc + 0/8, dims 8n + 0/8 for n even), b for dims n and n+1.
-__device__ __forceinline__ void fa2_pv(float o[8][4], const float p[8][4], const bf16* sV, int lane) {
+__device__ __forceinline__ void fa2_mma_bt(float o[8][4], const uint32_t a[4], const bf16* sV, int kc, int lane) {
     int mat = lane / 8, r = lane % 8;
+#pragma unroll
+    for (int n = 0; n < 8; n += 2) {
+        uint32_t vb[4];
+        ptx_ldmatrix_x4_trans(vb, sV + fa2_off(16 * kc + (mat % 2) * 8 + r, 8 * (n + mat / 2)));
+        ptx_mma_bf16_16816(o[n], a, vb, o[n]);
+        ptx_mma_bf16_16816(o[n + 1], a, vb + 2, o[n + 1]);
+    }
+}
+
+// O (16 x 64) += P V. P's A-fragments come straight from the score accumulators (key chunk kc =
+// accumulator groups 2kc, 2kc+1, packed to bf16).
+__device__ __forceinline__ void fa2_pv(float o[8][4], const float p[8][4], const bf16* sV, int lane) {
 #pragma unroll
     for (int kc = 0; kc < 4; kc++) {
         uint32_t a[4] = {fa2_pack(p[2 * kc][0], p[2 * kc][1]), fa2_pack(p[2 * kc][2], p[2 * kc][3]),
                          fa2_pack(p[2 * kc + 1][0], p[2 * kc + 1][1]), fa2_pack(p[2 * kc + 1][2], p[2 * kc + 1][3])};
-#pragma unroll
-        for (int n = 0; n < 8; n += 2) {
-            uint32_t vb[4];
-            ptx_ldmatrix_x4_trans(vb, sV + fa2_off(16 * kc + (mat % 2) * 8 + r, 8 * (n + mat / 2)));
-            ptx_mma_bf16_16816(o[n], a, vb, o[n]);
-            ptx_mma_bf16_16816(o[n + 1], a, vb + 2, o[n + 1]);
-        }
+        fa2_mma_bt(o, a, sV, kc, lane);
     }
 }
 

@@ -360,7 +360,8 @@ int main(int argc, char** argv) {
     int long_flash_only = argc > 1 && strcmp(argv[1], "--long-flash-only") == 0;
     int cudnn_compare = argc > 1 && strcmp(argv[1], "--cudnn") == 0;
     int fa2_quick = argc > 1 && strcmp(argv[1], "--fa2-quick") == 0;
-    int fa2_only = fa2_quick || (argc > 1 && strcmp(argv[1], "--fa2") == 0);
+    int fa2_order = argc > 1 && strcmp(argv[1], "--fa2-order") == 0;
+    int fa2_only = fa2_quick || fa2_order || (argc > 1 && strcmp(argv[1], "--fa2") == 0);
 #ifdef ENABLE_FP32
     if (fa2_only) { fail("%s: the fa2 version is BF16 only (build without -DENABLE_FP32)", argv[1]); }
 #endif
@@ -379,6 +380,11 @@ int main(int argc, char** argv) {
 #ifndef ENABLE_FP32
     if (fa2_only) {
         const Version* v = &versions[1];
+        if (fa2_order) { // 8 key tiles: dq sums of up to 8 terms, whose order shows in the rerun's bits
+            check_case(v, 1, 512, 2, 64, 2.0f);
+            printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
+            return failures ? 1 : 0;
+        }
         forward_only = 1; // GPT-2 124M's layer: C 768, NH 12 (forward only: the emulated backward costs 40 s)
         if (!fa2_quick) { check_case(v, 1, 1024, 12, 64, 2.0f); }
         forward_only = 0;

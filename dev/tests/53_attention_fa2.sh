@@ -1,25 +1,30 @@
 # llmc/attention_fa2.cuh and attention_fa2_backward.cuh, the mma.sync/ldmatrix/cp.async attention
 # (sourced by dev/run_tests.sh after 50_gpu_trainer.sh, whose gpu_emu_build made
 # build/gpu/attention_emu and attention_emu_check): against the double reference at GPT-2 124M's
-# layer, and under emucc --check at odd T and T < 64 under three schedules, with 1-way ldmatrix bank
-# conflicts; three planted bugs it must catch; its nvcc SASS, spills and registers.
+# layer, and under emucc --check at odd T and T < 64 under three schedules, with 1-way bank conflicts
+# at every ldmatrix and shared store site; four planted bugs it must catch; its nvcc SASS, spills and
+# registers.
 # 38 to 75 s of wall time measured on the shared 2-core machine, builds included (docs/gpu.md).
 FA2_TMP=build/test_tmp/fa2
 mkdir -p $FA2_TMP
 
 # The --fa2-quick run (T 77, 130, 17, 1, forward and backward) under --check, forward schedule;
-# every ldmatrix site of the three kernels reports 1-way bank conflicts (13 sites).
+# every ldmatrix and explicit shared-store site of the two kernels reports 1-way bank conflicts (11
+# sites: 3 in the forward, 8 in the backward).
 fa2_checked_banks() {
     build/gpu/attention_emu_check --fa2-quick 2> $FA2_TMP/banks.txt || { cat $FA2_TMP/banks.txt; return 1; }
     grep "banks: kernel attention_[a-z_]*fa2_kernel" $FA2_TMP/banks.txt | tee $FA2_TMP/fa2_banks.txt
-    [ "$(grep -c ', 1-way worst' $FA2_TMP/fa2_banks.txt)" -eq 13 ] && [ "$(wc -l < $FA2_TMP/fa2_banks.txt)" -eq 13 ]
+    [ "$(grep -c ', 1-way worst' $FA2_TMP/fa2_banks.txt)" -eq 11 ] && [ "$(wc -l < $FA2_TMP/fa2_banks.txt)" -eq 11 ]
 }
 # The planted bugs: an off-by-one mask fails the reference comparison; a last tile read before its
-# cp.async wait (forward) is reported by --check (exit 66); unswizzled tiles make every ldmatrix 8-way.
+# cp.async wait (forward) is reported by --check (exit 66); unswizzled tiles make every site 8-way;
+# dq summed by atomicAdd over one block per key tile in whatever order the blocks run (FlashAttention-2's
+# split, -DFA2_PLANT_ATOMIC_DQ) gives a rerun with other bits under a random block order (T 512, 8 key
+# tiles), where the real kernel's rerun is bitwise equal.
 fa2_plants() {
     local rc
     make -s -j2 -f dev/gpu.mk build/gpu/attention_emu_fa2_mask build/gpu/attention_emu_fa2_nowait \
-        build/gpu/attention_emu_fa2_noswizzle || return 1
+        build/gpu/attention_emu_fa2_noswizzle build/gpu/attention_emu_fa2_atomic || return 1
     if build/gpu/attention_emu_fa2_mask --fa2-quick > $FA2_TMP/mask.txt; then echo "the wrong mask passed"; return 1; fi
     grep "FAIL   out" $FA2_TMP/mask.txt || return 1
     build/gpu/attention_emu_fa2_nowait --fa2-quick > $FA2_TMP/nowait.txt 2>&1
@@ -28,7 +33,12 @@ fa2_plants() {
     grep -m1 "read of bytes in flight in kernel attention_forward_fa2_kernel" $FA2_TMP/nowait.txt || return 1
     build/gpu/attention_emu_fa2_noswizzle --fa2-quick 2> $FA2_TMP/noswizzle.txt > /dev/null || return 1
     grep "banks: kernel attention_[a-z_]*fa2_kernel" $FA2_TMP/noswizzle.txt | tee $FA2_TMP/noswizzle_banks.txt
-    [ "$(grep -c ', 8-way worst' $FA2_TMP/noswizzle_banks.txt)" -eq 13 ]
+    [ "$(grep -c ', 8-way worst' $FA2_TMP/noswizzle_banks.txt)" -eq 11 ] || return 1
+    EMU_SCHED=random:1 build/gpu/attention_emu --fa2-order > $FA2_TMP/order.txt || { cat $FA2_TMP/order.txt; return 1; }
+    if EMU_SCHED=random:1 build/gpu/attention_emu_fa2_atomic --fa2-order > $FA2_TMP/atomic.txt; then
+        echo "the unordered atomicAdd dq passed"; return 1
+    fi
+    grep "FAIL   rerun dqkv bits differ" $FA2_TMP/atomic.txt
 }
 # GPT-2 124M's layer (T 1024, forward only) and the small cases (forward and backward), plain build
 # (a checked one takes 2 minutes)
