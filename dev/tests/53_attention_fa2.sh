@@ -14,7 +14,8 @@ mkdir -p $FA2_TMP
 fa2_checked_banks() {
     build/gpu/attention_emu_check --fa2-quick 2> $FA2_TMP/banks.txt || { cat $FA2_TMP/banks.txt; return 1; }
     grep "banks: kernel attention_[a-z_]*fa2_kernel" $FA2_TMP/banks.txt | tee $FA2_TMP/fa2_banks.txt
-    [ "$(grep -c ', 1-way worst' $FA2_TMP/fa2_banks.txt)" -eq 11 ] && [ "$(wc -l < $FA2_TMP/fa2_banks.txt)" -eq 11 ]
+    [ "$(grep -c ', 1-way worst' $FA2_TMP/fa2_banks.txt)" -eq 11 ] && [ "$(wc -l < $FA2_TMP/fa2_banks.txt)" -eq 11 ] &&
+        /usr/bin/python3 dev/bench/gpu_model.py --check-banks $FA2_TMP/banks.txt
 }
 # The planted bugs: an off-by-one mask fails the reference comparison; a last tile read before its
 # cp.async wait (forward) is reported by --check (exit 66); unswizzled tiles make every site 8-way;
@@ -34,6 +35,7 @@ fa2_plants() {
     build/gpu/attention_emu_fa2_noswizzle --fa2-quick 2> $FA2_TMP/noswizzle.txt > /dev/null || return 1
     grep "banks: kernel attention_[a-z_]*fa2_kernel" $FA2_TMP/noswizzle.txt | tee $FA2_TMP/noswizzle_banks.txt
     [ "$(grep -c ', 8-way worst' $FA2_TMP/noswizzle_banks.txt)" -eq 11 ] || return 1
+    ! /usr/bin/python3 dev/bench/gpu_model.py --check-banks $FA2_TMP/noswizzle.txt || { echo "the model took 8-way as 1-way"; return 1; }
     EMU_SCHED=random:1 build/gpu/attention_emu --fa2-order > $FA2_TMP/order.txt || { cat $FA2_TMP/order.txt; return 1; }
     if EMU_SCHED=random:1 build/gpu/attention_emu_fa2_atomic --fa2-order > $FA2_TMP/atomic.txt; then
         echo "the unordered atomicAdd dq passed"; return 1
@@ -47,10 +49,28 @@ check_bg attention_fa2_checked_banks fa2_checked_banks
 check_bg attention_fa2_checked_reverse_random bash -c "EMU_SCHED=reverse build/gpu/attention_emu_check --fa2-quick &&
     EMU_SCHED=random:5 build/gpu/attention_emu_check --fa2-quick"
 check_bg attention_fa2_planted_bugs fa2_plants
+# The SASS check; the performance model's mma.sync counts (dev/bench/gpu_model.py FA2_SASS) against
+# that SASS, and two planted model errors (the backward with 4 tile matmuls; no wave quantisation of
+# its one-block-per-head grid), each caught by test_gpu_model.py, the first by the SASS recount too;
+# the SASS check's own plant: 8 blocks per SM (64 registers) must spill and fail it.
+fa2_sass() {
+    local d=$FA2_TMP/model_mutant m
+    bash dev/cuda/check_attention_fa2_sass.sh || return 1
+    /usr/bin/python3 dev/bench/gpu_model.py --check-sass build/gpu/fa2_sass/attention_sm90.cubin \
+        build/gpu/fa2_sass/ptxas_sm90.log > $FA2_TMP/model_sass.txt || { grep -v "^ok" $FA2_TMP/model_sass.txt; return 1; }
+    echo "model counts against the SASS: $(grep -c "^ok" $FA2_TMP/model_sass.txt) agree"
+    for m in 's/"loop": {"HMMA": 160,/"loop": {"HMMA": 128,/' 's/blocks \/ g\["sms"\]) \/ -(-blocks \/\/ g\["sms"\])/1.0)/'; do
+        rm -rf $d && mkdir -p $d && sed "$m" dev/bench/gpu_model.py > $d/gpu_model.py || return 1
+        cmp -s dev/bench/gpu_model.py $d/gpu_model.py && { echo "mutation not applied: $m"; return 1; }
+        if GPU_MODEL_DIR=$d /usr/bin/python3 dev/bench/test_gpu_model.py > $d/out.txt; then echo "NOT caught: $m"; return 1; fi
+        echo "caught: $m ($(grep -c '^FAIL' $d/out.txt) checks failed)"
+        if [ "${m:0:8}" = 's/"loop"' ] && /usr/bin/python3 $d/gpu_model.py --check-sass build/gpu/fa2_sass/attention_sm90.cubin \
+            > $d/sass.txt; then echo "the SASS recount missed it"; return 1; fi
+    done
+    ! FA2_SASS_EXTRA=-DFA2_MIN_BLOCKS=8 bash dev/cuda/check_attention_fa2_sass.sh > $FA2_TMP/spill.txt
+}
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
-    # the SASS check, and its plant: 8 blocks per SM (64 registers) must spill and fail it
-    check_bg attention_fa2_sass bash -c "bash dev/cuda/check_attention_fa2_sass.sh &&
-        ! FA2_SASS_EXTRA=-DFA2_MIN_BLOCKS=8 bash dev/cuda/check_attention_fa2_sass.sh > $FA2_TMP/spill.txt"
+    check_bg attention_fa2_sass fa2_sass
 else
     echo "SKIP attention_fa2_sass: no nvcc on this machine"
 fi
