@@ -10,7 +10,8 @@
 // Checked per case: out (B, T, C), lse (B, NH, T), dq, dk, dv (the three parts of dqkv) as
 // max |got - ref| / max |ref| against tolerances stated below; every output element written
 // (buffers start as NaN); a second backward bitwise identical to the first. Exits 1 on a failure.
-//   build/gpu/attention_emu [--quick | --long-flash-only | --cudnn | --cudnn-small]  (emucc; BF16 unless -DENABLE_FP32)
+//   build/gpu/attention_emu [--quick | --long-flash-only | --cudnn | --cudnn-small | --fa2 | --fa2-quick | --fa2-order]
+//   (emucc; BF16 unless -DENABLE_FP32)
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o attention dev/cuda/attention.cu && ./attention
 // --quick: the small cases only (no T = 1024); --long-flash-only: T = 1024 for the tensor-core
 // version only (the checked emulator's budget); --cudnn (a -DENABLE_CUDNN build): cuDNN and the
@@ -18,7 +19,8 @@
 // odd T (B 2, NH 12, T 77), each against the reference and against each other, then cuDNN alone on
 // the small cases and head sizes (--cudnn-small: those only). --fa2: the fa2 version alone, at
 // GPT-2 124M's layer (B 1, NH 12, T 1024; forward only), T 77 (B 2, NH 12), 130 and below 64;
-// --fa2-quick (the checked builds' budget): the same without T 1024, T 77 at B 1, NH 3.
+// --fa2-quick (the checked builds' budget): the same without T 1024, T 77 at B 1, NH 3. --fa2-order:
+// fa2 alone at B 1, NH 2, T 512 (8 key tiles: dq sums of up to 8 terms, for the dq-order plant).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,7 +333,7 @@ static void time_versions(int B, int T, int NH) {
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
     // flop: one full (T x hs) by (hs x T) matmul per (b, h). Causal attention does half of each:
-    // forward 2 of them (Q K^T, P V), backward 5 useful ones (we run 7: S and dP twice)
+    // forward 2 of them (Q K^T, P V), backward 5 useful ones (fa2 runs 5, flash 7: S and dP twice)
     double flop = 2.0 * B * NH * (double)T * T * hs;
     printf("timing B %d NH %d T %d hs 64 (mean of 20 after 3 warm-up runs), TFLOP/s counts the useful causal FLOPs\n",
            B, NH, T);

@@ -3,8 +3,9 @@
 # build/gpu/attention_emu and attention_emu_check): against the double reference at GPT-2 124M's
 # layer, and under emucc --check at odd T and T < 64 under three schedules, with 1-way bank conflicts
 # at every ldmatrix and shared store site; four planted bugs it must catch; its nvcc SASS, spills and
-# registers.
-# 38 to 75 s of wall time measured on the shared 2-core machine, builds included (docs/gpu.md).
+# registers, and the performance model's counts against that SASS and the emulator's bank counts.
+# 98 to 120 s of wall time measured on the shared 2-core machine under other jobs' load (58 s of
+# CPU), plant builds included (docs/gpu.md).
 FA2_TMP=build/test_tmp/fa2
 mkdir -p $FA2_TMP
 
