@@ -296,7 +296,7 @@ def our_attention_kernel(kind, kern, B, T, C, NH, gpu):
 # sass.sh or of train_gpt2.cu: the same code).
 FA2_SASS = {
     "attention_forward_fa2_kernel": {
-        "regs": 161, "smem": 40960,
+        "regs": 168, "smem": 40960,
         "loop": {"HMMA": 64, "LDSM": 36, "LDGSTS": 8, "STS": 0, "STS.128": 8, "LDS": 0, "instr": 652},
         "per_kb": None},
     "attention_backward_fa2_kernel": {
@@ -305,6 +305,7 @@ FA2_SASS = {
         "per_kb": {"HMMA": 0, "LDSM": 0, "LDGSTS": 16, "STS": 0, "STS.128": 16, "LDS": 0, "instr": 696}},
 }
 FA2_OPS = ("HMMA", "LDSM", "LDGSTS", "STS", "STS.128", "LDS", "instr")
+FA2_INSTANCE = "ILi64E"  # the kernels are templates on the head size: the GPT-2 instance, head size 64
 # Shared-memory wavefronts of one warp instruction without conflicts: ldmatrix.x4 reads 4 matrices
 # of 8 rows of 16 bytes (512 B), a 16-byte cp.async per lane writes 512 B, the zero fill 512 B; a
 # 32-bit store of 32 distinct words, and the lse/delta loads (4 distinct words per warp), one.
@@ -312,8 +313,8 @@ FA2_OPS = ("HMMA", "LDSM", "LDGSTS", "STS", "STS.128", "LDS", "instr")
 FA2_WAVEFRONTS = {"LDSM": 4, "LDGSTS": 4, "STS": 1, "STS.128": 4, "LDS": 1}
 # The emulator's bank conflicts (emucc --check: the "cuda_emu banks:" lines of build/gpu/
 # attention_emu_check --fa2-quick, dev/tests/53_attention_fa2.sh): worst n-way over each kernel's
-# ldmatrix and shared-store sites (11 sites, all 1-way; 8-way without the swizzle). --check-banks
-# recounts them from such a file.
+# ldmatrix and shared-store sites (37 sites over head sizes 32, 64 and 128, all 1-way; 4- or 8-way
+# without the swizzle). --check-banks recounts them from such a file.
 FA2_BANKS = {"attention_forward_fa2_kernel": 1.0, "attention_backward_fa2_kernel": 1.0}
 
 
@@ -458,7 +459,7 @@ def fa2_sass_recount(text, kernel):
     import collections
     import re
     lines = text.split("\n")
-    start = next(i for i, l in enumerate(lines) if l.startswith(".text.") and kernel in l)
+    start = next(i for i, l in enumerate(lines) if l.startswith(".text.") and kernel + FA2_INSTANCE in l)
     end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith(".section")), len(lines))
     ins, labels = [], {}
     op = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
@@ -547,7 +548,7 @@ def check_sass(cubin, ptxas_log=None):
             if m and name:
                 regs[name] = int(m.group(1))
         for kernel, k in list(ATT_SASS.items()) + list(FA2_SASS.items()):
-            got = [v for n, v in regs.items() if kernel in n]
+            got = [v for n, v in regs.items() if kernel + (FA2_INSTANCE if kernel in FA2_SASS else "") in n]
             ok = got == [k["regs"]]
             bad += not ok
             print("%-4s %-40s %-28s ptxas %s  model %d" % ("ok" if ok else "FAIL", kernel, "registers (sm_90)", got,

@@ -104,7 +104,7 @@ expect("mma.sync forward B1 T64: HBM bytes = q, k, v, out (bf16) + lse", gm.fa2_
 _, d = gm.fa2_kernel("bwd", "attention_backward_fa2_kernel", 1, 64, 64, 1, "H100")
 expect("mma.sync backward B1 T64: shared-memory pipe = 4 x 618 wavefronts", d["pipes"]["shared memory"], 4 * 618 / sm_clk)
 expect("mma.sync backward B1 T64: one block keeps 1 of 132 SMs busy", d["utilisation"], 1 / 132)
-# blocks per SM by hand: 161 registers x 32 = 5152 -> 5376 per warp, 21504 per block: 3 of 65536
+# blocks per SM by hand: 168 registers x 32 = 5376 per warp, 21504 per block: 3 of 65536
 # (shared 40960 + 1024: 5 of 228 KB); 240 x 32 = 7680, 30720 per block: 2 (58368 + 1024: 3)
 expect("mma.sync forward: blocks per SM on H100", gm.blocks_per_sm("attention_forward_fa2_kernel", H), 3)
 expect("mma.sync backward: blocks per SM on H100", gm.blocks_per_sm("attention_backward_fa2_kernel", H), 2)

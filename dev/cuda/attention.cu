@@ -3,7 +3,7 @@
 // then, where a real GPU is present, a timing loop at GPT-2 shapes.
 //   versions: flash  tensor cores (nvcuda::wmma), BF16 build, head size 64
 //             fa2    llmc/attention_fa2.cuh and attention_fa2_backward.cuh (mma.sync, ldmatrix, cp.async),
-//                    BF16, head size 64
+//                    BF16, head sizes 32, 64, 128 (the default run: 64 only; --fa2: all three)
 //             scalar the CUDA-core fallback (FP32 build, or other head sizes), one warp per row
 //             cudnn  cuDNN's SDPA through llmc/cudnn_att.cpp (-DENABLE_CUDNN, BF16; under emucc the
 //                    emulator's frontend, dev/cuda_emu/include/cudnn_frontend.h)
@@ -18,7 +18,8 @@
 // tensor-core version on the same inputs at GPT-2 124M's layer shape (B 1, NH 12, T 1024) and an
 // odd T (B 2, NH 12, T 77), each against the reference and against each other, then cuDNN alone on
 // the small cases and head sizes (--cudnn-small: those only). --fa2: the fa2 version alone, at
-// GPT-2 124M's layer (B 1, NH 12, T 1024; forward only), T 77 (B 2, NH 12), 130 and below 64;
+// GPT-2 124M's layer (B 1, NH 12, T 1024; forward only), T 77 (B 2, NH 12), 130 and below 64, then
+// head sizes 128 and 32 at T 77, 130 and 17;
 // --fa2-quick (the checked builds' budget): the same without T 1024, T 77 at B 1, NH 3. --fa2-order:
 // fa2 alone at B 1, NH 2, T 512 (8 key tiles: dq sums of up to 8 terms, for the dq-order plant).
 #include <math.h>
@@ -394,6 +395,13 @@ int main(int argc, char** argv) {
         check_case(v, 1, 130, 2, 64, 6.0f);  // sharp rows, three tiles, the last with 2 rows
         check_case(v, 2, 17, 3, 64, 2.0f);   // T < 64: one partial tile
         check_case(v, 1, 1, 1, 64, 2.0f);
+        // the other head sizes: 128 (GPT-2 shapes with fewer heads) and 32
+        check_case(v, 1, 77, fa2_quick ? 1 : 4, 128, 2.0f);
+        check_case(v, 1, 130, 1, 128, 6.0f);
+        check_case(v, 2, 17, 2, 128, 2.0f);
+        check_case(v, 1, 77, fa2_quick ? 2 : 8, 32, 2.0f);
+        check_case(v, 1, 130, 2, 32, 6.0f);
+        check_case(v, 2, 17, 2, 32, 2.0f);
         printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
         return failures ? 1 : 0;
     }
