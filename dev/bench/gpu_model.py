@@ -283,8 +283,9 @@ def our_attention_kernel(kind, kern, B, T, C, NH, gpu):
 
 # ---------------------------------------------------------------------------------------------
 # The mma.sync kernels (llmc/attention_fa2.cuh, attention_fa2_backward.cuh): what -at ours runs in
-# BF16 at head size 64 (every GPT-2 size; --at wmma models the kernels above, which the FP32 build
-# and other head sizes do not run either: they take the CUDA-core fallback, not modelled). Per warp
+# BF16 at head size 64 (every GPT-2 size; their head-size-32 and -128 instances are not modelled;
+# --at wmma models the kernels above, which the trainer no longer runs; the FP32 build and other
+# head sizes take the CUDA-core fallback, not modelled). Per warp
 # and (block, tile) pair: static counts of the tile loop's body in the sm_90 SASS (the backward:
 # its inner, query-tile loop; "per_kb": what its outer, key-tile loop adds per key tile), every
 # branch counted as taken (an upper estimate: the forward's 4 Q-fragment LDSM run on its first
