@@ -52,6 +52,22 @@ check_bg attention_fa2_checked_banks fa2_checked_banks
 check_bg attention_fa2_checked_reverse_random bash -c "EMU_SCHED=reverse build/gpu/attention_emu_check --fa2-quick &&
     EMU_SCHED=random:5 build/gpu/attention_emu_check --fa2-quick"
 check_bg attention_fa2_planted_bugs fa2_plants
+# The trainer's path at head sizes 128 (C 128, 1 head) and 32 (C 64, 2 heads): test_gpt2emu_bf16
+# (--check, built by 50_gpu_trainer.sh) against PyTorch, one batch (-k 0), T 80
+fa2_trainer_hs() {
+    local c h g
+    for c_h in 128:1 64:2; do
+        c=${c_h%:*} h=${c_h#*:} g=$FA2_TMP/ref_c${c}_h$h
+        mkdir -p $g && /usr/bin/python3 train_gpt2.py --model d2 --channels $c --heads $h --vocab 257 --max-seq 128 \
+            --seed 2 --write-model $g/model.bin --data data/kjv/kjv_val.bin --B 2 --T 80 --write-state $g/state.bin \
+            --steps 10 --write-losses $g/losses.txt > $g/ref.log || { tail -3 $g/ref.log; return 1; }
+        build/gpu/test_gpt2emu_bf16 $g/model.bin $g/state.bin $g/losses.txt data/kjv/kjv_val.bin -k 0 \
+            > $g/out.txt 2> $g/stderr.txt || { cat $g/out.txt; tail -5 $g/stderr.txt; return 1; }
+        grep -E "attention:|logits|passed" $g/out.txt
+        grep -q "attention: tensor-core flash attention (mma.sync" $g/out.txt || return 1
+    done
+}
+check_bg attention_fa2_trainer_hs128_hs32 fa2_trainer_hs
 # The SASS check; the performance model's mma.sync counts (dev/bench/gpu_model.py FA2_SASS) against
 # that SASS, and two planted model errors (the backward with 4 tile matmuls; no wave quantisation of
 # its one-block-per-head grid), each caught by test_gpu_model.py, the first by the SASS recount too;
