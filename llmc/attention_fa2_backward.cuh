@@ -1,6 +1,6 @@
 // attention_fa2_backward.cuh: the backward of llmc/attention_fa2.cuh's forward on mma.sync, ldmatrix
-// and cp.async (BF16, head sizes D = 32, 64, 128). Same interface as attention_backward_flash: dqkv (B, T, 3C)
-// written from dout (B, T, C), qkv, out and lse (B, NH, T); delta (B, NH, T) fp32 scratch.
+// and cp.async (BF16, head sizes D = 32, 64, 128). Same interface as attention_backward_flash: dqkv
+// (B, T, 3C) written from dout (B, T, C), qkv, out and lse (B, NH, T); delta (B, NH, T) fp32 scratch.
 // One kernel, one block per (batch, head), 5 tile matmuls per (key tile, query tile) pair: S^T = K Q^T,
 // dP^T = V dout^T, dv += P^T dout, dk += dS^T Q, dq += dS K. dq is deterministic without atomics:
 // the block visits key tiles in ascending order and adds each one's dS K to the query rows' fp32
@@ -220,37 +220,38 @@ __device__ __forceinline__ void fa2_key_pair(float dk[D / 8][4], float dv[D / 8]
                                              const uint32_t vf[][4], const bf16* sK, const bf16* sV, const bf16* sQ,
                                              const bf16* sDO, bf16* sdS, const float* L, const float* Dl, int k0,
                                              int q0, int row0, int T, int lane) {
-    const float sl2 = fa2_sl2<D>();
-    float s[8][4], dp[8][4];
     if constexpr (D > 64) {
         fa2_key_pair_big<D>(dk, dv, sK, sV, sQ, sDO, sdS, L, Dl, k0, q0, row0, T, lane);
-        return;
-    }
-    fa2_scores<D>(s, kf, sQ, lane);   // S^T: rows = the warp's keys, columns = queries 8j + 2t + 0/1
-    fa2_scores<D>(dp, vf, sDO, lane); // dP^T
+    } else {
+        const float sl2 = fa2_sl2<D>();
+        float s[8][4], dp[8][4];
+        fa2_scores<D>(s, kf, sQ, lane);   // S^T: rows = the warp's keys, columns = queries 8j + 2t + 0/1
+        fa2_scores<D>(dp, vf, sDO, lane); // dP^T
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < 8; j++) {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int c = 8 * j + 2 * (lane % 4) + i % 2, q = q0 + c;
-            bool vis = q < T && fa2_visible(k0 + row0 + (i / 2) * 8, q);
-            float p = vis ? exp2f(s[j][i] * sl2 - L[c]) : 0.0f;
-            s[j][i] = p;                      // P^T
-            dp[j][i] = p * (dp[j][i] - Dl[c]); // dS^T
+            for (int i = 0; i < 4; i++) {
+                int c = 8 * j + 2 * (lane % 4) + i % 2, q = q0 + c;
+                bool vis = q < T && fa2_visible(k0 + row0 + (i / 2) * 8, q);
+                float p = vis ? exp2f(s[j][i] * sl2 - L[c]) : 0.0f;
+                s[j][i] = p;                       // P^T
+                dp[j][i] = p * (dp[j][i] - Dl[c]); // dS^T
+            }
         }
+        fa2_store_dst(sdS, dp, row0, lane);
+        fa2_pv<D>(dv, s, sDO, lane);
+        fa2_pv<D>(dk, dp, sQ, lane);
     }
-    fa2_store_dst(sdS, dp, row0, lane);
-    fa2_pv<D>(dv, s, sDO, lane);
-    fa2_pv<D>(dk, dp, sQ, lane);
 }
 
 // Grid (NH, B): one block of 4 warps per head. Per key tile kb (ascending): K and V resident (warp w
-// owns keys 16w..16w+15, A fragments once; at D 128 loaded per pair); per query tile qb = kb .. last (ascending), Q and dout
-// double-buffered by cp.async with lse and delta beside them: fa2_key_pair, a barrier (sdS whole),
-// then warp w's query rows 16w.. get dS K added to their running dq (fa2_dq_add); dk / sqrt(D) and dv are
-// written after the last query tile. delta is computed first for the whole head. A query row's
-// running dq sits in its dk/dv slots from key tile 0 to key tile qb, and its dk/dv are written at
-// the end of key tile qb, after its last dq term: the slots are never needed twice at once.
+// owns keys 16w..16w+15, A fragments once; at D 128 loaded per pair); per query tile qb = kb ..
+// last (ascending), Q and dout double-buffered by cp.async with lse and delta beside them:
+// fa2_key_pair, a barrier (sdS whole), then warp w's query rows 16w.. get dS K added to their
+// running dq (fa2_dq_add); dk / sqrt(D) and dv are written after the last query tile. delta is
+// computed first for the whole head. A query row's running dq sits in its dk/dv slots from key tile
+// 0 to key tile qb, and its dk/dv are written at the end of key tile qb, after its last dq term: the
+// slots are never needed twice at once.
 template <int D>
 __global__ void __launch_bounds__(FA2_THREADS) attention_backward_fa2_kernel(
     bf16* __restrict__ dqkv, float* __restrict__ delta, const bf16* __restrict__ dout, const bf16* __restrict__ qkv,

@@ -353,10 +353,12 @@ def fa2_kernel(kind, kern, B, T, C, NH, gpu_key):
     pairs, kblocks = fa2_pairs(B, NH, T)
     per_kb = k["per_kb"] or {}
     n = {op: ATT_WARPS * (pairs * k["loop"][op] + kblocks * per_kb.get(op, 0)) for op in FA2_OPS}
-    wavefronts = sum(n[op] * w * (FA2_BANKS[kern] if op in ("LDSM", "STS") else 1.0) for op, w in FA2_WAVEFRONTS.items())
+    wavefronts = sum(n[op] * w * (FA2_BANKS[kern] if op in ("LDSM", "STS") else 1.0)
+                     for op, w in FA2_WAVEFRONTS.items())
     sm_clk = g["sms"] * g["clock"]
     pipes = {"tensor": n["HMMA"] * HMMA_FLOP / (g["hmma_flop_clk_sm"] * sm_clk), "shared memory": wavefronts / sm_clk,
-             "issue": n["instr"] / (ISSUE_PER_CLK_SM * sm_clk), "HBM": fa2_hbm_bytes(kind, B, NH, T, C, gpu_key) / (g["bw"] * BW_EFF)}
+             "issue": n["instr"] / (ISSUE_PER_CLK_SM * sm_clk),
+             "HBM": fa2_hbm_bytes(kind, B, NH, T, C, gpu_key) / (g["bw"] * BW_EFF)}
     blocks = B * NH if kind == "bwd" else kblocks
     util = 1.0 if kind == "fwd" else (blocks / g["sms"]) / -(-blocks // g["sms"])
     bound = max(pipes, key=pipes.get)
