@@ -4,8 +4,8 @@
 # layer, and under emucc --check at odd T and T < 64 under three schedules, with 1-way bank conflicts
 # at every ldmatrix and shared store site; four planted bugs it must catch; its nvcc SASS, spills and
 # registers, and the performance model's counts against that SASS and the emulator's bank counts.
-# 96 s of CPU in six checks run two at a time (3.1 minutes of wall time measured on the shared 2-core
-# machine under other jobs' load), plant builds included (docs/gpu.md).
+# 96 s of CPU in six checks run two at a time, 119 s with the four planted builds rebuilt (3.1 to 4.4
+# minutes of wall time measured on the shared 2-core machine under other jobs' load; docs/gpu.md).
 FA2_TMP=build/test_tmp/fa2
 mkdir -p $FA2_TMP
 
