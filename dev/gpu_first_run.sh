@@ -154,12 +154,15 @@ if [ $MODEL_ONLY = 0 ]; then
     fi
 
     # ---- timing: our attention kernels (dev/cuda/attention.cu prints forward and backward ms)
+    # (fa2: the mma.sync kernels -at ours runs at head size 64; flash: the wmma ones)
     if [ -f "$LOGS/kernels_attention_bf16.log" ]; then
-        line=$(grep -E '^flash +forward' "$LOGS/kernels_attention_bf16.log" | head -1)
-        if [ -n "$line" ]; then
-            record time "attention flash forward" measured "$(echo "$line" | awk '{print $3}')"
-            record time "attention flash backward" measured "$(echo "$line" | awk '{print $8}')"
-        fi
+        for v in fa2 flash; do
+            line=$(grep -E "^$v +forward" "$LOGS/kernels_attention_bf16.log" | head -1)
+            if [ -n "$line" ]; then
+                record time "attention $v forward" measured "$(echo "$line" | awk '{print $3}')"
+                record time "attention $v backward" measured "$(echo "$line" | awk '{print $8}')"
+            fi
+        done
     fi
     # ---- timing: a 124M step (median of steps 4..12), both attention paths
     for at in ours cudnn; do
@@ -252,8 +255,8 @@ note = "" if gpu in gpu_name or "model only" in gpu_name else " (the model has n
 rows = [l.rstrip("\n").split("\t") for l in open(res) if l.strip()]
 meas = {r[1]: r[3] for r in rows if r[0] == "time" and r[2] == "measured" and r[3]}
 m = gm.model_json()["gpus"][gpu]
-timed = [("attention flash forward", m["attention_ms"]["flash forward"]),
-         ("attention flash backward", m["attention_ms"]["flash backward"])]
+timed = [("attention %s %s" % (v, d), m["attention_ms"]["%s %s" % (v, d)]) for v in ("fa2", "flash")
+         for d in ("forward", "backward")]
 timed += [(k.replace("-at", "step -at"), v) for k, v in sorted(m["step_ms"].items(), key=lambda kv: (kv[0].split()[1], int(kv[0].split()[-1])))]
 figs = []
 for name, model_ms in timed:
@@ -263,8 +266,7 @@ for name, model_ms in timed:
                  "model_error": None if err is None else round(err, 4)})
 # per kernel kind, from the Nsight Systems sums (6 steps): measured ms per step vs modelled. The
 # model's names are matched by substring; cuDNN's SDPA kernels by fprop / bprop in their names.
-KINDS = [("attention_forward_flash", "attention forward (ours"), ("attention_backward_query", "attention backward query"),
-         ("attention_backward_key", "attention backward key"),
+KINDS = [("attention_forward_fa2", "attention forward (ours"), ("attention_backward_fa2", "attention backward (ours"),
          (r"(sdpa|fmha|flash).*(fprop|fwd|forward)", "attention forward (cuDNN"),
          (r"(sdpa|fmha|flash).*(bprop|bwd|backward|dq|dkdv)", "attention backward (cuDNN"),
          ("residual_layernorm_forward", "layernorm forward"),

@@ -1,5 +1,5 @@
 // Which attention the GPU trainer runs (-at ours | cudnn) and the two calls that dispatch to it:
-// our kernels (llmc/attention_fa2*.cuh for BF16 head size 64, llmc/attention.cuh for the rest) or cuDNN's SDPA (llmc/cudnn_att.h, built with make USE_CUDNN=1,
+// our kernels (llmc/attention_fa2*.cuh for BF16 head sizes 32, 64, 128, llmc/attention.cuh for the rest) or cuDNN's SDPA (llmc/cudnn_att.h, built with make USE_CUDNN=1,
 // which defines ENABLE_CUDNN). Both keep the same buffers: out (B, T, C), lse (B, NH, T) fp32 (the
 // natural log-sum-exp per query row, which is cuDNN's softmax stats), dqkv (B, T, 3C) written.
 // The default is cuDNN where it is built in (BF16), our kernels elsewhere (docs/gpu.md says why).
@@ -46,7 +46,9 @@ static int attention_use_cudnn(const char* at, int C, int NH) {
 static const char* attention_name(int cudnn, int C, int NH) {
     if (cudnn) { return "cuDNN SDPA (frontend graph, bf16, fp32 softmax stats)"; }
 #ifndef ENABLE_FP32
-    if (C / NH == FA2_HS) { return "tensor-core flash attention (mma.sync, ldmatrix, cp.async; bf16, head size 64)"; }
+    if (fa2_head_size_ok(C / NH)) {
+        return "tensor-core flash attention (mma.sync, ldmatrix, cp.async; bf16, head size 32, 64 or 128)";
+    }
 #endif
     return attention_path(C, NH);
 }
@@ -62,7 +64,7 @@ static void attention_forward_select(int cudnn, floatX* out, float* lse, const f
 #endif
     (void)cudnn;
 #ifndef ENABLE_FP32
-    if (C / NH == FA2_HS) {
+    if (fa2_head_size_ok(C / NH)) {
         attention_forward_fa2(out, lse, qkv, B, T, C, NH);
         return;
     }
@@ -82,7 +84,7 @@ static void attention_backward_select(int cudnn, floatX* dqkv, float* delta, con
 #endif
     (void)cudnn;
 #ifndef ENABLE_FP32
-    if (C / NH == FA2_HS) {
+    if (fa2_head_size_ok(C / NH)) {
         attention_backward_fa2(dqkv, delta, dout, qkv, out, lse, B, T, C, NH);
         return;
     }

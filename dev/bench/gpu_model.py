@@ -37,6 +37,8 @@ GPUS = {
     # Guide, "Compute capability 9.0" of the technical specifications table.
     "H100": {"name": "H100 SXM 80GB", "tc": 989.4e12, "fp32": 66.9e12, "bw": 3.35e12, "sms": 132, "clock": 1.83e9,
              "smem_sm": 228 * 1024, "regs_sm": 65536, "warps_sm": 64,
+             # L2: 50 MB (NVIDIA H100 Tensor Core GPU Architecture whitepaper, H100 SXM5)
+             "l2": 50e6,
              # mma.sync (HMMA, what wmma compiles to) is taken at the Ampere per-SM rate, 2048 dense
              # FLOP per clock, half of what wgmma reaches: an ASSUMPTION, consistent with
              # FlashAttention-2 (mma.sync) reaching about 35% of the H100 peak (FlashAttention-3
@@ -50,6 +52,7 @@ GPUS = {
     # Guide, compute capability 8.0). mma.sync runs at the full A100 rate.
     "A100": {"name": "A100 SXM 80GB", "tc": 312e12, "fp32": 19.5e12, "bw": 2.039e12, "sms": 108, "clock": 1.41e9,
              "smem_sm": 164 * 1024, "regs_sm": 65536, "warps_sm": 64, "hmma_flop_clk_sm": 2048.0,
+             "l2": 40e6,  # NVIDIA A100 Tensor Core GPU Architecture whitepaper: 40 MB L2
              "src": "A100 80GB datasheet 312 TFLOPS BF16 dense, 19.5 FP32, 2,039 GB/s; 108 SMs at 1.41 GHz"},
 }
 # Shared memory: 32 banks of 4 bytes, one 128-byte wavefront per SM per clock (CUDA C++ Programming
@@ -192,7 +195,7 @@ ATT_WARPS, ATT_TILE = 4, 64
 def blocks_per_sm(kernel, gpu):
     """Resident blocks of 4 warps: registers (allocated per warp in units of 256), shared memory
     (plus 1 KB the runtime reserves per block), and the 64-warp limit."""
-    k = ATT_SASS[kernel]
+    k = ATT_SASS[kernel] if kernel in ATT_SASS else FA2_SASS[kernel]
     regs_warp = -(-k["regs"] * 32 // 256) * 256
     by_regs = gpu["regs_sm"] // (regs_warp * ATT_WARPS)
     by_smem = gpu["smem_sm"] // (k["smem"] + 1024)
@@ -279,6 +282,94 @@ def our_attention_kernel(kind, kern, B, T, C, NH, gpu):
 
 
 # ---------------------------------------------------------------------------------------------
+# The mma.sync kernels (llmc/attention_fa2.cuh, attention_fa2_backward.cuh): what -at ours runs in
+# BF16 at head size 64 (every GPT-2 size; their head-size-32 and -128 instances are not modelled;
+# --at wmma models the kernels above, which the trainer no longer runs; the FP32 build and other
+# head sizes take the CUDA-core fallback, not modelled). Per warp
+# and (block, tile) pair: static counts of the tile loop's body in the sm_90 SASS (the backward:
+# its inner, query-tile loop; "per_kb": what its outer, key-tile loop adds per key tile), every
+# branch counted as taken (an upper estimate: the forward's 4 Q-fragment LDSM run on its first
+# tile only, the backward's 8 K/V-fragment LDSM on the first query tile, its dq running sum takes
+# one of two store paths), never-executed "@!PT" instructions (nvcc's padding beside LDGSTS) not
+# counted. LDSM = ldmatrix.x4 (.trans or not), LDGSTS = 16-byte cp.async, STS = 32-bit stores
+# (the backward's dS^T tile, lse and delta), STS.128 = zero fill of padding rows, LDS = 32- and
+# 64-bit loads (lse, delta). Recounted by --check-sass (the cubin of dev/cuda/check_attention_fa2_
+# sass.sh or of train_gpt2.cu: the same code).
+FA2_SASS = {
+    "attention_forward_fa2_kernel": {
+        "regs": 168, "smem": 40960,
+        "loop": {"HMMA": 64, "LDSM": 36, "LDGSTS": 8, "STS": 0, "STS.128": 8, "LDS": 0, "instr": 652},
+        "per_kb": None},
+    "attention_backward_fa2_kernel": {
+        "regs": 240, "smem": 58368,
+        "loop": {"HMMA": 160, "LDSM": 92, "LDGSTS": 8, "STS": 18, "STS.128": 8, "LDS": 40, "instr": 1579},
+        "per_kb": {"HMMA": 0, "LDSM": 0, "LDGSTS": 16, "STS": 0, "STS.128": 16, "LDS": 0, "instr": 696}},
+}
+FA2_OPS = ("HMMA", "LDSM", "LDGSTS", "STS", "STS.128", "LDS", "instr")
+FA2_INSTANCE = "ILi64E"  # the kernels are templates on the head size: the GPT-2 instance, head size 64
+# Shared-memory wavefronts of one warp instruction without conflicts: ldmatrix.x4 reads 4 matrices
+# of 8 rows of 16 bytes (512 B), a 16-byte cp.async per lane writes 512 B, the zero fill 512 B; a
+# 32-bit store of 32 distinct words, and the lse/delta loads (4 distinct words per warp), one.
+# LDSM and STS are multiplied by the kernel's worst n-way from the emulator (FA2_BANKS).
+FA2_WAVEFRONTS = {"LDSM": 4, "LDGSTS": 4, "STS": 1, "STS.128": 4, "LDS": 1}
+# The emulator's bank conflicts (emucc --check: the "cuda_emu banks:" lines of build/gpu/
+# attention_emu_check --fa2-quick, dev/tests/53_attention_fa2.sh): worst n-way over each kernel's
+# ldmatrix and shared-store sites (37 sites over head sizes 32, 64 and 128, all 1-way; 4- or 8-way
+# without the swizzle). --check-banks recounts them from such a file.
+FA2_BANKS = {"attention_forward_fa2_kernel": 1.0, "attention_backward_fa2_kernel": 1.0}
+
+
+def fa2_pairs(B, NH, T):
+    """((block, tile) pairs, key tiles) of one launch: per (b, h), nb (nb + 1) / 2 pairs of 64-row
+    tiles at or below the diagonal (the diagonal tile computed whole), nb = ceil(T / 64)."""
+    nb = -(-T // ATT_TILE)
+    return B * NH * nb * (nb + 1) // 2, B * NH * nb
+
+
+def fa2_hbm_bytes(kind, B, NH, T, C, gpu):
+    """HBM bytes of one launch: every input read once and every output written once; each re-read
+    of a head's tiles is taken as an L2 hit (ASSUMPTION: a head's q, k, v and dout are 512 KB at T
+    1024). The backward's dq running sums (fp32, 256 B per query row, read and written once per
+    pair: an upper bound) miss L2 in the proportion by which the resident blocks' sums exceed it."""
+    if kind == "fwd":
+        return X * B * T * 3 * C + X * B * T * C + F * B * NH * T
+    pairs, _ = fa2_pairs(B, NH, T)
+    g = GPUS[gpu]
+    resident = min(B * NH, blocks_per_sm("attention_backward_fa2_kernel", g) * g["sms"])
+    miss = max(0.0, 1.0 - g["l2"] / (resident * T * ATT_TILE * F))
+    # qkv, dout twice (delta, tiles), out, lse, delta written and read; dqkv written; dq sums
+    return (X * B * T * (3 + 2 + 1 + 3) * C + 3 * F * B * NH * T
+            + miss * pairs * 2 * ATT_TILE * ATT_TILE * F)
+
+
+def fa2_kernel(kind, kern, B, T, C, NH, gpu_key):
+    """(seconds, details) of one launch of a mma.sync kernel: the slowest of the tensor, shared-
+    memory, issue and HBM pipes over every warp's counts (FA2_SASS), divided by the wave
+    utilisation: the backward runs one block per (b, h), all alike, so the busiest SM runs
+    ceil(B NH / SMs) of them (ASSUMPTION: one block alone drives an SM as fast as two). cp.async
+    double buffering is taken to hide the tile loads (ASSUMPTION; two or more blocks per SM)."""
+    g = GPUS[gpu_key]
+    k = FA2_SASS[kern]
+    pairs, kblocks = fa2_pairs(B, NH, T)
+    per_kb = k["per_kb"] or {}
+    n = {op: ATT_WARPS * (pairs * k["loop"][op] + kblocks * per_kb.get(op, 0)) for op in FA2_OPS}
+    wavefronts = sum(n[op] * w * (FA2_BANKS[kern] if op in ("LDSM", "STS") else 1.0)
+                     for op, w in FA2_WAVEFRONTS.items())
+    sm_clk = g["sms"] * g["clock"]
+    pipes = {"tensor": n["HMMA"] * HMMA_FLOP / (g["hmma_flop_clk_sm"] * sm_clk), "shared memory": wavefronts / sm_clk,
+             "issue": n["instr"] / (ISSUE_PER_CLK_SM * sm_clk),
+             "HBM": fa2_hbm_bytes(kind, B, NH, T, C, gpu_key) / (g["bw"] * BW_EFF)}
+    blocks = B * NH if kind == "bwd" else kblocks
+    util = 1.0 if kind == "fwd" else (blocks / g["sms"]) / -(-blocks // g["sms"])
+    bound = max(pipes, key=pipes.get)
+    t = pipes[bound] / util
+    flops = n["HMMA"] * HMMA_FLOP
+    return t, {"bound": bound, "pipes": pipes, "blocks_per_sm": blocks_per_sm(kern, g), "utilisation": util,
+               "flops": flops, "wavefronts_per_hmma": wavefronts / n["HMMA"], "instr_per_hmma": n["instr"] / n["HMMA"],
+               "ceiling_tflops": flops / t / 1e12}
+
+
+# ---------------------------------------------------------------------------------------------
 # ATT_SASS against the SASS itself (make test: gpu_model_sass_counts): the loop bodies of each
 # kernel's nvdisasm listing, recounted. A kernel change that moves these counts fails the check
 # until ATT_SASS is updated.
@@ -354,6 +445,72 @@ def sass_recount(text, kernel):
     return got, want
 
 
+def fa2_op(opcode):
+    """The FA2_SASS category of a SASS opcode (None: counted in "instr" only)."""
+    if opcode.startswith("HMMA"):
+        return "HMMA"
+    for pre in ("LDSM", "LDGSTS"):
+        if opcode.startswith(pre):
+            return pre
+    return {"STS": "STS", "STS.128": "STS.128", "LDS": "LDS", "LDS.64": "LDS"}.get(opcode)
+
+
+def fa2_sass_recount(text, kernel):
+    """FA2_SASS's counts recounted from an nvdisasm listing: the tile loop is the longest loop with
+    HMMA and no inner loop with HMMA (the forward's only one, the backward's inner loop); the
+    backward's per_kb is its outer loop (the longest with HMMA) less the inner. "@!PT" skipped."""
+    import collections
+    import re
+    lines = text.split("\n")
+    start = next(i for i, l in enumerate(lines) if l.startswith(".text.") and kernel + FA2_INSTANCE in l)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith(".section")), len(lines))
+    ins, labels = [], {}
+    op = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+    for l in lines[start:end]:
+        m = re.match(r"^(\.L_x_\d+):", l.strip())
+        if m:
+            labels[m.group(1)] = len(ins)
+            continue
+        m = op.search(l)
+        if m and (m.group(1) or "").strip() != "@!PT":
+            ins.append((m.group(2), m.group(3)))
+    loops = []
+    for k, (o, args) in enumerate(ins):
+        m = re.search(r"(\.L_x_\d+)", args)
+        if o.startswith("BRA") and m and m.group(1) in labels and labels[m.group(1)] <= k:
+            loops.append((labels[m.group(1)], k + 1))
+    mm = [(a, b) for a, b in loops if any(fa2_op(o) == "HMMA" for o, _ in ins[a:b])]
+
+    def count(a, b):
+        c = collections.Counter(fa2_op(o) for o, _ in ins[a:b])
+        return {o: (b - a if o == "instr" else c[o]) for o in FA2_OPS}
+    inner = min(mm, key=lambda x: x[1] - x[0])
+    outer = max(mm, key=lambda x: x[1] - x[0])
+    got = {"loop": count(*inner)}
+    if outer != inner:
+        o, i = count(*outer), got["loop"]
+        got["per_kb"] = {op: o[op] - i[op] for op in FA2_OPS}
+    return got
+
+
+def check_banks(path):
+    """FA2_BANKS against the emulator's "cuda_emu banks:" lines in a file (stderr of an emucc --check
+    run of the fa2 kernels): the worst n-way per kernel. 0 when each agrees, 1 otherwise."""
+    import re
+    worst = {}
+    for line in open(path):
+        m = re.search(r"cuda_emu banks: kernel (\S+) at .*, (\d+)-way worst", line)
+        if m and m.group(1) in FA2_BANKS:
+            worst[m.group(1)] = max(worst.get(m.group(1), 0), int(m.group(2)))
+    bad = 0
+    for kernel, want in FA2_BANKS.items():
+        got = worst.get(kernel)
+        ok = got == want
+        bad += not ok
+        print("%-4s %-40s worst n-way bank conflict: emulator %s  model %g" % ("ok" if ok else "FAIL", kernel, got, want))
+    return 1 if bad else 0
+
+
 def check_sass(cubin, ptxas_log=None):
     """Recounts ATT_SASS from the cubin (nvdisasm) and the registers from the ptxas -v log: 0 when
     every count agrees, 1 otherwise (one line per count)."""
@@ -375,6 +532,15 @@ def check_sass(cubin, ptxas_log=None):
             bad += not ok
             print("%-4s %-40s %-28s SASS %8.1f  model %8.1f" % ("ok" if ok else "FAIL", kernel, key, got[key],
                                                                   want[key]))
+    for kernel, k in FA2_SASS.items():
+        got = fa2_sass_recount(text, kernel)
+        for part in ("loop", "per_kb"):
+            for op in FA2_OPS:
+                g, w = (got.get(part) or {}).get(op), (k[part] or {}).get(op)
+                if g is None and w is None:
+                    continue
+                bad += g != w
+                print("%-4s %-40s %-28s SASS %8s  model %8s" % ("ok" if g == w else "FAIL", kernel, part + " " + op, g, w))
     if ptxas_log:
         regs = {}
         name = None
@@ -384,8 +550,8 @@ def check_sass(cubin, ptxas_log=None):
             m = re.search(r"Used (\d+) registers", line)
             if m and name:
                 regs[name] = int(m.group(1))
-        for kernel, k in ATT_SASS.items():
-            got = [v for n, v in regs.items() if kernel in n]
+        for kernel, k in list(ATT_SASS.items()) + list(FA2_SASS.items()):
+            got = [v for n, v in regs.items() if kernel + (FA2_INSTANCE if kernel in FA2_SASS else "") in n]
             ok = got == [k["regs"]]
             bad += not ok
             print("%-4s %-40s %-28s ptxas %s  model %d" % ("ok" if ok else "FAIL", kernel, "registers (sm_90)", got,
@@ -396,7 +562,8 @@ def check_sass(cubin, ptxas_log=None):
 # ---------------------------------------------------------------------------------------------
 class Kernel:
     """One kernel kind of the step: launches, FLOPs, bytes, and how its time is modelled ("gemm",
-    "stream", "ours" with a fixed time from the SASS model, "cudnn" with a published rate)."""
+    "stream", "ours" (mma.sync) and "wmma" with a fixed time from their SASS models, "cudnn" with a
+    published rate)."""
 
     def __init__(self, name, launches=1, flops=0.0, bytes_=0.0, how="stream", fixed_s=0.0, syncs=0, phase="",
                  detail=None):
@@ -407,14 +574,14 @@ class Kernel:
         g = GPUS[gpu]
         if self.how == "gemm":
             body = max(self.flops / (g["tc"] * GEMM_EFF[gpu]), self.bytes / (g["bw"] * BW_EFF))
-        elif self.how in ("ours", "cudnn"):
+        elif self.how in ("ours", "wmma", "cudnn"):
             body = self.fixed_s
         else:
             body = self.bytes / (g["bw"] * BW_EFF)
         return body + self.launches * T_LAUNCH + self.syncs * T_SYNC
 
     def bound(self, gpu):
-        if self.how == "ours":
+        if self.how in ("ours", "wmma"):
             return self.detail["bound"]
         if self.how == "cudnn":
             return "published cuDNN rate"
@@ -451,11 +618,18 @@ def attention_kernels(B, T, C, NH, gpu, at):
                         fixed_s=2.5 * causal / (bwd_r * 1e12), phase="bwd")])
     g = GPUS[gpu]
     out = []
-    for kind, kern, nm in (("fwd", "attention_forward_flash_kernel", "attention forward (ours, flash)"),
-                           ("query", "attention_backward_query_flash_kernel", "attention backward query pass (ours)"),
-                           ("key", "attention_backward_key_flash_kernel", "attention backward key pass (ours)")):
+    if at == "ours":  # the mma.sync kernels (BF16, head size 64)
+        for kind, kern, nm in (("fwd", "attention_forward_fa2_kernel", "attention forward (ours, mma.sync)"),
+                               ("bwd", "attention_backward_fa2_kernel", "attention backward (ours, mma.sync)")):
+            t, d = fa2_kernel(kind, kern, B, T, C, NH, gpu)
+            out.append(Kernel(nm, 1, flops=d["flops"], bytes_=fa2_hbm_bytes(kind, B, NH, T, C, gpu), how="ours", fixed_s=t,
+                              phase=kind, detail=d))
+        return out[:1], out[1:]
+    for kind, kern, nm in (("fwd", "attention_forward_flash_kernel", "attention forward (wmma, flash)"),
+                           ("query", "attention_backward_query_flash_kernel", "attention backward query pass (wmma)"),
+                           ("key", "attention_backward_key_flash_kernel", "attention backward key pass (wmma)")):
         t, d = our_attention_kernel(kind, kern, B, T, C, NH, g)
-        out.append(Kernel(nm, 1, flops=d["flops"], bytes_=att_hbm_bytes(kind, B, NH, T, C), how="ours", fixed_s=t,
+        out.append(Kernel(nm, 1, flops=d["flops"], bytes_=att_hbm_bytes(kind, B, NH, T, C), how="wmma", fixed_s=t,
                           phase="fwd" if kind == "fwd" else "bwd", detail=d))
     return out[:1], out[1:]
 
@@ -587,11 +761,11 @@ def per_kernel_table(size, B, T, gpu, at, ge, accum):
     print("  step %.2f ms, %.0f tokens/s, MFU %.1f%% (6N + 12LCT over the dense BF16 peak); launches %d, "
           "host syncs %d; longest kernel: %s" % (s["step_s"] * 1e3, s["tokens_per_s"], 100 * s["mfu"], s["launches"],
                                                 s["syncs"], s["bound"]))
-    if at == "ours":
+    if at in ("ours", "wmma"):
         L, C, NH = MODELS[size]
-        print("\n  our attention kernels, one layer (from the SASS, ATT_SASS):")
+        print("\n  our attention kernels, one layer (from the SASS, %s):" % ("FA2_SASS" if at == "ours" else "ATT_SASS"))
         for k in ks:
-            if k.how == "ours":
+            if k.how == at:
                 d = k.detail
                 print("  %-44s %6.3f ms/layer  ceiling %5.0f TFLOP/s executed  bound: %s; %.1f wavefronts and %.1f "
                       "instructions per HMMA; %d blocks/SM" % (k.name.split(" x")[0], k.time(gpu) * 1e3 / L,
@@ -603,7 +777,7 @@ def summary_rows():
     rows = []
     for gpu in ("H100", "A100"):
         for size, B in (("124M", 64), ("1558M", 16)):
-            for at in ("ours", "cudnn"):
+            for at in ("ours", "wmma", "cudnn"):
                 s, _ = summarize_step(size, B, 1024, gpu, at)
                 rows.append((gpu, size, B, at, s))
     return rows
@@ -647,14 +821,16 @@ def print_llmc():
 
 def model_json(B_list=(8, 16, 32, 64), T=1024):
     """Figures dev/gpu_first_run.sh compares its measurements with, 124M: dev/cuda/attention.cu's
-    timing shape (B 8, NH 12, T 1024; forward and backward of our kernels) and the step at each B
-    with both attention paths."""
+    timing shape (B 8, NH 12, T 1024; forward and backward of the fa2 (mma.sync) and flash (wmma)
+    versions) and the step at each B with both attention paths."""
     out = {"note": "MODELLED by dev/bench/gpu_model.py, not measured", "T": T, "gpus": {}}
     L, C, NH = MODELS["124M"]
     for gpu in GPUS:
-        fk, bk = attention_kernels(8, T, C, NH, gpu, "ours")
-        g = {"attention_ms": {"flash forward": fk[0].fixed_s * 1e3, "flash backward": sum(k.fixed_s for k in bk) * 1e3},
-             "step_ms": {}}
+        g = {"attention_ms": {}, "step_ms": {}}
+        for at, name in (("ours", "fa2"), ("wmma", "flash")):
+            fk, bk = attention_kernels(8, T, C, NH, gpu, at)
+            g["attention_ms"][name + " forward"] = fk[0].fixed_s * 1e3
+            g["attention_ms"][name + " backward"] = sum(k.fixed_s for k in bk) * 1e3
         for at in ("ours", "cudnn"):
             for B in B_list:
                 s, _ = summarize_step("124M", B, T, gpu, at)
@@ -669,17 +845,20 @@ def main():
     p.add_argument("--B", type=int, default=64)
     p.add_argument("--T", type=int, default=1024)
     p.add_argument("--gpu", default="H100", choices=sorted(GPUS))
-    p.add_argument("--at", default="ours", choices=("ours", "cudnn"))
+    p.add_argument("--at", default="ours", choices=("ours", "wmma", "cudnn"))
     p.add_argument("--ge", type=int, default=1, choices=(0, 1))
     p.add_argument("--accum", type=int, default=1)
     p.add_argument("--summary", action="store_true")
     p.add_argument("--llmc", action="store_true")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--check-banks", metavar="FILE", help="FA2_BANKS against the emulator's 'cuda_emu banks:' lines")
     p.add_argument("--check-sass", nargs="+", metavar=("CUBIN", "PTXAS_LOG"),
                    help="recount ATT_SASS from the sm_90 cubin (and the registers from the ptxas -v log)")
     a = p.parse_args()
     if a.check_sass:
         return check_sass(*a.check_sass[:2])
+    if a.check_banks:
+        return check_banks(a.check_banks)
     if a.B < 1 or a.T < 1 or a.accum < 1:
         sys.exit("gpu_model.py: error: --B, --T and --accum must be positive")
     if a.json:

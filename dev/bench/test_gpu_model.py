@@ -64,10 +64,66 @@ for B, NH, T in ((1, 1, 64), (2, 3, 65), (1, 2, 130), (4, 12, 1000), (64, 12, 10
         expect("attention FLOPs B%d T%d: (7 + 2) / 12 of 12 C T per token, (1 + 16/T) for the diagonal" % (B, T),
                f + q + k, 12 * C * T * B * T * (9.0 / 12) * (1 + 16.0 / T), rel=1e-9)
 
+# -- the mma.sync kernels (FA2_SASS): per warp and (block, tile) pair, HMMA x 4096 = the pair's tile
+# matmuls (64 x 64 x 64, 4 warps): forward 2 (S, P V), backward 5 (S^T, dP^T, dv, dk, dq); ldmatrix.x4
+# loads one 16 x 16 bf16 operand (512 B): the forward's S needs 16 K fragments per warp, P V 16 of V
+# and the Q fragments 4 (first tile); the backward's S^T and dP^T 16 + 16, dv and dk 16 + 16, dq 16
+# of K and 4 of dS^T, and the K, V fragments 8 (first query tile); cp.async: 2 tiles of 64 x 64 bf16
+# per pair in 16-byte pieces over 128 threads = 8 per thread (the backward adds 4 tiles per key tile)
+tile_mm = 2 * 64 * 64 * 64
+for kern, matmuls, ldsm in (("attention_forward_fa2_kernel", 2, 16 + 16 + 4),
+                            ("attention_backward_fa2_kernel", 5, 16 + 16 + 16 + 16 + 16 + 4 + 8)):
+    lp = gm.FA2_SASS[kern]["loop"]
+    expect("%s: HMMA per pair x 4 warps = %d tile matmuls" % (kern, matmuls), 4 * lp["HMMA"] * gm.HMMA_FLOP,
+           matmuls * tile_mm)
+    expect("%s: ldmatrix.x4 per warp and pair" % kern, lp["LDSM"], ldsm)
+    expect("%s: cp.async per thread and pair = 2 tiles / 128 threads / 16 B" % kern, lp["LDGSTS"], 2 * 64 * 64 * 2 / 128 / 16)
+expect("backward cp.async per thread and key tile = 4 tiles", gm.FA2_SASS["attention_backward_fa2_kernel"]["per_kb"]["LDGSTS"],
+       4 * 64 * 64 * 2 / 128 / 16)
+for B, NH, T in ((1, 1, 64), (2, 3, 65), (64, 12, 1024), (16, 25, 1024)):
+    nb = -(-T // 64)
+    pairs = B * NH * nb * (nb + 1) // 2
+    H = gm.GPUS["H100"]
+    _, f = gm.fa2_kernel("fwd", "attention_forward_fa2_kernel", B, T, 64 * NH, NH, "H100")
+    _, b = gm.fa2_kernel("bwd", "attention_backward_fa2_kernel", B, T, 64 * NH, NH, "H100")
+    expect("mma.sync FLOPs B%d NH%d T%d: forward = 2 tile matmuls per pair" % (B, NH, T), f["flops"], 2 * tile_mm * pairs)
+    expect("mma.sync FLOPs B%d NH%d T%d: backward = 5" % (B, NH, T), b["flops"], 5 * tile_mm * pairs)
+# one launch of each by hand, B 1, NH 1, T 64 (one pair, one key tile, 4 warps) on H100: forward
+# wavefronts per warp = 36 LDSM x 4 + 8 cp.async x 4 + 8 zero fills x 4 = 208; backward (loop + per
+# key tile) = 92 x 4 + (8 + 16) x 4 + 18 + (8 + 16) x 4 + 40 = 618
+H = gm.GPUS["H100"]
+sm_clk = 132 * 1.83e9
+_, d = gm.fa2_kernel("fwd", "attention_forward_fa2_kernel", 1, 64, 64, 1, "H100")
+expect("mma.sync forward B1 T64: shared-memory pipe = 4 x 208 wavefronts / (132 x 1.83e9)", d["pipes"]["shared memory"],
+       4 * 208 / sm_clk)
+expect("mma.sync forward B1 T64: issue pipe = 4 x 652 / 4 / (132 x 1.83e9)", d["pipes"]["issue"], 652 / sm_clk)
+expect("mma.sync forward B1 T64: tensor pipe = 4 x 64 HMMA x 4096 / (2048 x 132 x 1.83e9)", d["pipes"]["tensor"],
+       4 * 64 * 4096 / (2048.0 * sm_clk))
+expect("mma.sync forward B1 T64: HBM bytes = q, k, v, out (bf16) + lse", gm.fa2_hbm_bytes("fwd", 1, 1, 64, 64, "H100"),
+       2 * 64 * 64 * 4 + 4 * 64)
+_, d = gm.fa2_kernel("bwd", "attention_backward_fa2_kernel", 1, 64, 64, 1, "H100")
+expect("mma.sync backward B1 T64: shared-memory pipe = 4 x 618 wavefronts", d["pipes"]["shared memory"], 4 * 618 / sm_clk)
+expect("mma.sync backward B1 T64: one block keeps 1 of 132 SMs busy", d["utilisation"], 1 / 132)
+# blocks per SM by hand: 168 registers x 32 = 5376 per warp, 21504 per block: 3 of 65536
+# (shared 40960 + 1024: 5 of 228 KB); 240 x 32 = 7680, 30720 per block: 2 (58368 + 1024: 3)
+expect("mma.sync forward: blocks per SM on H100", gm.blocks_per_sm("attention_forward_fa2_kernel", H), 3)
+expect("mma.sync backward: blocks per SM on H100", gm.blocks_per_sm("attention_backward_fa2_kernel", H), 2)
+expect("mma.sync backward: blocks per SM on A100 (164 KB: 2 of 59392 B)",
+       gm.blocks_per_sm("attention_backward_fa2_kernel", gm.GPUS["A100"]), 2)
+# 124M B 64: 768 blocks of one (b, h) on 132 SMs: 5.82 per SM, the busiest runs 6; dq sums of 264
+# resident blocks x 1024 rows x 256 B = 69.2 MB against 50 MB of L2: 27.7% miss, 2 x 16 KB per pair
+_, d = gm.fa2_kernel("bwd", "attention_backward_fa2_kernel", 64, 1024, 768, 12, "H100")
+expect("mma.sync backward 124M B64: wave utilisation = 768 / 132 / 6", d["utilisation"], 768 / 132 / 6)
+pairs = 64 * 12 * 16 * 17 // 2
+miss = 1 - 50e6 / (264 * 1024 * 256)
+expect("mma.sync backward 124M B64: HBM bytes = 9 B T C bf16 + 3 B NH T fp32 + dq sums missing L2",
+       gm.fa2_hbm_bytes("bwd", 64, 12, 1024, 768, "H100"),
+       2 * 64 * 1024 * 768 * 9 + 4 * 3 * 64 * 12 * 1024 + miss * pairs * 2 * 64 * 64 * 4, rel=1e-9)
+
 for size, (L, C, NH) in gm.MODELS.items():
     N = gm.num_params(L, C)
     for B, T in ((64, 1024), (4, 64), (16, 1024)):
-        for at in ("ours", "cudnn"):
+        for at in ("ours", "wmma", "cudnn"):
             for ge in (1, 0):
                 ks = gm.step_kernels(size, B, T, "H100", at, ge)
                 tag = "%s B%d T%d -at %s -ge %d" % (size, B, T, at, ge)
@@ -77,6 +133,10 @@ for size, (L, C, NH) in gm.MODELS.items():
                 att = sum(k.flops for k in ks if k.name.startswith("attention"))
                 if at == "cudnn":  # FlashAttention's count: forward 2 B T^2 C, backward 2.5 x, per layer
                     expect(tag + ": cuDNN attention FLOPs = 7 B T^2 C L", att, 7.0 * B * T * T * C * L)
+                elif at == "ours":  # mma.sync: 2 + 5 tile matmuls per (b, h) pair of 64-row tiles
+                    nb = -(-T // 64)
+                    expect(tag + ": our attention FLOPs = 7 tile matmuls per pair x L", att,
+                           L * 7 * tile_mm * B * NH * nb * (nb + 1) // 2)
                 else:
                     expect(tag + ": our attention FLOPs = the executed walk x L", att,
                            L * sum(gm.att_executed_flops(B, NH, T)))
@@ -84,9 +144,10 @@ for size, (L, C, NH) in gm.MODELS.items():
                 expect(tag + ": AdamW bytes = 28 N (grad 2, master 8, m 8, v 8, param 2)", adam.bytes, 28 * N)
                 ln = [k for k in ks if k.name.startswith("layernorm forward")][0]
                 expect(tag + ": layernorm forward bytes = 4 B T C + 8 B T", ln.bytes, 4 * B * T * C + 8 * B * T)
-                # launches counted by hand from train_gpt2.cu: 24 per layer + 14 with our attention
-                # (forward 1, backward 2); cuDNN's backward is one call; -ge 0 adds our GELU forward and backward
-                want = (24 if at == "ours" else 23) + (0 if ge else 2)
+                # launches counted by hand from train_gpt2.cu: 24 per layer + 14 with the wmma attention
+                # (forward 1, backward 2); the mma.sync and cuDNN backward are one launch each; -ge 0 adds
+                # our GELU forward and backward
+                want = (24 if at == "wmma" else 23) + (0 if ge else 2)
                 expect(tag + ": launches", sum(k.launches for k in ks), want * L + 14)
     expect("%s parameters = VP C + 1024 C + L (12 C^2 + 13 C) + 2 C" % size, N,
            gm.VP * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C)
@@ -103,7 +164,7 @@ expect("1 GB streaming kernel on A100 = 1e9 / (2.039e12 x 0.84) + launch (s)", k
 # our forward at B 1, NH 1, T 64: warps 0..3 multiply 1..4 sub-tiles (10 in all), 4 tile visits.
 # Per sub-tile: 48 fragment loads + 16 MOVM + 4 accumulator stores x 4 = 80 wavefronts; per visit:
 # 96 score loads x 2 + 32 P stores x 2 + 16 accumulator stores x 4 + 8 tile stores x 4 = 352.
-_, d = gm.our_attention_kernel("fwd", "attention_forward_flash_kernel", 1, 64, 64, 1, H)
+_, d = gm.our_attention_kernel("fwd", "attention_forward_flash_kernel", 1, 64, 64, 1, gm.GPUS["H100"])
 expect("our forward B1 T64: shared-memory pipe time = 10 x 80 + 4 x 352 wavefronts / (132 x 1.83e9)",
        d["pipes"]["shared memory"], (10 * 80 + 4 * 352) / (132 * 1.83e9))
 expect("our forward B1 T64: tensor pipe = 160 HMMA x 4096 / (2048 x 132 x 1.83e9)", d["pipes"]["tensor"],

@@ -3,22 +3,25 @@
 // then, where a real GPU is present, a timing loop at GPT-2 shapes.
 //   versions: flash  tensor cores (nvcuda::wmma), BF16 build, head size 64
 //             fa2    llmc/attention_fa2.cuh and attention_fa2_backward.cuh (mma.sync, ldmatrix, cp.async),
-//                    BF16, head size 64
+//                    BF16, head sizes 32, 64, 128 (the default run: 64 only; --fa2: all three)
 //             scalar the CUDA-core fallback (FP32 build, or other head sizes), one warp per row
 //             cudnn  cuDNN's SDPA through llmc/cudnn_att.cpp (-DENABLE_CUDNN, BF16; under emucc the
 //                    emulator's frontend, dev/cuda_emu/include/cudnn_frontend.h)
 // Checked per case: out (B, T, C), lse (B, NH, T), dq, dk, dv (the three parts of dqkv) as
 // max |got - ref| / max |ref| against tolerances stated below; every output element written
 // (buffers start as NaN); a second backward bitwise identical to the first. Exits 1 on a failure.
-//   build/gpu/attention_emu [--quick | --long-flash-only | --cudnn | --cudnn-small]  (emucc; BF16 unless -DENABLE_FP32)
+//   build/gpu/attention_emu [--quick | --long-flash-only | --cudnn | --cudnn-small | --fa2 | --fa2-quick | --fa2-order]
+//   (emucc; BF16 unless -DENABLE_FP32)
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o attention dev/cuda/attention.cu && ./attention
 // --quick: the small cases only (no T = 1024); --long-flash-only: T = 1024 for the tensor-core
 // version only (the checked emulator's budget); --cudnn (a -DENABLE_CUDNN build): cuDNN and the
 // tensor-core version on the same inputs at GPT-2 124M's layer shape (B 1, NH 12, T 1024) and an
 // odd T (B 2, NH 12, T 77), each against the reference and against each other, then cuDNN alone on
 // the small cases and head sizes (--cudnn-small: those only). --fa2: the fa2 version alone, at
-// GPT-2 124M's layer (B 1, NH 12, T 1024; forward only), T 77 (B 2, NH 12), 130 and below 64;
-// --fa2-quick (the checked builds' budget): the same without T 1024, T 77 at B 1, NH 3.
+// GPT-2 124M's layer (B 1, NH 12, T 1024; forward only), T 77 (B 2, NH 12), 130 and below 64, then
+// head sizes 128 and 32 at T 77, 130 and 17;
+// --fa2-quick (the checked builds' budget): the same without T 1024, T 77 at B 1, NH 3. --fa2-order:
+// fa2 alone at B 1, NH 2, T 512 (8 key tiles: dq sums of up to 8 terms, for the dq-order plant).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,7 +334,7 @@ static void time_versions(int B, int T, int NH) {
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
     // flop: one full (T x hs) by (hs x T) matmul per (b, h). Causal attention does half of each:
-    // forward 2 of them (Q K^T, P V), backward 5 useful ones (we run 7: S and dP twice)
+    // forward 2 of them (Q K^T, P V), backward 5 useful ones (fa2 runs 5, flash 7: S and dP twice)
     double flop = 2.0 * B * NH * (double)T * T * hs;
     printf("timing B %d NH %d T %d hs 64 (mean of 20 after 3 warm-up runs), TFLOP/s counts the useful causal FLOPs\n",
            B, NH, T);
@@ -360,7 +363,8 @@ int main(int argc, char** argv) {
     int long_flash_only = argc > 1 && strcmp(argv[1], "--long-flash-only") == 0;
     int cudnn_compare = argc > 1 && strcmp(argv[1], "--cudnn") == 0;
     int fa2_quick = argc > 1 && strcmp(argv[1], "--fa2-quick") == 0;
-    int fa2_only = fa2_quick || (argc > 1 && strcmp(argv[1], "--fa2") == 0);
+    int fa2_order = argc > 1 && strcmp(argv[1], "--fa2-order") == 0;
+    int fa2_only = fa2_quick || fa2_order || (argc > 1 && strcmp(argv[1], "--fa2") == 0);
 #ifdef ENABLE_FP32
     if (fa2_only) { fail("%s: the fa2 version is BF16 only (build without -DENABLE_FP32)", argv[1]); }
 #endif
@@ -379,6 +383,11 @@ int main(int argc, char** argv) {
 #ifndef ENABLE_FP32
     if (fa2_only) {
         const Version* v = &versions[1];
+        if (fa2_order) { // 8 key tiles: dq sums of up to 8 terms, whose order shows in the rerun's bits
+            check_case(v, 1, 512, 2, 64, 2.0f);
+            printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
+            return failures ? 1 : 0;
+        }
         forward_only = 1; // GPT-2 124M's layer: C 768, NH 12 (forward only: the emulated backward costs 40 s)
         if (!fa2_quick) { check_case(v, 1, 1024, 12, 64, 2.0f); }
         forward_only = 0;
@@ -386,6 +395,13 @@ int main(int argc, char** argv) {
         check_case(v, 1, 130, 2, 64, 6.0f);  // sharp rows, three tiles, the last with 2 rows
         check_case(v, 2, 17, 3, 64, 2.0f);   // T < 64: one partial tile
         check_case(v, 1, 1, 1, 64, 2.0f);
+        // the other head sizes: 128 (GPT-2 shapes with fewer heads) and 32
+        check_case(v, 1, 77, fa2_quick ? 1 : 4, 128, 2.0f);
+        check_case(v, 1, 130, 1, 128, 6.0f);
+        check_case(v, 2, 17, 2, 128, 2.0f);
+        check_case(v, 1, 77, fa2_quick ? 2 : 8, 32, 2.0f);
+        check_case(v, 1, 130, 2, 32, 6.0f);
+        check_case(v, 2, 17, 2, 32, 2.0f);
         printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
         return failures ? 1 : 0;
     }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # check_attention_fa2_sass.sh: nvcc compiles dev/cuda/attention.cu (BF16, with llmc/attention_fa2*.cuh)
-# for sm_80 and sm_90 with -Werror; per arch, ptxas -v of each fa2 kernel (forward, backward query
-# and key passes) must show no spill and no stack frame (its registers are printed); the sm_90 SASS
-# (nvdisasm) of each must hold HMMA.16816.F32.BF16, LDSM.16.M88.4, LDSM.16.MT88.4 and LDGSTS
-# (cp.async), and no local loads/stores (LDL/STL). Exit 1 naming what is missing.
+# for sm_80 and sm_90 with -Werror; per arch, ptxas -v of each fa2 kernel (forward, backward; head
+# sizes 32, 64, 128) must
+# show no spill and no stack frame (its registers are printed); the sm_90 SASS (nvdisasm) of each
+# must hold HMMA.16816.F32.BF16, LDSM.16.M88.4, LDSM.16.MT88.4 and LDGSTS (cp.async), and no local
+# loads/stores (LDL/STL); the forward's only shared stores are the 16-byte zero fill of padding
+# rows (STS.128): no store of scores or probabilities. Exit 1 naming what is missing.
 # FA2_SASS_EXTRA: more nvcc flags (the test plants -DFA2_MIN_BLOCKS=8, whose spills must fail it).
 set -u
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -11,7 +13,8 @@ nd=$(/usr/bin/python3 dev/gpu_kernels/sass_report.py --find-nvdisasm) || { echo 
 out=build/gpu/fa2_sass
 mkdir -p $out
 flags="-O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation -Xptxas -v ${FA2_SASS_EXTRA:-}"
-kernels="attention_forward_fa2_kernel attention_backward_query_fa2_kernel attention_backward_key_fa2_kernel"
+# the template instances by mangled name: head size D is ILi<D>E
+kernels=$(for d in 32 64 128; do echo attention_forward_fa2_kernelILi${d}E attention_backward_fa2_kernelILi${d}E; done)
 ok=1
 for arch in 80 90; do
     $nvcc $flags -arch=sm_$arch -cubin -o $out/attention_sm$arch.cubin dev/cuda/attention.cu 2> $out/ptxas_sm$arch.log ||
@@ -20,6 +23,13 @@ for arch in 80 90; do
         # the kernel's two ptxas lines after its "Compiling entry function" line
         info=$(grep -A3 "Compiling entry function '_Z[0-9]*${k}" $out/ptxas_sm$arch.log | tail -n 2)
         echo "sm_$arch $k: $(echo "$info" | tr '\n' ' ' | sed 's/ptxas info *: //g; s/  */ /g')"
+        if [ $arch = 80 ] && [ $k = attention_backward_fa2_kernelILi128E ]; then
+            # stated exception (docs/gpu.md): dk and dv of head size 128 are 128 fp32 registers per
+            # lane; ptxas for sm_80 spills a few bytes (sm_90, the H100 target, does not)
+            echo "$info" | grep -qE "[0-9] bytes stack frame, [0-9]{1,2} bytes spill stores" ||
+                { echo "  FAIL: more than 99 bytes of spills"; ok=0; }
+            continue
+        fi
         echo "$info" | grep -q "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" ||
             { echo "  FAIL: stack frame or spills"; ok=0; }
     done
@@ -36,5 +46,8 @@ for k in $kernels; do
     n=$(grep -cE '\b(LDL|STL)\b' $out/$k.sass)
     echo "$line, $n LDL/STL"
     [ "$n" -eq 0 ] || { echo "  FAIL: local memory used in $k"; ok=0; }
+    n=$(grep -E '\bSTS' $out/$k.sass | grep -cvE '\bSTS\.128\b')
+    echo "  shared stores other than STS.128: $n"
+    if [ "${k:0:28}" = attention_forward_fa2_kernel ] && [ "$n" -ne 0 ]; then echo "  FAIL: the forward stores scores"; ok=0; fi
 done
 [ $ok -eq 1 ]
