@@ -23,6 +23,7 @@
 #include "llmc/cpu_matmul.h"
 #include "llmc/cpu_vecmath.h"
 #include "llmc/cpu_peak.h"
+#include "llmc/cpu_memory.h"
 #include "llmc/op_profile.h"
 
 // ----------------------------------------------------------------------------
@@ -360,7 +361,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, float* params, int B, 
     m->grads_stale = 0;
     if (!one_layer_grads) {
         size_t n = round_up(m->num_parameters, grads_padding);
-        m->grads_memory = (float*)calloc_check(n, sizeof(float));
+        m->grads_memory = (float*)cpu_zeroed_touched(n, sizeof(float), "the gradients");
         gpt2_point_parameters(&m->grads, config, m->grads_memory);
     } else {
         // wte, wpe, lnfw, lnfb at full size, then one layer of the 12 per-layer tensors
@@ -374,7 +375,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, float* params, int B, 
     m->T = T;
     ActBuffer bufs[NUM_ACT_BUFFERS];
     m->activation_bytes = activation_buffers(m, act_shape(config, B, T, 0, omp_get_max_threads()), bufs);
-    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { *bufs[i].slot = calloc_check(bufs[i].bytes, 1); }
+    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { *bufs[i].slot = cpu_zeroed_touched(bufs[i].bytes, 1, "activations"); }
 }
 
 static void gpt2_free(GPT2* m) {
@@ -619,8 +620,8 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->replica_reduce = 1;
     shard_layout_init(&dp->layout, &m->config, dp->mesh.dp_shard);
     dp->owned = zero_stage == 0 ? m->num_parameters : dp->layout.shard_elements;
-    dp->opt_m = (float*)calloc_check(dp->owned, sizeof(float));
-    dp->opt_v = (float*)calloc_check(dp->owned, sizeof(float));
+    dp->opt_m = (float*)cpu_zeroed_touched(dp->owned, sizeof(float), "AdamW's m");
+    dp->opt_v = (float*)cpu_zeroed_touched(dp->owned, sizeof(float), "AdamW's v");
     dp->outer = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->outer_m = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->residual = NULL; // dp_init_residual

@@ -24,7 +24,9 @@
 #define GEMM_MR 6
 #endif
 #define GEMM_NR (2 * GEMM_VW)
+#ifndef GEMM_KC
 #define GEMM_KC 256                 // depth of a packed block: B micro-panel (KC x NR) stays in L1
+#endif
 
 typedef float gemm_vec __attribute__((vector_size(GEMM_VW * 4)));
 typedef float gemm_vec_u __attribute__((vector_size(GEMM_VW * 4), aligned(4)));
