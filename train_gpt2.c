@@ -89,14 +89,18 @@ static void residual_add(float* inout, const float* other, size_t n) {
 
 // losses (N) = -log softmax(logits)[target] per position, over the first V of Vp columns (the
 // padded ones are never part of the softmax). logits (N, Vp) stay: backward turns them into
-// dlogits in place.
-static void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V, int Vp) {
+// dlogits in place, with each row's max and sum of exp(logit - max) (row_max, row_sum (N)), so
+// that it needs one pass over the logits instead of three.
+static void crossentropy_forward(float* losses, float* row_max, float* row_sum, const float* logits,
+                                 const int* targets, int N, int V, int Vp) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* l = logits + (size_t)n * Vp;
         float maxv = vf_array_max(l, V);
         float sum = vf_array_exp_sum(NULL, l, V, maxv);
         losses[n] = logf(sum) + maxv - l[targets[n]];
+        row_max[n] = maxv;
+        row_sum[n] = sum;
     }
 }
 
@@ -104,15 +108,17 @@ static void crossentropy_forward(float* losses, const float* logits, const int* 
 // layers, backward
 
 // Turns logits (N, Vp) into dloss/dlogits in place: (softmax - onehot(target)) * dloss, where
-// dloss is the weight of each position's loss in the objective; padded columns 0.
-static void crossentropy_softmax_backward(float* logits, const int* targets, float dloss, int N, int V, int Vp) {
+// dloss is the weight of each position's loss in the objective, from forward's row_max and
+// row_sum; padded columns 0.
+static void crossentropy_softmax_backward(float* logits, const float* row_max, const float* row_sum,
+                                          const int* targets, float dloss, int N, int V, int Vp) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* l = logits + (size_t)n * Vp;
-        float maxv = vf_array_max(l, V);
-        float scale = dloss / vf_array_exp_sum(l, l, V, maxv);
-        #pragma omp simd
-        for (int i = 0; i < V; i++) { l[i] *= scale; }
+        float shift = row_max[n], scale = dloss / row_sum[n];
+        int full = V / VEC_W * VEC_W;
+        for (int i = 0; i < full; i += VEC_W) { vf_store(l + i, vf_exp(vf_load(l + i) - shift) * scale); }
+        if (full < V) { vf_store_n(l + full, vf_exp(vf_load_n(l + full, V - full, 0.0f) - shift) * scale, V - full); }
         l[targets[n]] -= dloss;
         for (int i = V; i < Vp; i++) { l[i] = 0.0f; }
     }
@@ -211,12 +217,14 @@ static LayerTensors layer_tensors(const ParameterTensors* p, int C, int l) {
 }
 
 // The CPU trainer's activation table (llmc/activation_table.h): the shared rows in fp32, plus
-// attention's probabilities and the token ids.
+// attention's probabilities, the token ids and the softmax's row statistics.
 #define ACTIVATIONS(X)                                                                              \
     GPT2_ACTIVATIONS(X, float, Vp)                                                                  \
     X(att, float, LAYERS, B * NH * T * T)     /* (L, B, NH, T, T) attention probabilities */        \
     X(tokens, int, ONE, BT)                   /* (B, T) inputs of the last forward */               \
-    X(targets, int, ONE, BT)                  /* (B, T) its next-token ids */
+    X(targets, int, ONE, BT)                  /* (B, T) its next-token ids */                       \
+    X(row_max, float, ONE, BT)                /* (B, T) max logit of each position */               \
+    X(row_sum, float, ONE, BT)                /* (B, T) its sum of exp(logit - max) */
 #define ACTIVATION_GRADS(X)                                                                         \
     GPT2_ACTIVATION_GRADS(X, float, ONE)
 DEFINE_ACTIVATION_STRUCTS
@@ -353,7 +361,7 @@ static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     if (!targets) { return -1.0f; }
     // loss = mean over positions of -log softmax(logits)[target]
     OP_TIMED(OP_SOFTMAX_XENT, 0.0, op_bytes(BT * Vp, 1),
-             crossentropy_forward(a->losses, a->logits, targets, (int)BT, V, Vp));
+             crossentropy_forward(a->losses, a->row_max, a->row_sum, a->logits, targets, (int)BT, V, Vp));
     double sum = 0.0;
     for (size_t i = 0; i < BT; i++) { sum += a->losses[i]; }
     return (float)(sum / BT);
@@ -377,7 +385,8 @@ static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready
     // The forward in reverse. dresidual carries d loss / d x for the residual stream x, from the
     // top down; every layer adds its branch's gradient to it.
     OP_TIMED(OP_SOFTMAX_XENT, 0.0, op_bytes(BT * Vp, 2),
-             crossentropy_softmax_backward(a->logits, a->targets, dloss / (float)BT, (int)BT, V, Vp));
+             crossentropy_softmax_backward(a->logits, a->row_max, a->row_sum, a->targets, dloss / (float)BT, (int)BT,
+                                           V, Vp));
     // logits = lnf(x) wte^T: the classifier's share of wte's gradient, then lnf's backward
     mm_backward(g->dC, m->grads.wte, NULL, a->logits, a->lnf, m->params.wte, (int)BT, C, Vp, acc);
     memset(g->dresidual, 0, BT * C * sizeof(float));
