@@ -163,6 +163,9 @@ static void gemm_pack_b(float* dst, const float* b, size_t rs, size_t cs, int kc
             const float* src = b + (size_t)p * cs;
             int kfull = kc / GEMM_VW * GEMM_VW;
             for (int k = 0; k < kfull; k += GEMM_VW) {
+                if (k + 4 * GEMM_VW < kc) { // each row is a stream of its own: ask for its line 4 blocks ahead
+                    for (int j = 0; j < GEMM_NR; j++) { __builtin_prefetch(src + (size_t)j * cs + k + 4 * GEMM_VW); }
+                }
                 gemm_transpose_block(d + (size_t)k * GEMM_NR, GEMM_NR, src + k, cs);
                 gemm_transpose_block(d + (size_t)k * GEMM_NR + GEMM_VW, GEMM_NR, src + GEMM_VW * cs + k, cs);
             }
