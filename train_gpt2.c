@@ -22,7 +22,9 @@
 #include "llmc/activation_table.h"
 #include "llmc/cpu_matmul.h"
 #include "llmc/cpu_vecmath.h"
+#include "llmc/cpu_attention.h"
 #include "llmc/cpu_peak.h"
+#include "llmc/cpu_memory.h"
 #include "llmc/op_profile.h"
 
 // ----------------------------------------------------------------------------
@@ -68,56 +70,6 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
     }
 }
 
-// One head's keys or values transposed, so that the row kernels read them as vectors:
-// dst[i * Tp + t2] = src[t2 * C3 + i] for i < hs, t2 < T, and 0 for T <= t2 < Tp, with Tp = T rounded
-// up to 2 vectors (the block they read). dst is the calling thread's scratch; *Tp_out gets Tp.
-static const float* head_transposed(const float* src, size_t C3, int T, int hs, int* Tp_out) {
-    int Tp = (T + 2 * VEC_W - 1) / (2 * VEC_W) * (2 * VEC_W);
-    float* dst = vf_thread_scratch((size_t)hs * Tp);
-    for (int t2 = 0; t2 < T; t2++) {
-        for (int i = 0; i < hs; i++) { dst[(size_t)i * Tp + t2] = src[t2 * C3 + i]; }
-    }
-    for (int i = 0; i < hs; i++) { memset(dst + (size_t)i * Tp + T, 0, (size_t)(Tp - T) * sizeof(float)); }
-    *Tp_out = Tp;
-    return dst;
-}
-
-// Causal self-attention, per head: out = softmax(q k^T / sqrt(hs), keys t2 <= t only) v.
-// qkv (B, T, 3C) holds q, k, v (head h in columns h*hs.. of each third); out (B, T, C), the heads
-// side by side. att (B, NH, T, T) keeps the softmax probabilities of the unmasked half (t2 <= t):
-// backward needs them for dv and for the softmax's Jacobian, and keeping them (B NH T^2 floats per
-// layer) is cheaper than recomputing q k^T. qkv is kept too (backward needs q, k and v). Parallel
-// over (b, h); each pair transposes its keys once so that a query row's scores are vectorised.
-static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
-    #pragma omp parallel for collapse(2) schedule(dynamic, 1)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float* base = qkv + (size_t)b * T * C3 + h * hs;
-            int Tp;
-            const float* kt = head_transposed(base + C, C3, T, hs, &Tp); // kt[i * Tp + t2] = k[t2][i]
-            for (int t = 0; t < T; t += 2) { // query rows t and t + 1 (the last may be t alone)
-                int t1 = t + 1 < T ? t + 1 : t;
-                float* a0 = att + (((size_t)b * NH + h) * T + t) * T;
-                float* a1 = att + (((size_t)b * NH + h) * T + t1) * T;
-                vf_rows2_times_matrix(a0, a1, base + t * C3, base + t1 * C3, kt, Tp, hs, t + 1, t1 + 1, scale);
-                for (int r = 0; r < (t1 > t ? 2 : 1); r++) {
-                    float* a = r ? a1 : a0;
-                    int n = (r ? t1 : t) + 1;
-                    float maxv = vf_array_max(a, n);
-                    float inv = 1.0f / vf_array_exp_sum(a, a, n, maxv);
-                    #pragma omp simd
-                    for (int t2 = 0; t2 < n; t2++) { a[t2] *= inv; }
-                }
-                vf_weighted_rows2(out + ((size_t)b * T + t) * C + h * hs, out + ((size_t)b * T + t1) * C + h * hs,
-                                  a0, a1, 1, base + 2 * C, C3, t + 1, t1 + 1, hs);
-            }
-        }
-    }
-}
-
 // out (n) = gelu(inp), tanh form, one vector of VEC_W elements at a time (llmc/cpu_vecmath.h).
 // Both are kept: gelu'(x) needs the input, and the output is the next matmul's input.
 static void gelu_forward(float* out, const float* inp, size_t n) {
@@ -137,14 +89,18 @@ static void residual_add(float* inout, const float* other, size_t n) {
 
 // losses (N) = -log softmax(logits)[target] per position, over the first V of Vp columns (the
 // padded ones are never part of the softmax). logits (N, Vp) stay: backward turns them into
-// dlogits in place.
-static void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V, int Vp) {
+// dlogits in place, with each row's max and sum of exp(logit - max) (row_max, row_sum (N)), so
+// that it needs one pass over the logits instead of three.
+static void crossentropy_forward(float* losses, float* row_max, float* row_sum, const float* logits,
+                                 const int* targets, int N, int V, int Vp) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* l = logits + (size_t)n * Vp;
         float maxv = vf_array_max(l, V);
         float sum = vf_array_exp_sum(NULL, l, V, maxv);
         losses[n] = logf(sum) + maxv - l[targets[n]];
+        row_max[n] = maxv;
+        row_sum[n] = sum;
     }
 }
 
@@ -152,15 +108,17 @@ static void crossentropy_forward(float* losses, const float* logits, const int* 
 // layers, backward
 
 // Turns logits (N, Vp) into dloss/dlogits in place: (softmax - onehot(target)) * dloss, where
-// dloss is the weight of each position's loss in the objective; padded columns 0.
-static void crossentropy_softmax_backward(float* logits, const int* targets, float dloss, int N, int V, int Vp) {
+// dloss is the weight of each position's loss in the objective, from forward's row_max and
+// row_sum; padded columns 0.
+static void crossentropy_softmax_backward(float* logits, const float* row_max, const float* row_sum,
+                                          const int* targets, float dloss, int N, int V, int Vp) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* l = logits + (size_t)n * Vp;
-        float maxv = vf_array_max(l, V);
-        float scale = dloss / vf_array_exp_sum(l, l, V, maxv);
-        #pragma omp simd
-        for (int i = 0; i < V; i++) { l[i] *= scale; }
+        float shift = row_max[n], scale = dloss / row_sum[n];
+        int full = V / VEC_W * VEC_W;
+        for (int i = 0; i < full; i += VEC_W) { vf_store(l + i, vf_exp(vf_load(l + i) - shift) * scale); }
+        if (full < V) { vf_store_n(l + full, vf_exp(vf_load_n(l + full, V - full, 0.0f) - shift) * scale, V - full); }
         l[targets[n]] -= dloss;
         for (int i = V; i < Vp; i++) { l[i] = 0.0f; }
     }
@@ -225,67 +183,6 @@ static void gelu_backward(float* dinp, const float* inp, const float* dout, size
     }
 }
 
-// dout (B, T, C) -> dqkv (B, T, 3C) (written, not added), from the saved qkv and probabilities att:
-// dv = att^T dout, datt = dout v^T, dscores = att * (datt - rowsum(att * datt)) / sqrt(hs), then
-// dq = dscores k, dk = dscores^T q. Parallel over (b, h): each pair owns its columns of dqkv.
-// att is overwritten with the gradients of the pre-softmax scores. scratch: 2T floats per
-// thread. Every sum runs over t or t2 in a fixed order, vectorised over the other index.
-static void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att,
-                               int B, int T, int C, int NH) {
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
-    #pragma omp parallel for collapse(2) schedule(dynamic, 1)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float* base = qkv + (size_t)b * T * C3 + h * hs;
-            float* dbase = dqkv + (size_t)b * T * C3 + h * hs;
-            const float* dy = dout + (size_t)b * T * C + h * hs;
-            float* a = att + ((size_t)b * NH + h) * T * T; // a[t * T + t2]
-            float* datt = scratch + (size_t)omp_get_thread_num() * 2 * T;
-            int Tp;
-            const float* vt = head_transposed(base + 2 * C, C3, T, hs, &Tp); // vt[i * Tp + t2] = v[t2][i]
-            // dv[t2] = sum over t >= t2 of a[t][t2] dy[t], in descending t, two t2 at a time
-            const float* dy_last = dy + (size_t)(T - 1) * C;
-            const float* a_last = a + (size_t)(T - 1) * T;
-            for (int t2 = 0; t2 < T; t2 += 2) {
-                int u2 = t2 + 1 < T ? t2 + 1 : t2;
-                vf_weighted_rows2(dbase + t2 * C3 + 2 * C, dbase + u2 * C3 + 2 * C, a_last + t2, a_last + u2,
-                                  -(ptrdiff_t)T, dy_last, -(ptrdiff_t)C, T - t2, T - u2, hs);
-            }
-            // rows t, t + 1: datt = dy[t] . v[t2]; a[t][t2] becomes a (datt - sum a datt) scale
-            for (int t = 0; t < T; t += 2) {
-                int t1 = t + 1 < T ? t + 1 : t;
-                vf_rows2_times_matrix(datt, datt + T, dy + (size_t)t * C, dy + (size_t)t1 * C, vt, Tp, hs, t + 1,
-                                      t1 + 1, 1.0f);
-                for (int r = 0; r < (t1 > t ? 2 : 1); r++) {
-                    float* at = a + (size_t)(r ? t1 : t) * T;
-                    const float* d = datt + r * T;
-                    int n = (r ? t1 : t) + 1;
-                    float dot = 0.0f;
-                    #pragma omp simd reduction(+ : dot)
-                    for (int t2 = 0; t2 < n; t2++) { dot += at[t2] * d[t2]; }
-                    #pragma omp simd
-                    for (int t2 = 0; t2 < n; t2++) { at[t2] = at[t2] * (d[t2] - dot) * scale; }
-                }
-            }
-            // dq[t] = sum over t2 <= t of dpre[t][t2] k[t2]; dk[t2] = sum over t >= t2 of dpre[t][t2] q[t]
-            // (descending t)
-            for (int t = 0; t < T; t += 2) {
-                int t1 = t + 1 < T ? t + 1 : t;
-                vf_weighted_rows2(dbase + t * C3, dbase + t1 * C3, a + (size_t)t * T, a + (size_t)t1 * T, 1, base + C,
-                                  C3, t + 1, t1 + 1, hs);
-            }
-            const float* q_last = base + (size_t)(T - 1) * C3;
-            for (int t2 = 0; t2 < T; t2 += 2) {
-                int u2 = t2 + 1 < T ? t2 + 1 : t2;
-                vf_weighted_rows2(dbase + t2 * C3 + C, dbase + u2 * C3 + C, a_last + t2, a_last + u2, -(ptrdiff_t)T,
-                                  q_last, -(ptrdiff_t)C3, T - t2, T - u2, hs);
-            }
-        }
-    }
-}
-
 // dout (B, T, C) -> dwte[token] += dout, dwpe[t] += dout; parallel over channel ranges so no two threads touch
 // the same element and each element sums in position order.
 static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
@@ -320,15 +217,16 @@ static LayerTensors layer_tensors(const ParameterTensors* p, int C, int l) {
 }
 
 // The CPU trainer's activation table (llmc/activation_table.h): the shared rows in fp32, plus
-// attention's probabilities, the token ids and the per-thread scratch of attention's backward.
+// attention's probabilities, the token ids and the softmax's row statistics.
 #define ACTIVATIONS(X)                                                                              \
     GPT2_ACTIVATIONS(X, float, Vp)                                                                  \
     X(att, float, LAYERS, B * NH * T * T)     /* (L, B, NH, T, T) attention probabilities */        \
     X(tokens, int, ONE, BT)                   /* (B, T) inputs of the last forward */               \
-    X(targets, int, ONE, BT)                  /* (B, T) its next-token ids */
+    X(targets, int, ONE, BT)                  /* (B, T) its next-token ids */                       \
+    X(row_max, float, ONE, BT)                /* (B, T) max logit of each position */               \
+    X(row_sum, float, ONE, BT)                /* (B, T) its sum of exp(logit - max) */
 #define ACTIVATION_GRADS(X)                                                                         \
-    GPT2_ACTIVATION_GRADS(X, float, ONE)                                                            \
-    X(datt_rows, float, ONE, threads * 2 * T) /* 2T per OpenMP thread: one row of scores */
+    GPT2_ACTIVATION_GRADS(X, float, ONE)
 DEFINE_ACTIVATION_STRUCTS
 
 typedef struct {
@@ -360,7 +258,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, float* params, int B, 
     m->grads_stale = 0;
     if (!one_layer_grads) {
         size_t n = round_up(m->num_parameters, grads_padding);
-        m->grads_memory = (float*)calloc_check(n, sizeof(float));
+        m->grads_memory = (float*)cpu_zeroed_touched(n, sizeof(float), "the gradients");
         gpt2_point_parameters(&m->grads, config, m->grads_memory);
     } else {
         // wte, wpe, lnfw, lnfb at full size, then one layer of the 12 per-layer tensors
@@ -374,7 +272,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* config, float* params, int B, 
     m->T = T;
     ActBuffer bufs[NUM_ACT_BUFFERS];
     m->activation_bytes = activation_buffers(m, act_shape(config, B, T, 0, omp_get_max_threads()), bufs);
-    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { *bufs[i].slot = calloc_check(bufs[i].bytes, 1); }
+    for (int i = 0; i < NUM_ACT_BUFFERS; i++) { *bufs[i].slot = cpu_zeroed_touched(bufs[i].bytes, 1, "activations"); }
 }
 
 static void gpt2_free(GPT2* m) {
@@ -463,7 +361,7 @@ static float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     if (!targets) { return -1.0f; }
     // loss = mean over positions of -log softmax(logits)[target]
     OP_TIMED(OP_SOFTMAX_XENT, 0.0, op_bytes(BT * Vp, 1),
-             crossentropy_forward(a->losses, a->logits, targets, (int)BT, V, Vp));
+             crossentropy_forward(a->losses, a->row_max, a->row_sum, a->logits, targets, (int)BT, V, Vp));
     double sum = 0.0;
     for (size_t i = 0; i < BT; i++) { sum += a->losses[i]; }
     return (float)(sum / BT);
@@ -487,7 +385,8 @@ static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready
     // The forward in reverse. dresidual carries d loss / d x for the residual stream x, from the
     // top down; every layer adds its branch's gradient to it.
     OP_TIMED(OP_SOFTMAX_XENT, 0.0, op_bytes(BT * Vp, 2),
-             crossentropy_softmax_backward(a->logits, a->targets, dloss / (float)BT, (int)BT, V, Vp));
+             crossentropy_softmax_backward(a->logits, a->row_max, a->row_sum, a->targets, dloss / (float)BT, (int)BT,
+                                           V, Vp));
     // logits = lnf(x) wte^T: the classifier's share of wte's gradient, then lnf's backward
     mm_backward(g->dC, m->grads.wte, NULL, a->logits, a->lnf, m->params.wte, (int)BT, C, Vp, acc);
     memset(g->dresidual, 0, BT * C * sizeof(float));
@@ -510,7 +409,7 @@ static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready
         // x = x + attn(ln1(x)), the same way
         mm_backward(g->dC, dw.attprojw, dw.attprojb, g->dresidual, la.atty, w.attprojw, (int)BT, C, C, acc);
         OP_TIMED(OP_ATTENTION_BWD, 2.0 * att_flops(B, T, C), 2.0 * att_bytes(B, T, C, NH),
-                 attention_backward(g->dqkv, g->datt_rows, g->dC, la.qkv, la.att, B, T, C, NH));
+                 attention_backward(g->dqkv, g->dC, la.qkv, la.att, B, T, C, NH));
         mm_backward(g->dC, dw.qkvw, dw.qkvb, g->dqkv, la.ln1, w.qkvw, (int)BT, C, 3 * C, acc);
         OP_TIMED(OP_LAYERNORM, 0.0, op_bytes(BT * C, 6),
                  layernorm_backward(g->dresidual, dw.ln1w, dw.ln1b, g->dC, la.x, w.ln1w, la.ln1_mean, la.ln1_rstd,
@@ -619,8 +518,8 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->replica_reduce = 1;
     shard_layout_init(&dp->layout, &m->config, dp->mesh.dp_shard);
     dp->owned = zero_stage == 0 ? m->num_parameters : dp->layout.shard_elements;
-    dp->opt_m = (float*)calloc_check(dp->owned, sizeof(float));
-    dp->opt_v = (float*)calloc_check(dp->owned, sizeof(float));
+    dp->opt_m = (float*)cpu_zeroed_touched(dp->owned, sizeof(float), "AdamW's m");
+    dp->opt_v = (float*)cpu_zeroed_touched(dp->owned, sizeof(float), "AdamW's v");
     dp->outer = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->outer_m = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->residual = NULL; // dp_init_residual

@@ -24,7 +24,9 @@
 #define GEMM_MR 6
 #endif
 #define GEMM_NR (2 * GEMM_VW)
+#ifndef GEMM_KC
 #define GEMM_KC 256                 // depth of a packed block: B micro-panel (KC x NR) stays in L1
+#endif
 
 typedef float gemm_vec __attribute__((vector_size(GEMM_VW * 4)));
 typedef float gemm_vec_u __attribute__((vector_size(GEMM_VW * 4), aligned(4)));
@@ -106,6 +108,33 @@ static void gemm_pack_a(float* dst, const float* a, size_t rs, size_t cs, int mc
     }
 }
 
+// dst[k * lds + j] = src[j * ldr + k] for j, k < GEMM_VW: a square block transposed in registers by
+// log2(VW) rounds of swapping the off-diagonal halves of ever smaller blocks.
+typedef int gemm_ivec __attribute__((vector_size(GEMM_VW * 4)));
+static inline void gemm_transpose_block(float* dst, size_t lds, const float* src, size_t ldr) {
+    gemm_vec r[GEMM_VW];
+    #pragma GCC unroll 16
+    for (int j = 0; j < GEMM_VW; j++) { r[j] = *(const gemm_vec_u*)(src + (size_t)j * ldr); }
+    #pragma GCC unroll 4
+    for (int h = GEMM_VW / 2; h >= 1; h /= 2) {
+        gemm_ivec lo, hi; // row i keeps its columns without bit h and takes row i + h's; i + h the rest
+        #pragma GCC unroll 16
+        for (int c = 0; c < GEMM_VW; c++) {
+            lo[c] = (c & h) ? GEMM_VW + c - h : c;
+            hi[c] = (c & h) ? GEMM_VW + c : c + h;
+        }
+        #pragma GCC unroll 16
+        for (int i = 0; i < GEMM_VW; i++) {
+            if (i & h) { continue; }
+            gemm_vec a = r[i], b = r[i + h];
+            r[i] = __builtin_shuffle(a, b, lo);
+            r[i + h] = __builtin_shuffle(a, b, hi);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int k = 0; k < GEMM_VW; k++) { *(gemm_vec_u*)(dst + (size_t)k * lds) = r[k]; }
+}
+
 // Packs B(k0 .. k0+kc, j0 .. j0+nc) into NR-column panels (k-major, zero columns past nc).
 // B(k, j) = b[k * rs + j * cs].
 static void gemm_pack_b(float* dst, const float* b, size_t rs, size_t cs, int kc, int nc) {
@@ -130,10 +159,17 @@ static void gemm_pack_b(float* dst, const float* b, size_t rs, size_t cs, int kc
                 const float* src = b + (size_t)k * rs + p;
                 for (int j = 0; j < cols; j++) { d[(size_t)k * GEMM_NR + j] = src[j]; }
             }
-        } else if (rs == 1 && cols == GEMM_NR) { // columns contiguous: read NR columns side by side
+        } else if (rs == 1 && cols == GEMM_NR) { // columns contiguous: VW x VW blocks transposed in registers
             const float* src = b + (size_t)p * cs;
-            for (int k = 0; k < kc; k++) {
-                #pragma GCC unroll 32
+            int kfull = kc / GEMM_VW * GEMM_VW;
+            for (int k = 0; k < kfull; k += GEMM_VW) {
+                if (k + 4 * GEMM_VW < kc) { // each row is a stream of its own: ask for its line 4 blocks ahead
+                    for (int j = 0; j < GEMM_NR; j++) { __builtin_prefetch(src + (size_t)j * cs + k + 4 * GEMM_VW); }
+                }
+                gemm_transpose_block(d + (size_t)k * GEMM_NR, GEMM_NR, src + k, cs);
+                gemm_transpose_block(d + (size_t)k * GEMM_NR + GEMM_VW, GEMM_NR, src + GEMM_VW * cs + k, cs);
+            }
+            for (int k = kfull; k < kc; k++) {
                 for (int j = 0; j < GEMM_NR; j++) { d[(size_t)k * GEMM_NR + j] = src[(size_t)j * cs + k]; }
             }
         } else {

@@ -85,90 +85,32 @@ static inline float vf_hmax(vfloat v) {
     return m;
 }
 
-// max of x[0..n)
+// max of x[0..n): whole vectors, then one partial vector
 static inline float vf_array_max(const float* x, int n) {
     vfloat m = vf_splat(-__builtin_inff());
-    for (int i = 0; i < n; i += VEC_W) { m = vf_max(m, vf_load_n(x + i, n - i < VEC_W ? n - i : VEC_W, -__builtin_inff())); }
+    int full = n / VEC_W * VEC_W;
+    for (int i = 0; i < full; i += VEC_W) { m = vf_max(m, vf_load(x + i)); }
+    if (full < n) { m = vf_max(m, vf_load_n(x + full, n - full, -__builtin_inff())); }
     return vf_hmax(m);
 }
 
-// y[i] = exp(x[i] - shift) for i < n (y may be x or NULL); returns their sum.
+// y[i] = exp(x[i] - shift) for i < n (y may be x or NULL); returns their sum. Whole vectors, then
+// one partial vector whose missing lanes add 0.
 static inline float vf_array_exp_sum(float* y, const float* x, int n, float shift) {
     vfloat sum = (vfloat){0};
-    for (int i = 0; i < n; i += VEC_W) {
-        int w = n - i < VEC_W ? n - i : VEC_W;
-        vfloat e = vf_select(vi_first_lanes(w), vf_exp(vf_load_n(x + i, w, 0.0f) - shift), (vfloat){0});
-        if (y) { vf_store_n(y + i, e, w); }
+    int full = n / VEC_W * VEC_W;
+    for (int i = 0; i < full; i += VEC_W) {
+        vfloat e = vf_exp(vf_load(x + i) - shift);
+        if (y) { vf_store(y + i, e); }
+        sum += e;
+    }
+    if (full < n) {
+        int w = n - full;
+        vfloat e = vf_select(vi_first_lanes(w), vf_exp(vf_load_n(x + full, w, 0.0f) - shift), (vfloat){0});
+        if (y) { vf_store_n(y + full, e, w); }
         sum += e;
     }
     return vf_hsum(sum);
-}
-
-// Attention's products, two rows at a time so that every matrix row loaded serves two FMAs per
-// element; every output sums its terms in a fixed order.
-
-// s0[j] (j < n0) and s1[j] (j < n1) = scale * sum_i x0[i] (resp. x1[i]) m[i * ld + j]. Rows of m must
-// be readable up to max(n0, n1) rounded up to 2 VEC_W.
-static inline void vf_rows2_times_matrix(float* s0, float* s1, const float* x0, const float* x1, const float* m,
-                                         size_t ld, int k, int n0, int n1, float scale) {
-    int n = n0 > n1 ? n0 : n1, j = 0;
-    for (; j < n; j += 2 * VEC_W) {
-        vfloat a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0};
-        for (int i = 0; i < k; i++) {
-            vfloat u = vf_splat(x0[i]), v = vf_splat(x1[i]);
-            const float* r = m + i * ld + j;
-            vfloat m0 = vf_load(r), m1 = vf_load(r + VEC_W);
-            a0 += u * m0;
-            a1 += u * m1;
-            b0 += v * m0;
-            b1 += v * m1;
-        }
-        a0 *= scale; a1 *= scale; b0 *= scale; b1 *= scale;
-        for (int l = 0; l < VEC_W; l++) {
-            if (j + l < n0) { s0[j + l] = a0[l]; }
-            if (j + VEC_W + l < n0) { s0[j + VEC_W + l] = a1[l]; }
-            if (j + l < n1) { s1[j + l] = b0[l]; }
-            if (j + VEC_W + l < n1) { s1[j + VEC_W + l] = b1[l]; }
-        }
-    }
-}
-
-// y0[i] = sum_{j < n0} w0[j * ws] m[j * ld + i] and y1[i] likewise with w1, n1 (i < k); strides may be
-// negative, to sum rows in descending order.
-static inline void vf_weighted_rows2(float* y0, float* y1, const float* w0, const float* w1, ptrdiff_t ws,
-                                     const float* m, ptrdiff_t ld, int n0, int n1, int k) {
-    int shared = n0 < n1 ? n0 : n1;
-    for (int i = 0; i < k; i += 2 * VEC_W) {
-        int c = k - i < 2 * VEC_W ? k - i : 2 * VEC_W; // columns in this block
-        vfloat a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0};
-        if (c == 2 * VEC_W) {
-            for (int j = 0; j < shared; j++) {
-                vfloat u = vf_splat(w0[j * ws]), v = vf_splat(w1[j * ws]);
-                const float* r = m + j * ld + i;
-                vfloat m0 = vf_load(r), m1 = vf_load(r + VEC_W);
-                a0 += u * m0; a1 += u * m1; b0 += v * m0; b1 += v * m1;
-            }
-            for (int j = shared; j < n0; j++) {
-                vfloat u = vf_splat(w0[j * ws]);
-                a0 += u * vf_load(m + j * ld + i); a1 += u * vf_load(m + j * ld + i + VEC_W);
-            }
-            for (int j = shared; j < n1; j++) {
-                vfloat v = vf_splat(w1[j * ws]);
-                b0 += v * vf_load(m + j * ld + i); b1 += v * vf_load(m + j * ld + i + VEC_W);
-            }
-            vf_store(y0 + i, a0); vf_store(y0 + i + VEC_W, a1);
-            vf_store(y1 + i, b0); vf_store(y1 + i + VEC_W, b1);
-        } else {
-            int c0 = c < VEC_W ? c : VEC_W, c1 = c - c0;
-            for (int j = 0; j < n0 || j < n1; j++) {
-                vfloat m0 = vf_load_n(m + j * ld + i, c0, 0.0f), m1 = vf_load_n(m + j * ld + i + c0, c1, 0.0f);
-                if (j < n0) { vfloat u = vf_splat(w0[j * ws]); a0 += u * m0; a1 += u * m1; }
-                if (j < n1) { vfloat v = vf_splat(w1[j * ws]); b0 += v * m0; b1 += v * m1; }
-            }
-            vf_store_n(y0 + i, a0, c0); vf_store_n(y0 + i + c0, a1, c1);
-            vf_store_n(y1 + i, b0, c0); vf_store_n(y1 + i + c0, b1, c1);
-        }
-    }
 }
 
 // A buffer of at least `floats` floats owned by the calling thread, kept between calls (grown by
@@ -178,7 +120,7 @@ static _Thread_local size_t vf_scratch_floats;
 static inline float* vf_thread_scratch(size_t floats) {
     if (floats > vf_scratch_floats) {
         free(vf_scratch_buffer);
-        vf_scratch_buffer = (float*)aligned_alloc_check(floats * sizeof(float), "a thread's attention scratch");
+        vf_scratch_buffer = (float*)aligned_alloc_check(floats * sizeof(float), "a thread's scratch");
         vf_scratch_floats = floats;
     }
     return vf_scratch_buffer;

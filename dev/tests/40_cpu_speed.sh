@@ -1,7 +1,8 @@
 # Cheap correctness checks of the fast CPU kernels (sourced by dev/run_tests.sh; the speed itself
-# is measured by dev/bench/cpu.py, not here): the kernel test on every vector width the headers
-# support, the PyTorch agreement on a model whose sizes fit none of the tile sizes, and losses
-# that are the same on 1 and 2 threads and from run to run.
+# is measured by dev/bench/cpu.py, not here): the kernel test (matmul, attention, vector math
+# against naive double loops) on every vector width the headers support, the PyTorch agreement
+# on a model whose sizes fit none of the tile sizes, and losses that are the same on 1 and 2
+# threads and from run to run.
 CPUK_TMP=build/test_tmp/cpu_speed
 mkdir -p $CPUK_TMP
 

@@ -1,11 +1,13 @@
-// Tests of the CPU trainer's kernels (llmc/cpu_matmul.h, llmc/cpu_vecmath.h) against naive
-// double-precision loops: matmul forward and backward on odd shapes (edges of every tile size,
-// both operand-sharing branches, several K rounds through a small shared budget), bitwise
-// independence of the thread count, and exp / GELU / GELU' accuracy. Exits non-zero on a failure.
+// Tests of the CPU trainer's kernels (llmc/cpu_matmul.h, llmc/cpu_attention.h, llmc/cpu_vecmath.h)
+// against naive double-precision loops: matmul forward and backward on odd shapes (edges of every
+// tile size, both operand-sharing branches, several K rounds through a small shared budget),
+// causal attention forward and backward, bitwise independence of the thread count, and exp /
+// GELU / GELU' accuracy. Exits non-zero on a failure.
 //   gcc -O3 -march=native -fopenmp -fno-math-errno -Illmc -DGEMM_SHARED_FLOATS=8192 dev/tests/cpu_kernels_test.c -lm
 #include <math.h>
 #include <stdio.h>
 #include "cpu_matmul.h"
+#include "cpu_attention.h"
 #include "cpu_vecmath.h"
 
 static int failures = 0;
@@ -107,6 +109,132 @@ static void test_thread_independence(int M, int N, int K) {
     free(a); free(b); free(c[0]); free(c[1]); free(c[2]);
 }
 
+// Causal attention of one (b, h) in double: probabilities p (T, T; 0 above the diagonal), out, and
+// from dy the gradients dq, dk, dv (T, hs) and of the scores ds; q, k, v, dy rows of stride ld.
+static void naive_attention(double* p, double* out, double* ds, double* dq, double* dk, double* dv, const float* q,
+                            const float* k, const float* v, const float* dy, size_t ld, size_t ldy, int T, int hs) {
+    double scale = 1.0 / sqrt((double)hs);
+    for (int t = 0; t < T; t++) {
+        double maxv = -1e300, sum = 0.0;
+        for (int u = 0; u < T; u++) {
+            double s = 0.0;
+            for (int i = 0; i < hs; i++) { s += (double)q[t * ld + i] * k[u * ld + i]; }
+            p[t * T + u] = u <= t ? s * scale : 0.0;
+            if (u <= t && p[t * T + u] > maxv) { maxv = p[t * T + u]; }
+        }
+        for (int u = 0; u <= t; u++) { p[t * T + u] = exp(p[t * T + u] - maxv); sum += p[t * T + u]; }
+        for (int u = 0; u <= t; u++) { p[t * T + u] /= sum; }
+        for (int i = 0; i < hs; i++) {
+            double o = 0.0;
+            for (int u = 0; u <= t; u++) { o += p[t * T + u] * v[u * ld + i]; }
+            out[t * hs + i] = o;
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        double dot = 0.0;
+        for (int u = 0; u <= t; u++) {
+            double d = 0.0;
+            for (int i = 0; i < hs; i++) { d += (double)dy[t * ldy + i] * v[u * ld + i]; }
+            ds[t * T + u] = d;
+            dot += p[t * T + u] * d;
+        }
+        for (int u = 0; u < T; u++) { ds[t * T + u] = u <= t ? p[t * T + u] * (ds[t * T + u] - dot) * scale : 0.0; }
+    }
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < hs; i++) {
+            double a = 0.0, b = 0.0, c = 0.0;
+            for (int u = 0; u < T; u++) {
+                a += ds[t * T + u] * k[u * ld + i];
+                b += ds[u * T + t] * q[u * ld + i];
+                c += p[u * T + t] * dy[u * ldy + i];
+            }
+            dq[t * hs + i] = a; dk[t * hs + i] = b; dv[t * hs + i] = c;
+        }
+    }
+}
+
+// Worst |got - want| / (1 + |want|) over n elements, got[i * gs + j] against want[i * n1 + j] for
+// j < n1, i < n / n1.
+static double att_err(const float* got, size_t gs, const double* want, size_t n, size_t n1) {
+    double worst = 0.0;
+    for (size_t i = 0; i < n / n1; i++) {
+        for (size_t j = 0; j < n1; j++) {
+            double e = fabs((double)got[i * gs + j] - want[i * n1 + j]) / (1.0 + fabs(want[i * n1 + j]));
+            if (!(e <= worst)) { worst = e; }
+        }
+    }
+    return worst;
+}
+
+// attention_forward / attention_backward on (B, T, C, NH) against naive_attention, on 2 threads, and
+// bitwise the same on 1 and 3 threads. Masked entries of att are filled with garbage first: they
+// must be neither read as they were nor left unwritten where a tile covers them.
+static void test_attention(int B, int T, int C, int NH) {
+    int hs = C / NH;
+    size_t C3 = 3 * (size_t)C, natt = (size_t)B * NH * T * T;
+    float *qkv = rnd_array((size_t)B * T * C3), *dout = rnd_array((size_t)B * T * C);
+    for (size_t i = 0; i < (size_t)B * T * C3; i++) { qkv[i] *= 2.0f; } // scores of a few units
+    float *out[3], *dqkv[3], *att[3];
+    for (int r = 0; r < 3; r++) {
+        out[r] = (float*)malloc(sizeof(float) * B * T * C);
+        dqkv[r] = (float*)malloc(sizeof(float) * B * T * C3);
+        att[r] = (float*)malloc(sizeof(float) * natt);
+        for (size_t i = 0; i < natt; i++) { att[r][i] = 1e30f; }
+        omp_set_num_threads(r == 0 ? 2 : r == 1 ? 1 : 3);
+        attention_forward(out[r], att[r], qkv, B, T, C, NH);
+        attention_backward(dqkv[r], dout, qkv, att[r], B, T, C, NH);
+    }
+    omp_set_num_threads(2);
+    float* probs = (float*)malloc(sizeof(float) * natt);
+    for (size_t i = 0; i < natt; i++) { probs[i] = 1e30f; }
+    attention_forward(out[0], probs, qkv, B, T, C, NH);
+    size_t n = (size_t)T * T, nh = (size_t)T * hs;
+    double *p = malloc(sizeof(double) * n), *ds = malloc(sizeof(double) * n), *o = malloc(sizeof(double) * nh);
+    double *dq = malloc(sizeof(double) * nh), *dk = malloc(sizeof(double) * nh), *dv = malloc(sizeof(double) * nh);
+    double e[6] = {0};
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float* base = qkv + (size_t)b * T * C3 + h * hs;
+            const float* dy = dout + (size_t)b * T * C + h * hs;
+            naive_attention(p, o, ds, dq, dk, dv, base, base + C, base + 2 * C, dy, C3, C, T, hs);
+            const float* pa = probs + ((size_t)b * NH + h) * n;
+            const float* sa = att[0] + ((size_t)b * NH + h) * n;
+            const float* g = dqkv[0] + (size_t)b * T * C3 + h * hs;
+            double got[6];
+            double pe = 0.0, se = 0.0; // only t2 <= t is defined
+            for (int t = 0; t < T; t++) {
+                for (int u = 0; u <= t; u++) {
+                    double x = fabs(pa[t * T + u] - p[t * T + u]), y = fabs(sa[t * T + u] - ds[t * T + u]);
+                    if (!(x <= pe)) { pe = x; }
+                    if (!(y <= se)) { se = y; }
+                }
+            }
+            got[0] = pe; got[1] = se;
+            got[2] = att_err(out[0] + (size_t)b * T * C + h * hs, C, o, nh, hs);
+            got[3] = att_err(g, C3, dq, nh, hs);
+            got[4] = att_err(g + C, C3, dk, nh, hs);
+            got[5] = att_err(g + 2 * C, C3, dv, nh, hs);
+            for (int i = 0; i < 6; i++) { if (!(got[i] <= e[i])) { e[i] = got[i]; } }
+        }
+    }
+    const char* names[6] = {"probabilities", "dscores", "out", "dq", "dk", "dv"};
+    for (int i = 0; i < 6; i++) {
+        char what[128];
+        snprintf(what, sizeof(what), "attention B %d T %d C %d NH %d: %s", B, T, C, NH, names[i]);
+        expect(e[i] < 2e-6, what, e[i]);
+    }
+    int same = 1;
+    for (int r = 1; r < 3; r++) {
+        same = same && memcmp(out[0], out[r], sizeof(float) * B * T * C) == 0 &&
+               memcmp(dqkv[0], dqkv[r], sizeof(float) * B * T * C3) == 0;
+    }
+    char what[128];
+    snprintf(what, sizeof(what), "attention B %d T %d C %d NH %d bitwise equal on 1, 2, 3 threads", B, T, C, NH);
+    expect(same, what, 0.0);
+    for (int r = 0; r < 3; r++) { free(out[r]); free(dqkv[r]); free(att[r]); }
+    free(qkv); free(dout); free(probs); free(p); free(ds); free(o); free(dq); free(dk); free(dv);
+}
+
 static void test_vecmath(void) {
     double e_exp = 0.0, e_gelu = 0.0, e_grad = 0.0;
     for (int i = 0; i <= 2000000; i++) {
@@ -146,6 +274,8 @@ int main(void) {
     test_matmul(29, 17, 31, 0, 1);
     test_thread_independence(100, 300, 530);
     test_thread_independence(300, 100, 530);
+    int att_shapes[][4] = {{1, 1, 4, 1}, {2, 13, 10, 2}, {3, 37, 96, 3}, {2, 64, 128, 2}, {1, 100, 48, 1}, {2, 130, 80, 1}};
+    for (int i = 0; i < 6; i++) { test_attention(att_shapes[i][0], att_shapes[i][1], att_shapes[i][2], att_shapes[i][3]); }
     test_vecmath();
     printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
     return failures != 0;
