@@ -1205,7 +1205,8 @@ static void dp_replica_crcs(DataParallel* dp, GPT2* m, const float* master, int 
     int R = dp->mesh.dp_replicate, me = dp->mesh.replicate_idx;
     float* host = (float*)malloc_check((dp->owned > 2 * (size_t)R ? dp->owned : 2 * (size_t)R) * sizeof(float));
     uint32_t crc = 0;
-    if (outer) {
+    if (outer) { // written on stream 0 (-lo: an exchange may still run on comm_stream)
+        wait_device(0, dp->host_event, "the outer parameters");
         cudaCheck(cudaMemcpy(host, dp->outer, dp->owned * sizeof(float), cudaMemcpyDeviceToHost));
         crc = crc32c_update(0, host, dp->owned * sizeof(float));
     } else {
