@@ -15,6 +15,7 @@
 #include "llmc/tokenizer.h"
 #include "llmc/mesh.h"
 #include "llmc/comm_mpi.h"
+#include "llmc/comm_thread.h"
 #include "llmc/checkpoint.h"
 #include "llmc/optimizer.h"
 #include "llmc/train_loop.h"
@@ -528,16 +529,47 @@ static void gpt2_zero_grads(GPT2* m) { m->grads_stale = 1; }
 // ----------------------------------------------------------------------------
 // data parallelism (docs/design.md sections 3 and 4)
 
-// A collective timed as communication (-op 1), with the bytes it sent.
+// A collective timed as communication (-op 1), with the bytes it sent (untimed on the -lo
+// communication thread: the profile is the trainer thread's).
 #define COMM_TIMED(call)                                                                          \
     do {                                                                                          \
+        if (comm_on_worker) {                                                                     \
+            call;                                                                                 \
+            break;                                                                                \
+        }                                                                                         \
         size_t comm_sent0_ = comm_bytes_sent;                                                     \
         OP_TIMED(OP_COMM, 0.0, (double)(comm_bytes_sent - comm_sent0_), call);                    \
     } while (0)
 
+// The buffers of one compressed or fp32 replica exchange (outer_exchange_buffers' sizes).
 typedef struct {
+    float* tmp;      // a slice, fp32
+    uint8_t* sent;   // R encoded slices (or sums)
+    uint8_t* got;    // R encoded slices received
+    float* packed;   // error feedback: the fragment's residual packed like its messages, else NULL
+} ExchangeBuffers;
+
+struct DataParallel;
+
+// -ls: a run of owned elements of one fragment: parameters [param, +count) are owned elements
+// [owned, +count) and places [pos, +count) of the fragment's packed message.
+typedef struct {
+    size_t param, owned, pos, count;
+    int fragment;
+} FragmentRun;
+
+// -lo: one fragment's exchange handed to the communication thread.
+typedef struct {
+    struct DataParallel* dp;
+    OuterConfig c;   // its config (c.fragment), as at its start
+    float* msg;      // in: the fragment's packed messages; out: their sums over the replicas
+    size_t expect;   // the bytes it sends (counted by the trainer at its start)
+} PendingExchange;
+
+typedef struct DataParallel {
     Mesh mesh;
     CommGroup world, shard, replica;
+    CommGroup replica_async; // -lo: the communication thread's duplicate of the replica communicator
     ShardLayout layout;
     int zero_stage;
     int grad_accum;
@@ -553,10 +585,15 @@ typedef struct {
     int* frag_of;         // -ls: each owned element's fragment (-lf; all 0 without it), else NULL
     size_t* frag_pos;     // -ls: an owned element's place among its fragment's, in owned order
     size_t* frag_count;   // -ls: owned elements (padding slots included) of each fragment
+    FragmentRun* runs;    // -ls: the owned spans cut where the fragment changes, in owned order
+    int num_runs;
     float* pend_sum;      // -lo: each fragment's summed messages while in flight (packed, padded to R)
     size_t* pend_off;     // -lo: where fragment f's starts in pend_sum
     float* pend_snap;     // -lo: the owned local values when their fragment's exchange started
-    double* pend_ready;   // -lo with -rb: when each fragment's exchange has crossed the modelled link
+    PendingExchange* pend_jobs; // -lo: each fragment's job on the communication thread
+    CommWorker worker;    // -lo: the communication thread (llmc/comm_thread.h)
+    ExchangeBuffers wbuf; // -lo: its exchange buffers, for the largest fragment
+    OuterExchangeBuffers wbuf_bytes; // their sizes
     float* shard_grads;   // stages 1, 2: this rank's reduced gradient slices (padded to dp_replicate)
     float* opt_m;
     float* opt_v;
@@ -589,11 +626,13 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->residual = NULL; // dp_init_residual
     dp->frag_of = NULL;  // dp_init_fragments
     dp->frag_pos = NULL;
+    dp->runs = NULL;
+    dp->num_runs = 0;
     dp->frag_count = NULL;
     dp->pend_sum = NULL;  // dp_init_fragments
     dp->pend_off = NULL;
     dp->pend_snap = NULL;
-    dp->pend_ready = NULL;
+    dp->pend_jobs = NULL; // dp_init_overlap
     memset(&dp->grad_wire, 0, sizeof(dp->grad_wire));
     dp->spans = (OwnedSpan*)malloc_check(dp->layout.num_units * sizeof(OwnedSpan));
     dp->num_spans = owned_spans(&dp->layout, zero_stage, dp->mesh.shard_idx, m->num_parameters, dp->spans);
@@ -656,7 +695,8 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     if (dp->zero_stage == 2 && layer < 0) { gpt2_zero_grads(m); }
 }
 
-static void dp_replica_sum_wire(DataParallel* dp, float* msg, size_t slice, const OuterConfig* c, float* residual);
+static void dp_replica_sum_wire(CommGroup* g, float* msg, size_t slice, const OuterConfig* c, float* residual,
+                                const ExchangeBuffers* wb);
 
 // -ls 0 with -rq/-rk: the gradient (ZeRO 0: all of it after the shard group's all-reduce; 1, 2:
 // the shard accumulator) plus the residual, summed over the replicas by dp_replica_sum_wire.
@@ -671,7 +711,7 @@ static void dp_replica_sum_gradient(DataParallel* dp, GPT2* m) {
     if (dp->residual) {
         for (size_t i = 0; i < dp->owned; i++) { g[i] += dp->residual[i]; }
     }
-    dp_replica_sum_wire(dp, g, padded / R, &dp->grad_wire, dp->residual);
+    dp_replica_sum_wire(&dp->replica, g, padded / R, &dp->grad_wire, dp->residual, NULL);
 }
 
 // After the last micro-step: finish the reduction across ranks and average over the world (or,
@@ -823,13 +863,16 @@ static void dp_outer_init(DataParallel* dp, GPT2* m) {
 // where given) and slice j sent to replica j; each replica decodes the R encodings of its own
 // slice and sums them in fp32 in replica order 0..R-1, encodes the sum and sends it to every
 // replica; msg then holds the decoded sums, the same on every replica.
-static void dp_replica_sum_wire(DataParallel* dp, float* msg, size_t slice, const OuterConfig* c, float* residual) {
-    int R = dp->replica.size, me = dp->replica.rank;
+// Runs over group g (the replicas: the trainer's communicator, or the communication thread's) in the
+// buffers wb (NULL: allocated here for the call).
+static void dp_replica_sum_wire(CommGroup* g, float* msg, size_t slice, const OuterConfig* c, float* residual,
+                                const ExchangeBuffers* wb) {
+    int R = g->size, me = g->rank;
     WireSpec mine = outer_wire_spec(c, 0, R), owner = outer_wire_spec(c, 1, R);
     size_t sb = wire_spec_bytes(&mine, slice), ob = wire_spec_bytes(&owner, slice);
-    uint8_t* sent = (uint8_t*)malloc_check((size_t)R * (sb > ob ? sb : ob));
-    uint8_t* got = (uint8_t*)malloc_check((size_t)R * sb);
-    float* tmp = (float*)malloc_check(slice * sizeof(float));
+    uint8_t* sent = wb ? wb->sent : (uint8_t*)malloc_check((size_t)R * (sb > ob ? sb : ob));
+    uint8_t* got = wb ? wb->got : (uint8_t*)malloc_check((size_t)R * sb);
+    float* tmp = wb ? wb->tmp : (float*)malloc_check(slice * sizeof(float));
     for (int j = 0; j < R; j++) {
         wire_encode_feedback(&mine, msg + j * slice, slice, sent + j * sb, residual ? residual + j * slice : NULL,
                              tmp);
@@ -837,7 +880,7 @@ static void dp_replica_sum_wire(DataParallel* dp, float* msg, size_t slice, cons
     memcpy(got + me * sb, sent + me * sb, sb);
     for (int k = 1; k < R; k++) {
         int to = (me + k) % R, from = (me + R - k) % R;
-        COMM_TIMED(pair_exchange_bytes(&dp->replica, sent + to * sb, to, got + from * sb, from, sb));
+        COMM_TIMED(pair_exchange_bytes(g, sent + to * sb, to, got + from * sb, from, sb));
     }
     float* sum = msg + me * slice;
     wire_spec_decode(&mine, got, slice, sum);
@@ -848,9 +891,10 @@ static void dp_replica_sum_wire(DataParallel* dp, float* msg, size_t slice, cons
     wire_spec_encode(&owner, sum, slice, sent + me * ob);
     for (int k = 1; k < R; k++) {
         int to = (me + k) % R, from = (me + R - k) % R;
-        COMM_TIMED(pair_exchange_bytes(&dp->replica, sent + me * ob, to, sent + from * ob, from, ob));
+        COMM_TIMED(pair_exchange_bytes(g, sent + me * ob, to, sent + from * ob, from, ob));
     }
     for (int j = 0; j < R; j++) { wire_spec_decode(&owner, sent + j * ob, slice, msg + j * slice); }
+    if (wb) { return; }
     free(sent);
     free(got);
     free(tmp);
@@ -870,17 +914,60 @@ static void dp_init_fragments(DataParallel* dp, int F) {
         for (size_t i = 0; i < n; i++) { dp->frag_of[first + i] = outer_unit_fragment(unit, L, F); }
     }
     for (size_t o = 0; o < dp->owned; o++) { dp->frag_pos[o] = dp->frag_count[dp->frag_of[o]]++; }
+    dp->runs = (FragmentRun*)malloc_check((dp->num_spans + dp->layout.num_units) * sizeof(FragmentRun));
+    for (int i = 0; i < dp->num_spans; i++) {
+        const OwnedSpan* sp = &dp->spans[i];
+        for (size_t j = 0, k; j < sp->count; j = k) {
+            size_t o = sp->owned_offset + j;
+            for (k = j; k < sp->count && dp->frag_of[sp->owned_offset + k] == dp->frag_of[o]; k++) {}
+            FragmentRun run = {sp->param_offset + j, o, dp->frag_pos[o], k - j, dp->frag_of[o]};
+            dp->runs[dp->num_runs++] = run;
+        }
+    }
     dp->pend_off = (size_t*)calloc_check(F + 1, sizeof(size_t));
     for (int f = 0; f < F; f++) {
         dp->pend_off[f + 1] = dp->pend_off[f] + round_up(dp->frag_count[f], dp->replica.size);
     }
-    dp->pend_ready = (double*)calloc_check(F, sizeof(double));
 }
 
-// -lo: the buffers of the exchanges in flight (a summed message and a local snapshot per element).
-static void dp_init_overlap(DataParallel* dp, int F) {
+static size_t dp_fragment_exchange_job(void* arg);
+
+// -lo: the buffers of the exchanges in flight (a summed message and a local snapshot per element),
+// and the communication thread with its own replica communicator and exchange buffers, sized for
+// the largest fragment in the format after -rqs (o). The thread calls MPI while the trainer does:
+// the library must provide MPI_THREAD_MULTIPLE.
+static void dp_init_overlap(DataParallel* dp, const OuterConfig* o) {
+    int F = outer_num_fragments(o), R = dp->replica.size, level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (R > 1 && level < MPI_THREAD_MULTIPLE) {
+        fail("-lo %d: the MPI library provides thread level %d, the communication thread needs MPI_THREAD_MULTIPLE "
+             "(%d); use -lo 0 or an MPI built with thread support", o->overlap, level, MPI_THREAD_MULTIPLE);
+    }
     dp->pend_sum = (float*)calloc_check(dp->pend_off[F], sizeof(float));
     dp->pend_snap = (float*)calloc_check(dp->owned, sizeof(float));
+    dp->pend_jobs = (PendingExchange*)calloc_check(F, sizeof(PendingExchange));
+    MPI_Comm dup;
+    MPI_Comm_dup(dp->replica.comm, &dup);
+    comm_group_from(&dp->replica_async, dup);
+    size_t largest = 0;
+    for (int f = 0; f < F; f++) { largest = dp->frag_count[f] > largest ? dp->frag_count[f] : largest; }
+    OuterConfig late = outer_config_at(o, o->wire_start + 1);
+    OuterExchangeBuffers b = outer_exchange_buffers(&late, R, largest);
+    dp->wbuf_bytes = b;
+    dp->wbuf.tmp = (float*)malloc_check(b.tmp);
+    dp->wbuf.sent = b.sent ? (uint8_t*)malloc_check(b.sent) : NULL;
+    dp->wbuf.got = b.got ? (uint8_t*)malloc_check(b.got) : NULL;
+    dp->wbuf.packed = b.packed ? (float*)malloc_check(b.packed) : NULL;
+    comm_worker_start(&dp->worker, F, dp_fragment_exchange_job, o->link_mbps);
+}
+
+// -lo: the memory the exchanges in flight keep per rank (the start-up report's memory line).
+static size_t dp_overlap_bytes(const DataParallel* dp, int F, size_t* snap, size_t* held, size_t* wire) {
+    *snap = dp->pend_snap ? dp->owned * 4 : 0;
+    *held = dp->pend_sum ? dp->pend_off[F] * 4 : 0;
+    const OuterExchangeBuffers* b = &dp->wbuf_bytes;
+    *wire = dp->pend_sum ? b->tmp + b->sent + b->got + b->packed : 0;
+    return *snap + *held + *wire;
 }
 
 // -rb: returns when `t0` + bytes / (mbps * 1e6) seconds have passed (at once when mbps is 0).
@@ -903,15 +990,16 @@ static void wait_until(double when, int last) {
 static void dp_fragment_messages(const DataParallel* dp, const GPT2* m, int f, int plain, const float* res,
                                  float* msg, size_t padded) {
     memset(msg, 0, padded * sizeof(float));
-    for (int i = 0; i < dp->num_spans; i++) {
-        const OwnedSpan* sp = &dp->spans[i];
-        const float* local = m->params_memory + sp->param_offset;
-        for (size_t j = 0; j < sp->count; j++) {
-            size_t o = sp->owned_offset + j;
-            if (dp->frag_of[o] != f) { continue; }
-            float d = outer_message(dp->outer[o], local[j], plain);
-            if (res) { d += res[o]; }
-            msg[dp->frag_pos[o]] = d;
+    for (int i = 0; i < dp->num_runs; i++) {
+        const FragmentRun* run = &dp->runs[i];
+        if (run->fragment != f) { continue; }
+        const float* local = m->params_memory + run->param;
+        const float* outer = dp->outer + run->owned;
+        float* out = msg + run->pos;
+        for (size_t j = 0; j < run->count; j++) {
+            float d = outer_message(outer[j], local[j], plain);
+            if (res) { d += res[run->owned + j]; }
+            out[j] = d;
         }
     }
 }
@@ -929,26 +1017,53 @@ static void dp_fragment_residual(DataParallel* dp, int f, float* packed, size_t 
     }
 }
 
-// Fragment c->fragment's exchange: its messages packed into msg, padded to the replicas, summed
-// over them (fp32: one ring all-reduce; -rq: dp_replica_sum_wire, the residual updated). Returns
-// when the modelled link (-rb) would have carried its bytes (0 without -rb).
-static double dp_fragment_exchange(DataParallel* dp, GPT2* m, const OuterConfig* c, float* msg) {
-    int R = dp->replica.size, f = c->fragment;
+// Fragment c->fragment's packed messages msg (padded to the replicas) summed over group g (fp32:
+// one ring all-reduce; -rq: dp_replica_sum_wire, the residual updated) in buffers wb (NULL: the
+// trainer's scratch, or allocated for the call). Only fragment f's residual is touched.
+static void dp_fragment_sum(DataParallel* dp, CommGroup* g, const OuterConfig* c, float* msg, const ExchangeBuffers* wb) {
+    int R = g->size, f = c->fragment;
     size_t padded = round_up(dp->frag_count[f], R);
+    if (!outer_compressed(c)) {
+        float* tmp = wb ? wb->tmp : dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp;
+        COMM_TIMED(ring_all_reduce(g, msg, padded, tmp));
+        return;
+    }
+    float* packed = !dp->residual ? NULL : wb ? wb->packed : (float*)malloc_check(padded * sizeof(float));
+    if (packed) { dp_fragment_residual(dp, f, packed, padded, 0); }
+    dp_replica_sum_wire(g, msg, padded / R, c, packed, wb);
+    if (packed) { dp_fragment_residual(dp, f, packed, padded, 1); }
+    if (!wb) { free(packed); }
+}
+
+// Fragment c->fragment's exchange on the trainer thread: its messages packed into msg, summed.
+// Returns when the modelled link (-rb) would have carried its bytes (0 without -rb).
+static double dp_fragment_exchange(DataParallel* dp, GPT2* m, const OuterConfig* c, float* msg) {
+    int f = c->fragment;
     const float* res = outer_compressed(c) ? dp->residual : NULL;
     double t0 = now_seconds();
     size_t sent0 = comm_bytes_sent;
-    dp_fragment_messages(dp, m, f, outer_plain_average(c), res, msg, padded);
-    if (!outer_compressed(c)) {
-        COMM_TIMED(ring_all_reduce(&dp->replica, msg, padded, dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp));
-    } else {
-        float* packed = dp->residual ? (float*)malloc_check(padded * sizeof(float)) : NULL;
-        if (packed) { dp_fragment_residual(dp, f, packed, padded, 0); }
-        dp_replica_sum_wire(dp, msg, padded / R, c, packed);
-        if (packed) { dp_fragment_residual(dp, f, packed, padded, 1); }
-        free(packed);
-    }
+    dp_fragment_messages(dp, m, f, outer_plain_average(c), res, msg, round_up(dp->frag_count[f], dp->replica.size));
+    dp_fragment_sum(dp, &dp->replica, c, msg, NULL);
     return link_ready_time(t0, comm_bytes_sent - sent0, c->link_mbps);
+}
+
+// -lo, on the communication thread: a PendingExchange's sum over the replicas through the thread's
+// communicator, its tags the fragment's (a rank that issued the fragments in another order waits
+// for a tag that never comes: the watchdog's span ends the job). Returns the bytes it sent, which
+// must be those the trainer counted when it started it.
+static size_t dp_fragment_exchange_job(void* arg) {
+    PendingExchange* job = (PendingExchange*)arg;
+    DataParallel* dp = job->dp;
+    CommGroup g = dp->replica_async;
+    g.tag = 16 * (job->c.fragment + 1);
+    size_t sent0 = comm_bytes_sent; // this thread's own count
+    dp_fragment_sum(dp, &g, &job->c, job->msg, &dp->wbuf);
+    size_t sent = comm_bytes_sent - sent0;
+    if (sent != job->expect) {
+        fail("-lo: fragment %d's exchange sent %zu bytes, the closed form %zu (a bug)", job->c.fragment, sent,
+             job->expect);
+    }
+    return sent;
 }
 
 // The outer step of fragment c->fragment with its summed messages: outer_update on each owned
@@ -959,14 +1074,14 @@ static float dp_fragment_apply(DataParallel* dp, GPT2* m, const OuterConfig* c, 
     int R = dp->replica.size, plain = outer_plain_average(c), f = c->fragment, F = outer_num_fragments(c);
     float inv_R = 1.0f / (float)R;
     double sq = 0.0;
-    for (int i = 0; i < dp->num_spans; i++) {
-        const OwnedSpan* sp = &dp->spans[i];
-        float* local = m->params_memory + sp->param_offset;
-        for (size_t j = 0; j < sp->count; j++) {
-            size_t o = sp->owned_offset + j;
-            if (dp->frag_of[o] != f) { continue; }
+    for (int i = 0; i < dp->num_runs; i++) {
+        const FragmentRun* run = &dp->runs[i];
+        if (run->fragment != f) { continue; }
+        float* local = m->params_memory + run->param;
+        for (size_t j = 0; j < run->count; j++) {
+            size_t o = run->owned + j;
             float delta;
-            float now = outer_update(&dp->outer[o], &dp->outer_m[o], sum[dp->frag_pos[o]], inv_R, c->lr, c->momentum,
+            float now = outer_update(&dp->outer[o], &dp->outer_m[o], sum[run->pos + j], inv_R, c->lr, c->momentum,
                                      plain, &delta);
             local[j] = snap ? outer_merge(now, local[j], snap[o]) : now;
             sq += (double)delta * delta;
@@ -981,11 +1096,38 @@ static float dp_fragment_apply(DataParallel* dp, GPT2* m, const OuterConfig* c, 
     return total;
 }
 
+// -lo: fragment f's exchange starts: its owned local values kept, its messages packed into its
+// held buffer (the residual added), and the sum handed to the communication thread, behind the
+// exchanges started before it. Its bytes count in the step that starts it.
+static void dp_fragment_start(DataParallel* dp, GPT2* m, const OuterConfig* c) {
+    int f = c->fragment, R = dp->replica.size;
+    for (int i = 0; i < dp->num_runs; i++) { // fragment f's owned local values (others may be in flight)
+        const FragmentRun* run = &dp->runs[i];
+        if (run->fragment != f) { continue; }
+        memcpy(dp->pend_snap + run->owned, m->params_memory + run->param, run->count * sizeof(float));
+    }
+    PendingExchange* job = &dp->pend_jobs[f];
+    job->dp = dp;
+    job->c = *c;
+    job->msg = dp->pend_sum + dp->pend_off[f];
+    job->expect = outer_wire_bytes(dp->frag_count[f], c, R);
+    const float* res = outer_compressed(c) ? dp->residual : NULL;
+    dp_fragment_messages(dp, m, f, outer_plain_average(c), res, job->msg, round_up(dp->frag_count[f], R));
+    comm_bytes_sent += job->expect;
+    comm_worker_submit(&dp->worker, f, job);
+}
+
+// -lo: every exchange in flight has landed (their sums held, not applied): before a checkpoint.
+static void dp_overlap_drain(DataParallel* dp) {
+    if (dp->pend_jobs) { comm_worker_drain(&dp->worker); }
+}
+
 // The outer step of fragment c->fragment (-lf; the whole model without it) in phase c->phase:
-// OUTER_BLOCKING exchanges in the idle gradient buffer and applies at once; OUTER_START (-lo)
-// exchanges into the fragment's held buffer and keeps its owned local values; OUTER_FINISH waits
-// for the modelled link (-rb) and applies the held sum. With one fragment the packing is the
-// identity. Returns the applied squared norm (0 for OUTER_START).
+// OUTER_BLOCKING exchanges in the idle gradient buffer on this thread, waits out the modelled
+// link (-rb) and applies at once; OUTER_START (-lo) hands the exchange to the communication thread
+// (dp_fragment_start); OUTER_FINISH waits for it (unless it landed before a checkpoint this run
+// resumed from) and applies the held sum. With one fragment the packing is the identity. Returns
+// the applied squared norm (0 for OUTER_START).
 static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
     int f = c->fragment;
     if (c->phase == OUTER_BLOCKING) {
@@ -993,20 +1135,12 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
         wait_until(dp_fragment_exchange(dp, m, c, msg), c->last);
         return dp_fragment_apply(dp, m, c, msg, NULL);
     }
-    float* held = dp->pend_sum + dp->pend_off[f];
     if (c->phase == OUTER_START) {
-        for (int i = 0; i < dp->num_spans; i++) { // fragment f's owned local values (others may be in flight)
-            const OwnedSpan* sp = &dp->spans[i];
-            for (size_t j = 0; j < sp->count; j++) {
-                size_t o = sp->owned_offset + j;
-                if (dp->frag_of[o] == f) { dp->pend_snap[o] = m->params_memory[sp->param_offset + j]; }
-            }
-        }
-        dp->pend_ready[f] = dp_fragment_exchange(dp, m, c, held);
+        dp_fragment_start(dp, m, c);
         return 0.0f;
     }
-    wait_until(dp->pend_ready[f], c->last);
-    return dp_fragment_apply(dp, m, c, held, dp->pend_snap);
+    if (comm_worker_has(&dp->worker, f)) { link_waited[c->last] += comm_worker_wait(&dp->worker, f); }
+    return dp_fragment_apply(dp, m, c, dp->pend_sum + dp->pend_off[f], dp->pend_snap);
 }
 
 // The CRC-32C of the owned outer (outer 1) or local parameters, all-gathered over the replicas.
@@ -1039,11 +1173,20 @@ static void dp_free(DataParallel* dp) {
     free(dp->outer_m);
     free(dp->frag_of);
     free(dp->frag_pos);
+    free(dp->runs);
     free(dp->frag_count);
     free(dp->pend_sum);
     free(dp->pend_off);
     free(dp->pend_snap);
-    free(dp->pend_ready);
+    if (dp->pend_jobs) {
+        comm_worker_stop(&dp->worker);
+        MPI_Comm_free(&dp->replica_async.comm);
+        free(dp->wbuf.tmp);
+        free(dp->wbuf.sent);
+        free(dp->wbuf.got);
+        free(dp->wbuf.packed);
+    }
+    free(dp->pend_jobs);
     free(dp->residual);
     free(dp->spans);
     free(dp->opt_m);
@@ -1156,24 +1299,49 @@ static void cpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     gpt2_write_model_crc(path, &m->config, m->params_memory, MODEL_VERSION_FP32, crc);
 }
 
+// -lo: the held sums in owned order (to_owned 1; fragment f's element o at pend_off[f] +
+// frag_pos[o]), or back into the packed buffers.
+static void dp_pending_sums(DataParallel* dp, float* owned_order, int to_owned) {
+    for (size_t o = 0; o < dp->owned; o++) {
+        float* held = dp->pend_sum + dp->pend_off[dp->frag_of[o]] + dp->frag_pos[o];
+        if (to_owned) {
+            owned_order[o] = *held;
+        } else {
+            *held = owned_order[o];
+        }
+    }
+}
+
 // m, v and, with -ls, the owned local parameters (the replicas differ between syncs) and the
-// outer state.
+// outer state; with an -lo exchange in flight (s->has_pending), every exchange is first waited for
+// and the held sums and local snapshots follow (their fragments merge at the scheduled steps).
 static void cpu_write_state(void* ctx, const char* path, const TrainState* s) {
     DataParallel* dp = &cpu_of(ctx)->dp;
     float* local = s->has_local ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     if (local) { dp_owned_params(dp, &cpu_of(ctx)->model, local); }
-    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m, dp->residual}};
+    float* sums = s->has_pending ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
+    if (sums) {
+        dp_overlap_drain(dp);
+        dp_pending_sums(dp, sums, 1);
+    }
+    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m, dp->residual,
+                           s->has_pending ? dp->pend_snap : NULL, sums}};
     state_write_arrays(path, s, &arrays);
     free(local);
+    free(sums);
 }
 
 static void cpu_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
     DataParallel* dp = &cpu_of(ctx)->dp;
     float* local = dp->outer ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
-    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m, dp->residual}};
+    float* sums = dp->pend_sum ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
+    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m, dp->residual, dp->pend_snap,
+                           sums}};
     state_load_arrays(dir, step, target, got, &arrays);
     if (got->has_local) { dp_set_owned_params(dp, &cpu_of(ctx)->model, local); }
+    if (got->has_pending) { dp_pending_sums(dp, sums, 0); }
     free(local);
+    free(sums);
 }
 
 static void cpu_barrier(void* ctx) {
@@ -1218,7 +1386,8 @@ static void mpi_abort_all(void) {
 
 #ifndef TESTING
 int main(int argc, char** argv) {
-    MPI_Init(&argc, &argv);
+    int thread_level; // -lo's communication thread needs MPI_THREAD_MULTIPLE (checked in dp_init_overlap)
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
     int world, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -1238,7 +1407,8 @@ int main(int argc, char** argv) {
     int outer = args.outer_every > 0;
     dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer);
     if (outer) { dp_init_fragments(&cpu.dp, args.fragments); }
-    if (outer && args.overlap > 0) { dp_init_overlap(&cpu.dp, args.fragments); }
+    OuterConfig outer_args = outer_config_from_args(&args);
+    if (outer && args.overlap > 0) { dp_init_overlap(&cpu.dp, &outer_args); }
     int compressed = wire_format_from_name(args.wire_name) != WIRE_FP32 || args.topk > 0.0f;
     if (compressed && args.error_feedback) { dp_init_residual(&cpu.dp); }
     if (compressed && !outer) { dp_init_gradient_wire(&cpu.dp, cpu.model.num_parameters); }
@@ -1251,6 +1421,8 @@ int main(int argc, char** argv) {
     MemoryBytes mem = memory_bytes_per_rank(&cpu.dp.layout, zero, cpu.model.num_parameters, 4, 4, 0, 1, outer);
     mem.activations = cpu.model.activation_bytes;
     mem.residual = cpu.dp.residual ? cpu.dp.owned * 4 : 0;
+    mem.overlap = dp_overlap_bytes(&cpu.dp, outer_num_fragments(&outer_args), &mem.overlap_snap, &mem.overlap_held,
+                                   &mem.overlap_wire);
     CommBytes comm = comm_bytes_per_step(&cpu.dp.layout, &cpu.dp.mesh, zero, run.grad_accum,
                                          cpu.model.num_parameters, 4, 4, &run.outer);
     char extra[128];

@@ -71,6 +71,10 @@ static void info_one(const char* dir, int step) {
             printf("  streaming fragments: -lf %d (fragment f syncs f * %d / %d steps into each window)\n", s.fragments,
                    s.outer_every, s.fragments);
         }
+        if (s.overlap > 0) {
+            printf("  overlap: -lo %d; exchanges in flight at this step: %s\n", s.overlap,
+                   s.has_pending ? "yes (each state file holds their local snapshots and held sums)" : "none");
+        }
     }
     if (s.wire != WIRE_FP32 || s.topk > 0.0f) {
         printf("  replica link: -rq %s -rk %g -ref %d -rqs %d; error-feedback residual: %s\n",
@@ -92,7 +96,7 @@ static void export_model(const char* dir, int step, const char* out) {
     if (s.has_master) {
         size_t n = gpt2_num_parameters(&c);
         StateTarget t = {0, 1, 1, 0, s.B, s.T, s.total_batch, n, 1, &c, s.outer_every, s.outer_start, s.wire,
-                         s.wire_start, s.has_residual, s.topk, s.fragments};
+                         s.wire_start, s.has_residual, s.topk, s.fragments, s.overlap};
         float* m = (float*)malloc_check(n * sizeof(float));
         float* v = (float*)malloc_check(n * sizeof(float));
         state_load_resharded(dir, step, &t, &s, m, v, params);

@@ -315,7 +315,7 @@ def mutant_copy(name, file, old, new):
 
 def cmd_mutants():
     global failures, PREFIX
-    d = mutant_copy("no_feedback", "train_gpt2.c", "if (res) { d += res[o]; }", "(void)res;")
+    d = mutant_copy("no_feedback", "train_gpt2.c", "if (res) { d += res[run->owned + j]; }", "(void)res;")
     trainer = d + "/train_gpt2cpu"
     subprocess.run(["mpicc"] + CFLAGS + ["-fopenmp", "-o", trainer, d + "/train_gpt2.c", "-lm"], check=True)
     saved, failures, PREFIX = failures, 0, "[mutant, must fail] "

@@ -9,7 +9,9 @@
 // the same -t and -d (the optimizer shards are re-cut). With -ls (llmc/outer_sync.h) a state file
 // also holds the rank's owned local parameters (the replicas differ between syncs) and its outer
 // parameters and momentum; such a checkpoint resumes on its own layout at any step, and on
-// another layout with the same dp_replicate only where the replicas agreed. See docs/checkpoints.md.
+// another layout with the same dp_replicate only where the replicas agreed. With -lo exchanges in
+// flight it also holds their held sums and local snapshots (the same layout only). See
+// docs/checkpoints.md.
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
@@ -50,18 +52,23 @@ typedef struct {
     int wire, feedback, wire_start, has_residual;
     float topk; // -rk (0 = off)
     int fragments; // -lf F of an -ls run when F > 1 (slot 36; 0 = one fragment, the files of plain -ls)
+    // -lo tau of an -ls run (slot 37; 0 without), and whether exchanges were in flight at this step
+    // (slot 38): then the local snapshots and the held sums (owned order) follow the residual
+    int overlap, has_pending;
 } TrainState;
 
 // The arrays of a state file, in file order; an absent one is skipped (llmc/outer_sync.h for
 // the last three).
-enum { STATE_M, STATE_V, STATE_MASTER, STATE_LOCAL, STATE_OUTER, STATE_OUTER_M, STATE_RESIDUAL, STATE_ARRAYS };
+enum { STATE_M, STATE_V, STATE_MASTER, STATE_LOCAL, STATE_OUTER, STATE_OUTER_M, STATE_RESIDUAL, STATE_PEND_SNAP,
+       STATE_PEND_SUM, STATE_ARRAYS };
 typedef struct {
     float* a[STATE_ARRAYS]; // this rank's owned elements of each, or NULL
 } StateArrays;
 
 // Where array `kind` sits in a file with header s (0-based, in units of owned elements), or -1.
 static int state_array_slot(const TrainState* s, int kind) {
-    int present[STATE_ARRAYS] = {1, 1, s->has_master, s->has_local, s->has_outer, s->has_outer, s->has_residual};
+    int present[STATE_ARRAYS] = {1, 1, s->has_master, s->has_local, s->has_outer, s->has_outer, s->has_residual,
+                                 s->has_pending, s->has_pending};
     if (!present[kind]) { return -1; }
     int slot = 0;
     for (int k = 0; k < kind; k++) { slot += present[k]; }
@@ -69,7 +76,7 @@ static int state_array_slot(const TrainState* s, int kind) {
 }
 
 static int state_array_count(const TrainState* s) {
-    return 2 + s->has_master + s->has_local + 2 * s->has_outer + s->has_residual;
+    return 2 + s->has_master + s->has_local + 2 * s->has_outer + s->has_residual + 2 * s->has_pending;
 }
 
 static void checkpoint_path(char* out, size_t len, const char* dir, const char* kind, int step, int rank) {
@@ -100,6 +107,7 @@ static void state_pack_header(int* h, const TrainState* s) {
     h[31] = s->has_residual; h[32] = s->wire; h[33] = s->feedback; h[34] = s->wire_start;
     memcpy(&h[35], &s->topk, 4);
     h[36] = s->fragments;
+    h[37] = s->overlap; h[38] = s->has_pending;
     memcpy(&h[64], s->loss_history, LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -123,6 +131,7 @@ static void state_unpack_header(const int* h, TrainState* s) {
     s->has_residual = h[31]; s->wire = h[32]; s->feedback = h[33]; s->wire_start = h[34];
     memcpy(&s->topk, &h[35], 4);
     s->fragments = h[36];
+    s->overlap = h[37]; s->has_pending = h[38];
     memcpy(s->loss_history, &h[64], LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -191,9 +200,9 @@ static int state_read_header(FILE* f, const char* path, TrainState* s, int* head
     }
     state_unpack_header(header, s);
     if ((unsigned)s->has_master > 1 || (unsigned)s->has_local > 1 || (unsigned)s->has_outer > 1 ||
-        (unsigned)s->has_residual > 1) {
-        snprintf(why, why_len, "%s: header names arrays %d %d %d %d (each must be 0 or 1)", path, s->has_master,
-                 s->has_local, s->has_outer, s->has_residual);
+        (unsigned)s->has_residual > 1 || (unsigned)s->has_pending > 1) {
+        snprintf(why, why_len, "%s: header names arrays %d %d %d %d %d (each must be 0 or 1)", path, s->has_master,
+                 s->has_local, s->has_outer, s->has_residual, s->has_pending);
         return 0;
     }
     long expected = state_file_bytes(s);
@@ -275,6 +284,7 @@ typedef struct {
     int wire, wire_start, has_residual; // -rq, -rqs and whether this run keeps a residual
     float topk;                         // -rk
     int fragments;                      // -lf (0 or 1: one fragment)
+    int overlap;                        // -lo
 } StateTarget;
 
 // The files of a checkpoint written on another layout, opened as needed: shard s of the old
@@ -290,7 +300,8 @@ typedef struct {
 } OldShards;
 
 static const char* state_array_names[STATE_ARRAYS] = {"m", "v", "master weights", "local parameters",
-                                                      "outer parameters", "outer momentum", "residual"};
+                                                      "outer parameters", "outer momentum", "residual",
+                                                      "-lo local snapshots", "-lo held sums"};
 
 // Reads elements [e0, e0 + n) of unit u (or, for a ZeRO-0 checkpoint, of the flat parameters
 // from unit u's offset) into each non-NULL dst array (advanced past them).
@@ -396,6 +407,14 @@ static void state_check_outer(const char* path, const TrainState* old, const Sta
     if (old->outer_every > 0 && old_F != F) {
         fail("%s: written with -lf %d; this run has -lf %d (resume with the same)", path, old_F, F);
     }
+    if (old->has_pending && old->overlap != t->overlap) {
+        fail("%s: written with -lo %d and exchanges in flight at step %d; this run has -lo %d (resume with the same)",
+             path, old->overlap, old->step, t->overlap);
+    }
+    if (old->has_pending && !same_layout) {
+        fail("%s: step %d has -lo exchanges in flight: it resumes only on its own layout (%d ranks, -ds %d, -z %d)",
+             path, old->step, old->world, old->dp_shard, old->zero_stage);
+    }
     if (same_layout || (old->outer_every == 0 && !old->has_residual)) { return; }
     if (old_R != R) { // each replica has its own local parameters (-ls) or residual (-rq, -rk)
         fail("%s: written by %d replicas (-ls %d -rq %s -rk %g); a resume on another layout needs the same "
@@ -450,6 +469,7 @@ static void state_load_arrays(const char* dir, int step, const StateTarget* t, T
     out->has_local = out->has_local && arrays->a[STATE_LOCAL] != NULL;
     out->has_outer = out->has_outer && arrays->a[STATE_OUTER] != NULL && arrays->a[STATE_OUTER_M] != NULL;
     out->has_residual = out->has_residual && arrays->a[STATE_RESIDUAL] != NULL;
+    out->has_pending = out->has_pending && arrays->a[STATE_PEND_SNAP] != NULL && arrays->a[STATE_PEND_SUM] != NULL;
 }
 
 // m, v (and master): state_load_arrays without the -ls arrays. out->has_master says whether

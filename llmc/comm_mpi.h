@@ -3,7 +3,10 @@
 // so the summation order is fixed (runs are reproducible) and every byte handed to MPI is
 // counted in comm_bytes_sent (the figure the tests compare with accounting.h's closed forms). Every
 // exchange is watched (llmc/watchdog.h) and its MPI errors end the job naming the step.
-// Built with -DNO_MPI, MPI is llmc/mpi_single.h: one process, no communication.
+// Built with -DNO_MPI, MPI is llmc/mpi_single.h: one process, no communication. The -lo
+// communication thread (llmc/comm_thread.h) runs them too, on its own communicator and tags
+// (CommGroup.tag): it counts its bytes in its own comm_bytes_sent and its waits are watched by the
+// watchdog's span (the trainer's wait slot is the trainer thread's alone).
 #ifndef LLMC_COMM_MPI_H
 #define LLMC_COMM_MPI_H
 
@@ -14,18 +17,43 @@
 #endif
 #include "utils.h"
 #include "watchdog.h"
+#include <time.h>
 
 typedef struct {
     MPI_Comm comm;
     int size, rank;
+    int tag; // added to the exchanges' tags (0; the communication thread's: its fragment's)
 } CommGroup;
 
-static size_t comm_bytes_sent = 0;
+static __thread size_t comm_bytes_sent = 0; // per thread: the trainer's, the communication thread's
+static __thread int comm_on_worker = 0;     // 1 on the -lo communication thread
 
 static void comm_group_from(CommGroup* g, MPI_Comm comm) {
     g->comm = comm;
+    g->tag = 0;
     MPI_Comm_size(comm, &g->size);
     MPI_Comm_rank(comm, &g->rank);
+}
+
+// MPI_Sendrecv, except on the communication thread: there a non-blocking pair whose completion is
+// polled every 0.1 ms, sleeping in between, so that the thread does not spin a core the trainer
+// threads need while it waits for a peer (Open MPI's blocking calls busy-poll).
+static int comm_sendrecv(const void* send, int n, MPI_Datatype type, int to, void* recv, int from, int tag,
+                         MPI_Comm comm) {
+    if (!comm_on_worker) {
+        return MPI_Sendrecv(send, n, type, to, tag, recv, n, type, from, tag, comm, MPI_STATUS_IGNORE);
+    }
+    MPI_Request req[2];
+    int rc = MPI_Irecv(recv, n, type, from, tag, comm, &req[0]);
+    if (rc == MPI_SUCCESS) { rc = MPI_Isend(send, n, type, to, tag, comm, &req[1]); }
+    for (int done = 0; rc == MPI_SUCCESS && !done;) {
+        rc = MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE);
+        if (!done) {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return rc;
 }
 
 // Sends count floats to the right neighbour while receiving count floats from the left one.
@@ -34,10 +62,9 @@ static void ring_exchange(CommGroup* g, const float* send, float* recv, size_t c
     const size_t max_chunk = (size_t)1 << 28;
     for (size_t done = 0; done < count; done += max_chunk) {
         int n = (int)(count - done < max_chunk ? count - done : max_chunk);
-        watchdog_arm("a ring exchange");
-        int rc = MPI_Sendrecv(send + done, n, MPI_FLOAT, right, 7, recv + done, n, MPI_FLOAT, left, 7, g->comm,
-                              MPI_STATUS_IGNORE);
-        watchdog_disarm();
+        if (!comm_on_worker) { watchdog_arm("a ring exchange"); }
+        int rc = comm_sendrecv(send + done, n, MPI_FLOAT, right, recv + done, left, 7 + g->tag, g->comm);
+        if (!comm_on_worker) { watchdog_disarm(); }
         if (rc != MPI_SUCCESS) {
             char msg[MPI_MAX_ERROR_STRING];
             int len = 0;
@@ -54,10 +81,10 @@ static void pair_exchange_bytes(CommGroup* g, const void* send, int to, void* re
     const size_t max_chunk = (size_t)1 << 30;
     for (size_t done = 0; done < bytes; done += max_chunk) {
         int n = (int)(bytes - done < max_chunk ? bytes - done : max_chunk);
-        watchdog_arm("a pairwise exchange");
-        int rc = MPI_Sendrecv((const char*)send + done, n, MPI_BYTE, to, 8, (char*)recv + done, n, MPI_BYTE, from, 8,
-                              g->comm, MPI_STATUS_IGNORE);
-        watchdog_disarm();
+        if (!comm_on_worker) { watchdog_arm("a pairwise exchange"); }
+        int rc = comm_sendrecv((const char*)send + done, n, MPI_BYTE, to, (char*)recv + done, from, 8 + g->tag,
+                               g->comm);
+        if (!comm_on_worker) { watchdog_disarm(); }
         if (rc != MPI_SUCCESS) {
             char msg[MPI_MAX_ERROR_STRING];
             int len = 0;

@@ -11,15 +11,22 @@
 #include "utils.h"
 
 typedef int MPI_Comm;
+typedef int MPI_Datatype;
+typedef int MPI_Request;
 #define MPI_COMM_WORLD 0
 #define MPI_FLOAT 0
 #define MPI_DOUBLE 1
 #define MPI_BYTE 2
 #define MPI_SUM 0
 #define MPI_STATUS_IGNORE NULL
+#define MPI_STATUSES_IGNORE NULL
 #define MPI_SUCCESS 0
 #define MPI_ERRORS_RETURN 0
 #define MPI_MAX_ERROR_STRING 64
+#define MPI_THREAD_SINGLE 0
+#define MPI_THREAD_FUNNELED 1
+#define MPI_THREAD_SERIALIZED 2
+#define MPI_THREAD_MULTIPLE 3
 
 static int MPI_Init(int* argc, char*** argv) {
     (void)argc;
@@ -32,6 +39,23 @@ static int MPI_Init(int* argc, char*** argv) {
                  "(make deps) and rebuild", world_vars[i], v);
         }
     }
+    return 0;
+}
+// One process: every thread level is provided (no other rank to talk to).
+static int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+    *provided = required;
+    return MPI_Init(argc, argv);
+}
+static int MPI_Query_thread(int* provided) {
+    *provided = MPI_THREAD_MULTIPLE;
+    return 0;
+}
+static int MPI_Comm_dup(MPI_Comm comm, MPI_Comm* out) {
+    *out = comm;
+    return 0;
+}
+static int MPI_Comm_free(MPI_Comm* comm) {
+    (void)comm;
     return 0;
 }
 static int MPI_Finalize(void) { return 0; }
@@ -64,6 +88,22 @@ static int MPI_Sendrecv(const void* s, int sn, int st, int dest, int stag, void*
     (void)comm; (void)status;
     fail("MPI_Sendrecv called in a single-process build (NO_MPI)");
     return 1;
+}
+// The -lo communication thread's point-to-point calls: never reached with one rank either.
+static int MPI_Irecv(void* r, int n, int t, int src, int tag, MPI_Comm comm, MPI_Request* req) {
+    (void)r; (void)n; (void)t; (void)src; (void)tag; (void)comm; (void)req;
+    fail("MPI_Irecv called in a single-process build (NO_MPI)");
+    return 1;
+}
+static int MPI_Isend(const void* s, int n, int t, int dest, int tag, MPI_Comm comm, MPI_Request* req) {
+    (void)s; (void)n; (void)t; (void)dest; (void)tag; (void)comm; (void)req;
+    fail("MPI_Isend called in a single-process build (NO_MPI)");
+    return 1;
+}
+static int MPI_Testall(int n, MPI_Request* req, int* done, void* statuses) {
+    (void)n; (void)req; (void)statuses;
+    *done = 1;
+    return 0;
 }
 
 #endif

@@ -240,6 +240,27 @@ static size_t outer_fragment_owned(const ShardLayout* layout, int zero_stage, in
     return n;
 }
 
+// -lo: the bytes of the buffers that one fragment exchange of `count` owned elements over R replicas
+// uses (train_gpt2.c's communication thread keeps them for the largest fragment): the fp32 scratch
+// of a slice of ceil(count / R) (the ring's receive buffer; the compressed exchange's decoded
+// slice), and with a compressed link (o: the format after -rqs) the R encoded slices sent and
+// received and, with error feedback, the fragment's residual packed like its messages.
+typedef struct {
+    size_t tmp, sent, got, packed;
+} OuterExchangeBuffers;
+
+static OuterExchangeBuffers outer_exchange_buffers(const OuterConfig* o, int R, size_t count) {
+    size_t slice = ceil_div(count, R);
+    OuterExchangeBuffers b = {slice * 4, 0, 0, 0};
+    if (!outer_compressed(o)) { return b; }
+    WireSpec mine = outer_wire_spec(o, 0, R), sum = outer_wire_spec(o, 1, R);
+    size_t sb = wire_spec_bytes(&mine, slice), ob = wire_spec_bytes(&sum, slice);
+    b.sent = (size_t)R * (sb > ob ? sb : ob);
+    b.got = (size_t)R * sb;
+    b.packed = o->feedback ? (size_t)R * slice * 4 : 0;
+    return b;
+}
+
 static size_t outer_sync_shard_bytes(int zero_stage, int S) {
     return zero_stage == 0 ? 0 : 2 * (size_t)(S - 1) * 4;
 }

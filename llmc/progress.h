@@ -59,6 +59,10 @@ static void progress_accounting(const Mesh* mesh, int zero_stage, const MemoryBy
            mem->optimizer, mem->activations);
     if (mem->outer) { printf(" | outer state %zu bytes (-ls: outer parameters and momentum, fp32)", mem->outer); }
     if (mem->residual) { printf(" | residual %zu bytes (-rq error feedback, fp32)", mem->residual); }
+    if (mem->overlap) {
+        printf(" | -lo in flight %zu bytes (local snapshots %zu, held sums %zu, exchange buffers %zu)", mem->overlap,
+               mem->overlap_snap, mem->overlap_held, mem->overlap_wire);
+    }
     printf("\n");
     const char* avg = comm->sync_every ? ", averaged over a window of -ls steps" : "";
     printf("communication per step: %zu bytes sent per rank (gradients %zu, replicas %zu, parameters %zu, "

@@ -144,6 +144,15 @@ static float* run_load_model(TrainRun* r, TrainArgs* args, int world, int rank) 
     return params;
 }
 
+// -lo: whether an exchange is in flight (started, not yet applied).
+static int run_outer_pending(const TrainRun* r) {
+    int pending = 0;
+    for (int f = 0; r->outer.every > 0 && f < outer_num_fragments(&r->outer); f++) {
+        pending |= r->outer_inflight[f] >= 0;
+    }
+    return pending;
+}
+
 // The TrainState of this rank at `step` (where the data loader and the sampler stand now).
 static TrainState run_train_state(const TrainRun* r, int step) {
     const TrainArgs* a = r->args;
@@ -159,6 +168,9 @@ static TrainState run_train_state(const TrainRun* r, int step) {
         s.fragments = r->outer.fragments > 1 ? r->outer.fragments : 0;
         s.has_local = 1;
         s.has_outer = r->outer_ready;
+        s.has_pending = run_outer_pending(r);
+        s.overlap = r->outer.overlap; // 0 without -lo: the files of a run without it
+        s.in_agreement = s.in_agreement && !s.has_pending;
     }
     if (outer_compressed(&r->outer)) { // else slots 31-35 stay 0: the files are the run's without -rq
         s.wire = r->outer.wire;
@@ -168,6 +180,33 @@ static TrainState run_train_state(const TrainRun* r, int step) {
         s.topk = r->outer.topk;
     }
     return s;
+}
+
+// The outer sync's settings of the flags (-ls -lss -ol -om -rq -ref -rqs -rk -lf -lo -rb).
+static OuterConfig outer_config_from_args(const TrainArgs* a) {
+    OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum,
+                         wire_format_from_name(a->wire_name), a->error_feedback, a->wire_start, a->topk,
+                         a->fragments, 0, a->overlap, a->link_mbps, OUTER_BLOCKING, 0};
+    return outer;
+}
+
+// -lo, resuming from a checkpoint of step `step` that holds exchanges in flight: which started
+// when (the schedule says: a fragment due after a step in (step - tau, step], not the last).
+static void run_restore_inflight(TrainRun* r, int step) {
+    int n = 0;
+    for (int f = 0; f < outer_num_fragments(&r->outer); f++) {
+        for (int t = step - r->outer.overlap + 1; t <= step; t++) {
+            if (t > 0 && t < r->max_steps && outer_fragment_due(&r->outer, f, t, r->max_steps)) {
+                r->outer_inflight[f] = t;
+                n++;
+            }
+        }
+    }
+    if (n == 0) {
+        fail("%s: checkpoint %d holds -lo exchanges in flight, but -ls %d -lf %d -lo %d -x %d starts none in steps "
+             "%d-%d (resume with the run's flags)", r->args->log_dir, step, r->outer.every, r->outer.fragments,
+             r->outer.overlap, r->max_steps, step - r->outer.overlap + 1, step);
+    }
 }
 
 // Start-up, part 2 (the trainer has built its model and optimizer): the loaders, the schedule,
@@ -187,9 +226,7 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->start_step = 0;
     r->ckpt_failures = 0;
     r->last_complete = r->resume_step;
-    OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum,
-                         wire_format_from_name(a->wire_name), a->error_feedback, a->wire_start, a->topk,
-                         a->fragments, 0, a->overlap, a->link_mbps, OUTER_BLOCKING, 0};
+    OuterConfig outer = outer_config_from_args(a);
     r->outer = outer;
     r->outer_ready = 0;
     r->last_pg_norm = -1.0f;
@@ -210,10 +247,12 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     if (r->resume_step >= 0) {
         StateTarget target = {r->rank, r->world, mesh->dp_shard, zero_stage, a->B, a->T, a->total_batch, opt_owned,
                               opt_has_master, &r->config, outer.every, outer.start, outer.wire,
-                              outer.wire_start, outer_has_residual(&outer), outer.topk, outer.fragments};
+                              outer.wire_start, outer_has_residual(&outer), outer.topk, outer.fragments,
+                              outer.overlap};
         TrainState got;
         ops->read_state(ctx, a->log_dir, r->resume_step, &target, &got);
         r->outer_ready = got.has_outer;
+        if (got.has_pending) { run_restore_inflight(r, got.step); }
         r->start_step = got.step;
         step_guard_restore(&r->guard, &got);
         r->sample_rng.state = got.rng;
@@ -230,14 +269,6 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
 static void run_check_outer_schedule(const TrainRun* r) {
     const TrainArgs* a = r->args;
     if (r->outer.every == 0) { return; }
-    for (int s = a->checkpoint_every; r->outer.overlap > 0 && s > 0 && s < r->max_steps; s += a->checkpoint_every) {
-        for (int t = s - r->outer.overlap + 1; t <= s; t++) {
-            if (t > 0 && outer_sync_due(&r->outer, t, r->max_steps)) {
-                fail("-n %d -lo %d: checkpoint %d would have the exchange started after step %d in flight (not saved "
-                     "yet): put checkpoints where none is", a->checkpoint_every, r->outer.overlap, s, t);
-            }
-        }
-    }
     for (int step = r->start_step; step <= r->max_steps; step++) {
         if (outer_in_agreement(&r->outer, step, r->max_steps)) { continue; }
         int val = (r->have_val || a->hellaswag) && a->val_every > 0 && step % a->val_every == 0;
@@ -271,7 +302,10 @@ static void run_outer_begin(TrainRun* r, const TrainerOps* ops, void* ctx) {
         ops->outer_init(ctx);
         r->outer_ready = 1;
     }
-    if (outer_in_agreement(&r->outer, r->start_step, r->max_steps)) { run_check_replicas(r, ops, ctx, r->start_step, 0); }
+    // -lo: after a resume with exchanges in flight the replicas' local values differ
+    if (outer_in_agreement(&r->outer, r->start_step, r->max_steps) && !run_outer_pending(r)) {
+        run_check_replicas(r, ops, ctx, r->start_step, 0);
+    }
     if (r->outer_ready) { run_check_replicas(r, ops, ctx, r->start_step, 1); }
 }
 
@@ -403,13 +437,6 @@ static int run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, voi
     char path[4096], model[4096];
     const char* dir = r->args->log_dir;
     uint32_t model_crc = 0;
-    for (int f = 0; r->outer.every > 0 && f < outer_num_fragments(&r->outer); f++) {
-        if (r->outer_inflight[f] >= 0) { // the same on every rank: the schedule follows from the step
-            snprintf(why, why_len, "fragment %d's -lo exchange (started after step %d) is in flight and is not saved "
-                     "in checkpoints yet", f, r->outer_inflight[f]);
-            return 0;
-        }
-    }
     checkpoint_path(model, sizeof(model), dir, "model", step, -1);
     checkpoint_path(path, sizeof(path), dir, "state", step, r->rank);
     TrainState s = run_train_state(r, step);

@@ -18,9 +18,11 @@ check wire_resume_and_refusals /usr/bin/python3 dev/test_wire_format.py resume
 check wire_mutants_caught /usr/bin/python3 dev/test_wire_format.py mutants
 # -lf (streaming fragments) on 2 x 2: against train_gpt2.py --fragments (fp32, int8), -lf 1 bit for
 # bit plain -ls, bytes per fragment against the closed form, resumes with fragments at different
-# phases, -lo 1 against --overlap 1, planted bugs caught (a late offset in the reference, a rank
-# issuing fragments in reverse order), refusals; about 25-35 s on the 2-core host.
+# phases, -lo 1 against --overlap 1, -lo checkpoints and SIGUSR1 with exchanges in flight resumed
+# bit for bit, the -lo memory line's closed form, planted bugs caught (a late offset in the
+# reference, a rank issuing fragments in reverse order, blocking and on the -lo thread), refusals;
+# 60-90 s on the shared 2-core host.
 check diloco_fragments /usr/bin/python3 dev/test_diloco.py fragments
-# -lo with the modelled link -rb: rank 0's wait on the link with -lo 7 at most 10% of blocking's;
-# about 5 s.
+# -lo's goal: with the link (-rb) at half a step per exchange, -lo 1's mean step time within 10% of
+# a never-syncing run's beside it, blocking -lo 0 at least 1.15x; 30-40 s.
 check diloco_overlap_link /usr/bin/python3 dev/test_diloco.py overlap
