@@ -752,6 +752,8 @@ static void dp_outer_alloc(DataParallel* dp, int F, int wire, int feedback, int 
     if (overlap > 0) {
         dp->pend_sum = (float*)device_alloc(dp->pend_off[dp->num_frags] * sizeof(float));
         dp->pend_snap = (float*)device_alloc(dp->owned * sizeof(float));
+        cudaCheck(cudaMemset(dp->pend_sum, 0, dp->pend_off[dp->num_frags] * sizeof(float)));
+        cudaCheck(cudaMemset(dp->pend_snap, 0, dp->owned * sizeof(float)));
     }
 }
 
@@ -1347,9 +1349,31 @@ static void gpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     free(params);
 }
 
+// -lo: the held sums (device, packed per fragment) as host values in owned order (to_owned 1;
+// padding 0, as the CPU trainer's state files hold them), or back from them.
+static void dp_pending_sums(DataParallel* dp, float* owned_order, int to_owned) {
+    size_t total = dp->pend_off[dp->num_frags];
+    float* packed = (float*)calloc_check(total, sizeof(float));
+    if (to_owned) {
+        cudaCheck(cudaMemcpy(packed, dp->pend_sum, total * sizeof(float), cudaMemcpyDeviceToHost));
+        memset(owned_order, 0, dp->owned * sizeof(float));
+    }
+    for (int f = 0; f < dp->num_frags; f++) {
+        for (int i = dp->frag_runs[f]; i < dp->frag_runs[f + 1]; i++) {
+            const FragRun* r = &dp->runs[i];
+            float* held = packed + dp->pend_off[f] + r->packed;
+            float* own = owned_order + r->owned_offset;
+            memcpy(to_owned ? own : held, to_owned ? held : own, r->count * sizeof(float));
+        }
+    }
+    if (!to_owned) { cudaCheck(cudaMemcpy(dp->pend_sum, packed, total * sizeof(float), cudaMemcpyHostToDevice)); }
+    free(packed);
+}
+
 // This rank's m, v (and master weights) through a host copy; with -ls also its owned local
-// parameters (the floatX parameters as fp32, exact; the replicas differ between syncs) and the
-// outer state.
+// parameters (the floatX parameters as fp32, exact; the replicas differ between syncs), the
+// outer state, the residual (-rq) and, with -lo exchanges in flight, the local snapshots and the
+// held sums (once every exchange has landed).
 static void gpu_write_state(void* ctx, const char* path, const TrainState* s) {
     GpuTrainer* g = (GpuTrainer*)ctx;
     Optimizer* o = &g->opt;
@@ -1372,6 +1396,13 @@ static void gpu_write_state(void* ctx, const char* path, const TrainState* s) {
         arrays.a[STATE_OUTER_M] = host + STATE_OUTER_M * n;
         cudaCheck(cudaMemcpy(arrays.a[STATE_OUTER], dp->outer, n * sizeof(float), cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(arrays.a[STATE_OUTER_M], dp->outer_m, n * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    if (s->has_pending) { // every exchange landed first (comm_stream)
+        dp_host_wait_comm(dp, "the -lo exchanges in flight");
+        arrays.a[STATE_PEND_SNAP] = host + STATE_PEND_SNAP * n;
+        arrays.a[STATE_PEND_SUM] = host + STATE_PEND_SUM * n;
+        cudaCheck(cudaMemcpy(arrays.a[STATE_PEND_SNAP], dp->pend_snap, n * sizeof(float), cudaMemcpyDeviceToHost));
+        dp_pending_sums(dp, arrays.a[STATE_PEND_SUM], 1);
     }
     if (s->has_residual) {
         arrays.a[STATE_RESIDUAL] = host + STATE_RESIDUAL * n;
@@ -1397,6 +1428,10 @@ static void gpu_read_state(void* ctx, const char* dir, int step, const StateTarg
         for (int k = STATE_LOCAL; k <= STATE_OUTER_M; k++) { arrays.a[k] = host + k * n; }
     }
     if (dp->residual) { arrays.a[STATE_RESIDUAL] = host + STATE_RESIDUAL * n; }
+    if (dp->pend_sum) {
+        arrays.a[STATE_PEND_SNAP] = host + STATE_PEND_SNAP * n;
+        arrays.a[STATE_PEND_SUM] = host + STATE_PEND_SUM * n;
+    }
     state_load_arrays(dir, step, target, got, &arrays);
     cudaCheck(cudaMemcpy(o->m, host, n * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(o->v, host + n, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -1410,6 +1445,10 @@ static void gpu_read_state(void* ctx, const char* dir, int step, const StateTarg
     }
     if (dp->residual && got->has_residual) {
         cudaCheck(cudaMemcpy(dp->residual, arrays.a[STATE_RESIDUAL], n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    if (got->has_pending) {
+        cudaCheck(cudaMemcpy(dp->pend_snap, arrays.a[STATE_PEND_SNAP], n * sizeof(float), cudaMemcpyHostToDevice));
+        dp_pending_sums(dp, arrays.a[STATE_PEND_SUM], 0);
     }
     free(host);
 }
@@ -1516,6 +1555,11 @@ int main(int argc, char** argv) {
                                             outer_state);
     mem.activations = gpu.model.activation_bytes;
     mem.residual = gpu.dp.residual ? gpu.dp.owned * sizeof(float) : 0;
+    if (gpu.dp.pend_sum) { // -lo (the -rq exchange buffers, used with or without it, are not in the line)
+        mem.overlap_snap = gpu.dp.owned * sizeof(float);
+        mem.overlap_held = gpu.dp.pend_off[gpu.dp.num_frags] * sizeof(float);
+        mem.overlap = mem.overlap_snap + mem.overlap_held;
+    }
     CommBytes comm = comm_bytes_per_step(&gpu.dp.layout, &gpu.dp.mesh, zero, run.grad_accum,
                                          gpu.model.num_parameters, sizeof(floatX), sizeof(floatX), &run.outer);
     char extra[640];

@@ -25,9 +25,9 @@ runs, parsers and independent closed forms, with the emulated trainer as TRAINER
                          mesh: losses over 3 windows and final weights equal the CPU trainer's (same
                          ranks, same flags) within 1e-4, the replica bytes the start-up line prints
                          equal to the CPU's and to those the emulated NCCL sent
-  diloco_wire_resume M   a checkpoint inside a -ls 3 -rq int8 window (2 x 1, ZeRO 1) resumed repeats
-                         the uninterrupted steps and final weights bit for bit (the residuals saved
-                         per rank); -rq int4 on 2 x 1 against the CPU trainer, and M (a copy of the
+  diloco_wire_resume M   a checkpoint inside a -ls 3 -lf 2 -lo 1 -rq int8 window (2 x 1, ZeRO 1) with
+                         an exchange in flight resumed repeats the uninterrupted steps and final
+                         weights bit for bit (residuals, held sums, snapshots saved per rank); -rq int4 on 2 x 1 against the CPU trainer, and M (a copy of the
                          trainer that never adds the residual) must miss the CPU's losses
 Each subcommand exits non-zero on any mismatch.
 """
@@ -403,7 +403,9 @@ def diloco_wire_resume():
     global WIRE
     failures = 0
     td.TRAINER = FP32
-    args = WIRE[:-2] + ["-x", "6", "-rq", "int8", "-z", "1", "-ds", "1", "-n", "4"]
+    # -lf 2 -lo 1: fragment 1 syncs after steps 1 and 4 (its exchange in flight at checkpoint 4, saved
+    # with its held sums and local snapshots), fragment 0 after 3 and 6
+    args = WIRE[:-2] + ["-x", "6", "-rq", "int8", "-lf", "2", "-lo", "1", "-z", "1", "-ds", "1", "-n", "4"]
     full, part = OUT + "/wire_resume_full", OUT + "/wire_resume_part"
     td.run_ok(2, args, full)
     shutil.rmtree(part, ignore_errors=True)
@@ -418,8 +420,8 @@ def diloco_wire_resume():
     ok = r.returncode == 0 and "resumed from step 4" in r.stdout and sorted(b) == [5, 6] and \
         all(b[s] == a[s] for s in b) and same_w
     failures += not ok
-    print(f"{'ok' if ok else 'FAIL'}  fp32 -ls 3 -rq int8, 2 GPUs, mesh 2x1, ZeRO 1, resumed at step 4 (inside a window, "
-          f"residuals from the state files): steps 5-6 {[b.get(s) for s in (5, 6)]}, uninterrupted "
+    print(f"{'ok' if ok else 'FAIL'}  fp32 -ls 3 -lf 2 -lo 1 -rq int8, 2 GPUs, mesh 2x1, ZeRO 1, resumed at step 4 "
+          f"(inside a window, an exchange in flight, residuals from the state files): steps 5-6 {[b.get(s) for s in (5, 6)]}, uninterrupted "
           f"{[a.get(s) for s in (5, 6)]}, final weights {'bitwise equal' if same_w else 'DIFFER'}"
           + ("" if r.returncode == 0 else r.stderr[-1000:]))
     # int4 (-ls 2, 6 steps, 2 x 1 ZeRO 1), where the residual is large: the trainer's losses within
