@@ -9,7 +9,8 @@
 // llmc/mesh.h; backward reports each finished layer through a GradsReadyFn hook, and the layer's
 // reduce-scatter then runs on a communication stream while backward goes on. -ls H (DiLoCo): the
 // replicas train alone and meet every H steps in an outer Nesterov step on their owned elements
-// (llmc/outer_sync.h; its kernels in llmc/outer_kernels.cuh).
+// (llmc/outer_sync.h; its kernels in llmc/outer_kernels.cuh), with -rq's wire formats
+// (llmc/wire_kernels.cuh), -lf fragments and -lo overlapped exchanges.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
