@@ -9,7 +9,8 @@
 // llmc/mesh.h; backward reports each finished layer through a GradsReadyFn hook, and the layer's
 // reduce-scatter then runs on a communication stream while backward goes on. -ls H (DiLoCo): the
 // replicas train alone and meet every H steps in an outer Nesterov step on their owned elements
-// (llmc/outer_sync.h; its kernels in llmc/outer_kernels.cuh).
+// (llmc/outer_sync.h; its kernels in llmc/outer_kernels.cuh), with -rq's wire formats
+// (llmc/wire_kernels.cuh), -lf fragments and -lo overlapped exchanges.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@
 #include "llmc/device_wait.cuh"
 #include "llmc/shard_kernels.cuh"
 #include "llmc/outer_kernels.cuh"
+#include "llmc/wire_kernels.cuh"
 #include "llmc/op_events.cuh"
 
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
@@ -531,6 +533,14 @@ static void optimizer_step(Optimizer* o, GPT2* m, const AdamWConfig* h, float gr
 // dp_order_on_main), one on comm_stream after comm_stream waits for an event recorded on stream 0
 // (dp_order_on_comm), and comm_done is recorded after every collective comm_stream runs.
 
+// -lf: a unit's owned elements, parameters [param_offset, +count) = owned elements
+// [owned_offset, +count), at `packed` in its fragment's message (the CPU trainer's packing: a
+// fragment's owned elements in owned order, padding included).
+typedef struct {
+    size_t param_offset, owned_offset, count, packed;
+    int fragment;
+} FragRun;
+
 typedef struct {
     Mesh mesh;
     ShardLayout layout;
@@ -560,6 +570,24 @@ typedef struct {
     float* crc_buf;
     OwnedSpan* spans;          // this rank's owned elements in the parameters
     int num_spans;
+    // -ls: the outer sync's fragments (-lf F; one without it): each unit's owned elements as a run,
+    // grouped by fragment (runs[frag_runs[f] .. frag_runs[f + 1])), each fragment's owned count
+    // (padding included) and, -lo, where its held sum starts in pend_sum; an event per fragment
+    // (its exchange done, comm_stream)
+    int num_frags;
+    FragRun* runs;
+    int* frag_runs;
+    size_t* frag_count;
+    size_t* pend_off;
+    cudaEvent_t* exchanged;
+    // -rq (llmc/wire_kernels.cuh; NULL with fp32): the error-feedback residual (owned order; NULL
+    // with -ref 0), this rank's encoded message and every replica's, all-gathered
+    float* residual;
+    uint8_t* wire_send;
+    uint8_t* wire_recv;
+    // -lo: each fragment's summed messages while in flight, the owned local values at its start
+    float* pend_sum;
+    float* pend_snap;
 } DataParallel;
 
 // Before a collective on stream 0: stream 0 waits for the communication stream's collectives.
@@ -635,25 +663,112 @@ static void dp_init(DataParallel* dp, ncclComm_t world, int rank, int world_size
     dp->outer_m = NULL;
     dp->outer_msg = NULL;
     dp->crc_buf = NULL;
+    dp->num_frags = 0;
+    dp->runs = NULL;
+    dp->frag_runs = NULL;
+    dp->frag_count = NULL;
+    dp->pend_off = NULL;
+    dp->exchanged = NULL;
+    dp->residual = NULL;
+    dp->wire_send = NULL;
+    dp->wire_recv = NULL;
+    dp->pend_sum = NULL;
+    dp->pend_snap = NULL;
     dp->spans = (OwnedSpan*)malloc_check(dp->layout.num_units * sizeof(OwnedSpan));
     dp->num_spans = owned_spans(&dp->layout, zero_stage, mesh->shard_idx, gpt2_num_parameters(c), dp->spans);
 }
 
+static int frag_run_order(const void* pa, const void* pb) { // by fragment, then in owned order
+    const FragRun *a = (const FragRun*)pa, *b = (const FragRun*)pb;
+    if (a->fragment != b->fragment) { return a->fragment < b->fragment ? -1 : 1; }
+    return a->owned_offset < b->owned_offset ? -1 : (a->owned_offset > b->owned_offset);
+}
+
+// -ls: every unit's owned elements as a run of its fragment (outer_unit_fragment; F <= 1: one),
+// packed as the CPU trainer packs them: a unit's owned length is its size (ZeRO 0) or its slice,
+// padding included (stages 1, 2).
+static void dp_init_fragments(DataParallel* dp, int F) {
+    F = F > 1 ? F : 1;
+    int U = dp->layout.num_units, s = dp->mesh.shard_idx;
+    dp->num_frags = F;
+    dp->runs = (FragRun*)malloc_check(U * sizeof(FragRun));
+    size_t* len = (size_t*)malloc_check(U * sizeof(size_t));
+    for (int u = 0; u < U; u++) {
+        const ShardUnit* unit = &dp->layout.units[u];
+        FragRun* r = &dp->runs[u];
+        size_t first = 0;
+        r->count = dp->zero_stage == 0 ? unit->size : unit_owned(unit, s, &first);
+        r->param_offset = unit->offset + first;
+        r->owned_offset = dp->zero_stage == 0 ? unit->offset : unit->shard_offset;
+        r->fragment = outer_unit_fragment(unit, dp->layout.num_layers, F);
+    }
+    qsort(dp->runs, U, sizeof(FragRun), frag_run_order);
+    dp->frag_runs = (int*)calloc_check(F + 1, sizeof(int));
+    dp->frag_count = (size_t*)calloc_check(F, sizeof(size_t));
+    for (int i = 0; i < U; i++) { // the unit's owned length: the next run's start in owned order
+        FragRun* r = &dp->runs[i];
+        size_t next = dp->owned;
+        for (int j = 0; j < U; j++) {
+            size_t o = dp->runs[j].owned_offset;
+            if (o > r->owned_offset && o < next) { next = o; }
+        }
+        len[i] = next - r->owned_offset;
+        r->packed = dp->frag_count[r->fragment];
+        dp->frag_count[r->fragment] += len[i];
+        dp->frag_runs[r->fragment + 1] = i + 1;
+    }
+    for (int f = 1; f <= F; f++) { if (dp->frag_runs[f] < dp->frag_runs[f - 1]) { dp->frag_runs[f] = dp->frag_runs[f - 1]; } }
+    free(len);
+    dp->pend_off = (size_t*)calloc_check(F + 1, sizeof(size_t));
+    for (int f = 0; f < F; f++) { dp->pend_off[f + 1] = dp->pend_off[f] + round_up(dp->frag_count[f], dp->mesh.dp_replicate); }
+    dp->exchanged = (cudaEvent_t*)malloc_check(F * sizeof(cudaEvent_t));
+    for (int f = 0; f < F; f++) { cudaCheck(cudaEventCreateWithFlags(&dp->exchanged[f], cudaEventDisableTiming)); }
+}
+
 // -ls: the outer state (zeroed; outer_init fills it), ZeRO 0's message buffer (owned elements
 // padded to a multiple of dp_replicate; not in the printed memory, which is the closed form of
-// llmc/accounting.h) and the CRC all-gather's buffer.
-static void dp_outer_alloc(DataParallel* dp) {
+// llmc/accounting.h) and the CRC all-gather's buffer; the fragments (-lf F); -rq `wire` (not
+// fp32): the encoded messages (R slices of the largest fragment's, R times that all-gathered) and
+// with feedback the residual (zero); -lo: the held sums and local values (not in the memory line).
+static void dp_outer_alloc(DataParallel* dp, int F, int wire, int feedback, int overlap) {
     int R = dp->mesh.dp_replicate;
     dp->outer = (float*)device_alloc(dp->owned * sizeof(float));
     dp->outer_m = (float*)device_alloc(dp->owned * sizeof(float));
     dp->crc_buf = (float*)device_alloc(2 * (size_t)R * sizeof(float));
     if (dp->zero_stage == 0) { dp->outer_msg = (float*)device_alloc(round_up(dp->owned, R) * sizeof(float)); }
+    dp_init_fragments(dp, F);
+    if (wire != WIRE_FP32) {
+        size_t most = 0;
+        for (int f = 0; f < dp->num_frags; f++) {
+            size_t b = wire_bytes(wire, round_up(dp->frag_count[f], R) / R);
+            if (b > most) { most = b; }
+        }
+        dp->wire_send = (uint8_t*)device_alloc(R * most);
+        dp->wire_recv = (uint8_t*)device_alloc((size_t)R * R * most);
+        if (feedback) {
+            dp->residual = (float*)device_alloc(dp->owned * sizeof(float));
+            cudaCheck(cudaMemset(dp->residual, 0, dp->owned * sizeof(float)));
+        }
+    }
+    if (overlap > 0) {
+        dp->pend_sum = (float*)device_alloc(dp->pend_off[dp->num_frags] * sizeof(float));
+        dp->pend_snap = (float*)device_alloc(dp->owned * sizeof(float));
+        cudaCheck(cudaMemset(dp->pend_sum, 0, dp->pend_off[dp->num_frags] * sizeof(float)));
+        cudaCheck(cudaMemset(dp->pend_snap, 0, dp->owned * sizeof(float)));
+    }
 }
 
 static void dp_free(DataParallel* dp) {
     void* bufs[] = {dp->shard_grads, dp->group_pad, dp->group_recv, dp->loss, dp->norm, dp->outer, dp->outer_m,
-                    dp->outer_msg, dp->crc_buf};
-    for (int i = 0; i < 9; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
+                    dp->outer_msg, dp->crc_buf, dp->residual, dp->wire_send, dp->wire_recv, dp->pend_sum,
+                    dp->pend_snap};
+    for (int i = 0; i < 14; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
+    for (int f = 0; f < dp->num_frags; f++) { cudaCheck(cudaEventDestroy(dp->exchanged[f])); }
+    free(dp->exchanged);
+    free(dp->runs);
+    free(dp->frag_runs);
+    free(dp->frag_count);
+    free(dp->pend_off);
     free(dp->spans);
     cudaEvent_t events[] = {dp->grads_ready, dp->comm_done, dp->slot_free[0], dp->slot_free[1], dp->host_event,
                             dp->update_done};
@@ -702,12 +817,14 @@ static size_t dp_reduce_scatter_group(DataParallel* dp, GPT2* m, int first, int 
 // On comm_stream, after the update (stages 1, 2): the parameters all-gathered from every rank's
 // slices, one NCCL group per layer (wte, wpe, lnfw, lnfb first: the forward needs them first),
 // each followed by its params_ready event. Units S does not divide go through a zero-padded copy.
-static void dp_all_gather_params(DataParallel* dp, GPT2* m) {
-    int s = dp->mesh.shard_idx, S = dp->mesh.dp_shard;
+// fragment >= 0 (-lf, of F): that fragment's units only.
+static void dp_all_gather_units(DataParallel* dp, GPT2* m, int fragment, int F) {
+    int s = dp->mesh.shard_idx, S = dp->mesh.dp_shard, L = dp->layout.num_layers;
     cudaStream_t cs = dp->comm_stream;
     cudaCheck(cudaEventRecord(dp->update_done, 0));
     cudaCheck(cudaStreamWaitEvent(cs, dp->update_done, 0));
     int span = op_span_begin(OP_COMM, cs);
+    size_t gathered = 0;
     for (int layer = -1; layer < dp->layout.num_layers; layer++) {
         int first, count;
         layer_units(&dp->layout, layer, &first, &count);
@@ -715,6 +832,8 @@ static void dp_all_gather_params(DataParallel* dp, GPT2* m) {
         ncclCheck(ncclGroupStart());
         for (int u = first; u < first + count; u++) {
             const ShardUnit* unit = &dp->layout.units[u];
+            if (fragment >= 0 && outer_unit_fragment(unit, L, F) != fragment) { continue; }
+            gathered += unit->slice;
             size_t mine;
             size_t owned = unit_owned(unit, s, &mine);
             floatX* p = m->params_memory + unit->offset;
@@ -731,6 +850,7 @@ static void dp_all_gather_params(DataParallel* dp, GPT2* m) {
         pad = dp->group_pad;
         for (int u = first; u < first + count; u++) {
             const ShardUnit* unit = &dp->layout.units[u];
+            if (fragment >= 0 && outer_unit_fragment(unit, L, F) != fragment) { continue; }
             if (unit->size == unit->slice * S) { continue; }
             floatX* p = m->params_memory + unit->offset;
             cudaCheck(cudaMemcpyAsync(p, pad, unit->size * sizeof(floatX), cudaMemcpyDeviceToDevice, cs));
@@ -738,9 +858,11 @@ static void dp_all_gather_params(DataParallel* dp, GPT2* m) {
         }
         cudaCheck(cudaEventRecord(dp->params_ready[layer + 1], cs));
     }
-    op_span_end(span, 0.0, ring_bytes((double)dp->layout.shard_elements * S * sizeof(floatX), S, 0));
+    op_span_end(span, 0.0, ring_bytes((double)gathered * S * sizeof(floatX), S, 0));
     cudaCheck(cudaEventRecord(dp->comm_done, cs));
 }
+
+static void dp_all_gather_params(DataParallel* dp, GPT2* m) { dp_all_gather_units(dp, m, -1, 1); }
 
 // The forward's hook (ParamsWaitFn): stream 0 waits for layer's gathered weights.
 static void dp_params_wait(void* ctx, int layer) {
@@ -976,53 +1098,107 @@ static void dp_outer_init(DataParallel* dp, GPT2* m, const float* master) {
     }
 }
 
-// The outer step: each owned element's outer_message into an fp32 buffer padded with zeros to a
-// multiple of dp_replicate (stages 1, 2: shard_grads, idle between steps; ZeRO 0: outer_msg),
-// summed over the replicas by one all-reduce on comm_stream, then outer_update on every owned
-// element (the new local value to master and the floatX parameter, the mean pseudo-gradient back
-// into the buffer), its squares summed (and over the shard group in stages 1, 2), and (stages 1,
-// 2) the parameter all-gather inside the replica, which the next forward waits for layer by
-// layer. Returns the mean pseudo-gradient's squared norm over the whole model (one host wait).
-static float dp_outer_step(DataParallel* dp, GPT2* m, float* master, const OuterConfig* c) {
-    int R = dp->mesh.dp_replicate, S = dp->mesh.dp_shard, plain = outer_plain_average(c);
-    float* msg = dp->zero_stage == 0 ? dp->outer_msg : dp->shard_grads;
-    size_t padded = round_up(dp->owned, R);
+// Fragment c->fragment's exchange (the whole model without -lf), the CPU trainer's: each owned
+// element's outer_message (plus its residual with -rq and feedback) packed into dst (the fragment's
+// owned elements in owned order, zero-padded to R slices), then the sum over the replicas into dst.
+// fp32: one all-reduce. -rq: every slice encoded on stream 0 (llmc/wire_kernels.cuh; the residual
+// keeps what that lost), the R encodings all-gathered over the replicas, summed in fp32 in replica
+// order and rounded as the owner of each slice would round it (every replica computes the same).
+// snap (-lo): receives the fragment's owned local values. Stream 0 first waits for every collective
+// issued (the parameters' all-gather, an earlier exchange still reading wire_send); the collectives
+// and the sum run on comm_stream, which records comm_done and the fragment's `exchanged` event.
+static void dp_fragment_exchange(DataParallel* dp, GPT2* m, float* master, const OuterConfig* c, float* dst,
+                                 float* snap) {
+    int R = dp->mesh.dp_replicate, f = c->fragment, wire = outer_compressed(c) ? c->wire : WIRE_FP32;
+    size_t padded = round_up(dp->frag_count[f], R), slice = padded / R;
+    const float* res = wire != WIRE_FP32 ? dp->residual : NULL;
     dp_comm_wait(dp);
-    cudaCheck(cudaMemsetAsync(msg, 0, padded * sizeof(float), 0));
-    for (int i = 0; i < dp->num_spans; i++) {
-        const OwnedSpan* sp = &dp->spans[i];
-        size_t o = sp->owned_offset;
-        outer_span_message(msg + o, dp->outer + o, master ? master + o : NULL, m->params_memory + sp->param_offset,
-                           sp->count, plain);
+    cudaCheck(cudaMemsetAsync(dst, 0, padded * sizeof(float), 0));
+    for (int i = dp->frag_runs[f]; i < dp->frag_runs[f + 1]; i++) {
+        const FragRun* r = &dp->runs[i];
+        size_t o = r->owned_offset;
+        const float* mw = master ? master + o : NULL;
+        if (snap) { outer_local(snap + o, mw, m->params_memory + r->param_offset, r->count); }
+        outer_span_message(dst + r->packed, dp->outer + o, mw, m->params_memory + r->param_offset, res ? res + o : NULL,
+                           r->count, outer_plain_average(c));
     }
-    if (R > 1) {
-        cudaStream_t cs = dp->comm_stream;
-        dp_order_on_comm(dp);
+    if (wire != WIRE_FP32) {
+        wire_encode_slices(wire, dst, slice, R, dp->wire_send, res != NULL, 0);
+        for (int i = dp->frag_runs[f]; res && i < dp->frag_runs[f + 1]; i++) { // the residual back in owned order
+            const FragRun* r = &dp->runs[i];
+            cudaCheck(cudaMemcpyAsync(dp->residual + r->owned_offset, dst + r->packed, r->count * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, 0));
+        }
+    }
+    cudaStream_t cs = dp->comm_stream;
+    dp_order_on_comm(dp);
+    if (wire != WIRE_FP32 || R > 1) {
         int span = op_span_begin(OP_COMM, cs);
-        ncclCheck(ncclAllReduce(msg, msg, padded, ncclFloat, ncclSum, dp->replica, cs));
-        op_span_end(span, 0.0, ring_bytes((double)padded * sizeof(float), R, 1));
+        if (wire == WIRE_FP32) {
+            ncclCheck(ncclAllReduce(dst, dst, padded, ncclFloat, ncclSum, dp->replica, cs));
+            op_span_end(span, 0.0, ring_bytes((double)padded * sizeof(float), R, 1));
+        } else {
+            size_t bytes = (size_t)R * wire_bytes(wire, slice);
+            ncclCheck(ncclAllGather(dp->wire_send, dp->wire_recv, bytes, ncclUint8, dp->replica, cs));
+            wire_sum_slices(wire, dst, dp->wire_recv, slice, R, cs);
+            wire_round_slices(wire, dst, slice, R, cs);
+            op_span_end(span, 0.0, ring_bytes((double)bytes * R, R, 0));
+        }
         cudaCheck(cudaEventRecord(dp->comm_done, cs));
-        OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0)));
     }
+    cudaCheck(cudaEventRecord(dp->exchanged[f], cs));
+}
+
+// The outer step of fragment c->fragment with its summed messages `sum` (packed): outer_update on
+// each owned element (the new local value to master and the floatX parameter; snap, -lo: merged with
+// the local values held at the exchange's start), the mean pseudo-gradient back into sum and its
+// squares summed (over the shard group in stages 1, 2), then (stages 1, 2) the all-gather of the
+// fragment's units inside the replica, which the next forward waits for layer by layer. Returns
+// the squared norm (one host wait).
+static float dp_fragment_apply(DataParallel* dp, GPT2* m, float* master, const OuterConfig* c, float* sum,
+                               const float* snap) {
+    int R = dp->mesh.dp_replicate, S = dp->mesh.dp_shard, f = c->fragment;
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->exchanged[f], 0)));
+    dp_comm_wait(dp); // the parameters' last all-gather
     float inv_R = 1.0f / (float)R;
-    for (int i = 0; i < dp->num_spans; i++) {
-        const OwnedSpan* sp = &dp->spans[i];
-        size_t o = sp->owned_offset;
-        outer_span_update(dp->outer + o, dp->outer_m + o, msg + o, master ? master + o : NULL,
-                          m->params_memory + sp->param_offset, sp->count, inv_R, c);
+    for (int i = dp->frag_runs[f]; i < dp->frag_runs[f + 1]; i++) {
+        const FragRun* r = &dp->runs[i];
+        size_t o = r->owned_offset;
+        outer_span_update(dp->outer + o, dp->outer_m + o, sum + r->packed, master ? master + o : NULL,
+                          m->params_memory + r->param_offset, snap ? snap + o : NULL, r->count, inv_R, c);
     }
-    sum_of_squares(dp->norm, msg, dp->owned, dp->norm + S);
+    sum_of_squares(dp->norm, sum, round_up(dp->frag_count[f], R), dp->norm + S);
     if (dp->zero_stage != 0) {
         int span = op_span_begin(OP_COMM, 0);
         dp_order_on_main(dp);
         if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->shard, 0)); }
         op_span_end(span, 0.0, ring_bytes((double)S * sizeof(float), S, 1));
-        dp_all_gather_params(dp, m);
+        dp_all_gather_units(dp, m, dp->num_frags > 1 ? f : -1, dp->num_frags);
     }
     wait_device(0, dp->host_event, "the outer sync");
     float sq;
     cudaCheck(cudaMemcpy(&sq, dp->norm, sizeof(float), cudaMemcpyDeviceToHost));
     return sq;
+}
+
+// The outer step of fragment c->fragment in phase c->phase (llmc/outer_sync.h): OUTER_BLOCKING
+// exchanges in the idle buffer (stages 1, 2: shard_grads; ZeRO 0: outer_msg) and applies at once;
+// OUTER_START (-lo) exchanges into the fragment's held sum and keeps its owned local values, without
+// waiting (the exchange runs on comm_stream beside the next steps); OUTER_FINISH applies the held sum
+// once its `exchanged` event has passed. Returns the applied squared norm (0 for OUTER_START).
+static float dp_outer_step(DataParallel* dp, GPT2* m, float* master, const OuterConfig* c) {
+    int f = c->fragment;
+    if (c->phase == OUTER_BLOCKING) {
+        float* buf = dp->zero_stage == 0 ? dp->outer_msg : dp->shard_grads;
+        dp_fragment_exchange(dp, m, master, c, buf, NULL);
+        return dp_fragment_apply(dp, m, master, c, buf, NULL);
+    }
+    float* held = dp->pend_sum + dp->pend_off[f];
+    if (c->phase == OUTER_START) {
+        dp_fragment_exchange(dp, m, master, c, held, dp->pend_snap);
+        return 0.0f;
+    }
+    return dp_fragment_apply(dp, m, master, c, held, dp->pend_snap);
 }
 
 // The CRC-32C of the owned outer parameters (outer 1: all owned elements, padding included) or
@@ -1032,7 +1208,8 @@ static void dp_replica_crcs(DataParallel* dp, GPT2* m, const float* master, int 
     int R = dp->mesh.dp_replicate, me = dp->mesh.replicate_idx;
     float* host = (float*)malloc_check((dp->owned > 2 * (size_t)R ? dp->owned : 2 * (size_t)R) * sizeof(float));
     uint32_t crc = 0;
-    if (outer) {
+    if (outer) { // written on stream 0 (-lo: an exchange may still run on comm_stream)
+        wait_device(0, dp->host_event, "the outer parameters");
         cudaCheck(cudaMemcpy(host, dp->outer, dp->owned * sizeof(float), cudaMemcpyDeviceToHost));
         crc = crc32c_update(0, host, dp->owned * sizeof(float));
     } else {
@@ -1173,9 +1350,31 @@ static void gpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     free(params);
 }
 
+// -lo: the held sums (device, packed per fragment) as host values in owned order (to_owned 1;
+// padding 0, as the CPU trainer's state files hold them), or back from them.
+static void dp_pending_sums(DataParallel* dp, float* owned_order, int to_owned) {
+    size_t total = dp->pend_off[dp->num_frags];
+    float* packed = (float*)calloc_check(total, sizeof(float));
+    if (to_owned) {
+        cudaCheck(cudaMemcpy(packed, dp->pend_sum, total * sizeof(float), cudaMemcpyDeviceToHost));
+        memset(owned_order, 0, dp->owned * sizeof(float));
+    }
+    for (int f = 0; f < dp->num_frags; f++) {
+        for (int i = dp->frag_runs[f]; i < dp->frag_runs[f + 1]; i++) {
+            const FragRun* r = &dp->runs[i];
+            float* held = packed + dp->pend_off[f] + r->packed;
+            float* own = owned_order + r->owned_offset;
+            memcpy(to_owned ? own : held, to_owned ? held : own, r->count * sizeof(float));
+        }
+    }
+    if (!to_owned) { cudaCheck(cudaMemcpy(dp->pend_sum, packed, total * sizeof(float), cudaMemcpyHostToDevice)); }
+    free(packed);
+}
+
 // This rank's m, v (and master weights) through a host copy; with -ls also its owned local
-// parameters (the floatX parameters as fp32, exact; the replicas differ between syncs) and the
-// outer state.
+// parameters (the floatX parameters as fp32, exact; the replicas differ between syncs), the
+// outer state, the residual (-rq) and, with -lo exchanges in flight, the local snapshots and the
+// held sums (once every exchange has landed).
 static void gpu_write_state(void* ctx, const char* path, const TrainState* s) {
     GpuTrainer* g = (GpuTrainer*)ctx;
     Optimizer* o = &g->opt;
@@ -1199,6 +1398,18 @@ static void gpu_write_state(void* ctx, const char* path, const TrainState* s) {
         cudaCheck(cudaMemcpy(arrays.a[STATE_OUTER], dp->outer, n * sizeof(float), cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(arrays.a[STATE_OUTER_M], dp->outer_m, n * sizeof(float), cudaMemcpyDeviceToHost));
     }
+    if (s->has_pending) { // every exchange landed first (comm_stream)
+        dp_host_wait_comm(dp, "the -lo exchanges in flight");
+        arrays.a[STATE_PEND_SNAP] = host + STATE_PEND_SNAP * n;
+        arrays.a[STATE_PEND_SUM] = host + STATE_PEND_SUM * n;
+        cudaCheck(cudaMemcpy(arrays.a[STATE_PEND_SNAP], dp->pend_snap, n * sizeof(float), cudaMemcpyDeviceToHost));
+        dp_pending_sums(dp, arrays.a[STATE_PEND_SUM], 1);
+    }
+    if (s->has_residual) {
+        arrays.a[STATE_RESIDUAL] = host + STATE_RESIDUAL * n;
+        dp_host_wait_comm(dp, "the residual"); // written on stream 0 at an exchange's start
+        cudaCheck(cudaMemcpy(arrays.a[STATE_RESIDUAL], dp->residual, n * sizeof(float), cudaMemcpyDeviceToHost));
+    }
     state_write_arrays(path, s, &arrays);
     free(host);
 }
@@ -1217,6 +1428,11 @@ static void gpu_read_state(void* ctx, const char* dir, int step, const StateTarg
     if (dp->outer) {
         for (int k = STATE_LOCAL; k <= STATE_OUTER_M; k++) { arrays.a[k] = host + k * n; }
     }
+    if (dp->residual) { arrays.a[STATE_RESIDUAL] = host + STATE_RESIDUAL * n; }
+    if (dp->pend_sum) {
+        arrays.a[STATE_PEND_SNAP] = host + STATE_PEND_SNAP * n;
+        arrays.a[STATE_PEND_SUM] = host + STATE_PEND_SUM * n;
+    }
     state_load_arrays(dir, step, target, got, &arrays);
     cudaCheck(cudaMemcpy(o->m, host, n * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(o->v, host + n, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -1227,6 +1443,13 @@ static void gpu_read_state(void* ctx, const char* dir, int step, const StateTarg
     if (got->has_outer) {
         cudaCheck(cudaMemcpy(dp->outer, arrays.a[STATE_OUTER], n * sizeof(float), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(dp->outer_m, arrays.a[STATE_OUTER_M], n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    if (dp->residual && got->has_residual) {
+        cudaCheck(cudaMemcpy(dp->residual, arrays.a[STATE_RESIDUAL], n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    if (got->has_pending) {
+        cudaCheck(cudaMemcpy(dp->pend_snap, arrays.a[STATE_PEND_SNAP], n * sizeof(float), cudaMemcpyHostToDevice));
+        dp_pending_sums(dp, arrays.a[STATE_PEND_SUM], 0);
     }
     free(host);
 }
@@ -1271,7 +1494,7 @@ static const TrainerOps gpu_trainer_ops = {gpu_begin_step, gpu_micro_step, gpu_r
                                            gpu_write_state, gpu_read_state, gpu_barrier, GPU_COMM_BYTES_SENT,
                                            gpu_eval_losses, gpu_sum_count, GPU_PEAK_TFLOPS, GPU_PEAK_SOURCE,
                                            "train_gpt2 " PRECISION_NAME, gpu_set_replica_reduce, gpu_outer_init,
-                                           gpu_outer_step, gpu_replica_crcs};
+                                           gpu_outer_step, gpu_replica_crcs, NULL, 1};
 
 #ifndef TESTING
 int main(int argc, char** argv) {
@@ -1310,8 +1533,13 @@ int main(int argc, char** argv) {
     GpuTrainer gpu;
     gpu.seed = (uint32_t)args.seed;
     dp_init(&gpu.dp, world_comm, rank, world, &run.config, zero, args.dp_shard);
-    int outer_state = args.outer_every > 0;
-    if (outer_state) { dp_outer_alloc(&gpu.dp); }
+    int outer_state = args.outer_every > 0, wire = wire_format_from_name(args.wire_name);
+    if (args.link_mbps > 0.0f) { fail("-rb %g: the modelled link is train_gpt2cpu's only", args.link_mbps); }
+    if (wire != WIRE_FP32 && gpu.dp.mesh.dp_replicate > 2) { // the all-gather would send more than the closed form
+        fail("-rq %s: the GPU trainer's compressed exchange is built for 2 replicas (this mesh has %d; train_gpt2cpu "
+             "has any)", args.wire_name, gpu.dp.mesh.dp_replicate);
+    }
+    if (outer_state) { dp_outer_alloc(&gpu.dp, args.fragments, wire, args.error_feedback, args.overlap); }
     gpt2_build(&gpu.model, &run.config, params, args.B, args.T, args.recompute,
                grad_layers_for_stage(zero, run.config.num_layers), zero == 0 ? (size_t)world : 1);
     gpu.model.att_cudnn = attention_use_cudnn(args.attention, run.config.channels, run.config.num_heads);
@@ -1327,6 +1555,12 @@ int main(int argc, char** argv) {
                                             sizeof(floatX), gpu.opt.master != NULL, gpu.model.grad_layers,
                                             outer_state);
     mem.activations = gpu.model.activation_bytes;
+    mem.residual = gpu.dp.residual ? gpu.dp.owned * sizeof(float) : 0;
+    if (gpu.dp.pend_sum) { // -lo (the -rq exchange buffers, used with or without it, are not in the line)
+        mem.overlap_snap = gpu.dp.owned * sizeof(float);
+        mem.overlap_held = gpu.dp.pend_off[gpu.dp.num_frags] * sizeof(float);
+        mem.overlap = mem.overlap_snap + mem.overlap_held;
+    }
     CommBytes comm = comm_bytes_per_step(&gpu.dp.layout, &gpu.dp.mesh, zero, run.grad_accum,
                                          gpu.model.num_parameters, sizeof(floatX), sizeof(floatX), &run.outer);
     char extra[640];

@@ -262,8 +262,8 @@ def cmd_resume():
         r = subprocess.run([gpu, "-e", "d2", "-V", "257", "-sl", "64", "-x", "3", "-rq", "int8"],
                            capture_output=True, text=True, timeout=60)
         line = next((l for l in r.stderr.splitlines() if "error" in l), "")
-        report(r.returncode != 0 and "-rq int8 -rk 0: the GPU trainer sends fp32 and every value only" in line,
-               f"refused by the GPU trainer: -rq int8: {line[:120]}")
+        report(r.returncode != 0 and "-rq int8 -rk 0: the GPU trainer compresses only -ls H's pseudo-gradients" in line,
+               f"refused by the GPU trainer: -rq int8 with -ls 0: {line[:120]}")
     other = [x if x != "int8" else "int4" for x in args]
     _, r = dl.resumed(4, other, full, 4, "wf_res_refused", ok=False)
     line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "")

@@ -27,6 +27,23 @@ check multi_gpu_broken_stage2_fails /usr/bin/python3 dev/test_multi_gpu.py mutan
 # the bytes of a step without and with a sync, BF16 on 2 x 1 ZeRO 1, a resume inside a window
 check multi_gpu_diloco /usr/bin/python3 dev/test_multi_gpu.py diloco
 
+# -rq, -lf, -lo on the GPU (llmc/wire_kernels.cuh; dev/test_multi_gpu.py diloco_wire*): on 2 x 2,
+# -ls 3 with -rq int8, -lf 2, and -lf 2 -lo 1 -rq int8 against the CPU trainer on the same flags
+# (losses over 3 windows and final weights within 1e-4; int8's bytes per sync as the CPU's line and
+# as the emulated NCCL sent them); a resume inside an -rq int8 window bit for bit; and a planted bug,
+# a copy of the trainer whose messages never get the residual added, that the CPU comparison must catch.
+check_bg multi_gpu_diloco_wire /usr/bin/python3 dev/test_multi_gpu.py diloco_wire
+multi_gpu_diloco_wire_resume() {
+    local d=build/multi_gpu/wire_mutant_src
+    rm -rf $d && mkdir -p $d && cp -r train_gpt2.cu llmc $d/ || return 1
+    sed -i 's/msg\[i\] = res ? __fadd_rn(d, res\[i\]) : d;/msg[i] = d;/' $d/llmc/outer_kernels.cuh
+    grep -q "msg\[i\] = d;" $d/llmc/outer_kernels.cuh || { echo "the mutation did not apply"; return 1; }
+    dev/cuda_emu/emucc -O1 -DENABLE_FP32 -o $d/train_mutant $d/train_gpt2.cu -lnccl || return 1
+    /usr/bin/python3 dev/test_multi_gpu.py diloco_wire_resume $d/train_mutant
+}
+check_bg multi_gpu_diloco_wire_resume multi_gpu_diloco_wire_resume
+check_wait
+
 # -op 1 on the emulated GPU trainer (CUDA events, llmc/op_events.cuh), on 1 rank and on 2 ranks with
 # ZeRO 1: every family, the rows adding up to the step within 5%, the communication stream beside
 # them, its bytes those the emulated NCCL sent, -op 0 writing the same main.log and model
