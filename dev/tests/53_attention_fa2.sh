@@ -4,8 +4,8 @@
 # layer, and under emucc --check at odd T and T < 64 under three schedules, with 1-way bank conflicts
 # at every ldmatrix and shared store site; four planted bugs it must catch, each on one small shape;
 # its nvcc SASS, spills and registers, and the performance model's counts against that SASS and the
-# emulator's bank counts. About 70 s of CPU in six checks run two at a time, the four planted builds
-# rebuilt (docs/gpu.md, "Tests").
+# emulator's bank counts. 52 to 56 s of CPU in six checks run two at a time, 68 to 71 s with the
+# three planted builds rebuilt (measured on the shared 2-core machine; docs/gpu.md, "Tests").
 FA2_TMP=build/test_tmp/fa2
 mkdir -p $FA2_TMP
 
