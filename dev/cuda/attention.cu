@@ -3,7 +3,7 @@
 // then, where a real GPU is present, a timing loop at GPT-2 shapes.
 //   versions: flash  tensor cores (nvcuda::wmma), BF16 build, head size 64
 //             fa2    llmc/attention_fa2.cuh and attention_fa2_backward.cuh (mma.sync, ldmatrix, cp.async),
-//                    BF16, head sizes 32, 64, 128 (the default run: 64 only; --fa2: all three)
+//                    BF16, head sizes 32, 64, 128 (the default run and --fa2: 64 only; --fa2-quick: all three)
 //             scalar the CUDA-core fallback (FP32 build, or other head sizes), one warp per row
 //             cudnn  cuDNN's SDPA through llmc/cudnn_att.cpp (-DENABLE_CUDNN, BF16; under emucc the
 //                    emulator's frontend, dev/cuda_emu/include/cudnn_frontend.h)
