@@ -244,6 +244,15 @@ __device__ __forceinline__ void fa2_key_pair(float dk[D / 8][4], float dv[D / 8]
     }
 }
 
+// sm_80 (nvcc's device pass for an A100): at head size 128 ptxas spills 20 bytes with the sm_90 code
+// below; with dq's 4 parts as a loop (not unrolled) and lane not hidden per pair it spills none
+// (docs/gpu.md, "Resources"). The same arithmetic either way: the emulator runs the sm_90 form.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define FA2_BWD_SM80 1
+#else
+#define FA2_BWD_SM80 0
+#endif
+
 // Grid (NH, B): one block of 4 warps per head. Per key tile kb (ascending): K and V resident (warp w
 // owns keys 16w..16w+15, A fragments once; at D 128 loaded per pair); per query tile qb = kb ..
 // last (ascending), Q and dout double-buffered by cp.async with lse and delta beside them:
@@ -305,7 +314,7 @@ __global__ void __launch_bounds__(FA2_THREADS) attention_backward_fa2_kernel(
                 ptx_cp_async_wait<0>();
             }
             __syncthreads();
-#ifndef EMU_CUDA
+#if !defined(EMU_CUDA) && !FA2_BWD_SM80
             // head size 128: lane's value hidden from the optimiser per pair, so that the dozens of
             // shared addresses derived from it are recomputed here instead of held across the loop
             if constexpr (D > 64) { asm volatile("" : "+r"(lane)); }
@@ -319,7 +328,11 @@ __global__ void __launch_bounds__(FA2_THREADS) attention_backward_fa2_kernel(
             fa2_key_pair<D>(dk, dv, kf, vf, sK, sV, sK + (2 + buf) * TE, sK + (4 + buf) * TE, sdS, sL + buf * FA2_TILE,
                             sL + (2 + buf) * FA2_TILE, k0, q0, row0, T, lane);
             __syncthreads(); // sdS holds the whole tile's dS^T
+#if FA2_BWD_SM80
+#pragma unroll 1
+#else
 #pragma unroll
+#endif
             for (int part = 0; part < NP; part++) {
                 fa2_dsk<D, D / 8 / NP>(dq, sdS, sK, warp * 16, lane, part * D / 8 / NP);
 #ifdef FA2_PLANT_ATOMIC_DQ
@@ -330,6 +343,13 @@ __global__ void __launch_bounds__(FA2_THREADS) attention_backward_fa2_kernel(
             }
             __syncthreads(); // the buffers of this pair are refilled next
         }
+#ifdef FA2_PLANT_SPILL
+        if constexpr (D > 64) { // the SASS check's plant: a lane-indexed local array (a 320-byte stack frame)
+            volatile float spill[80];
+            spill[lane] = dk[0][0];
+            dk[0][0] = spill[lane + 1];
+        }
+#endif
         fa2_store_acc<D>(dbase + C, rs, dk, fa2_sl2<D>() * 0.6931471805599453f, k0 + row0, T, lane);
         fa2_store_acc<D>(dbase + 2 * C, rs, dv, 1.0f, k0 + row0, T, lane);
     }

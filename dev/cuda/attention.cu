@@ -3,14 +3,15 @@
 // then, where a real GPU is present, a timing loop at GPT-2 shapes.
 //   versions: flash  tensor cores (nvcuda::wmma), BF16 build, head size 64
 //             fa2    llmc/attention_fa2.cuh and attention_fa2_backward.cuh (mma.sync, ldmatrix, cp.async),
-//                    BF16, head sizes 32, 64, 128 (the default run: 64 only; --fa2: all three)
+//                    BF16, head sizes 32, 64, 128 (the default run and --fa2: 64 only; --fa2-quick: all three)
 //             scalar the CUDA-core fallback (FP32 build, or other head sizes), one warp per row
 //             cudnn  cuDNN's SDPA through llmc/cudnn_att.cpp (-DENABLE_CUDNN, BF16; under emucc the
 //                    emulator's frontend, dev/cuda_emu/include/cudnn_frontend.h)
 // Checked per case: out (B, T, C), lse (B, NH, T), dq, dk, dv (the three parts of dqkv) as
 // max |got - ref| / max |ref| against tolerances stated below; every output element written
 // (buffers start as NaN); a second backward bitwise identical to the first. Exits 1 on a failure.
-//   build/gpu/attention_emu [--quick | --long-flash-only | --cudnn | --cudnn-small | --fa2 | --fa2-quick | --fa2-order]
+//   build/gpu/attention_emu [--quick | --long-flash-only | --cudnn | --cudnn-small | --fa2 | --fa2-quick | --fa2-order
+//                            | --fa2-sched | --fa2-tiny | --fa2-case B T NH HS]
 //   (emucc; BF16 unless -DENABLE_FP32)
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o attention dev/cuda/attention.cu && ./attention
 // --quick: the small cases only (no T = 1024); --long-flash-only: T = 1024 for the tensor-core
@@ -18,10 +19,13 @@
 // tensor-core version on the same inputs at GPT-2 124M's layer shape (B 1, NH 12, T 1024) and an
 // odd T (B 2, NH 12, T 77), each against the reference and against each other, then cuDNN alone on
 // the small cases and head sizes (--cudnn-small: those only). --fa2: the fa2 version alone, at
-// GPT-2 124M's layer (B 1, NH 12, T 1024; forward only), T 77 (B 2, NH 12), 130 and below 64, then
-// head sizes 128 and 32 at T 77, 130 and 17;
-// --fa2-quick (the checked builds' budget): the same without T 1024, T 77 at B 1, NH 3. --fa2-order:
+// T 1024 (B 1, NH 2; forward only) and T 77 at GPT-2 124M's C 768 (B 2, NH 12). --fa2-quick (the
+// checked builds' budget): T 77 (B 1, NH 3), 130 and below 64, then head sizes 128 and 32 at T 77,
+// 130 and 17. --fa2-order:
 // fa2 alone at B 1, NH 2, T 512 (8 key tiles: dq sums of up to 8 terms, for the dq-order plant).
+// --fa2-sched (the reverse and random schedules' runs): T 130 (three tiles, the last partial) and
+// 17 at each head size, NH 1. --fa2-tiny (the planted builds): T 77, B 1, NH 1 at each head size.
+// --fa2-case B T NH HS: that one case.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,8 +242,8 @@ static void case_check_backward(const Case* k, const Version* v, const float* g_
     free(again);
 }
 
-// forward_only: case_run checks out and lse only (the --fa2 run's T 1024 case: its backward is
-// flash's, tested at that shape by the flash version)
+// forward_only: case_run checks out and lse only (the --fa2 run's T 1024 case; the backward over
+// many key tiles is --fa2-order's T 512)
 static int forward_only = 0;
 
 // One version on one case: forward and backward against the reference, backward twice. Returns
@@ -358,13 +362,27 @@ static void time_versions(int B, int T, int NH) {
     cudaFree(qkv); cudaFree(dqkv); cudaFree(out); cudaFree(dout); cudaFree(lse); cudaFree(delta);
 }
 
+// a positive integer argument of --fa2-case, or a one-line error
+static int fa2_case_arg(const char* a) {
+    char* end;
+    long v = strtol(a, &end, 10);
+    if (*a == '\0' || *end != '\0' || v < 1 || v > 4096) { fail("--fa2-case: '%s' is not an integer in 1..4096", a); }
+    return (int)v;
+}
+
 int main(int argc, char** argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     int long_flash_only = argc > 1 && strcmp(argv[1], "--long-flash-only") == 0;
     int cudnn_compare = argc > 1 && strcmp(argv[1], "--cudnn") == 0;
     int fa2_quick = argc > 1 && strcmp(argv[1], "--fa2-quick") == 0;
     int fa2_order = argc > 1 && strcmp(argv[1], "--fa2-order") == 0;
-    int fa2_only = fa2_quick || fa2_order || (argc > 1 && strcmp(argv[1], "--fa2") == 0);
+    int fa2_sched = argc > 1 && strcmp(argv[1], "--fa2-sched") == 0;
+    int fa2_tiny = argc > 1 && strcmp(argv[1], "--fa2-tiny") == 0;
+    int fa2_case = argc > 1 && strcmp(argv[1], "--fa2-case") == 0;
+    if (fa2_case && (argc != 6 || (fa2_case_arg(argv[5]) != 32 && fa2_case_arg(argv[5]) != 64 && fa2_case_arg(argv[5]) != 128))) {
+        fail("--fa2-case: takes B T NH HS (positive integers, HS 32, 64 or 128)");
+    }
+    int fa2_only = fa2_quick || fa2_order || fa2_sched || fa2_tiny || fa2_case || (argc > 1 && strcmp(argv[1], "--fa2") == 0);
 #ifdef ENABLE_FP32
     if (fa2_only) { fail("%s: the fa2 version is BF16 only (build without -DENABLE_FP32)", argv[1]); }
 #endif
@@ -385,21 +403,37 @@ int main(int argc, char** argv) {
         const Version* v = &versions[1];
         if (fa2_order) { // 8 key tiles: dq sums of up to 8 terms, whose order shows in the rerun's bits
             check_case(v, 1, 512, 2, 64, 2.0f);
+        } else if (fa2_case) {
+            check_case(v, fa2_case_arg(argv[2]), fa2_case_arg(argv[3]), fa2_case_arg(argv[4]), fa2_case_arg(argv[5]),
+                       2.0f);
+        } else if (fa2_sched || fa2_tiny) {
+            const int hs[3] = {64, 128, 32};
+            for (int i = 0; i < 3; i++) {
+                if (fa2_tiny) { check_case(v, 1, 77, 1, hs[i], 2.0f); continue; }
+                check_case(v, 1, 130, 1, hs[i], 6.0f);
+                check_case(v, 2, 17, 1, hs[i], 2.0f);
+            }
+        }
+        if (fa2_order || fa2_case || fa2_sched || fa2_tiny) {
             printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
             return failures ? 1 : 0;
         }
-        forward_only = 1; // GPT-2 124M's layer: C 768, NH 12 (forward only: the emulated backward costs 40 s)
-        if (!fa2_quick) { check_case(v, 1, 1024, 12, 64, 2.0f); }
+        forward_only = 1; // 16 key tiles, 2 heads (forward only: the emulated backward costs 3 s per head)
+        if (!fa2_quick) { check_case(v, 1, 1024, 2, 64, 2.0f); }
         forward_only = 0;
         check_case(v, fa2_quick ? 1 : 2, 77, fa2_quick ? 3 : 12, 64, 2.0f); // odd T: a partial second tile
+        if (!fa2_quick) { // the rest: --fa2-quick's cases (the test runs those under emucc --check)
+            printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
+            return failures ? 1 : 0;
+        }
         check_case(v, 1, 130, 2, 64, 6.0f);  // sharp rows, three tiles, the last with 2 rows
         check_case(v, 2, 17, 3, 64, 2.0f);   // T < 64: one partial tile
         check_case(v, 1, 1, 1, 64, 2.0f);
         // the other head sizes: 128 (GPT-2 shapes with fewer heads) and 32
-        check_case(v, 1, 77, fa2_quick ? 1 : 4, 128, 2.0f);
+        check_case(v, 1, 77, 1, 128, 2.0f);
         check_case(v, 1, 130, 1, 128, 6.0f);
         check_case(v, 2, 17, 2, 128, 2.0f);
-        check_case(v, 1, 77, fa2_quick ? 2 : 8, 32, 2.0f);
+        check_case(v, 1, 77, 2, 32, 2.0f);
         check_case(v, 1, 130, 2, 32, 6.0f);
         check_case(v, 2, 17, 2, 32, 2.0f);
         printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
