@@ -9,6 +9,9 @@
 //   wire_sum_slices      in (R replicas, R slices, bytes(n)) -> dst (R, n): slice j summed over the
 //                        replicas in order 0..R-1 in fp32, never in the compressed type
 //   wire_round_slices    dst (R, n) in place: decode(encode(dst)), the owner's rounding of its sum
+// Top-k (-rk, any format; WireSpec): the same three through wire_spec_*_slices, one CUDA block per
+// chunk of WIRE_TOPK_CHUNK values of a slice (wire_topk_kernel, wire_topk_sum_kernel), selecting
+// exactly the CPU's indices. -ls 0: wire_gradient_message packs a gradient plus the residual.
 #ifndef LLMC_WIRE_KERNELS_CUH
 #define LLMC_WIRE_KERNELS_CUH
 
@@ -124,6 +127,11 @@ __global__ void wire_sum_kernel(float* dst, const uint8_t* in, size_t n, int R, 
     }
 }
 
+// Value i of an encoded run of n values in format f, fp32 included.
+__device__ inline float wire_dev_any_value(int f, const uint8_t* in, size_t n, size_t i) {
+    return f == WIRE_FP32 ? wire_get_f32(in + 4 * i) : wire_dev_value(f, in, n, i);
+}
+
 static unsigned int wire_grid(size_t total) {
     unsigned int blocks = ceil_div_u(total == 0 ? 1 : total, 256);
     return blocks > 4096 ? 4096 : blocks;
@@ -153,6 +161,253 @@ static void wire_round_slices(int f, float* x, size_t n, int R, cudaStream_t str
 static void wire_sum_slices(int f, float* dst, const uint8_t* in, size_t n, int R, cudaStream_t stream) {
     if (n == 0) { return; }
     wire_sum_kernel<<<wire_grid(n * R), 256, 0, stream>>>(dst, in, n, R, wire_bytes(f, n), f);
+    cudaLaunchCheck();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Top-k (-rk D). A slice of n values is cut into chunks of WIRE_TOPK_CHUNK from its start; every
+// chunk but the last keeps k_full values, the last (len = n - its start) k_last (wire_topk_keep).
+// One CUDA block of WIRE_TOPK_THREADS per chunk (blockIdx.x) of slice blockIdx.y; thread t owns the
+// chunk's values [t * WIRE_TOPK_PER, (t + 1) * WIRE_TOPK_PER).
+#define WIRE_TOPK_THREADS 256
+#define WIRE_TOPK_PER (WIRE_TOPK_CHUNK / WIRE_TOPK_THREADS)
+
+__device__ inline uint32_t wire_dev_mag(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+// cnt[0..WIRE_TOPK_THREADS) = its exclusive prefix sums (thread 0; the block syncs around it).
+__device__ inline void wire_topk_scan(unsigned int* cnt) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int sum = 0;
+        for (int i = 0; i < WIRE_TOPK_THREADS; i++) {
+            unsigned int c = cnt[i];
+            cnt[i] = sum;
+            sum += c;
+        }
+    }
+    __syncthreads();
+}
+
+// The magnitude bits T of the chunk's k-th largest |x| (radix select, 8 bits a pass from the top)
+// and how many values equal to T are kept (*need): every value above T and the first *need
+// (lowest indices) equal to it, so that larger magnitudes win and ties go to the lower index.
+__device__ inline uint32_t wire_topk_threshold(const float* xs, size_t len, size_t k, unsigned int* hist,
+                                               unsigned int* shared_sel, unsigned int* need) {
+    int t = threadIdx.x;
+    size_t i0 = (size_t)t * WIRE_TOPK_PER, i1 = i0 + WIRE_TOPK_PER < len ? i0 + WIRE_TOPK_PER : len;
+    if (t == 0) {
+        shared_sel[0] = 0;
+        shared_sel[1] = (unsigned int)k;
+    }
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        hist[t] = 0;
+        __syncthreads();
+        uint32_t hi = shift == 24 ? 0u : 0xffffffffu << (shift + 8), prefix = shared_sel[0];
+        for (size_t i = i0; i < i1; i++) {
+            uint32_t m = wire_dev_mag(xs[i]);
+            if ((m & hi) == (prefix & hi)) { atomicAdd(&hist[(m >> shift) & 255u], 1u); }
+        }
+        __syncthreads();
+        if (t == 0) { // the digit holding the k-th largest, from 255 down
+            unsigned int left = shared_sel[1];
+            int d = 255;
+            for (; d > 0 && hist[d] < left; d--) { left -= hist[d]; }
+            shared_sel[0] = prefix | ((uint32_t)d << shift);
+            shared_sel[1] = left;
+        }
+        __syncthreads();
+    }
+    *need = shared_sel[1];
+    return shared_sel[0];
+}
+
+// One chunk (blockIdx.x) of slice blockIdx.y of x (slices of n values): its k values of largest
+// magnitude (the CPU's wire_topk_select) encoded as the CPU's wire_spec_encode does (k uint16
+// indices ascending, then the kept values as a run in format f) at out + blockIdx.y * bytes +
+// blockIdx.x * chunk_bytes (out NULL: not written); x left as `leave` says (WIRE_RESIDUAL: kept
+// values minus their decoded value, the others unchanged; WIRE_DECODED: decoded, the others 0).
+__global__ void wire_topk_kernel(float* x, size_t n, uint8_t* out, size_t bytes, size_t chunk_bytes, int f,
+                                 size_t k_full, size_t k_last, int leave) {
+    __shared__ float vals[WIRE_TOPK_CHUNK];
+    __shared__ uint16_t idx[WIRE_TOPK_CHUNK];
+    __shared__ unsigned int hist[WIRE_TOPK_THREADS];
+    __shared__ unsigned int cnt[WIRE_TOPK_THREADS];
+    __shared__ unsigned int sel[2];
+    __shared__ float scales[WIRE_TOPK_CHUNK / WIRE_BLOCK];
+    int t = threadIdx.x;
+    size_t c0 = (size_t)blockIdx.x * WIRE_TOPK_CHUNK;
+    size_t len = n - c0 < WIRE_TOPK_CHUNK ? n - c0 : WIRE_TOPK_CHUNK;
+    size_t k = c0 + WIRE_TOPK_CHUNK >= n ? k_last : k_full;
+    float* xs = x + (size_t)blockIdx.y * n + c0;
+    unsigned int need;
+    uint32_t T = wire_topk_threshold(xs, len, k, hist, sel, &need);
+    size_t i0 = (size_t)t * WIRE_TOPK_PER, i1 = i0 + WIRE_TOPK_PER < len ? i0 + WIRE_TOPK_PER : len;
+    unsigned int ties = 0, kept = 0;
+    for (size_t i = i0; i < i1; i++) { ties += wire_dev_mag(xs[i]) == T; }
+    cnt[t] = ties;
+    wire_topk_scan(cnt);
+    unsigned int tie = cnt[t], tie0 = tie; // ties before this thread's values
+    for (size_t i = i0; i < i1; i++) {
+        uint32_t m = wire_dev_mag(xs[i]);
+        kept += m > T || (m == T && tie++ < need);
+    }
+    __syncthreads(); // every thread read its tie count
+    cnt[t] = kept;
+    wire_topk_scan(cnt);
+    unsigned int at = cnt[t];
+    tie = tie0;
+    for (size_t i = i0; i < i1; i++) { // ascending indices, the values beside them
+        float v = xs[i];
+        uint32_t m = wire_dev_mag(v);
+        if (m > T || (m == T && tie++ < need)) {
+            idx[at] = (uint16_t)i;
+            vals[at++] = v;
+        } else if (leave == WIRE_DECODED) {
+            xs[i] = 0.0f;
+        }
+    }
+    __syncthreads();
+    uint8_t* o = out ? out + (size_t)blockIdx.y * bytes + (size_t)blockIdx.x * chunk_bytes : NULL;
+    uint8_t* ov = o ? o + 2 * k : NULL;
+    size_t nb = (k + WIRE_BLOCK - 1) / WIRE_BLOCK;
+    float levels = f == WIRE_INT8 ? 127.0f : 7.0f;
+    if (f == WIRE_INT8 || f == WIRE_INT4) {
+        for (size_t b = t; b < nb; b += WIRE_TOPK_THREADS) {
+            size_t e = (b + 1) * WIRE_BLOCK < k ? (b + 1) * WIRE_BLOCK : k;
+            float amax = 0.0f;
+            for (size_t p = b * WIRE_BLOCK; p < e; p++) { amax = fmaxf(amax, fabsf(vals[p])); }
+            scales[b] = __fdiv_rn(amax, levels);
+            if (ov) { wire_put_u32(ov + 4 * b, __float_as_uint(scales[b])); }
+        }
+        __syncthreads();
+    }
+    for (size_t p = t; p < k; p += WIRE_TOPK_THREADS) {
+        float v = vals[p], dec = v;
+        if (o) {
+            o[2 * p] = (uint8_t)idx[p];
+            o[2 * p + 1] = (uint8_t)(idx[p] >> 8);
+        }
+        if (f == WIRE_FP32) {
+            if (ov) { wire_put_u32(ov + 4 * p, __float_as_uint(v)); }
+        } else if (f == WIRE_BF16) {
+            uint32_t h = wire_dev_bf16_bits(v);
+            if (ov) {
+                ov[2 * p] = (uint8_t)h;
+                ov[2 * p + 1] = (uint8_t)(h >> 8);
+            }
+            dec = wire_dev_bf16_value(h);
+        } else {
+            float scale = scales[p / WIRE_BLOCK];
+            int q = 0;
+            if (scale != 0.0f) { q = (int)fminf(fmaxf(rintf(__fdiv_rn(v, scale)), -levels), levels); }
+            dec = __fmul_rn((float)q, scale);
+            if (ov && f == WIRE_INT8) { ov[4 * nb + p] = (uint8_t)(int8_t)q; }
+            vals[p] = (float)q; // int4: the pair's byte below
+        }
+        if (leave != WIRE_KEEP) { xs[idx[p]] = leave == WIRE_RESIDUAL ? __fsub_rn(v, dec) : dec; }
+    }
+    if (f == WIRE_INT4 && ov) {
+        __syncthreads();
+        for (size_t p = 2 * (size_t)t; p < k; p += 2 * WIRE_TOPK_THREADS) {
+            uint32_t lo = (uint32_t)((int)vals[p] & 0xf), hi = p + 1 < k ? (uint32_t)((int)vals[p + 1] & 0xf) << 4 : 0u;
+            ov[4 * nb + p / 2] = (uint8_t)(lo | hi);
+        }
+    }
+}
+
+// dst (R slices of n) = slice blockIdx.y's chunk blockIdx.x summed over the replicas in order
+// 0..R-1 as the CPU sums them: replica 0's decoded chunk (0 where not kept), then each next
+// replica's decoded chunk added element by element. in: replica r's R encodings at r * R * bytes.
+__global__ void wire_topk_sum_kernel(float* dst, const uint8_t* in, size_t n, int R, size_t bytes,
+                                     size_t chunk_bytes, int f, size_t k_full, size_t k_last) {
+    __shared__ float dense[WIRE_TOPK_CHUNK];
+    size_t j = blockIdx.y, c0 = (size_t)blockIdx.x * WIRE_TOPK_CHUNK;
+    size_t len = n - c0 < WIRE_TOPK_CHUNK ? n - c0 : WIRE_TOPK_CHUNK;
+    size_t k = c0 + WIRE_TOPK_CHUNK >= n ? k_last : k_full;
+    float* d = dst + j * n + c0;
+    for (int r = 0; r < R; r++) {
+        for (size_t i = threadIdx.x; i < len; i += blockDim.x) { dense[i] = 0.0f; }
+        __syncthreads();
+        const uint8_t* e = in + ((size_t)r * R + j) * bytes + (size_t)blockIdx.x * chunk_bytes;
+        for (size_t p = threadIdx.x; p < k; p += blockDim.x) {
+            dense[(uint32_t)e[2 * p] | ((uint32_t)e[2 * p + 1] << 8)] = wire_dev_any_value(f, e + 2 * k, k, p);
+        }
+        __syncthreads();
+        for (size_t i = threadIdx.x; i < len; i += blockDim.x) { d[i] = r == 0 ? dense[i] : __fadd_rn(d[i], dense[i]); }
+        __syncthreads();
+    }
+}
+
+// The chunk geometry of a slice of n values under w (density > 0).
+static void wire_topk_geometry(const WireSpec* w, size_t n, size_t* chunks, size_t* k_full, size_t* k_last,
+                               size_t* chunk_bytes) {
+    *chunks = (n + WIRE_TOPK_CHUNK - 1) / WIRE_TOPK_CHUNK;
+    *k_full = wire_topk_keep(w, WIRE_TOPK_CHUNK);
+    *k_last = wire_topk_keep(w, n - (*chunks - 1) * WIRE_TOPK_CHUNK);
+    *chunk_bytes = 2 * *k_full + wire_bytes(w->format, *k_full);
+}
+
+// The launches for any WireSpec (a dense fp32 spec excepted: that is an all-reduce): x, R slices of
+// n values; out, R * wire_spec_bytes(w, n) bytes.
+static void wire_spec_slices(const WireSpec* w, float* x, size_t n, int R, uint8_t* out, int leave,
+                             cudaStream_t stream) {
+    if (w->density == 0.0f) { wire_slices(w->format, x, n, R, out, leave, stream); return; }
+    if (n == 0) { return; }
+    size_t chunks, k_full, k_last, chunk_bytes;
+    wire_topk_geometry(w, n, &chunks, &k_full, &k_last, &chunk_bytes);
+    dim3 grid((unsigned int)chunks, (unsigned int)R);
+    wire_topk_kernel<<<grid, WIRE_TOPK_THREADS, 0, stream>>>(x, n, out, wire_spec_bytes(w, n), chunk_bytes,
+                                                             w->format, k_full, k_last, leave);
+    cudaLaunchCheck();
+}
+
+static void wire_spec_encode_slices(const WireSpec* w, float* x, size_t n, int R, uint8_t* out, int feedback,
+                                    cudaStream_t stream) {
+    wire_spec_slices(w, x, n, R, out, feedback ? WIRE_RESIDUAL : WIRE_KEEP, stream);
+}
+
+// The owner's rounding of its sum (w: the owner's spec, mult R with -rk).
+static void wire_spec_round_slices(const WireSpec* w, float* x, size_t n, int R, cudaStream_t stream) {
+    wire_spec_slices(w, x, n, R, NULL, WIRE_DECODED, stream);
+}
+
+static void wire_spec_sum_slices(const WireSpec* w, float* dst, const uint8_t* in, size_t n, int R,
+                                 cudaStream_t stream) {
+    if (w->density == 0.0f) { wire_sum_slices(w->format, dst, in, n, R, stream); return; }
+    if (n == 0) { return; }
+    size_t chunks, k_full, k_last, chunk_bytes;
+    wire_topk_geometry(w, n, &chunks, &k_full, &k_last, &chunk_bytes);
+    dim3 grid((unsigned int)chunks, (unsigned int)R);
+    wire_topk_sum_kernel<<<grid, WIRE_TOPK_THREADS, 0, stream>>>(dst, in, n, R, wire_spec_bytes(w, n), chunk_bytes,
+                                                                 w->format, k_full, k_last);
+    cudaLaunchCheck();
+}
+
+// -ls 0: msg[i] = g[i] (gx: floatX, ZeRO 0's gradient; NULL: msg already holds it) + res[i] (NULL:
+// nothing) for i < owned, 0 up to padded.
+__global__ void wire_gradient_message_kernel(float* msg, const floatX* gx, const float* res, size_t owned,
+                                             size_t padded) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < padded; i += (size_t)gridDim.x * blockDim.x) {
+        float g = i >= owned ? 0.0f : gx ? (float)gx[i] : msg[i];
+        msg[i] = i < owned && res ? __fadd_rn(g, res[i]) : g;
+    }
+}
+
+static void wire_gradient_message(float* msg, const floatX* gx, const float* res, size_t owned, size_t padded,
+                                  cudaStream_t stream) {
+    wire_gradient_message_kernel<<<wire_grid(padded), 256, 0, stream>>>(msg, gx, res, owned, padded);
+    cudaLaunchCheck();
+}
+
+// -ls 0, ZeRO 0: g[i] = sum[i] * inv (fp32 product, then floatX).
+__global__ void wire_gradient_back_kernel(floatX* g, const float* sum, size_t n, float inv) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        g[i] = (floatX)__fmul_rn(sum[i], inv);
+    }
+}
+
+static void wire_gradient_back(floatX* g, const float* sum, size_t n, float inv, cudaStream_t stream) {
+    wire_gradient_back_kernel<<<wire_grid(n), 256, 0, stream>>>(g, sum, n, inv);
     cudaLaunchCheck();
 }
 

@@ -42,6 +42,24 @@ multi_gpu_diloco_wire_resume() {
     /usr/bin/python3 dev/test_multi_gpu.py diloco_wire_resume $d/train_mutant
 }
 check_bg multi_gpu_diloco_wire_resume multi_gpu_diloco_wire_resume
+# -rk's kernels (llmc/wire_kernels.cuh) standalone under --check: every format, slices of 1 to 2
+# chunks and a bit, values with planted magnitude ties, against llmc/wire_format.h bit for bit
+# (encodings, residuals, the owner's rounding, the sum over 2 replicas); and a planted bug, a copy
+# whose tie rule keeps one tied value too few, that must fail.
+wire_topk_kernels() {
+    local d=build/multi_gpu/topk_mutant
+    make -s -f dev/gpu.mk build/gpu/dev_cuda_wire_topk || return 1
+    EMU_SCHED=random:3 build/gpu/dev_cuda_wire_topk > build/multi_gpu/wire_topk.txt || { cat build/multi_gpu/wire_topk.txt; return 1; }
+    grep -c "^ok" build/multi_gpu/wire_topk.txt
+    rm -rf $d && mkdir -p $d/dev/cuda $d/llmc && cp dev/cuda/wire_topk.cu dev/cuda/common.cuh dev/cuda/copies.cuh $d/dev/cuda/ &&
+        cp llmc/* $d/llmc/ || return 1
+    sed -i 's/(m == T \&\& tie++ < need)/(m == T \&\& tie++ + 1 < need)/g' $d/llmc/wire_kernels.cuh
+    grep -q "tie++ + 1 < need" $d/llmc/wire_kernels.cuh || { echo "the mutation did not apply"; return 1; }
+    dev/cuda_emu/emucc -O1 -o $d/t $d/dev/cuda/wire_topk.cu || return 1
+    if $d/t > $d/out.txt; then echo "the wrong tie rule passed"; return 1; fi
+    echo "the wrong tie rule: $(grep -c ^FAIL $d/out.txt) failing cases (caught)"
+}
+check_bg multi_gpu_wire_topk_kernels wire_topk_kernels
 check_wait
 
 # -op 1 on the emulated GPU trainer (CUDA events, llmc/op_events.cuh), on 1 rank and on 2 ranks with
