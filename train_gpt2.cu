@@ -561,6 +561,7 @@ typedef struct {
     float* loss;               // world floats: [0] the loss being summed, the rest 0 (ring padding)
     float* norm;               // dp_shard floats ([0] the squared norm), then NORM_BLOCKS of scratch
     int replica_reduce;        // 1: gradients averaged over every rank; 0 (-ls): over the shard group only
+    OuterConfig grad_wire;     // -ls 0: how this step's gradients cross the replicas (-rq/-rk, -rqs)
     // -ls (llmc/outer_sync.h; NULL without): the outer parameters and momentum (owned elements,
     // the AdamW state's order), the outer sync's message in ZeRO 0 (stages 1, 2 use shard_grads,
     // idle between steps), 2 floats per replica for the CRC all-gather
@@ -659,6 +660,7 @@ static void dp_init(DataParallel* dp, ncclComm_t world, int rank, int world_size
     dp->loss = (float*)device_alloc(mesh->world * sizeof(float));
     dp->norm = (float*)device_alloc((mesh->dp_shard + NORM_BLOCKS) * sizeof(float));
     dp->replica_reduce = 1;
+    memset(&dp->grad_wire, 0, sizeof(dp->grad_wire));
     dp->outer = NULL;
     dp->outer_m = NULL;
     dp->outer_msg = NULL;
@@ -725,30 +727,45 @@ static void dp_init_fragments(DataParallel* dp, int F) {
     for (int f = 0; f < F; f++) { cudaCheck(cudaEventCreateWithFlags(&dp->exchanged[f], cudaEventDisableTiming)); }
 }
 
+// -rq/-rk (w compressed): the encoded messages (R slices of `slice` values in w, R times that
+// all-gathered) and with feedback the residual (zero, one per owned element).
+static void dp_wire_alloc(DataParallel* dp, const WireSpec* w, size_t slice, int feedback) {
+    int R = dp->mesh.dp_replicate;
+    size_t most = wire_spec_bytes(w, slice);
+    dp->wire_send = (uint8_t*)device_alloc(R * most);
+    dp->wire_recv = (uint8_t*)device_alloc((size_t)R * R * most);
+    if (feedback) {
+        dp->residual = (float*)device_alloc(dp->owned * sizeof(float));
+        cudaCheck(cudaMemset(dp->residual, 0, dp->owned * sizeof(float)));
+    }
+}
+
+// -ls 0 with -rq/-rk: the wire buffers for the owned gradient (padded to R slices) and, ZeRO 0, its
+// fp32 message buffer (stages 1, 2 send shard_grads in place). Not in the memory line but the residual.
+static void dp_gradient_wire_alloc(DataParallel* dp, const WireSpec* w, int feedback) {
+    size_t padded = round_up(dp->owned, dp->mesh.dp_replicate);
+    dp_wire_alloc(dp, w, padded / dp->mesh.dp_replicate, feedback);
+    if (dp->zero_stage == 0) { dp->outer_msg = (float*)device_alloc(padded * sizeof(float)); }
+}
+
 // -ls: the outer state (zeroed; outer_init fills it), ZeRO 0's message buffer (owned elements
 // padded to a multiple of dp_replicate; not in the printed memory, which is the closed form of
-// llmc/accounting.h) and the CRC all-gather's buffer; the fragments (-lf F); -rq `wire` (not
-// fp32): the encoded messages (R slices of the largest fragment's, R times that all-gathered) and
-// with feedback the residual (zero); -lo: the held sums and local values (not in the memory line).
-static void dp_outer_alloc(DataParallel* dp, int F, int wire, int feedback, int overlap) {
+// llmc/accounting.h) and the CRC all-gather's buffer; the fragments (-lf F); -rq/-rk (w not NULL):
+// dp_wire_alloc for the largest fragment; -lo: the held sums and local values (not in the memory line).
+static void dp_outer_alloc(DataParallel* dp, int F, const WireSpec* w, int feedback, int overlap) {
     int R = dp->mesh.dp_replicate;
     dp->outer = (float*)device_alloc(dp->owned * sizeof(float));
     dp->outer_m = (float*)device_alloc(dp->owned * sizeof(float));
     dp->crc_buf = (float*)device_alloc(2 * (size_t)R * sizeof(float));
     if (dp->zero_stage == 0) { dp->outer_msg = (float*)device_alloc(round_up(dp->owned, R) * sizeof(float)); }
     dp_init_fragments(dp, F);
-    if (wire != WIRE_FP32) {
+    if (w) {
         size_t most = 0;
         for (int f = 0; f < dp->num_frags; f++) {
-            size_t b = wire_bytes(wire, round_up(dp->frag_count[f], R) / R);
-            if (b > most) { most = b; }
+            size_t n = round_up(dp->frag_count[f], R) / R;
+            if (n > most) { most = n; }
         }
-        dp->wire_send = (uint8_t*)device_alloc(R * most);
-        dp->wire_recv = (uint8_t*)device_alloc((size_t)R * R * most);
-        if (feedback) {
-            dp->residual = (float*)device_alloc(dp->owned * sizeof(float));
-            cudaCheck(cudaMemset(dp->residual, 0, dp->owned * sizeof(float)));
-        }
+        dp_wire_alloc(dp, w, most, feedback);
     }
     if (overlap > 0) {
         dp->pend_sum = (float*)device_alloc(dp->pend_off[dp->num_frags] * sizeof(float));
@@ -920,10 +937,52 @@ static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
     cudaCheck(cudaEventRecord(dp->comm_done, cs));
 }
 
+static void dp_wire_exchange(DataParallel* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs);
+
+// -ls 0 with -rq/-rk, the CPU trainer's dp_replica_sum_gradient: the owned gradient summed over
+// the shard group (ZeRO 0: an all-reduce on stream 0, then copied as fp32 into outer_msg; stages 1,
+// 2: shard_grads, the reduce-scattered sums) plus the residual, padded to R slices, encoded (the
+// residual keeps what that lost) and summed over the replicas (dp_wire_exchange), then divided by
+// the world, all on comm_stream; stream 0 waits for it.
+static void dp_compressed_gradients(DataParallel* dp, GPT2* m) {
+    int R = dp->mesh.dp_replicate, S = dp->mesh.dp_shard;
+    size_t padded = round_up(dp->owned, R);
+    if (dp->zero_stage == 0 && S > 1) {
+        int span = op_span_begin(OP_COMM, 0);
+        dp_order_on_main(dp);
+        size_t p = round_up(m->num_parameters, S);
+        ncclCheck(ncclAllReduce(m->grads_memory, m->grads_memory, p, ncclFloatX, ncclSum, dp->shard, 0));
+        op_span_end(span, 0.0, ring_bytes((double)p * sizeof(floatX), S, 1));
+    }
+    cudaStream_t cs = dp->comm_stream;
+    dp_order_on_comm(dp);
+    float* msg = dp->zero_stage == 0 ? dp->outer_msg : dp->shard_grads;
+    WireSpec w = outer_wire_spec(&dp->grad_wire, 0, R);
+    wire_gradient_message(msg, dp->zero_stage == 0 ? m->grads_memory : NULL, dp->residual, dp->owned, padded, cs);
+    wire_spec_encode_slices(&w, msg, padded / R, R, dp->wire_send, dp->residual != NULL, cs);
+    if (dp->residual) {
+        cudaCheck(cudaMemcpyAsync(dp->residual, msg, dp->owned * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+    }
+    dp_wire_exchange(dp, &w, msg, padded / R, cs);
+    float inv = 1.0f / (float)dp->mesh.world;
+    if (dp->zero_stage == 0) {
+        wire_gradient_back(m->grads_memory, msg, dp->owned, inv, cs);
+    } else {
+        scale(dp->shard_grads, dp->owned, inv, cs);
+    }
+    cudaCheck(cudaEventRecord(dp->comm_done, cs));
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->comm_done, 0)));
+}
+
 // After the last micro-step: the reduction finished across ranks and averaged over the world (or,
-// with -ls between syncs, over the replica's shard group: the replicas keep their own gradients).
+// with -ls between syncs, over the replica's shard group: the replicas keep their own gradients;
+// -ls 0 with -rq/-rk: dp_compressed_gradients).
 static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
     int W = dp->mesh.world, S = dp->mesh.dp_shard;
+    if (dp->replica_reduce && dp->mesh.dp_replicate > 1 && outer_compressed(&dp->grad_wire)) {
+        dp_compressed_gradients(dp, m);
+        return;
+    }
     if (dp->zero_stage == 0) {
         int span = op_span_begin(OP_COMM, 0);
         dp_order_on_main(dp);
@@ -1098,20 +1157,51 @@ static void dp_outer_init(DataParallel* dp, GPT2* m, const float* master) {
     }
 }
 
+// The sum over the replicas of dst (R slices of `slice` fp32 values, packed), on stream cs, which
+// records comm_done: a dense fp32 spec w is one all-reduce; otherwise every replica's R encodings
+// (in dp->wire_send, w's, already written on an earlier point of cs or stream 0) are all-gathered,
+// summed in fp32 in replica order and rounded as the owner of each slice would round it (w with mult
+// R; every replica computes the same), the CPU trainer's dp_replica_sum_wire.
+static void dp_wire_exchange(DataParallel* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs) {
+    int R = dp->mesh.dp_replicate, dense = w->format == WIRE_FP32 && w->density == 0.0f;
+    if (!dense || R > 1) {
+        int span = op_span_begin(OP_COMM, cs);
+        if (dense) {
+            ncclCheck(ncclAllReduce(dst, dst, slice * R, ncclFloat, ncclSum, dp->replica, cs));
+            op_span_end(span, 0.0, ring_bytes((double)slice * R * sizeof(float), R, 1));
+        } else {
+            WireSpec owner = *w;
+            owner.mult = R;
+            size_t bytes = (size_t)R * wire_spec_bytes(w, slice);
+            ncclCheck(ncclAllGather(dp->wire_send, dp->wire_recv, bytes, ncclUint8, dp->replica, cs));
+            wire_spec_sum_slices(w, dst, dp->wire_recv, slice, R, cs);
+            wire_spec_round_slices(&owner, dst, slice, R, cs);
+            op_span_end(span, 0.0, ring_bytes((double)bytes * R, R, 0));
+        }
+        cudaCheck(cudaEventRecord(dp->comm_done, cs));
+    }
+}
+
+// The spec of an exchange under c (fp32, dense, where -rqs has not switched yet).
+static WireSpec dp_wire_spec(const OuterConfig* c) {
+    WireSpec fp32 = {WIRE_FP32, 0.0f, 1};
+    return outer_compressed(c) ? outer_wire_spec(c, 0, 1) : fp32;
+}
+
 // Fragment c->fragment's exchange (the whole model without -lf), the CPU trainer's: each owned
-// element's outer_message (plus its residual with -rq and feedback) packed into dst (the fragment's
-// owned elements in owned order, zero-padded to R slices), then the sum over the replicas into dst.
-// fp32: one all-reduce. -rq: every slice encoded on stream 0 (llmc/wire_kernels.cuh; the residual
-// keeps what that lost), the R encodings all-gathered over the replicas, summed in fp32 in replica
-// order and rounded as the owner of each slice would round it (every replica computes the same).
-// snap (-lo): receives the fragment's owned local values. Stream 0 first waits for every collective
-// issued (the parameters' all-gather, an earlier exchange still reading wire_send); the collectives
-// and the sum run on comm_stream, which records comm_done and the fragment's `exchanged` event.
+// element's outer_message (plus its residual with -rq/-rk and feedback) packed into dst (the fragment's
+// owned elements in owned order, zero-padded to R slices), then the sum over the replicas into dst
+// (dp_wire_exchange). -rq/-rk: every slice encoded on stream 0 (llmc/wire_kernels.cuh; the residual
+// keeps what that lost). snap (-lo): receives the fragment's owned local values. Stream 0 first
+// waits for every collective issued (the parameters' all-gather, an earlier exchange still reading
+// wire_send); the collectives and the sum run on comm_stream, which records comm_done and the
+// fragment's `exchanged` event.
 static void dp_fragment_exchange(DataParallel* dp, GPT2* m, float* master, const OuterConfig* c, float* dst,
                                  float* snap) {
-    int R = dp->mesh.dp_replicate, f = c->fragment, wire = outer_compressed(c) ? c->wire : WIRE_FP32;
+    int R = dp->mesh.dp_replicate, f = c->fragment;
+    WireSpec w = dp_wire_spec(c);
     size_t padded = round_up(dp->frag_count[f], R), slice = padded / R;
-    const float* res = wire != WIRE_FP32 ? dp->residual : NULL;
+    const float* res = outer_compressed(c) ? dp->residual : NULL;
     dp_comm_wait(dp);
     cudaCheck(cudaMemsetAsync(dst, 0, padded * sizeof(float), 0));
     for (int i = dp->frag_runs[f]; i < dp->frag_runs[f + 1]; i++) {
@@ -1122,8 +1212,8 @@ static void dp_fragment_exchange(DataParallel* dp, GPT2* m, float* master, const
         outer_span_message(dst + r->packed, dp->outer + o, mw, m->params_memory + r->param_offset, res ? res + o : NULL,
                            r->count, outer_plain_average(c));
     }
-    if (wire != WIRE_FP32) {
-        wire_encode_slices(wire, dst, slice, R, dp->wire_send, res != NULL, 0);
+    if (outer_compressed(c)) {
+        wire_spec_encode_slices(&w, dst, slice, R, dp->wire_send, res != NULL, 0);
         for (int i = dp->frag_runs[f]; res && i < dp->frag_runs[f + 1]; i++) { // the residual back in owned order
             const FragRun* r = &dp->runs[i];
             cudaCheck(cudaMemcpyAsync(dp->residual + r->owned_offset, dst + r->packed, r->count * sizeof(float),
@@ -1132,20 +1222,7 @@ static void dp_fragment_exchange(DataParallel* dp, GPT2* m, float* master, const
     }
     cudaStream_t cs = dp->comm_stream;
     dp_order_on_comm(dp);
-    if (wire != WIRE_FP32 || R > 1) {
-        int span = op_span_begin(OP_COMM, cs);
-        if (wire == WIRE_FP32) {
-            ncclCheck(ncclAllReduce(dst, dst, padded, ncclFloat, ncclSum, dp->replica, cs));
-            op_span_end(span, 0.0, ring_bytes((double)padded * sizeof(float), R, 1));
-        } else {
-            size_t bytes = (size_t)R * wire_bytes(wire, slice);
-            ncclCheck(ncclAllGather(dp->wire_send, dp->wire_recv, bytes, ncclUint8, dp->replica, cs));
-            wire_sum_slices(wire, dst, dp->wire_recv, slice, R, cs);
-            wire_round_slices(wire, dst, slice, R, cs);
-            op_span_end(span, 0.0, ring_bytes((double)bytes * R, R, 0));
-        }
-        cudaCheck(cudaEventRecord(dp->comm_done, cs));
-    }
+    dp_wire_exchange(dp, &w, dst, slice, cs);
     cudaCheck(cudaEventRecord(dp->exchanged[f], cs));
 }
 
@@ -1474,6 +1551,8 @@ static size_t gpu_comm_bytes_sent(void* ctx) {
 
 static void gpu_set_replica_reduce(void* ctx, int every_step) { ((GpuTrainer*)ctx)->dp.replica_reduce = every_step; }
 
+static void gpu_set_gradient_wire(void* ctx, const OuterConfig* c) { ((GpuTrainer*)ctx)->dp.grad_wire = *c; }
+
 static void gpu_outer_init(void* ctx) {
     GpuTrainer* g = (GpuTrainer*)ctx;
     dp_outer_init(&g->dp, &g->model, g->opt.master);
@@ -1494,7 +1573,7 @@ static const TrainerOps gpu_trainer_ops = {gpu_begin_step, gpu_micro_step, gpu_r
                                            gpu_write_state, gpu_read_state, gpu_barrier, GPU_COMM_BYTES_SENT,
                                            gpu_eval_losses, gpu_sum_count, GPU_PEAK_TFLOPS, GPU_PEAK_SOURCE,
                                            "train_gpt2 " PRECISION_NAME, gpu_set_replica_reduce, gpu_outer_init,
-                                           gpu_outer_step, gpu_replica_crcs, NULL, 1};
+                                           gpu_outer_step, gpu_replica_crcs, gpu_set_gradient_wire, 1};
 
 #ifndef TESTING
 int main(int argc, char** argv) {
@@ -1533,13 +1612,19 @@ int main(int argc, char** argv) {
     GpuTrainer gpu;
     gpu.seed = (uint32_t)args.seed;
     dp_init(&gpu.dp, world_comm, rank, world, &run.config, zero, args.dp_shard);
-    int outer_state = args.outer_every > 0, wire = wire_format_from_name(args.wire_name);
+    int outer_state = args.outer_every > 0;
+    WireSpec wire = {wire_format_from_name(args.wire_name), args.topk, 1};
+    int compressed = wire.format != WIRE_FP32 || wire.density > 0.0f;
     if (args.link_mbps > 0.0f) { fail("-rb %g: the modelled link is train_gpt2cpu's only", args.link_mbps); }
-    if (wire != WIRE_FP32 && gpu.dp.mesh.dp_replicate > 2) { // the all-gather would send more than the closed form
-        fail("-rq %s: the GPU trainer's compressed exchange is built for 2 replicas (this mesh has %d; train_gpt2cpu "
-             "has any)", args.wire_name, gpu.dp.mesh.dp_replicate);
+    if (compressed && gpu.dp.mesh.dp_replicate > 2) { // the all-gather would send more than the closed form
+        fail("-rq %s -rk %g: the GPU trainer's compressed exchange is built for 2 replicas (this mesh has %d; "
+             "train_gpt2cpu has any)", args.wire_name, args.topk, gpu.dp.mesh.dp_replicate);
     }
-    if (outer_state) { dp_outer_alloc(&gpu.dp, args.fragments, wire, args.error_feedback, args.overlap); }
+    if (outer_state) {
+        dp_outer_alloc(&gpu.dp, args.fragments, compressed ? &wire : NULL, args.error_feedback, args.overlap);
+    } else if (compressed) {
+        dp_gradient_wire_alloc(&gpu.dp, &wire, args.error_feedback);
+    }
     gpt2_build(&gpu.model, &run.config, params, args.B, args.T, args.recompute,
                grad_layers_for_stage(zero, run.config.num_layers), zero == 0 ? (size_t)world : 1);
     gpu.model.att_cudnn = attention_use_cudnn(args.attention, run.config.channels, run.config.num_heads);

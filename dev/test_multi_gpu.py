@@ -29,6 +29,9 @@ runs, parsers and independent closed forms, with the emulated trainer as TRAINER
                          an exchange in flight resumed repeats the uninterrupted steps and final
                          weights bit for bit (residuals, held sums, snapshots saved per rank); -rq int4 on 2 x 1 against the CPU trainer, and M (a copy of the
                          trainer that never adds the residual) must miss the CPU's losses
+  sync_wire              -ls 0 -rq int8 (ZeRO 1), -ls 0 -rq bf16 -rk 0.05 -rqs 1 (ZeRO 0) and -ls 3 -rq
+                         int4 -rk 0.05 (ZeRO 2) on 2 x 1 against the CPU trainer (losses, weights, the
+                         replica bytes line); a -ls 0 -rq int8 checkpoint resumed bit for bit
 Each subcommand exits non-zero on any mismatch.
 """
 import os
@@ -354,7 +357,7 @@ WIRE_CASES = [("-rq int8 (-ref 1)", ["-rq", "int8"], 1), ("-lf 2", ["-lf", "2"],
 
 
 def wire_line(stdout):
-    m = re.search(r"replica link format: .*?: (\d+) bytes per outer sync", stdout)
+    m = re.search(r"replica link format: .*?: (\d+) bytes per (?:outer sync|step)", stdout)
     return int(m.group(1)) if m else None
 
 
@@ -444,6 +447,61 @@ def diloco_wire_resume():
     sys.exit(1 if failures else 0)
 
 
+# -ls 0 -rq and -rk on the GPU: (name, flags, ranks, shard, stage); -ls 0 cases replace WIRE's -ls 3.
+# The first also writes checkpoints at step 2 (resumed below).
+SYNC_WIRE_CASES = [("-ls 0 -rq int8", ["-ls", "0", "-rq", "int8", "-n", "2"], 2, 1, 1),
+                   ("-ls 0 -rq bf16 -rk 0.05 -rqs 1", ["-ls", "0", "-rq", "bf16", "-rk", "0.05", "-rqs", "1"], 2, 1, 0),
+                   ("-ls 3 -rq int4 -rk 0.05", ["-rq", "int4", "-rk", "0.05"], 2, 1, 2)]
+
+
+def weight_errors(tag):
+    """|CPU - GPU| over every weight of the runs `tag`_cpu and `tag`_gpu."""
+    return np.abs(model_weights(f"{OUT}/{tag}_cpu/model_final.bin") - model_weights(f"{OUT}/{tag}_gpu/model_final.bin"))
+
+
+def sync_wire():
+    """-ls 0 -rq (synchronous compressed gradients) and -rk (top-k) against the CPU trainer, 4 steps:
+    losses within 1e-4; weights as the CPU-vs-reference tests of docs/distributed.md bound them (the
+    median within 1e-6, at most 0.5% beyond 1e-4, each within 5e-3: a rounding or top-k decision that
+    the two trainers' ~1e-7 apart gradients put on different sides moves an element by up to lr per
+    step); the replica bytes line equal to the CPU's; the checkpoint at step 2 of -ls 0 -rq int8
+    (residual saved per rank) resumed repeats steps 3-4 and the final model bit for bit."""
+    global WIRE
+    failures = 0
+    WIRE = WIRE[:-2] + ["-x", "4"]
+    for i, (name, extra, ranks, shard, stage) in enumerate(SYNC_WIRE_CASES):
+        le, we, cpu_out, out = wire_compare(FP32, extra, ranks, shard, stage, f"sync_wire{i}")
+        w = weight_errors(f"sync_wire{i}") if le < float("inf") else np.array([float("inf")])
+        beyond, line_gpu, line_cpu = float(np.mean(w > 1e-4)), wire_line(out), wire_line(cpu_out)
+        ok = le <= 1e-4 and float(np.median(w)) <= 1e-6 and beyond <= 0.005 and float(w.max()) <= 5e-3 and \
+            line_gpu is not None and line_gpu == line_cpu
+        failures += not ok
+        print(f"{'ok' if ok else 'FAIL'}  fp32 {name}, {ranks} GPUs, mesh {ranks // shard}x{shard}, ZeRO {stage} vs the "
+              f"CPU trainer: max loss error {le:.2e} (tol 1e-4), weights: median {np.median(w):.1e} (tol 1e-6), "
+              f"{100 * beyond:.3f}% beyond 1e-4 (at most 0.5%), max {w.max():.2e} (at most 5e-3); replica bytes line "
+              f"GPU {line_gpu}, CPU {line_cpu}")
+    td.TRAINER = FP32
+    name, extra, ranks, shard, stage = SYNC_WIRE_CASES[0]
+    args = WIRE + extra + ["-z", str(stage), "-ds", str(shard)]
+    full, part = OUT + "/sync_wire0_gpu", OUT + "/sync_wire_resume"
+    shutil.rmtree(part, ignore_errors=True)
+    os.makedirs(part)
+    for f in os.listdir(full):
+        if "_00000002" in f:
+            shutil.copy(os.path.join(full, f), part)
+    r = td.mpirun(ranks, args + ["-y", "1", "-o", part])
+    a, b = td.train_losses(full + "/main.log"), td.train_losses(part + "/main.log") if r.returncode == 0 else {}
+    same_w = r.returncode == 0 and np.array_equal(model_weights(full + "/model_final.bin"),
+                                                  model_weights(part + "/model_final.bin"))
+    ok = r.returncode == 0 and "resumed from step 2" in r.stdout and sorted(b) == [3, 4] and \
+        all(b[s] == a[s] for s in b) and same_w
+    failures += not ok
+    print(f"{'ok' if ok else 'FAIL'}  fp32 {name}, {ranks} GPUs, mesh {ranks // shard}x{shard}, ZeRO {stage}, resumed at "
+          f"step 2 (residuals from the state files): steps 3-4 {[b.get(s) for s in (3, 4)]}, uninterrupted "
+          f"{[a.get(s) for s in (3, 4)]}, final weights {'bitwise equal' if same_w else 'DIFFER'}"
+          + ("" if r.returncode == 0 else r.stderr[-1000:]))
+    sys.exit(1 if failures else 0)
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "equivalence":
@@ -451,4 +509,4 @@ if __name__ == "__main__":
     else:
         {"accounting": accounting, "startup": startup, "failures": failures, "mutant": mutant,
          "stage2_slots": stage2_slots, "resume": resume, "diloco": diloco, "diloco_wire": diloco_wire,
-         "diloco_wire_resume": diloco_wire_resume}[cmd]()
+         "diloco_wire_resume": diloco_wire_resume, "sync_wire": sync_wire}[cmd]()

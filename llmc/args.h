@@ -272,21 +272,16 @@ static void require_float(const char* flag, float value, float lo, float hi) {
     if (!(value >= lo && value <= hi)) { fail("%s %g: must be in %g..%g", flag, value, lo, hi); }
 }
 
-// -rq, -ref, -rqs, -rk: compressed pseudo-gradients (-ls H) or gradients (-ls 0) across the replicas,
-// the GPU trainer: -ls H's pseudo-gradients without -rk (docs/distributed.md).
-static void args_validate_wire(const TrainArgs* a, int gpu) {
+// -rq, -ref, -rqs, -rk: compressed pseudo-gradients (-ls H) or gradients (-ls 0) across the replicas
+// (docs/distributed.md).
+static void args_validate_wire(const TrainArgs* a) {
     int f = wire_format_from_name(a->wire_name);
     if (f < 0) { fail("-rq %s: must be fp32, bf16, int8 or int4", a->wire_name); }
     require_int("-ref", a->error_feedback, 0, 1);
     require_int("-rqs", a->wire_start, 0, 2147483647);
     require_float("-rk", a->topk, 0.0f, 1.0f);
-    if (f == WIRE_FP32 && a->topk == 0.0f) {
-        if (a->wire_start > 0) { fail("-rqs %d: needs -rq bf16, int8 or int4, or -rk", a->wire_start); }
-        return;
-    }
-    if (gpu && (a->topk > 0.0f || a->outer_every == 0)) {
-        fail("-rq %s -rk %g: the GPU trainer compresses only -ls H's pseudo-gradients, without -rk, for now "
-             "(train_gpt2cpu has the rest)", a->wire_name, a->topk);
+    if (f == WIRE_FP32 && a->topk == 0.0f && a->wire_start > 0) {
+        fail("-rqs %d: needs -rq bf16, int8 or int4, or -rk", a->wire_start);
     }
 }
 
@@ -337,7 +332,7 @@ static void args_validate(const TrainArgs* a, int gpu) {
     }
     require_float("-rb", a->link_mbps, 0.0f, 1e9f);
     if (a->link_mbps > 0.0f && a->outer_every == 0) { fail("-rb %g: needs -ls H > 0", a->link_mbps); }
-    args_validate_wire(a, gpu);
+    args_validate_wire(a);
     if (a->hellaswag && a->val_every == 0) { fail("-h 1: HellaSwag runs at every validation, so -v must be > 0"); }
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {
         fail("-y/-n: checkpoints need a log dir (-o)");

@@ -356,8 +356,9 @@ static void wire_spec_slices(const WireSpec* w, float* x, size_t n, int R, uint8
     size_t chunks, k_full, k_last, chunk_bytes;
     wire_topk_geometry(w, n, &chunks, &k_full, &k_last, &chunk_bytes);
     dim3 grid((unsigned int)chunks, (unsigned int)R);
-    wire_topk_kernel<<<grid, WIRE_TOPK_THREADS, 0, stream>>>(x, n, out, wire_spec_bytes(w, n), chunk_bytes,
-                                                             w->format, k_full, k_last, leave);
+    size_t bytes = wire_spec_bytes(w, n); // arguments as values (the emulator may run the launch later)
+    int f = w->format;
+    wire_topk_kernel<<<grid, WIRE_TOPK_THREADS, 0, stream>>>(x, n, out, bytes, chunk_bytes, f, k_full, k_last, leave);
     cudaLaunchCheck();
 }
 
@@ -378,8 +379,9 @@ static void wire_spec_sum_slices(const WireSpec* w, float* dst, const uint8_t* i
     size_t chunks, k_full, k_last, chunk_bytes;
     wire_topk_geometry(w, n, &chunks, &k_full, &k_last, &chunk_bytes);
     dim3 grid((unsigned int)chunks, (unsigned int)R);
-    wire_topk_sum_kernel<<<grid, WIRE_TOPK_THREADS, 0, stream>>>(dst, in, n, R, wire_spec_bytes(w, n), chunk_bytes,
-                                                                 w->format, k_full, k_last);
+    size_t bytes = wire_spec_bytes(w, n);
+    int f = w->format;
+    wire_topk_sum_kernel<<<grid, WIRE_TOPK_THREADS, 0, stream>>>(dst, in, n, R, bytes, chunk_bytes, f, k_full, k_last);
     cudaLaunchCheck();
 }
 

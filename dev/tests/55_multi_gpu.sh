@@ -42,6 +42,11 @@ multi_gpu_diloco_wire_resume() {
     /usr/bin/python3 dev/test_multi_gpu.py diloco_wire_resume $d/train_mutant
 }
 check_bg multi_gpu_diloco_wire_resume multi_gpu_diloco_wire_resume
+# -ls 0 -rq and -rk on the GPU (dev/test_multi_gpu.py sync_wire): on 2 x 1, -ls 0 -rq int8 (ZeRO 1),
+# -ls 0 -rq bf16 -rk 0.05 -rqs 1 (ZeRO 0) and -ls 3 -rq int4 -rk 0.05 (ZeRO 2) against the CPU trainer
+# on the same flags (losses within 1e-4, weights as the CPU-vs-reference bounds, the replica bytes
+# line); the -ls 0 -rq int8 checkpoint at step 2 (residuals) resumed bit for bit.
+check_bg multi_gpu_sync_wire /usr/bin/python3 dev/test_multi_gpu.py sync_wire
 # -rk's kernels (llmc/wire_kernels.cuh) standalone under --check: every format, slices of 1 to 2
 # chunks and a bit, values with planted magnitude ties, against llmc/wire_format.h bit for bit
 # (encodings, residuals, the owner's rounding, the sum over 2 replicas); and a planted bug, a copy
