@@ -259,11 +259,12 @@ def cmd_resume():
         report(r.returncode != 0 and re.search(pat, line), f"refused: {' '.join(a[2:])}: {line[:140]}")
     gpu = "build/gpu/train_gpt2emu_fp32"  # the emulated GPU trainer, where make test has built it
     if os.path.exists(gpu):
-        r = subprocess.run([gpu, "-e", "d2", "-V", "257", "-sl", "64", "-x", "3", "-rq", "int8"],
+        r = subprocess.run([gpu, "-e", "d2", "-V", "257", "-sl", "64", "-t", "32", "-b", "2", "-x", "3", "-i",
+                            "data/kjv/kjv_val.bin", "-j", "", "-ls", "3", "-rb", "100"],
                            capture_output=True, text=True, timeout=60)
         line = next((l for l in r.stderr.splitlines() if "error" in l), "")
-        report(r.returncode != 0 and "-rq int8 -rk 0: the GPU trainer compresses only -ls H's pseudo-gradients" in line,
-               f"refused by the GPU trainer: -rq int8 with -ls 0: {line[:120]}")
+        report(r.returncode != 0 and "-rb 100: the modelled link is train_gpt2cpu's only" in line,
+               f"refused by the GPU trainer: -rb 100: {line[:120]}")
     other = [x if x != "int8" else "int4" for x in args]
     _, r = dl.resumed(4, other, full, 4, "wf_res_refused", ok=False)
     line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "")
