@@ -563,8 +563,8 @@ typedef struct {
     int replica_reduce;        // 1: gradients averaged over every rank; 0 (-ls): over the shard group only
     OuterConfig grad_wire;     // -ls 0: how this step's gradients cross the replicas (-rq/-rk, -rqs)
     // -ls (llmc/outer_sync.h; NULL without): the outer parameters and momentum (owned elements,
-    // the AdamW state's order), the outer sync's message in ZeRO 0 (stages 1, 2 use shard_grads,
-    // idle between steps), 2 floats per replica for the CRC all-gather
+    // the AdamW state's order), the outer sync's message in ZeRO 0 (also -ls 0 -rq/-rk's; stages 1,
+    // 2 use shard_grads, idle between steps), 2 floats per replica for the CRC all-gather
     float* outer;
     float* outer_m;
     float* outer_msg;
@@ -581,7 +581,7 @@ typedef struct {
     size_t* frag_count;
     size_t* pend_off;
     cudaEvent_t* exchanged;
-    // -rq (llmc/wire_kernels.cuh; NULL with fp32): the error-feedback residual (owned order; NULL
+    // -rq/-rk (llmc/wire_kernels.cuh; NULL without): the error-feedback residual (owned order; NULL
     // with -ref 0), this rank's encoded message and every replica's, all-gathered
     float* residual;
     uint8_t* wire_send;
@@ -1660,7 +1660,7 @@ int main(int argc, char** argv) {
     run_print_start(&run, gpu.model.num_parameters, &mem, &comm, extra);
 
     if (args.op_profile) {
-        int side = zero != 0 || args.outer_every > 0; // the communication stream runs collectives
+        int side = zero != 0 || args.outer_every > 0 || compressed; // the communication stream runs collectives
         op_events_init(side ? "the communication stream (reduce-scatters, all-reduces, all-gathers)" : NULL);
         op_profile.peak_unknown = args.peak_tflops <= 0.0f; // the default peak is a datasheet's, not this device's
     }
