@@ -464,8 +464,9 @@ def sync_wire():
     losses within 1e-4; weights as the CPU-vs-reference tests of docs/distributed.md bound them (the
     median within 1e-6, at most 0.5% beyond 1e-4, each within 5e-3: a rounding or top-k decision that
     the two trainers' ~1e-7 apart gradients put on different sides moves an element by up to lr per
-    step); the replica bytes line equal to the CPU's; the checkpoint at step 2 of -ls 0 -rq int8
-    (residual saved per rank) resumed repeats steps 3-4 and the final model bit for bit."""
+    step); the replica bytes line equal to the CPU's; the checkpoint at step 2 of -ls 0 -rq int8: each
+    rank's state file laid out as the CPU's, its residual the CPU's but for rounding decisions, and
+    resumed it repeats steps 3-4 and the final model bit for bit."""
     global WIRE
     failures = 0
     WIRE = WIRE[:-2] + ["-x", "4"]
@@ -480,6 +481,19 @@ def sync_wire():
               f"CPU trainer: max loss error {le:.2e} (tol 1e-4), weights: median {np.median(w):.1e} (tol 1e-6), "
               f"{100 * beyond:.3f}% beyond 1e-4 (at most 0.5%), max {w.max():.2e} (at most 5e-3); replica bytes line "
               f"GPU {line_gpu}, CPU {line_cpu}")
+    # the residual in each rank's state file at step 2, in the CPU trainer's layout (same file size,
+    # the residual last): non-zero and equal to the CPU's but where an int8 rounding decision differs
+    for r in range(2):
+        g, c = (open(f"{OUT}/sync_wire0_{t}/state_00000002_{r:05d}.bin", "rb").read() for t in ("gpu", "cpu"))
+        owned = int(np.frombuffer(g[72:80], dtype="<u8")[0])
+        rg, rc = (np.frombuffer(x[len(x) - 4 * owned:], dtype="<f4") for x in (g, c))
+        d = np.abs(rg - rc)
+        ok = len(g) == len(c) and float(np.abs(rc).max()) > 0 and float(np.median(d)) <= 1e-6 and \
+            float(np.mean(d > 1e-6)) <= 0.005
+        failures += not ok
+        print(f"{'ok' if ok else 'FAIL'}  -ls 0 -rq int8 state file of rank {r} at step 2: {len(g)} bytes (CPU "
+              f"{len(c)}), residual max |CPU| {np.abs(rc).max():.2e}, vs the CPU's: median {np.median(d):.1e} (tol "
+              f"1e-6), {100 * np.mean(d > 1e-6):.3f}% beyond 1e-6 (at most 0.5%)")
     td.TRAINER = FP32
     name, extra, ranks, shard, stage = SYNC_WIRE_CASES[0]
     args = WIRE + extra + ["-z", str(stage), "-ds", str(shard)]
