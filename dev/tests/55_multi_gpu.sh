@@ -45,7 +45,8 @@ check_bg multi_gpu_diloco_wire_resume multi_gpu_diloco_wire_resume
 # -ls 0 -rq and -rk on the GPU (dev/test_multi_gpu.py sync_wire): on 2 x 1, -ls 0 -rq int8 (ZeRO 1),
 # -ls 0 -rq bf16 -rk 0.05 -rqs 1 (ZeRO 0) and -ls 3 -rq int4 -rk 0.05 (ZeRO 2) against the CPU trainer
 # on the same flags (losses within 1e-4, weights as the CPU-vs-reference bounds, the replica bytes
-# line); the -ls 0 -rq int8 checkpoint at step 2 (residuals) resumed bit for bit.
+# line); the -ls 0 -rq int8 checkpoint at step 2: state files in the CPU's layout with its residual,
+# resumed bit for bit (about 55 s).
 check_bg multi_gpu_sync_wire /usr/bin/python3 dev/test_multi_gpu.py sync_wire
 # -rk's kernels (llmc/wire_kernels.cuh) standalone under --check: every format, slices of 1 to 2
 # chunks and a bit, values with planted magnitude ties, against llmc/wire_format.h bit for bit
