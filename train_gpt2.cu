@@ -1102,9 +1102,9 @@ static void dp_outer_init(DataParallel* dp, GPT2* m, const float* master) {
 // comm_done. fp32: one all-reduce. A format (wire_send: this replica's R slices, encoded on stream 0),
 // as the CPU trainer's owners do (llmc/outer_sync.h): slice j goes to replica j (one group of
 // ncclSend/ncclRecv; its own by a copy), which decodes the R it holds and sums them in fp32 in
-// replica order 0..R-1, encodes that sum into its place of wire_recv (keeping the decoded sum in dst:
-// the owner's rounding); the owners' encodings are all-gathered and every replica decodes the other
-// slices. Bytes per rank: 2 (R-1) encoded slices, the CPU's closed form; wire_recv: R slices.
+// replica order 0..R-1 and encodes that sum into its place of wire_recv; the owners' encodings are
+// all-gathered and every replica (the owner too) decodes all R. Bytes per rank: 2 (R-1) encoded
+// slices, the CPU's closed form; wire_recv: R slices.
 static void dp_wire_exchange(DataParallel* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs) {
     int R = dp->mesh.dp_replicate, me = dp->mesh.replicate_idx, f = w->format;
     if (f == WIRE_FP32 && R == 1) { return; }
@@ -1125,7 +1125,7 @@ static void dp_wire_exchange(DataParallel* dp, const WireSpec* w, float* dst, si
         cudaCheck(cudaMemcpyAsync(recv + me * bytes, send + me * bytes, bytes, cudaMemcpyDeviceToDevice, cs));
         float* mine = dst + (size_t)me * slice;
         wire_decode_sum(f, mine, recv, slice, 1, R, cs);
-        wire_slices(f, mine, slice, 1, recv + me * bytes, WIRE_DECODED, cs);
+        wire_encode_slices(f, mine, slice, 1, recv + me * bytes, 0, cs);
         ncclCheck(ncclAllGather(recv + me * bytes, recv, bytes, ncclUint8, dp->replica, cs));
         wire_decode_sum(f, dst, recv, slice, R, 1, cs);
         op_span_end(span, 0.0, 2.0 * (R - 1) * (double)bytes);

@@ -404,13 +404,13 @@ def diloco_wire():
 
 def diloco_wire_replicas():
     """-rq on more than 2 replicas (grouped ncclSend/ncclRecv to the slices' owners, then an
-    all-gather of the owners' encoded sums): 4 x 1 ZeRO 1 (-ls 3, 9 steps) and 3 x 1 ZeRO 0 with
+    all-gather of the owners' encoded sums): 4 x 1 ZeRO 1 (-ls 3, 6 steps) and 3 x 1 ZeRO 0 with
     uneven slices (-ls 2, 4 steps) against the CPU trainer on the same flags."""
     global WIRE
     failures = 0
     tol = TOL["fp32"]
     base = WIRE
-    for ranks, stage, extra, name in [(4, 1, [], "-ls 3"), (3, 0, ["-d", "192", "-ls", "2", "-x", "4"], "-ls 2")]:
+    for ranks, stage, extra, name in [(4, 1, ["-x", "6"], "-ls 3"), (3, 0, ["-d", "192", "-ls", "2", "-x", "4"], "-ls 2")]:
         WIRE = base + extra
         le, we, cpu_out, out = wire_compare(FP32, ["-rq", "int8"], ranks, 1, stage, f"wire_replicas{ranks}")
         b, line_gpu, line_cpu = outer_bytes(out), wire_line(out), wire_line(cpu_out)
