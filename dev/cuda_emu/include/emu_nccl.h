@@ -659,7 +659,7 @@ inline ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t t, int ro
 // ranks that both send first may hang, as on a GPU: put such exchanges in a group). Each transfer first
 // exchanges its byte count: a count or type that differs from the peer's ends the program with a
 // message naming both (NCCL's behaviour is undefined there). A peer that never posts the match hangs
-// the call, as NCCL does (the trainer's deadline reports it). Bytes: the sends' payload.
+// the call, as NCCL does (the trainer's watchdog reports it). Bytes: the sends' payload.
 namespace emu {
 constexpr int kP2pSizeTag = 7179, kP2pDataTag = 7180;
 struct P2p { bool send; void* buf; size_t bytes; int peer; ncclComm_t comm; };
