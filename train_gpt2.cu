@@ -728,7 +728,7 @@ static void dp_init_fragments(DataParallel* dp, int F) {
 // -ls: the outer state (zeroed; outer_init fills it), ZeRO 0's message buffer (owned elements
 // padded to a multiple of dp_replicate; not in the printed memory, which is the closed form of
 // llmc/accounting.h) and the CRC all-gather's buffer; the fragments (-lf F); -rq `wire` (not
-// fp32): the encoded messages (R slices of the largest fragment's, R times that all-gathered) and
+// fp32): the encoded messages (R slices of the largest fragment's, sent; R received and gathered) and
 // with feedback the residual (zero); -lo: the held sums and local values (not in the memory line).
 static void dp_outer_alloc(DataParallel* dp, int F, int wire, int feedback, int overlap) {
     int R = dp->mesh.dp_replicate;
@@ -744,7 +744,7 @@ static void dp_outer_alloc(DataParallel* dp, int F, int wire, int feedback, int 
             if (b > most) { most = b; }
         }
         dp->wire_send = (uint8_t*)device_alloc(R * most);
-        dp->wire_recv = (uint8_t*)device_alloc((size_t)R * R * most);
+        dp->wire_recv = (uint8_t*)device_alloc(R * most);
         if (feedback) {
             dp->residual = (float*)device_alloc(dp->owned * sizeof(float));
             cudaCheck(cudaMemset(dp->residual, 0, dp->owned * sizeof(float)));
@@ -1098,6 +1098,41 @@ static void dp_outer_init(DataParallel* dp, GPT2* m, const float* master) {
     }
 }
 
+// The sum over the replicas of dst (R slices of `slice` values, packed), into dst, on cs; records
+// comm_done. fp32: one all-reduce. A format (wire_send: this replica's R slices, encoded on stream 0),
+// as the CPU trainer's owners do (llmc/outer_sync.h): slice j goes to replica j (one group of
+// ncclSend/ncclRecv; its own by a copy), which decodes the R it holds and sums them in fp32 in
+// replica order 0..R-1 and encodes that sum into its place of wire_recv; the owners' encodings are
+// all-gathered and every replica (the owner too) decodes all R. Bytes per rank: 2 (R-1) encoded
+// slices, the CPU's closed form; wire_recv: R slices.
+static void dp_wire_exchange(DataParallel* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs) {
+    int R = dp->mesh.dp_replicate, me = dp->mesh.replicate_idx, f = w->format;
+    if (f == WIRE_FP32 && R == 1) { return; }
+    int span = op_span_begin(OP_COMM, cs);
+    if (f == WIRE_FP32) {
+        ncclCheck(ncclAllReduce(dst, dst, slice * R, ncclFloat, ncclSum, dp->replica, cs));
+        op_span_end(span, 0.0, ring_bytes((double)slice * R * sizeof(float), R, 1));
+    } else {
+        size_t bytes = wire_bytes(f, slice);
+        uint8_t *send = dp->wire_send, *recv = dp->wire_recv;
+        ncclCheck(ncclGroupStart());
+        for (int j = 0; j < R; j++) {
+            if (j == me) { continue; }
+            ncclCheck(ncclSend(send + j * bytes, bytes, ncclUint8, j, dp->replica, cs));
+            ncclCheck(ncclRecv(recv + j * bytes, bytes, ncclUint8, j, dp->replica, cs));
+        }
+        ncclCheck(ncclGroupEnd());
+        cudaCheck(cudaMemcpyAsync(recv + me * bytes, send + me * bytes, bytes, cudaMemcpyDeviceToDevice, cs));
+        float* mine = dst + (size_t)me * slice;
+        wire_decode_sum(f, mine, recv, slice, 1, R, cs);
+        wire_encode_slices(f, mine, slice, 1, recv + me * bytes, 0, cs);
+        ncclCheck(ncclAllGather(recv + me * bytes, recv, bytes, ncclUint8, dp->replica, cs));
+        wire_decode_sum(f, dst, recv, slice, R, 1, cs);
+        op_span_end(span, 0.0, 2.0 * (R - 1) * (double)bytes);
+    }
+    cudaCheck(cudaEventRecord(dp->comm_done, cs));
+}
+
 // Fragment c->fragment's exchange (the whole model without -lf), the CPU trainer's: each owned
 // element's outer_message (plus its residual with -rq and feedback) packed into dst (the fragment's
 // owned elements in owned order, zero-padded to R slices), then the sum over the replicas into dst.
@@ -1132,20 +1167,8 @@ static void dp_fragment_exchange(DataParallel* dp, GPT2* m, float* master, const
     }
     cudaStream_t cs = dp->comm_stream;
     dp_order_on_comm(dp);
-    if (wire != WIRE_FP32 || R > 1) {
-        int span = op_span_begin(OP_COMM, cs);
-        if (wire == WIRE_FP32) {
-            ncclCheck(ncclAllReduce(dst, dst, padded, ncclFloat, ncclSum, dp->replica, cs));
-            op_span_end(span, 0.0, ring_bytes((double)padded * sizeof(float), R, 1));
-        } else {
-            size_t bytes = (size_t)R * wire_bytes(wire, slice);
-            ncclCheck(ncclAllGather(dp->wire_send, dp->wire_recv, bytes, ncclUint8, dp->replica, cs));
-            wire_sum_slices(wire, dst, dp->wire_recv, slice, R, cs);
-            wire_round_slices(wire, dst, slice, R, cs);
-            op_span_end(span, 0.0, ring_bytes((double)bytes * R, R, 0));
-        }
-        cudaCheck(cudaEventRecord(dp->comm_done, cs));
-    }
+    WireSpec spec = {wire, 0.0f, 1};
+    dp_wire_exchange(dp, &spec, dst, slice, cs);
     cudaCheck(cudaEventRecord(dp->exchanged[f], cs));
 }
 
@@ -1535,10 +1558,6 @@ int main(int argc, char** argv) {
     dp_init(&gpu.dp, world_comm, rank, world, &run.config, zero, args.dp_shard);
     int outer_state = args.outer_every > 0, wire = wire_format_from_name(args.wire_name);
     if (args.link_mbps > 0.0f) { fail("-rb %g: the modelled link is train_gpt2cpu's only", args.link_mbps); }
-    if (wire != WIRE_FP32 && gpu.dp.mesh.dp_replicate > 2) { // the all-gather would send more than the closed form
-        fail("-rq %s: the GPU trainer's compressed exchange is built for 2 replicas (this mesh has %d; train_gpt2cpu "
-             "has any)", args.wire_name, gpu.dp.mesh.dp_replicate);
-    }
     if (outer_state) { dp_outer_alloc(&gpu.dp, args.fragments, wire, args.error_feedback, args.overlap); }
     gpt2_build(&gpu.model, &run.config, params, args.B, args.T, args.recompute,
                grad_layers_for_stage(zero, run.config.num_layers), zero == 0 ? (size_t)world : 1);

@@ -156,4 +156,24 @@ static void wire_sum_slices(int f, float* dst, const uint8_t* in, size_t n, int 
     cudaLaunchCheck();
 }
 
+// The exchange by owners (train_gpt2.cu dp_wire_exchange), any R:
+//   wire_decode_sum   in (T terms, S slices, bytes(n) each, term-major) -> dst (S, n): slice j = the
+//                     sum over terms t = 0..T-1, in that order, of value i of in[t][j] in fp32
+//                     (S 1, T R: an owner's sum of the replicas' slices; S R, T 1: the decoding)
+__global__ void wire_decode_sum_kernel(float* dst, const uint8_t* in, size_t n, int S, int T, size_t bytes, int f) {
+    size_t total = n * (size_t)S;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (size_t)gridDim.x * blockDim.x) {
+        size_t j = k / n, i = k - j * n;
+        float acc = wire_dev_value(f, in + j * bytes, n, i);
+        for (int t = 1; t < T; t++) { acc = __fadd_rn(acc, wire_dev_value(f, in + ((size_t)t * S + j) * bytes, n, i)); }
+        dst[k] = acc;
+    }
+}
+
+static void wire_decode_sum(int f, float* dst, const uint8_t* in, size_t n, int S, int T, cudaStream_t stream) {
+    if (n == 0) { return; }
+    wire_decode_sum_kernel<<<wire_grid(n * S), 256, 0, stream>>>(dst, in, n, S, T, wire_bytes(f, n), f);
+    cudaLaunchCheck();
+}
+
 #endif

@@ -42,6 +42,10 @@ multi_gpu_diloco_wire_resume() {
     /usr/bin/python3 dev/test_multi_gpu.py diloco_wire_resume $d/train_mutant
 }
 check_bg multi_gpu_diloco_wire_resume multi_gpu_diloco_wire_resume
+# -rq on more than 2 replicas (ncclSend/ncclRecv to each slice's owner, an all-gather of the owners'
+# encoded sums): int8 on 4 x 1 and on 3 x 1 (uneven slices) against the CPU trainer, losses and
+# weights within 1e-4, the bytes line the CPU's and what the emulated NCCL sent (about 40 s)
+check_bg multi_gpu_diloco_wire_replicas /usr/bin/python3 dev/test_multi_gpu.py diloco_wire_replicas
 check_wait
 
 # -op 1 on the emulated GPU trainer (CUDA events, llmc/op_events.cuh), on 1 rank and on 2 ranks with
