@@ -727,13 +727,16 @@ static void dp_init_fragments(DataParallel* dp, int F) {
     for (int f = 0; f < F; f++) { cudaCheck(cudaEventCreateWithFlags(&dp->exchanged[f], cudaEventDisableTiming)); }
 }
 
-// -rq/-rk (w compressed): the encoded messages (R slices of `slice` values in w, R times that
-// all-gathered) and with feedback the residual (zero, one per owned element).
+// -rq/-rk (w compressed): the encoded messages (R slices of `slice` values in w, sent; R received,
+// and R of the owners' encodings (-rk: R times the kept values) gathered) and with feedback the
+// residual (zero, one per owned element).
 static void dp_wire_alloc(DataParallel* dp, const WireSpec* w, size_t slice, int feedback) {
     int R = dp->mesh.dp_replicate;
-    size_t most = wire_spec_bytes(w, slice);
-    dp->wire_send = (uint8_t*)device_alloc(R * most);
-    dp->wire_recv = (uint8_t*)device_alloc((size_t)R * R * most);
+    WireSpec owner = *w;
+    owner.mult = R;
+    size_t sent = wire_spec_bytes(w, slice), gathered = wire_spec_bytes(&owner, slice);
+    dp->wire_send = (uint8_t*)device_alloc(R * sent);
+    dp->wire_recv = (uint8_t*)device_alloc(R * (sent > gathered ? sent : gathered));
     if (feedback) {
         dp->residual = (float*)device_alloc(dp->owned * sizeof(float));
         cudaCheck(cudaMemset(dp->residual, 0, dp->owned * sizeof(float)));
@@ -1157,29 +1160,42 @@ static void dp_outer_init(DataParallel* dp, GPT2* m, const float* master) {
     }
 }
 
-// The sum over the replicas of dst (R slices of `slice` fp32 values, packed), on stream cs, which
-// records comm_done: a dense fp32 spec w is one all-reduce; otherwise every replica's R encodings
-// (in dp->wire_send, w's, already written on an earlier point of cs or stream 0) are all-gathered,
-// summed in fp32 in replica order and rounded as the owner of each slice would round it (w with mult
-// R; every replica computes the same), the CPU trainer's dp_replica_sum_wire.
+// The sum over the replicas of dst (R slices of `slice` values, packed), into dst, on cs; records
+// comm_done. Dense fp32: one all-reduce. A format or -rk (w; wire_send: this replica's R slices,
+// encoded on stream 0), as the CPU trainer's owners do (llmc/outer_sync.h): slice j goes to replica j
+// (one group of ncclSend/ncclRecv; its own by a copy), which decodes the R it holds and sums them in
+// fp32 in replica order 0..R-1 and encodes that sum (the owner's spec: -rk keeps R times the values)
+// into its place of wire_recv; the owners' encodings are all-gathered and every replica (the owner
+// too) decodes all R. Bytes per rank: (R-1) slices in w and (R-1) in the owner's spec, the CPU's
+// closed form; wire_recv: R slices of the larger.
 static void dp_wire_exchange(DataParallel* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs) {
-    int R = dp->mesh.dp_replicate, dense = w->format == WIRE_FP32 && w->density == 0.0f;
-    if (!dense || R > 1) {
-        int span = op_span_begin(OP_COMM, cs);
-        if (dense) {
-            ncclCheck(ncclAllReduce(dst, dst, slice * R, ncclFloat, ncclSum, dp->replica, cs));
-            op_span_end(span, 0.0, ring_bytes((double)slice * R * sizeof(float), R, 1));
-        } else {
-            WireSpec owner = *w;
-            owner.mult = R;
-            size_t bytes = (size_t)R * wire_spec_bytes(w, slice);
-            ncclCheck(ncclAllGather(dp->wire_send, dp->wire_recv, bytes, ncclUint8, dp->replica, cs));
-            wire_spec_sum_slices(w, dst, dp->wire_recv, slice, R, cs);
-            wire_spec_round_slices(&owner, dst, slice, R, cs);
-            op_span_end(span, 0.0, ring_bytes((double)bytes * R, R, 0));
+    int R = dp->mesh.dp_replicate, me = dp->mesh.replicate_idx, dense = w->format == WIRE_FP32 && w->density == 0.0f;
+    if (dense && R == 1) { return; }
+    int span = op_span_begin(OP_COMM, cs);
+    if (dense) {
+        ncclCheck(ncclAllReduce(dst, dst, slice * R, ncclFloat, ncclSum, dp->replica, cs));
+        op_span_end(span, 0.0, ring_bytes((double)slice * R * sizeof(float), R, 1));
+    } else {
+        WireSpec owner = *w;
+        owner.mult = R;
+        size_t bytes = wire_spec_bytes(w, slice), obytes = wire_spec_bytes(&owner, slice);
+        uint8_t *send = dp->wire_send, *recv = dp->wire_recv;
+        ncclCheck(ncclGroupStart());
+        for (int j = 0; j < R; j++) {
+            if (j == me) { continue; }
+            ncclCheck(ncclSend(send + j * bytes, bytes, ncclUint8, j, dp->replica, cs));
+            ncclCheck(ncclRecv(recv + j * bytes, bytes, ncclUint8, j, dp->replica, cs));
         }
-        cudaCheck(cudaEventRecord(dp->comm_done, cs));
+        ncclCheck(ncclGroupEnd());
+        cudaCheck(cudaMemcpyAsync(recv + me * bytes, send + me * bytes, bytes, cudaMemcpyDeviceToDevice, cs));
+        float* mine = dst + (size_t)me * slice;
+        wire_spec_decode_sum(w, mine, recv, slice, 1, R, cs);
+        wire_spec_encode_slices(&owner, mine, slice, 1, recv + me * obytes, 0, cs);
+        ncclCheck(ncclAllGather(recv + me * obytes, recv, obytes, ncclUint8, dp->replica, cs));
+        wire_spec_decode_sum(&owner, dst, recv, slice, R, 1, cs);
+        op_span_end(span, 0.0, (double)(R - 1) * (double)(bytes + obytes));
     }
+    cudaCheck(cudaEventRecord(dp->comm_done, cs));
 }
 
 // The spec of an exchange under c (fp32, dense, where -rqs has not switched yet).
@@ -1616,10 +1632,6 @@ int main(int argc, char** argv) {
     WireSpec wire = {wire_format_from_name(args.wire_name), args.topk, 1};
     int compressed = wire.format != WIRE_FP32 || wire.density > 0.0f;
     if (args.link_mbps > 0.0f) { fail("-rb %g: the modelled link is train_gpt2cpu's only", args.link_mbps); }
-    if (compressed && gpu.dp.mesh.dp_replicate > 2) { // the all-gather would send more than the closed form
-        fail("-rq %s -rk %g: the GPU trainer's compressed exchange is built for 2 replicas (this mesh has %d; "
-             "train_gpt2cpu has any)", args.wire_name, args.topk, gpu.dp.mesh.dp_replicate);
-    }
     if (outer_state) {
         dp_outer_alloc(&gpu.dp, args.fragments, compressed ? &wire : NULL, args.error_feedback, args.overlap);
     } else if (compressed) {

@@ -25,6 +25,9 @@ runs, parsers and independent closed forms, with the emulated trainer as TRAINER
                          mesh: losses over 3 windows and final weights equal the CPU trainer's (same
                          ranks, same flags) within 1e-4, the replica bytes the start-up line prints
                          equal to the CPU's and to those the emulated NCCL sent
+  diloco_wire_replicas   -rq int8 on 4 x 1 (ZeRO 1) and 3 x 1 (ZeRO 0, uneven slices): losses and final
+                         weights equal the CPU trainer's within 1e-4, the replica bytes line equal to
+                         the CPU's and to those the emulated NCCL sent
   diloco_wire_resume M   a checkpoint inside a -ls 3 -lf 2 -lo 1 -rq int8 window (2 x 1, ZeRO 1) with
                          an exchange in flight resumed repeats the uninterrupted steps and final
                          weights bit for bit (residuals, held sums, snapshots saved per rank); -rq int4 on 2 x 1 against the CPU trainer, and M (a copy of the
@@ -402,6 +405,31 @@ def diloco_wire():
     sys.exit(1 if failures else 0)
 
 
+def diloco_wire_replicas():
+    """-rq on more than 2 replicas (grouped ncclSend/ncclRecv to the slices' owners, then an
+    all-gather of the owners' encoded sums): 4 x 1 ZeRO 1 (-ls 3, 6 steps) and 3 x 1 ZeRO 0 with
+    uneven slices (-ls 2, 4 steps) against the CPU trainer on the same flags."""
+    global WIRE
+    failures = 0
+    tol = TOL["fp32"]
+    base = WIRE
+    for ranks, stage, extra, name in [(4, 1, ["-x", "6"], "-ls 3"), (3, 0, ["-d", "192", "-ls", "2", "-x", "4"], "-ls 2")]:
+        WIRE = base + extra
+        le, we, cpu_out, out = wire_compare(FP32, ["-rq", "int8"], ranks, 1, stage, f"wire_replicas{ranks}")
+        b, line_gpu, line_cpu = outer_bytes(out), wire_line(out), wire_line(cpu_out)
+        bytes_ok = b is not None and line_gpu is not None and line_gpu == line_cpu and \
+            b["measured_plain"] == b["plain"] and b["measured_sync"] == b["sync"]
+        ok = le <= tol[0] and we <= tol[1] and bytes_ok
+        failures += not ok
+        print(f"{'ok' if ok else 'FAIL'}  fp32 {name} -rq int8, {ranks} GPUs, mesh {ranks}x1, ZeRO {stage}: max loss error "
+              f"{le:.2e} (tol {tol[0]:.0e}), max weight error {we:.2e} (tol {tol[1]:.0e}) vs the CPU trainer; bytes per "
+              f"outer sync across replicas: GPU line {line_gpu}, CPU line {line_cpu}; emulated NCCL sent "
+              + (f"{b['measured_sync']} in a step with a sync (closed form {b['sync']}), {b['measured_plain']} without "
+                 f"({b['plain']})" if b else "(lines missing)"))
+    WIRE = base
+    sys.exit(1 if failures else 0)
+
+
 def diloco_wire_resume():
     global WIRE
     failures = 0
@@ -523,4 +551,5 @@ if __name__ == "__main__":
     else:
         {"accounting": accounting, "startup": startup, "failures": failures, "mutant": mutant,
          "stage2_slots": stage2_slots, "resume": resume, "diloco": diloco, "diloco_wire": diloco_wire,
-         "diloco_wire_resume": diloco_wire_resume, "sync_wire": sync_wire}[cmd]()
+         "diloco_wire_replicas": diloco_wire_replicas, "diloco_wire_resume": diloco_wire_resume,
+         "sync_wire": sync_wire}[cmd]()

@@ -223,20 +223,14 @@ __device__ __forceinline__ void fa2_key_pair(float dk[D / 8][4], float dv[D / 8]
     if constexpr (D > 64) {
         fa2_key_pair_big<D>(dk, dv, sK, sV, sQ, sDO, sdS, L, Dl, k0, q0, row0, T, lane);
     } else {
-        const float sl2 = fa2_sl2<D>();
         float s[8][4], dp[8][4];
         fa2_scores<D>(s, kf, sQ, lane);   // S^T: rows = the warp's keys, columns = queries 8j + 2t + 0/1
         fa2_scores<D>(dp, vf, sDO, lane); // dP^T
+        fa2_key_probs<D>(s, L, k0, q0, row0, T, lane); // P^T
 #pragma unroll
         for (int j = 0; j < 8; j++) {
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int c = 8 * j + 2 * (lane % 4) + i % 2, q = q0 + c;
-                bool vis = q < T && fa2_visible(k0 + row0 + (i / 2) * 8, q);
-                float p = vis ? exp2f(s[j][i] * sl2 - L[c]) : 0.0f;
-                s[j][i] = p;                       // P^T
-                dp[j][i] = p * (dp[j][i] - Dl[c]); // dS^T
-            }
+            for (int i = 0; i < 4; i++) { dp[j][i] = s[j][i] * (dp[j][i] - Dl[8 * j + 2 * (lane % 4) + i % 2]); } // dS^T
         }
         fa2_store_dst(sdS, dp, row0, lane);
         fa2_pv<D>(dv, s, sDO, lane);

@@ -9,9 +9,10 @@
 //   wire_sum_slices      in (R replicas, R slices, bytes(n)) -> dst (R, n): slice j summed over the
 //                        replicas in order 0..R-1 in fp32, never in the compressed type
 //   wire_round_slices    dst (R, n) in place: decode(encode(dst)), the owner's rounding of its sum
-// Top-k (-rk, any format; WireSpec): the same three through wire_spec_*_slices, one CUDA block per
-// chunk of WIRE_TOPK_CHUNK values of a slice (wire_topk_kernel, wire_topk_sum_kernel), selecting
-// exactly the CPU's indices. -ls 0: wire_gradient_message packs a gradient plus the residual.
+// Top-k (-rk, any format; WireSpec): encoded by wire_spec_encode_slices and summed or decoded by
+// wire_spec_decode_sum, one CUDA block per chunk of WIRE_TOPK_CHUNK values of a slice
+// (wire_topk_kernel, wire_topk_sum_kernel), selecting exactly the CPU's indices. -ls 0:
+// wire_gradient_message packs a gradient plus the residual.
 #ifndef LLMC_WIRE_KERNELS_CUH
 #define LLMC_WIRE_KERNELS_CUH
 
@@ -161,6 +162,26 @@ static void wire_round_slices(int f, float* x, size_t n, int R, cudaStream_t str
 static void wire_sum_slices(int f, float* dst, const uint8_t* in, size_t n, int R, cudaStream_t stream) {
     if (n == 0) { return; }
     wire_sum_kernel<<<wire_grid(n * R), 256, 0, stream>>>(dst, in, n, R, wire_bytes(f, n), f);
+    cudaLaunchCheck();
+}
+
+// The exchange by owners (train_gpt2.cu dp_wire_exchange), any R:
+//   wire_decode_sum   in (T terms, S slices, bytes(n) each, term-major) -> dst (S, n): slice j = the
+//                     sum over terms t = 0..T-1, in that order, of value i of in[t][j] in fp32
+//                     (S 1, T R: an owner's sum of the replicas' slices; S R, T 1: the decoding)
+__global__ void wire_decode_sum_kernel(float* dst, const uint8_t* in, size_t n, int S, int T, size_t bytes, int f) {
+    size_t total = n * (size_t)S;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (size_t)gridDim.x * blockDim.x) {
+        size_t j = k / n, i = k - j * n;
+        float acc = wire_dev_value(f, in + j * bytes, n, i);
+        for (int t = 1; t < T; t++) { acc = __fadd_rn(acc, wire_dev_value(f, in + ((size_t)t * S + j) * bytes, n, i)); }
+        dst[k] = acc;
+    }
+}
+
+static void wire_decode_sum(int f, float* dst, const uint8_t* in, size_t n, int S, int T, cudaStream_t stream) {
+    if (n == 0) { return; }
+    wire_decode_sum_kernel<<<wire_grid(n * S), 256, 0, stream>>>(dst, in, n, S, T, wire_bytes(f, n), f);
     cudaLaunchCheck();
 }
 
@@ -315,25 +336,25 @@ __global__ void wire_topk_kernel(float* x, size_t n, uint8_t* out, size_t bytes,
     }
 }
 
-// dst (R slices of n) = slice blockIdx.y's chunk blockIdx.x summed over the replicas in order
-// 0..R-1 as the CPU sums them: replica 0's decoded chunk (0 where not kept), then each next
-// replica's decoded chunk added element by element. in: replica r's R encodings at r * R * bytes.
-__global__ void wire_topk_sum_kernel(float* dst, const uint8_t* in, size_t n, int R, size_t bytes,
+// wire_decode_sum for top-k: dst (S slices of n) = slice blockIdx.y's chunk blockIdx.x summed over
+// the terms t = 0..T-1 in order (in[t][j] at (t * S + j) * bytes) as the CPU sums them: term 0's
+// decoded chunk (0 where not kept), then each next term's decoded chunk added element by element.
+__global__ void wire_topk_sum_kernel(float* dst, const uint8_t* in, size_t n, int S, int T, size_t bytes,
                                      size_t chunk_bytes, int f, size_t k_full, size_t k_last) {
     __shared__ float dense[WIRE_TOPK_CHUNK];
     size_t j = blockIdx.y, c0 = (size_t)blockIdx.x * WIRE_TOPK_CHUNK;
     size_t len = n - c0 < WIRE_TOPK_CHUNK ? n - c0 : WIRE_TOPK_CHUNK;
     size_t k = c0 + WIRE_TOPK_CHUNK >= n ? k_last : k_full;
     float* d = dst + j * n + c0;
-    for (int r = 0; r < R; r++) {
+    for (int t = 0; t < T; t++) {
         for (size_t i = threadIdx.x; i < len; i += blockDim.x) { dense[i] = 0.0f; }
         __syncthreads();
-        const uint8_t* e = in + ((size_t)r * R + j) * bytes + (size_t)blockIdx.x * chunk_bytes;
+        const uint8_t* e = in + ((size_t)t * S + j) * bytes + (size_t)blockIdx.x * chunk_bytes;
         for (size_t p = threadIdx.x; p < k; p += blockDim.x) {
             dense[(uint32_t)e[2 * p] | ((uint32_t)e[2 * p + 1] << 8)] = wire_dev_any_value(f, e + 2 * k, k, p);
         }
         __syncthreads();
-        for (size_t i = threadIdx.x; i < len; i += blockDim.x) { d[i] = r == 0 ? dense[i] : __fadd_rn(d[i], dense[i]); }
+        for (size_t i = threadIdx.x; i < len; i += blockDim.x) { d[i] = t == 0 ? dense[i] : __fadd_rn(d[i], dense[i]); }
         __syncthreads();
     }
 }
@@ -367,21 +388,19 @@ static void wire_spec_encode_slices(const WireSpec* w, float* x, size_t n, int R
     wire_spec_slices(w, x, n, R, out, feedback ? WIRE_RESIDUAL : WIRE_KEEP, stream);
 }
 
-// The owner's rounding of its sum (w: the owner's spec, mult R with -rk).
-static void wire_spec_round_slices(const WireSpec* w, float* x, size_t n, int R, cudaStream_t stream) {
-    wire_spec_slices(w, x, n, R, NULL, WIRE_DECODED, stream);
-}
-
-static void wire_spec_sum_slices(const WireSpec* w, float* dst, const uint8_t* in, size_t n, int R,
+// wire_decode_sum for any WireSpec (a dense fp32 spec excepted): in (T terms, S slices of n values
+// encoded in w, term-major) -> dst (S, n), each slice summed over the terms in order in fp32.
+static void wire_spec_decode_sum(const WireSpec* w, float* dst, const uint8_t* in, size_t n, int S, int T,
                                  cudaStream_t stream) {
-    if (w->density == 0.0f) { wire_sum_slices(w->format, dst, in, n, R, stream); return; }
+    if (w->density == 0.0f) { wire_decode_sum(w->format, dst, in, n, S, T, stream); return; }
     if (n == 0) { return; }
     size_t chunks, k_full, k_last, chunk_bytes;
     wire_topk_geometry(w, n, &chunks, &k_full, &k_last, &chunk_bytes);
-    dim3 grid((unsigned int)chunks, (unsigned int)R);
-    size_t bytes = wire_spec_bytes(w, n);
+    dim3 grid((unsigned int)chunks, (unsigned int)S);
+    size_t bytes = wire_spec_bytes(w, n); // arguments as values (the emulator may run the launch later)
     int f = w->format;
-    wire_topk_sum_kernel<<<grid, WIRE_TOPK_THREADS, 0, stream>>>(dst, in, n, R, bytes, chunk_bytes, f, k_full, k_last);
+    wire_topk_sum_kernel<<<grid, WIRE_TOPK_THREADS, 0, stream>>>(dst, in, n, S, T, bytes, chunk_bytes, f, k_full,
+                                                                 k_last);
     cudaLaunchCheck();
 }
 

@@ -301,9 +301,9 @@ FA2_SASS = {
         "loop": {"HMMA": 64, "LDSM": 36, "LDGSTS": 8, "STS": 0, "STS.128": 8, "LDS": 0, "instr": 652},
         "per_kb": None},
     "attention_backward_fa2_kernel": {
-        "regs": 240, "smem": 58368,
-        "loop": {"HMMA": 160, "LDSM": 92, "LDGSTS": 8, "STS": 18, "STS.128": 8, "LDS": 40, "instr": 1579},
-        "per_kb": {"HMMA": 0, "LDSM": 0, "LDGSTS": 16, "STS": 0, "STS.128": 16, "LDS": 0, "instr": 696}},
+        "regs": 241, "smem": 58368,
+        "loop": {"HMMA": 160, "LDSM": 92, "LDGSTS": 8, "STS": 18, "STS.128": 8, "LDS": 40, "instr": 1436},
+        "per_kb": {"HMMA": 0, "LDSM": 0, "LDGSTS": 16, "STS": 0, "STS.128": 16, "LDS": 0, "instr": 690}},
 }
 FA2_OPS = ("HMMA", "LDSM", "LDGSTS", "STS", "STS.128", "LDS", "instr")
 FA2_INSTANCE = "ILi64E"  # the kernels are templates on the head size: the GPT-2 instance, head size 64
@@ -378,30 +378,38 @@ ATT_MATMULS = {  # per sub-tile j: (score-like matmuls: S or dP, product matmuls
     "attention_backward_key_flash_kernel": (2, 2)}
 
 
-def sass_loops(text, kernel):
-    """[(body opcode counts, length)] of every loop (a backward branch) of the kernel in an
-    nvdisasm listing, innermost first by length."""
-    import collections
+def sass_listing(text, kernel, skip_never=False):
+    """The instructions [(opcode, operands)] of the first kernel whose .text section name contains
+    `kernel` in an nvdisasm listing, and the loops among them: [(first, end)] index ranges, one per
+    backward branch. skip_never: instructions predicated @!PT (never executed) left out."""
     import re
     lines = text.split("\n")
     start = next(i for i, l in enumerate(lines) if l.startswith(".text.") and kernel in l)
     end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith(".section")), len(lines))
     ins, labels = [], {}
-    op = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+    op = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
     for l in lines[start:end]:
         m = re.match(r"^(\.L_x_\d+):", l.strip())
         if m:
             labels[m.group(1)] = len(ins)
             continue
         m = op.search(l)
-        if m:
-            ins.append((m.group(1), m.group(2)))
+        if m and not (skip_never and (m.group(1) or "").strip() == "@!PT"):
+            ins.append((m.group(2), m.group(3)))
     loops = []
     for k, (o, args) in enumerate(ins):
         m = re.search(r"(\.L_x_\d+)", args)
         if o.startswith("BRA") and m and m.group(1) in labels and labels[m.group(1)] <= k:
-            body = ins[labels[m.group(1)]:k + 1]
-            loops.append((collections.Counter(x[0] for x in body), len(body)))
+            loops.append((labels[m.group(1)], k + 1))
+    return ins, loops
+
+
+def sass_loops(text, kernel):
+    """[(body opcode counts, length)] of every loop (a backward branch) of the kernel in an
+    nvdisasm listing, innermost first by length."""
+    import collections
+    ins, spans = sass_listing(text, kernel)
+    loops = [(collections.Counter(x[0] for x in ins[a:b]), b - a) for a, b in spans]
     return sorted(loops, key=lambda x: x[1])
 
 
@@ -460,25 +468,7 @@ def fa2_sass_recount(text, kernel):
     HMMA and no inner loop with HMMA (the forward's only one, the backward's inner loop); the
     backward's per_kb is its outer loop (the longest with HMMA) less the inner. "@!PT" skipped."""
     import collections
-    import re
-    lines = text.split("\n")
-    start = next(i for i, l in enumerate(lines) if l.startswith(".text.") and kernel + FA2_INSTANCE in l)
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith(".section")), len(lines))
-    ins, labels = [], {}
-    op = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
-    for l in lines[start:end]:
-        m = re.match(r"^(\.L_x_\d+):", l.strip())
-        if m:
-            labels[m.group(1)] = len(ins)
-            continue
-        m = op.search(l)
-        if m and (m.group(1) or "").strip() != "@!PT":
-            ins.append((m.group(2), m.group(3)))
-    loops = []
-    for k, (o, args) in enumerate(ins):
-        m = re.search(r"(\.L_x_\d+)", args)
-        if o.startswith("BRA") and m and m.group(1) in labels and labels[m.group(1)] <= k:
-            loops.append((labels[m.group(1)], k + 1))
+    ins, loops = sass_listing(text, kernel + FA2_INSTANCE, skip_never=True)
     mm = [(a, b) for a, b in loops if any(fa2_op(o) == "HMMA" for o, _ in ins[a:b])]
 
     def count(a, b):

@@ -2,8 +2,8 @@
 // llmc/wire_format.h, bit for bit. Slices of several lengths (one value, under a chunk, whole chunks,
 // a short last chunk), every format, densities down to one value a chunk, mult 1 and R; values drawn
 // from a few levels so that many magnitudes tie (the lower index must win), zeros and signs mixed.
-// Checked: each slice's encoding (bytes), the residual left in place, the owner's rounding
-// (decoded values, 0 where not kept) and the fp32 sum over R replicas in replica order.
+// Checked: each slice's encoding (bytes), the residual left in place, the decoding (decoded values,
+// 0 where not kept) and an owner's fp32 sum over R replicas in replica order (wire_spec_decode_sum).
 //   dev/cuda_emu/emucc -O1 -o wire_topk dev/cuda/wire_topk.cu && ./wire_topk
 #include "common.cuh"
 #include "../../llmc/wire_kernels.cuh"
@@ -22,7 +22,7 @@ static float* tied_values(size_t count) {
     return x;
 }
 
-// One case: returns 1 when the encodings, residuals, rounding and sums equal the CPU's.
+// One case: returns 1 when the encodings, residuals, decodings and sums equal the CPU's.
 static int check_case(size_t n, int f, float density, int mult) {
     WireSpec w = {f, density, mult};
     size_t sb = wire_spec_bytes(&w, n);
@@ -54,7 +54,7 @@ static int check_case(size_t n, int f, float density, int mult) {
     for (int r = 0; r < R; r++) { // each replica encodes its R slices (leaving the residual)
         wire_spec_encode_slices(&w, d_x + (size_t)r * R * n, n, R, d_enc + (size_t)r * R * sb, 1, 0);
     }
-    wire_spec_sum_slices(&w, d_sum, d_enc, n, R, 0);
+    wire_spec_decode_sum(&w, d_sum, d_enc, n, R, R, 0); // R slices, summed over R replicas
     uint8_t* got = (uint8_t*)malloc_check((size_t)R * R * sb + 1);
     float* got_x = (float*)malloc_check(all);
     float* got_sum = (float*)malloc_check((size_t)R * n * sizeof(float));
@@ -63,12 +63,11 @@ static int check_case(size_t n, int f, float density, int mult) {
     cudaCheck(cudaMemcpy(got_sum, d_sum, (size_t)R * n * sizeof(float), cudaMemcpyDeviceToHost));
     int enc_ok = bits_equal(got, want, (size_t)R * R * sb), res_ok = bits_equal(got_x, want_res, all);
     int sum_ok = bits_equal(got_sum, want_sum, (size_t)R * n * sizeof(float));
-    cudaCheck(cudaMemcpy(d_x, x, all, cudaMemcpyHostToDevice)); // the rounding: decoded, 0 where not kept
-    wire_spec_round_slices(&w, d_x, n, R * R, 0);
+    wire_spec_decode_sum(&w, d_x, d_enc, n, R * R, 1, 0); // each encoding decoded: 0 where not kept
     cudaCheck(cudaMemcpy(got_x, d_x, all, cudaMemcpyDeviceToHost));
     int dec_ok = bits_equal(got_x, want_dec, all);
     int ok = enc_ok && res_ok && sum_ok && dec_ok;
-    printf("%-4s %s n %-6zu -rk %-6g mult %d: %zu bytes a slice; encoding %s, residual %s, rounding %s, sum %s\n",
+    printf("%-4s %s n %-6zu -rk %-6g mult %d: %zu bytes a slice; encoding %s, residual %s, decoding %s, sum %s\n",
            ok ? "ok" : "FAIL", wire_format_names[f], n, density, mult, sb, enc_ok ? "equal" : "DIFFERS",
            res_ok ? "equal" : "DIFFERS", dec_ok ? "equal" : "DIFFERS", sum_ok ? "equal" : "DIFFERS");
     cudaCheck(cudaFree(d_x));

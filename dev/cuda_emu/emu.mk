@@ -1,11 +1,11 @@
 # dev/cuda_emu/emu.mk: builds the CUDA emulator's tests. Included by the top-level Makefile, or
 # standalone: make -f dev/cuda_emu/emu.mk emu-tests. Paths are relative to the repository root.
 #   emu-tests  every test program, plain and AddressSanitizer builds, in build/cuda_emu/ (and
-#              test_nccl_peer_stops, emulator-only, for tests/check_peer_stops.sh)
+#              test_nccl_peer_stops, test_nccl_p2p_plants, emulator-only, for tests/check_*.sh)
 #   emu-nvcc   the same test sources compiled by nvcc for sm_80 and sm_90 (proves they are real CUDA)
 #   emu-bugs   tests/bugs/NAME.cu, one GPU bug each: NAME_plain (emucc), NAME_check (emucc --check; a
 #              build failure is kept in NAME_check.log), NAME_fixed (emucc --check -DFIXED)
-#   emu-check  the unit tests built with --check
+#   emu-check  the unit tests built with --check (and test_nccl_p2p_plants, -DFIXED too)
 #   emu-strict tests/strict/NAME.cu, one planted bug of a rule the strict emulator adds: NAME and
 #              NAME_fixed (-DFIXED), built with --check where the file's first line says build=check
 EMUCC := dev/cuda_emu/emucc
@@ -21,12 +21,12 @@ EMU_NVCC_FLAGS := -c -std=c++17 -Werror all-warnings -gencode arch=compute_80,co
 EMU_MPI_INC := $(addprefix -I,$(shell mpicxx --showme:incdirs 2>/dev/null))
 
 emu-tests: $(addprefix $(EMU_BUILD)/,$(EMU_UNIT_TESTS) $(addsuffix _asan,$(EMU_UNIT_TESTS)) oob_write_asan \
-    test_primitives_ucontext two_units test_nccl_peer_stops test_ptx_plant1 test_ptx_plant2)
+    test_primitives_ucontext two_units test_nccl_peer_stops test_nccl_p2p_plants test_ptx_plant1 test_ptx_plant2)
 emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write two_units_main two_units_kernels bank_conflicts))
 EMU_BUGS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/bugs/*.cu)))
 EMU_CHECK_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma test_ptx bank_conflicts
 emu-bugs: $(foreach b,$(EMU_BUGS),$(EMU_BUILD)/bugs/$(b)_plain $(EMU_BUILD)/bugs/$(b)_fixed $(EMU_BUILD)/bugs/$(b)_check.log)
-emu-check: $(addprefix $(EMU_BUILD)/check/,$(EMU_CHECK_TESTS))
+emu-check: $(addprefix $(EMU_BUILD)/check/,$(EMU_CHECK_TESTS) test_nccl_p2p_plants test_nccl_p2p_plants_fixed)
 EMU_STRICT_TESTS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/strict/*.cu)))
 emu-strict: $(foreach b,$(EMU_STRICT_TESTS),$(EMU_BUILD)/strict/$(b) $(EMU_BUILD)/strict/$(b)_fixed)
 .PHONY: emu-tests emu-nvcc emu-bugs emu-check emu-strict
@@ -63,6 +63,10 @@ $(EMU_BUILD)/%_asan: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)
 $(EMU_BUILD)/%: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)
 	@mkdir -p $(@D)
 	$(EMUCC) $(EMU_CFLAGS) -o $@ $< $(emu_libs)
+
+$(EMU_BUILD)/check/%_fixed: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)
+	@mkdir -p $(@D)
+	$(EMUCC) --check $(EMU_CFLAGS) -DFIXED -o $@ $< $(emu_libs)
 
 $(EMU_BUILD)/check/%: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)
 	@mkdir -p $(@D)

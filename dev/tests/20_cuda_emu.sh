@@ -46,6 +46,9 @@ for sched in forward reverse random:1; do
         EMU_SCHED=$sched build/cuda_emu/check/\$t || exit 1; done &&
         EMU_SCHED=$sched $emu_mpirun -np 3 -x EMU_SCHED build/cuda_emu/check/test_nccl"
 done
+# ncclSend/ncclRecv misuse: a count mismatch ends the run naming both counts; a receive buffer read
+# with no wait is a --check race report, and the fixed twin passes (about 4 s)
+check emu_nccl_p2p_plants dev/cuda_emu/tests/check_nccl_p2p.sh
 # bank conflicts counted per access site: known 8-way and 2-way layouts reported as such, swizzled 1-way
 check emu_check_counts_bank_conflicts dev/cuda_emu/tests/check_banks.sh
 for bug in dev/cuda_emu/tests/bugs/*.cu; do

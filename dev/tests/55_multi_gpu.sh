@@ -42,6 +42,10 @@ multi_gpu_diloco_wire_resume() {
     /usr/bin/python3 dev/test_multi_gpu.py diloco_wire_resume $d/train_mutant
 }
 check_bg multi_gpu_diloco_wire_resume multi_gpu_diloco_wire_resume
+# -rq on more than 2 replicas (ncclSend/ncclRecv to each slice's owner, an all-gather of the owners'
+# encoded sums): int8 on 4 x 1 and on 3 x 1 (uneven slices) against the CPU trainer, losses and
+# weights within 1e-4, the bytes line the CPU's and what the emulated NCCL sent (about 40 s)
+check_bg multi_gpu_diloco_wire_replicas /usr/bin/python3 dev/test_multi_gpu.py diloco_wire_replicas
 # -ls 0 -rq and -rk on the GPU (dev/test_multi_gpu.py sync_wire): on 2 x 1, -ls 0 -rq int8 (ZeRO 1),
 # -ls 0 -rq bf16 -rk 0.05 -rqs 1 (ZeRO 0) and -ls 3 -rq int4 -rk 0.05 (ZeRO 2) against the CPU trainer
 # on the same flags (losses within 1e-4, weights as the CPU-vs-reference bounds, the replica bytes
@@ -50,7 +54,7 @@ check_bg multi_gpu_diloco_wire_resume multi_gpu_diloco_wire_resume
 check_bg multi_gpu_sync_wire /usr/bin/python3 dev/test_multi_gpu.py sync_wire
 # -rk's kernels (llmc/wire_kernels.cuh) standalone under --check: every format, slices of 1 to 2
 # chunks and a bit, values with planted magnitude ties, against llmc/wire_format.h bit for bit
-# (encodings, residuals, the owner's rounding, the sum over 2 replicas); and a planted bug, a copy
+# (encodings, residuals, decodings, an owner's sum over 2 replicas); and a planted bug, a copy
 # whose tie rule keeps one tied value too few, that must fail.
 wire_topk_kernels() {
     local d=build/multi_gpu/topk_mutant

@@ -463,7 +463,12 @@ inline cudaError_t cudaFreeAsync(void* p, cudaStream_t);
 inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new CUstream_st{0, 0}; return cudaSuccess; }
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int f) { *s = new CUstream_st{(int)f, 0}; return cudaSuccess; }
 inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int f, int) { return cudaStreamCreateWithFlags(s, f); }
-inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
+// Work already issued on s still runs (it is queued by ticket); the stream's own ticket is forgotten.
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (emu::stream_key(s)) emu::stream_tickets().erase(emu::stream_key(s));
+    delete s;
+    return cudaSuccess;
+}
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     uint64_t t = emu::stream_ticket(s);
     emu::host_blocks("cudaStreamSynchronize", t);

@@ -11,7 +11,8 @@
 // ncclGroupStart and ncclGroupEnd (nestable) calls are only recorded, and the outermost ncclGroupEnd
 // issues them all, in call order, on their streams, as NCCL launches a group's operations at
 // ncclGroupEnd (so stream work issued inside the group runs before them, and their buffers must stay
-// untouched until then). bf16 partial sums are rounded to bf16 at each ring step.
+// untouched until then). bf16 partial sums are rounded to bf16 at each ring step. ncclSend/ncclRecv:
+// see "point to point" below.
 // Peer stops: a rank that calls emu_nccl_stop_answering() (the trainer's -fi hang_* faults) stops
 // answering and tells the others; after EMU_NCCL_DETECT_S seconds (default 0.5; "off": never, as
 // NCCL cannot tell a live but hung peer) their ncclCommGetAsyncError reports ncclRemoteError on every
@@ -24,6 +25,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -563,6 +565,7 @@ template <class F> ncclResult_t nccl_run(ncclComm_t comm, cudaStream_t s, const 
 }
 }  // namespace emu
 
+namespace emu { inline void group_p2p_clear(); }
 inline ncclResult_t ncclGroupStart() {
     emu::nccl_group_depth++;
     return ncclSuccess;
@@ -574,6 +577,7 @@ inline ncclResult_t ncclGroupEnd() {
     if (--emu::nccl_group_depth > 0) return ncclSuccess;
     std::vector<std::function<ncclResult_t()>> ops;
     ops.swap(emu::nccl_group);
+    emu::group_p2p_clear();
     ncclResult_t result = ncclSuccess;
     for (auto& op : ops) {
         ncclResult_t r = op();
@@ -645,6 +649,97 @@ inline ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t c
 }
 inline ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t s) {
     return ncclBroadcast(buff, buff, count, t, root, comm, s);
+}
+
+// ---- point to point: ncclSend / ncclRecv ----
+// A send and a receive match per (communicator, peer) in issue order, as NCCL's do. The sends and
+// receives of one group on one stream run as one operation that posts them all at once, so a group
+// may send to and receive from several peers (itself too) in any order without deadlock. Outside a
+// group each call is an operation of its own that ends when its peer's matching call has run (two
+// ranks that both send first may hang, as on a GPU: put such exchanges in a group). Each transfer first
+// exchanges its byte count: a count or type that differs from the peer's ends the program with a
+// message naming both (NCCL's behaviour is undefined there). A peer that never posts the match hangs
+// the call, as NCCL does (the trainer's watchdog reports it). Bytes: the sends' payload.
+namespace emu {
+constexpr int kP2pSizeTag = 7179, kP2pDataTag = 7180;
+struct P2p { bool send; void* buf; size_t bytes; int peer; ncclComm_t comm; };
+typedef std::shared_ptr<std::vector<P2p>> P2pList;
+inline std::vector<std::pair<cudaStream_t, P2pList>> group_p2p;  // an open group's p2p operation per stream
+
+// Posts every transfer's size, checks them, then posts every payload; waits for all of each phase.
+inline void p2p_exchange(const std::vector<P2p>& ops) {
+    size_t n = ops.size();
+    std::vector<unsigned long long> sizes(n), told(n);
+    std::vector<MPI_Request> r(n);
+    for (size_t i = 0; i < n; i++) {
+        const P2p& o = ops[i];
+        if (o.bytes > INT_MAX) die("NCCL emulation: a send or receive over 2 GiB");
+        sizes[i] = o.bytes;
+        MpiLock g(mpi_mutex());
+        if (o.send) MPI_Isend(&sizes[i], 1, MPI_UNSIGNED_LONG_LONG, o.peer, kP2pSizeTag, o.comm->mpi, &r[i]);
+        else MPI_Irecv(&told[i], 1, MPI_UNSIGNED_LONG_LONG, o.peer, kP2pSizeTag, o.comm->mpi, &r[i]);
+    }
+    for (size_t i = 0; i < n; i++) wait_requests(&r[i], 1, ops[i].comm);
+    for (size_t i = 0; i < n; i++)
+        if (!ops[i].send && told[i] != sizes[i]) {
+            fprintf(stderr, "cuda_emu: ncclRecv on rank %d expects %llu bytes from rank %d, whose matching ncclSend "
+                    "sends %llu (a send and its receive must have the same count and type)\n",
+                    ops[i].comm->rank, sizes[i], ops[i].peer, told[i]);
+            abort();
+        }
+    for (size_t i = 0; i < n; i++) {
+        const P2p& o = ops[i];
+        MpiLock g(mpi_mutex());
+        if (o.send) MPI_Isend(o.buf, (int)o.bytes, MPI_BYTE, o.peer, kP2pDataTag, o.comm->mpi, &r[i]);
+        else MPI_Irecv(o.buf, (int)o.bytes, MPI_BYTE, o.peer, kP2pDataTag, o.comm->mpi, &r[i]);
+    }
+    for (size_t i = 0; i < n; i++) wait_requests(&r[i], 1, ops[i].comm);
+}
+// Issues the transfers as one operation of stream s; under --check the send buffers are read and
+// the receive buffers written by it.
+inline ncclResult_t p2p_issue(cudaStream_t s, P2pList ops) {
+    const char* what = ops->size() == 1 ? ((*ops)[0].send ? "ncclSend" : "ncclRecv") : "ncclSend/ncclRecv group";
+    for (const P2p& o : *ops)
+        if (o.send) nccl_bytes += o.bytes;
+#ifdef EMU_CHECK
+    chk::run_now(s, what, [&] {
+        for (const P2p& o : *ops) {
+            collective_order(o.comm, what);
+            chk::range_access(o.buf, o.bytes, !o.send);
+        }
+        p2p_exchange(*ops);
+    });
+#else
+    enqueue_collective(s, what, [ops](uint64_t ticket) { progress_submit(ticket, [ops]() { p2p_exchange(*ops); }); });
+#endif
+    return ncclSuccess;
+}
+inline ncclResult_t p2p_call(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                             cudaStream_t s) {
+    if (!comm || peer < 0 || peer >= comm->size) return ncclInvalidArgument;
+    P2p o{send, (void*)buf, count * nccl_size(t), peer, comm};
+    if (nccl_group_depth == 0) return p2p_issue(s, std::make_shared<std::vector<P2p>>(1, o));
+    for (auto& sp : group_p2p)
+        if (sp.first == s) {
+            sp.second->push_back(o);
+            return ncclSuccess;
+        }
+    P2pList ops = std::make_shared<std::vector<P2p>>(1, o);
+    group_p2p.emplace_back(s, ops);
+    nccl_group.push_back([s, ops]() { return p2p_issue(s, ops); });  // at the group's first p2p call on s
+    return ncclSuccess;
+}
+inline void group_p2p_clear() { group_p2p.clear(); }
+}  // namespace emu
+
+// count elements of type t from sendbuff to rank peer of comm (its matching ncclRecv).
+inline ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                             cudaStream_t s) {
+    return emu::p2p_call(true, sendbuff, count, t, peer, comm, s);
+}
+// count elements of type t into recvbuff from rank peer of comm (its matching ncclSend).
+inline ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s) {
+    return emu::p2p_call(false, recvbuff, count, t, peer, comm, s);
 }
 
 #endif

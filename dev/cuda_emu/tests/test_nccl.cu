@@ -2,7 +2,7 @@
 // (1 to 4 in `make test`), against values computed on the host: all-reduce (sum, avg, max; fp32,
 // bf16, int32; in place and out of place; counts that do not divide evenly, fewer elements than
 // ranks), reduce-scatter (in place too), all-gather (in place too), broadcast from every root,
-// ncclCommSplit, group calls, and under the emulator the bytes each rank passed to MPI.
+// ncclCommSplit, group calls, ncclSend/ncclRecv (an all-to-all, a ring shift), and under the emulator the bytes each rank passed to MPI.
 // Real CUDA: it also compiles with nvcc (the id is shared over MPI, as multi-GPU programs do).
 #include <mpi.h>
 #include <nccl.h>
@@ -195,6 +195,82 @@ static void group_calls(ncclComm_t comm) {
     cudaFree(g);
 }
 
+// Point to point: an all-to-all in one group (every rank sends a block of its own length to every
+// rank, itself too, sends and receives interleaved in a different order on each rank), then a
+// shift along the ring outside a group, each rank on a stream of its own. Expected values come
+// from the closed form block(from, to, i); bytes are the sends' payload.
+static size_t block_len(int from, int to) { return 1 + (size_t)((3 * from + 5 * to) % 7) * 37; }
+static double block(int from, int to, size_t i) { return (double)(from * 1000 + to * 100) + (double)(i % 91); }
+static void point_to_point(ncclComm_t comm) {
+    std::vector<float*> out(nranks), in(nranks);
+    size_t want_sent = 0;
+    for (int p = 0; p < nranks; p++) {
+        size_t n_out = block_len(rank_, p), n_in = block_len(p, rank_);
+        CUDA_CHECK(cudaMalloc(&out[p], n_out * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&in[p], n_in * sizeof(float)));
+        std::vector<double> v(n_out);
+        for (size_t i = 0; i < n_out; i++) v[i] = block(rank_, p, i);
+        put(out[p], F32, v);
+        CUDA_CHECK(cudaMemset(in[p], 0xff, n_in * sizeof(float)));
+        want_sent += n_out * sizeof(float);
+    }
+#ifdef EMU_CUDA
+    size_t before = emu_nccl_bytes_sent();
+#endif
+    NCCL_CHECK(ncclGroupStart());
+    for (int k = 0; k < nranks; k++) {  // receives first on even ranks, sends first on odd ones
+        int p = (rank_ + k) % nranks, q = (rank_ - k + nranks) % nranks;
+        if (rank_ % 2 == 0) {
+            NCCL_CHECK(ncclRecv(in[q], block_len(q, rank_), ncclFloat32, q, comm, 0));
+            NCCL_CHECK(ncclSend(out[p], block_len(rank_, p), ncclFloat32, p, comm, 0));
+        } else {
+            NCCL_CHECK(ncclSend(out[p], block_len(rank_, p), ncclFloat32, p, comm, 0));
+            NCCL_CHECK(ncclRecv(in[q], block_len(q, rank_), ncclFloat32, q, comm, 0));
+        }
+    }
+    NCCL_CHECK(ncclGroupEnd());
+#ifdef EMU_CUDA
+    size_t sent = emu_nccl_bytes_sent() - before;
+    EXPECT(sent == want_sent, "rank %d all-to-all sent %zu bytes, want %zu", rank_, sent, want_sent);
+#endif
+    int bad = 0;
+    for (int p = 0; p < nranks; p++) {
+        std::vector<double> got = get(in[p], F32, block_len(p, rank_));
+        for (size_t i = 0; i < got.size(); i++) bad += got[i] != block(p, rank_, i);
+    }
+    EXPECT(bad == 0, "rank %d all-to-all over %d ranks: %d wrong", rank_, nranks, bad);
+    // ring shift on a stream of its own, outside a group on even rings (even ranks send first, odd
+    // ranks receive first); an odd ring has two even ranks next to each other, so there it is grouped
+    cudaStream_t st;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    int next = (rank_ + 1) % nranks, prev = (rank_ - 1 + nranks) % nranks;
+    if (nranks > 1) {
+        float* got_dev = in[prev];
+        if (nranks % 2 == 1) {
+            NCCL_CHECK(ncclGroupStart());
+            NCCL_CHECK(ncclSend(out[next], block_len(rank_, next), ncclFloat32, next, comm, st));
+            NCCL_CHECK(ncclRecv(got_dev, block_len(prev, rank_), ncclFloat32, prev, comm, st));
+            NCCL_CHECK(ncclGroupEnd());
+        } else if (rank_ % 2 == 0) {
+            NCCL_CHECK(ncclSend(out[next], block_len(rank_, next), ncclFloat32, next, comm, st));
+            NCCL_CHECK(ncclRecv(got_dev, block_len(prev, rank_), ncclFloat32, prev, comm, st));
+        } else {
+            NCCL_CHECK(ncclRecv(got_dev, block_len(prev, rank_), ncclFloat32, prev, comm, st));
+            NCCL_CHECK(ncclSend(out[next], block_len(rank_, next), ncclFloat32, next, comm, st));
+        }
+        while (cudaStreamQuery(st) == cudaErrorNotReady) {}
+        std::vector<double> got = get(got_dev, F32, block_len(prev, rank_));
+        bad = 0;
+        for (size_t i = 0; i < got.size(); i++) bad += got[i] != block(prev, rank_, i);
+        EXPECT(bad == 0, "rank %d ring shift: %d wrong", rank_, bad);
+    }
+    CUDA_CHECK(cudaStreamDestroy(st));
+    for (int p = 0; p < nranks; p++) {
+        cudaFree(out[p]);
+        cudaFree(in[p]);
+    }
+}
+
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -236,6 +312,7 @@ int main(int argc, char** argv) {
     for (int root = 0; root < nranks; root++) broadcast(comm, root, 33);
 
     group_calls(comm);
+    point_to_point(comm);
 
     // split into even and odd ranks; the last rank opts out when there are 3 or more
     bool opt_out = nranks >= 3 && rank_ == nranks - 1;
