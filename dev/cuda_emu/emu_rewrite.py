@@ -1,7 +1,8 @@
 """emu_rewrite.py: the source rewrite emucc applies to preprocessed CUDA before g++ compiles it.
 
 Three rewrites, each keeping line numbers (no newline is added or removed):
-  name<<<cfg>>>(args)           ->  ::emu::launch(<address of name>, ::emu::LaunchConfig(cfg), [=] { name(args); })
+  name<<<cfg>>>(args)           ->  ::emu::launch(<address of name>, ::emu::LaunchConfig(cfg), <a closure that
+                                    holds the args' values, evaluated here, and calls name with them>)
   extern __shared__ T buf[];     ->  T* buf = (T*)::emu::dynamic_smem();
   __shared__                     ->  static            (blocks run one at a time, threads share statics)
 and `#pragma unroll` lines become empty lines (g++ would warn about an unknown pragma).
@@ -103,7 +104,11 @@ def rewrite_launches(src):
         args = src[j + 1:args_end]
         gap = src[cfg_end + 3:j]  # whitespace (maybe newlines) between >>> and (
         out.append(src[pos:start])
-        out.append("::emu::launch(%s, ::emu::LaunchConfig(%s), %s[=] { %s(%s); })" % (kernel_id(name), cfg, gap, name, args))
+        # The arguments are evaluated at the launch (into a tuple of their decayed types), as CUDA
+        # copies them then; the body may run later, when the stream reaches the kernel.
+        out.append("::emu::launch(%s, ::emu::LaunchConfig(%s), %s[=, emu_args_ = ::std::make_tuple(%s)] { "
+                   "::std::apply([&](const auto&... emu_a_) { %s(emu_a_...); }, emu_args_); })"
+                   % (kernel_id(name), cfg, gap, args, name))
         pos = args_end + 1
     out.append(src[pos:])
     return "".join(out)

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include <type_traits>
+#include <tuple>
 #include <utility>
 #include <vector>
 #if defined(__SANITIZE_ADDRESS__)

@@ -8,6 +8,7 @@
 #include <nccl.h>
 #include <cuda_bf16.h>
 #include <vector>
+#include <unistd.h>
 #include "check.h"
 
 #define NCCL_CHECK(call)                                                                      \
@@ -195,6 +196,39 @@ static void group_calls(ncclComm_t comm) {
     cudaFree(g);
 }
 
+// A kernel's arguments are its values at the launch (CUDA copies them then), even when the kernel
+// runs later: here it is queued behind an all-reduce that the last rank joins 20 ms late, and its
+// argument is read through a pointer into a stack frame that is gone (and overwritten) before the
+// kernel runs.
+__global__ void store_value(int* out, int v) { *out = v; }
+struct LaunchArg { int v; };
+__attribute__((noinline)) static void launch_from_frame(int* out, int v) {
+    LaunchArg a = {v};
+    const LaunchArg* volatile p = &a;
+    store_value<<<1, 1, 0, 0>>>(out, p->v);
+}
+__attribute__((noinline)) static int overwrite_stack() {
+    volatile int junk[64];
+    for (int i = 0; i < 64; i++) junk[i] = -1000 - i;
+    return junk[7];
+}
+static void launch_args_at_launch(ncclComm_t comm) {
+    int *d, *out, got = 0;
+    CUDA_CHECK(cudaMalloc(&d, sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&out, sizeof(int)));
+    CUDA_CHECK(cudaMemcpy(d, &rank_, sizeof(int), cudaMemcpyHostToDevice));
+    if (rank_ == nranks - 1) usleep(20000);
+    NCCL_CHECK(ncclAllReduce(d, d, 1, ncclInt32, ncclSum, comm, 0));
+    launch_from_frame(out, 4200 + rank_);
+    overwrite_stack();
+    wait_collectives();
+    CUDA_CHECK(cudaMemcpy(&got, out, sizeof(int), cudaMemcpyDeviceToHost));
+    EXPECT(got == 4200 + rank_, "rank %d: a kernel queued behind a collective got argument %d, launched with %d", rank_,
+           got, 4200 + rank_);
+    cudaFree(d);
+    cudaFree(out);
+}
+
 // Point to point: an all-to-all in one group (every rank sends a block of its own length to every
 // rank, itself too, sends and receives interleaved in a different order on each rank), then a
 // shift along the ring outside a group, each rank on a stream of its own. Expected values come
@@ -312,6 +346,7 @@ int main(int argc, char** argv) {
     for (int root = 0; root < nranks; root++) broadcast(comm, root, 33);
 
     group_calls(comm);
+    launch_args_at_launch(comm);
     point_to_point(comm);
 
     // split into even and odd ranks; the last rank opts out when there are 3 or more

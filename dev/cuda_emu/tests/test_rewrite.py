@@ -8,7 +8,8 @@ from emu_rewrite import kernel_id, rewrite  # noqa: E402
 
 
 def launch(name, cfg, args, gap=""):
-    return "::emu::launch(%s, ::emu::LaunchConfig(%s), %s[=] { %s(%s); })" % (kernel_id(name), cfg, gap, name, args)
+    return ("::emu::launch(%s, ::emu::LaunchConfig(%s), %s[=, emu_args_ = ::std::make_tuple(%s)] { "
+            "::std::apply([&](const auto&... emu_a_) { %s(emu_a_...); }, emu_args_); })" % (kernel_id(name), cfg, gap, args, name))
 
 
 class LaunchRewrite(unittest.TestCase):
