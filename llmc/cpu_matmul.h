@@ -31,10 +31,11 @@
 typedef float gemm_vec __attribute__((vector_size(GEMM_VW * 4)));
 typedef float gemm_vec_u __attribute__((vector_size(GEMM_VW * 4), aligned(4)));
 
-// c (MR x NR tile, row stride ldc) = (accumulate ? c : 0) + a_panel (kc x MR) * b_panel (kc x NR),
-// written only for the first m rows and n columns.
+// c (MR x NR tile, row stride ldc) = (accumulate ? c : bias row or 0) + a_panel (kc x MR) * b_panel
+// (kc x NR), written only for the first m rows and n columns; bias (n values, may be NULL) is read
+// only when not accumulating.
 static inline void gemm_micro_kernel(int kc, const float* restrict a, const float* restrict b, float* c,
-                                     size_t ldc, int m, int n, int accumulate) {
+                                     size_t ldc, int m, int n, int accumulate, const float* bias) {
     gemm_vec acc0[GEMM_MR], acc1[GEMM_MR];
     #pragma GCC unroll 16
     for (int i = 0; i < GEMM_MR; i++) { acc0[i] = (gemm_vec){0}; acc1[i] = (gemm_vec){0}; }
@@ -50,10 +51,13 @@ static inline void gemm_micro_kernel(int kc, const float* restrict a, const floa
         }
     }
     if (m == GEMM_MR && n == GEMM_NR) {
+        gemm_vec bias0 = (gemm_vec){0}, bias1 = (gemm_vec){0};
+        if (bias && !accumulate) { bias0 = *(const gemm_vec_u*)bias; bias1 = *(const gemm_vec_u*)(bias + GEMM_VW); }
         #pragma GCC unroll 16
         for (int i = 0; i < GEMM_MR; i++) {
             gemm_vec_u* row = (gemm_vec_u*)(c + i * ldc);
             if (accumulate) { row[0] += acc0[i]; row[1] += acc1[i]; }
+            else if (bias) { row[0] = bias0 + acc0[i]; row[1] = bias1 + acc1[i]; }
             else { row[0] = acc0[i]; row[1] = acc1[i]; }
         }
         return;
@@ -65,7 +69,7 @@ static inline void gemm_micro_kernel(int kc, const float* restrict a, const floa
     }
     for (int i = 0; i < m; i++) {
         float* row = c + i * ldc;
-        for (int j = 0; j < n; j++) { row[j] = (accumulate ? row[j] : 0.0f) + tile[i][j]; }
+        for (int j = 0; j < n; j++) { row[j] = (accumulate ? row[j] : bias ? bias[j] : 0.0f) + tile[i][j]; }
     }
 }
 
@@ -197,15 +201,20 @@ static float* gemm_alloc(size_t floats) {
     return (float*)aligned_alloc_check(floats * sizeof(float), "a matmul packing buffer");
 }
 
-// c (M, N; row stride ldc) = (accumulate ? c : 0) + A (M, K) B (K, N), A(i, k) = a[i * ars + k * acs],
-// B(k, j) = b[k * brs + j * bcs]. Called outside a parallel region. The operand with the smaller
+// c (M, N; row stride ldc) = (accumulate ? c : bias, each row, or 0 where bias is NULL) + A (M, K)
+// B (K, N), A(i, k) = a[i * ars + k * acs], B(k, j) = b[k * brs + j * bcs], bias (N). The bias goes in
+// with the first KC block, so c = bias + (block 0) + (block 1) ..., summed in that order. Called
+// outside a parallel region. The operand with the smaller
 // free dimension is packed once into a shared buffer (in rounds of at most GEMM_SHARED_FLOATS);
 // the larger free dimension is cut into tiles that threads take dynamically, each packing its slice
 // of the other operand once. A tile's outputs sum the KC blocks in order, whoever computes it.
-static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, const float* b, size_t brs,
-                 size_t bcs, float* c, size_t ldc, int accumulate) {
+static void gemm_bias(int M, int N, int K, const float* a, size_t ars, size_t acs, const float* b, size_t brs,
+                      size_t bcs, float* c, size_t ldc, int accumulate, const float* bias) {
     if (K == 0) {
-        if (!accumulate) { for (int i = 0; i < M; i++) { memset(c + i * ldc, 0, (size_t)N * sizeof(float)); } }
+        for (int i = 0; i < M && !accumulate; i++) {
+            if (bias) { memcpy(c + i * ldc, bias, (size_t)N * sizeof(float)); }
+            else { memset(c + i * ldc, 0, (size_t)N * sizeof(float)); }
+        }
         return;
     }
     int a_shared = M <= N;
@@ -248,6 +257,7 @@ static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, co
                 for (int kb = 0; kb < kblocks; kb++) {
                     int pc = k0 + kb * GEMM_KC, kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
                     int acc = accumulate || pc > 0;
+                    const float* bias_row = bias && !acc ? bias : NULL;
                     const float* sh = gemm_shared + small_pad * (size_t)kb * GEMM_KC;
                     if (a_shared) { // own: B (kc, count) in NR panels; all M rows
                         gemm_pack_b(own, b + (size_t)pc * brs + (size_t)first * bcs, brs, bcs, kc, count);
@@ -256,7 +266,8 @@ static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, co
                             for (int ir = 0; ir < M; ir += GEMM_MR) {
                                 int m = M - ir < GEMM_MR ? M - ir : GEMM_MR;
                                 gemm_micro_kernel(kc, sh + (size_t)ir * kc, own + (size_t)jr * kc,
-                                                  c + (size_t)ir * ldc + first + jr, ldc, m, n, acc);
+                                                  c + (size_t)ir * ldc + first + jr, ldc, m, n, acc,
+                                                  bias_row ? bias_row + first + jr : NULL);
                             }
                         }
                     } else { // own: A (count, kc) in MR panels; all N columns
@@ -266,7 +277,8 @@ static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, co
                             for (int ir = 0; ir < count; ir += GEMM_MR) {
                                 int m = count - ir < GEMM_MR ? count - ir : GEMM_MR;
                                 gemm_micro_kernel(kc, own + (size_t)ir * kc, sh + (size_t)jr * kc,
-                                                  c + (size_t)(first + ir) * ldc + jr, ldc, m, n, acc);
+                                                  c + (size_t)(first + ir) * ldc + jr, ldc, m, n, acc,
+                                                  bias_row ? bias_row + jr : NULL);
                             }
                         }
                     }
@@ -276,14 +288,17 @@ static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, co
     }
 }
 
-// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias may be NULL. The caller keeps inp
-// for backward: the weight gradient is dout^T @ inp.
+// c = (accumulate ? c : 0) + A B: gemm_bias without a bias.
+static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, const float* b, size_t brs,
+                 size_t bcs, float* c, size_t ldc, int accumulate) {
+    gemm_bias(M, N, K, a, ars, acs, b, brs, bcs, c, ldc, accumulate, NULL);
+}
+
+// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias may be NULL; the bias enters with the
+// products' first KC block (no pass of its own). The caller keeps inp for backward: the weight
+// gradient is dout^T @ inp.
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
-    if (bias) {
-        #pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) { memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float)); }
-    }
-    gemm(N, OC, C, inp, C, 1, weight, 1, C, out, OC, bias != NULL);
+    gemm_bias(N, OC, C, inp, C, 1, weight, 1, C, out, OC, 0, bias);
 }
 
 // dinp (N, C) = dout @ weight (written); dweight (OC, C) = (accumulate ? dweight : 0) + dout^T @ inp;
