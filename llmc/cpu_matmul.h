@@ -191,6 +191,36 @@ static void gemm_pack_b(float* dst, const float* b, size_t rs, size_t cs, int kc
 #define GEMM_SHARED_FLOATS (1 << 20) // budget of the shared packed operand, per round
 #endif
 
+// A software prefetch (into L2) of the own operand's next block, spread over the micro-kernel
+// calls of the current one, so that the next pack finds its data near instead of in memory. The
+// region is `outer` runs of `inner` contiguous floats, `stride` floats apart.
+typedef struct {
+    const float* base;
+    size_t stride;
+    int inner_lines, next, total, per_call; // next: the next line to ask for, of total
+} GemmPrefetch;
+
+// X(r, q) = x[r * rs + q * cs] for r < rows, q < cols, asked for over `calls` steps. A region
+// with neither dimension contiguous is not prefetched.
+static GemmPrefetch gemm_prefetch_plan(const float* x, size_t rs, size_t cs, int rows, int cols, int calls) {
+    GemmPrefetch p = {x, 0, 0, 0, 0, 0};
+    int outer = cs == 1 ? rows : cols, inner = cs == 1 ? cols : rows;
+    if (cs != 1 && rs != 1) { return p; }
+    p.stride = cs == 1 ? rs : cs;
+    p.inner_lines = (inner + 15) / 16;
+    p.total = outer * p.inner_lines;
+    p.per_call = (p.total + calls - 1) / (calls > 0 ? calls : 1);
+    return p;
+}
+
+static inline void gemm_prefetch_step(GemmPrefetch* p) {
+    int end = p->next + p->per_call < p->total ? p->next + p->per_call : p->total;
+    for (; p->next < end; p->next++) {
+        int o = p->next / p->inner_lines, l = p->next % p->inner_lines;
+        __builtin_prefetch(p->base + (size_t)o * p->stride + (size_t)l * 16, 0, 2);
+    }
+}
+
 // Buffers kept across calls (grown by the first calls, so a training step allocates nothing):
 // the shared packed operand, and each thread's packed tile.
 static float* gemm_shared;
@@ -259,12 +289,27 @@ static void gemm_bias(int M, int N, int K, const float* a, size_t ars, size_t ac
                     int acc = accumulate || pc > 0;
                     const float* bias_row = bias && !acc ? bias : NULL;
                     const float* sh = gemm_shared + small_pad * (size_t)kb * GEMM_KC;
+                    // the own operand's next block: this tile's next KC block, or the first block of the
+                    // tile this thread likely takes next (t + threads: they take tiles in turn)
+                    int nt_next = kb + 1 < kblocks ? t : t + nt, pc_next = kb + 1 < kblocks ? pc + kc : k0;
+                    int f_next = nt_next * tile, c_next = big - f_next < tile ? big - f_next : tile;
+                    int kc_next = K - pc_next < GEMM_KC ? K - pc_next : GEMM_KC;
+                    GemmPrefetch pf = {0};
+                    if (nt_next < ntiles) {
+                        int calls = a_shared ? (count + GEMM_NR - 1) / GEMM_NR * ((M + GEMM_MR - 1) / GEMM_MR)
+                                             : (N + GEMM_NR - 1) / GEMM_NR * ((count + GEMM_MR - 1) / GEMM_MR);
+                        pf = a_shared ? gemm_prefetch_plan(b + (size_t)pc_next * brs + (size_t)f_next * bcs, brs, bcs,
+                                                           kc_next, c_next, calls)
+                                      : gemm_prefetch_plan(a + (size_t)f_next * ars + (size_t)pc_next * acs, ars, acs,
+                                                           c_next, kc_next, calls);
+                    }
                     if (a_shared) { // own: B (kc, count) in NR panels; all M rows
                         gemm_pack_b(own, b + (size_t)pc * brs + (size_t)first * bcs, brs, bcs, kc, count);
                         for (int jr = 0; jr < count; jr += GEMM_NR) {
                             int n = count - jr < GEMM_NR ? count - jr : GEMM_NR;
                             for (int ir = 0; ir < M; ir += GEMM_MR) {
                                 int m = M - ir < GEMM_MR ? M - ir : GEMM_MR;
+                                gemm_prefetch_step(&pf);
                                 gemm_micro_kernel(kc, sh + (size_t)ir * kc, own + (size_t)jr * kc,
                                                   c + (size_t)ir * ldc + first + jr, ldc, m, n, acc,
                                                   bias_row ? bias_row + first + jr : NULL);
@@ -276,6 +321,7 @@ static void gemm_bias(int M, int N, int K, const float* a, size_t ars, size_t ac
                             int n = N - jr < GEMM_NR ? N - jr : GEMM_NR;
                             for (int ir = 0; ir < count; ir += GEMM_MR) {
                                 int m = count - ir < GEMM_MR ? count - ir : GEMM_MR;
+                                gemm_prefetch_step(&pf);
                                 gemm_micro_kernel(kc, own + (size_t)ir * kc, sh + (size_t)jr * kc,
                                                   c + (size_t)(first + ir) * ldc + jr, ldc, m, n, acc,
                                                   bias_row ? bias_row + jr : NULL);
