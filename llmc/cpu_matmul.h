@@ -1,7 +1,8 @@
 // Matmuls of the CPU trainer, y = x W^T + b with W stored (out, in), and their backward, on a
 // cache-blocked packed GEMM with a register-blocked micro-kernel written with GCC vector
-// extensions: 512-bit vectors and a 12x32 tile where AVX-512 is enabled, 256-bit and 6x16 with
-// AVX, 128-bit and 6x8 otherwise (plain C on targets without SIMD). Every output element is
+// extensions: 512-bit vectors and a 12x32 tile where AVX-512 is enabled, 256-bit and 8x16 on AMD
+// Zen 4 (AVX-512 in two 256-bit halves), 256-bit and 6x16 with AVX, 128-bit and 6x8 otherwise
+// (plain C on targets without SIMD); -DGEMM_VW=.. -DGEMM_MR=.. sets another. Every output element is
 // produced by exactly one thread, summing over k in a fixed order (KC blocks in sequence), so
 // results do not depend on the thread count.
 #ifndef LLMC_CPU_MATMUL_H
@@ -13,7 +14,16 @@
 #include <string.h>
 #include "utils.h"
 
-#if defined(__AVX512F__)
+#if defined(GEMM_VW) != defined(GEMM_MR)
+#error "GEMM_VW and GEMM_MR are set together"
+#elif defined(GEMM_VW)
+// set by the build (e.g. 256-bit tiles on a CPU that runs AVX-512 as two 256-bit halves)
+#elif defined(__AVX512VL__) && (defined(__znver3__) || defined(__znver4__))
+// AMD Zen 4 (gcc 12 calls it znver3 plus AVX-512) runs 512-bit ops as two 256-bit halves: there
+// 8 x 16 tiles of 256-bit vectors, in AVX-512VL's 32 registers, measured faster than 12 x 32
+#define GEMM_VW 8
+#define GEMM_MR 8
+#elif defined(__AVX512F__)
 #define GEMM_VW 16
 #define GEMM_MR 12
 #elif defined(__AVX__)
