@@ -7,6 +7,8 @@
 #   make fuzz         fuzzes every file reader and the flag parser (FUZZ_SECONDS each, default 60)
 #   make CC=... NVCC=...   other compilers (CC defaults to mpicc; without Open MPI, to cc with
 #                     -DNO_MPI: single-process CPU trainers, see llmc/mpi_single.h)
+#   make CPU_ARCH=x86-64-v3   the CPU binaries for another -march (default native; x86-64-v3 is
+#                     the AVX2 code path, docs/benchmarks.md)
 ifeq ($(origin CC),default)
 CC := $(if $(shell command -v mpicc 2>/dev/null),mpicc,cc)
 endif
@@ -15,7 +17,8 @@ CPU_MPI := $(if $(findstring mpi,$(notdir $(firstword $(CC)))),mpi,single)
 CPU_MPI_FLAGS := $(if $(filter single,$(CPU_MPI)),-DNO_MPI)
 CPU_MPI_WHY := $(if $(filter cc,$(CC)),no Open MPI (mpicc; make deps installs it),CC=$(CC) is not an MPI wrapper)
 CPU_MPI_NOTE := $(if $(filter single,$(CPU_MPI)),@echo "note: $(CPU_MPI_WHY): building single-process CPU trainers")
-CFLAGS := -O3 -march=native -fopenmp -fno-math-errno -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
+CPU_ARCH ?= native
+CFLAGS := -O3 -march=$(CPU_ARCH) -fopenmp -fno-math-errno -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
 LDLIBS := -lm
 PYTHON := /usr/bin/python3
 LLMC_HEADERS := $(wildcard llmc/*.h)
@@ -30,11 +33,17 @@ build/cpu/mpi_$(CPU_MPI):
 	@rm -f build/cpu/mpi_*
 	@touch $@
 
-train_gpt2cpu: train_gpt2.c $(LLMC_HEADERS) build/cpu/mpi_$(CPU_MPI)
+# A stamp per CPU_ARCH: another -march rebuilds them too.
+build/cpu/arch_$(CPU_ARCH):
+	@mkdir -p build/cpu
+	@rm -f build/cpu/arch_*
+	@touch $@
+
+train_gpt2cpu: train_gpt2.c $(LLMC_HEADERS) build/cpu/mpi_$(CPU_MPI) build/cpu/arch_$(CPU_ARCH)
 	$(CPU_MPI_NOTE)
 	$(CC) $(CFLAGS) $(CPU_MPI_FLAGS) -o $@ train_gpt2.c $(LDLIBS)
 
-test_gpt2cpu: test_gpt2.c train_gpt2.c $(LLMC_HEADERS) build/cpu/mpi_$(CPU_MPI)
+test_gpt2cpu: test_gpt2.c train_gpt2.c $(LLMC_HEADERS) build/cpu/mpi_$(CPU_MPI) build/cpu/arch_$(CPU_ARCH)
 	$(CC) $(CFLAGS) $(CPU_MPI_FLAGS) -o $@ test_gpt2.c $(LDLIBS)
 
 # The single-process CPU trainer (cc, -DNO_MPI), whatever is installed: what `make` builds where

@@ -22,7 +22,7 @@ static void att_panel_product(int kc, const float* a, const float* bp, int K, in
                               int m) {
     for (int jr = 0; jr < n; jr += GEMM_NR) {
         gemm_micro_kernel(kc, a, bp + (size_t)jr * K + (size_t)k0 * GEMM_NR, c + jr, ldc, m,
-                          n - jr < GEMM_NR ? n - jr : GEMM_NR, 0);
+                          n - jr < GEMM_NR ? n - jr : GEMM_NR, 0, NULL);
     }
 }
 

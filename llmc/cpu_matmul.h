@@ -1,7 +1,8 @@
 // Matmuls of the CPU trainer, y = x W^T + b with W stored (out, in), and their backward, on a
 // cache-blocked packed GEMM with a register-blocked micro-kernel written with GCC vector
-// extensions: 512-bit vectors and a 12x32 tile where AVX-512 is enabled, 256-bit and 6x16 with
-// AVX, 128-bit and 6x8 otherwise (plain C on targets without SIMD). Every output element is
+// extensions: 512-bit vectors and a 12x32 tile where AVX-512 is enabled, 256-bit and 8x16 on AMD
+// Zen 4 (AVX-512 in two 256-bit halves), 256-bit and 6x16 with AVX, 128-bit and 6x8 otherwise
+// (plain C on targets without SIMD); -DGEMM_VW=.. -DGEMM_MR=.. sets another. Every output element is
 // produced by exactly one thread, summing over k in a fixed order (KC blocks in sequence), so
 // results do not depend on the thread count.
 #ifndef LLMC_CPU_MATMUL_H
@@ -13,7 +14,16 @@
 #include <string.h>
 #include "utils.h"
 
-#if defined(__AVX512F__)
+#if defined(GEMM_VW) != defined(GEMM_MR)
+#error "GEMM_VW and GEMM_MR are set together"
+#elif defined(GEMM_VW)
+// set by the build (e.g. 256-bit tiles on a CPU that runs AVX-512 as two 256-bit halves)
+#elif defined(__AVX512VL__) && (defined(__znver3__) || defined(__znver4__))
+// AMD Zen 4 (gcc 12 calls it znver3 plus AVX-512) runs 512-bit ops as two 256-bit halves: there
+// 8 x 16 tiles of 256-bit vectors, in AVX-512VL's 32 registers, measured faster than 12 x 32
+#define GEMM_VW 8
+#define GEMM_MR 8
+#elif defined(__AVX512F__)
 #define GEMM_VW 16
 #define GEMM_MR 12
 #elif defined(__AVX__)
@@ -31,10 +41,11 @@
 typedef float gemm_vec __attribute__((vector_size(GEMM_VW * 4)));
 typedef float gemm_vec_u __attribute__((vector_size(GEMM_VW * 4), aligned(4)));
 
-// c (MR x NR tile, row stride ldc) = (accumulate ? c : 0) + a_panel (kc x MR) * b_panel (kc x NR),
-// written only for the first m rows and n columns.
+// c (MR x NR tile, row stride ldc) = (accumulate ? c : bias row or 0) + a_panel (kc x MR) * b_panel
+// (kc x NR), written only for the first m rows and n columns; bias (n values, may be NULL) is read
+// only when not accumulating.
 static inline void gemm_micro_kernel(int kc, const float* restrict a, const float* restrict b, float* c,
-                                     size_t ldc, int m, int n, int accumulate) {
+                                     size_t ldc, int m, int n, int accumulate, const float* bias) {
     gemm_vec acc0[GEMM_MR], acc1[GEMM_MR];
     #pragma GCC unroll 16
     for (int i = 0; i < GEMM_MR; i++) { acc0[i] = (gemm_vec){0}; acc1[i] = (gemm_vec){0}; }
@@ -50,10 +61,13 @@ static inline void gemm_micro_kernel(int kc, const float* restrict a, const floa
         }
     }
     if (m == GEMM_MR && n == GEMM_NR) {
+        gemm_vec bias0 = (gemm_vec){0}, bias1 = (gemm_vec){0};
+        if (bias && !accumulate) { bias0 = *(const gemm_vec_u*)bias; bias1 = *(const gemm_vec_u*)(bias + GEMM_VW); }
         #pragma GCC unroll 16
         for (int i = 0; i < GEMM_MR; i++) {
             gemm_vec_u* row = (gemm_vec_u*)(c + i * ldc);
             if (accumulate) { row[0] += acc0[i]; row[1] += acc1[i]; }
+            else if (bias) { row[0] = bias0 + acc0[i]; row[1] = bias1 + acc1[i]; }
             else { row[0] = acc0[i]; row[1] = acc1[i]; }
         }
         return;
@@ -65,7 +79,7 @@ static inline void gemm_micro_kernel(int kc, const float* restrict a, const floa
     }
     for (int i = 0; i < m; i++) {
         float* row = c + i * ldc;
-        for (int j = 0; j < n; j++) { row[j] = (accumulate ? row[j] : 0.0f) + tile[i][j]; }
+        for (int j = 0; j < n; j++) { row[j] = (accumulate ? row[j] : bias ? bias[j] : 0.0f) + tile[i][j]; }
     }
 }
 
@@ -187,6 +201,36 @@ static void gemm_pack_b(float* dst, const float* b, size_t rs, size_t cs, int kc
 #define GEMM_SHARED_FLOATS (1 << 20) // budget of the shared packed operand, per round
 #endif
 
+// A software prefetch (into L2) of the own operand's next block, spread over the micro-kernel
+// calls of the current one, so that the next pack finds its data near instead of in memory. The
+// region is `outer` runs of `inner` contiguous floats, `stride` floats apart.
+typedef struct {
+    const float* base;
+    size_t stride;
+    int inner_lines, next, total, per_call; // next: the next line to ask for, of total
+} GemmPrefetch;
+
+// X(r, q) = x[r * rs + q * cs] for r < rows, q < cols, asked for over `calls` steps. A region
+// with neither dimension contiguous is not prefetched.
+static GemmPrefetch gemm_prefetch_plan(const float* x, size_t rs, size_t cs, int rows, int cols, int calls) {
+    GemmPrefetch p = {x, 0, 0, 0, 0, 0};
+    int outer = cs == 1 ? rows : cols, inner = cs == 1 ? cols : rows;
+    if (cs != 1 && rs != 1) { return p; }
+    p.stride = cs == 1 ? rs : cs;
+    p.inner_lines = (inner + 15) / 16;
+    p.total = outer * p.inner_lines;
+    p.per_call = (p.total + calls - 1) / (calls > 0 ? calls : 1);
+    return p;
+}
+
+static inline void gemm_prefetch_step(GemmPrefetch* p) {
+    int end = p->next + p->per_call < p->total ? p->next + p->per_call : p->total;
+    for (; p->next < end; p->next++) {
+        int o = p->next / p->inner_lines, l = p->next % p->inner_lines;
+        __builtin_prefetch(p->base + (size_t)o * p->stride + (size_t)l * 16, 0, 2);
+    }
+}
+
 // Buffers kept across calls (grown by the first calls, so a training step allocates nothing):
 // the shared packed operand, and each thread's packed tile.
 static float* gemm_shared;
@@ -197,15 +241,20 @@ static float* gemm_alloc(size_t floats) {
     return (float*)aligned_alloc_check(floats * sizeof(float), "a matmul packing buffer");
 }
 
-// c (M, N; row stride ldc) = (accumulate ? c : 0) + A (M, K) B (K, N), A(i, k) = a[i * ars + k * acs],
-// B(k, j) = b[k * brs + j * bcs]. Called outside a parallel region. The operand with the smaller
+// c (M, N; row stride ldc) = (accumulate ? c : bias, each row, or 0 where bias is NULL) + A (M, K)
+// B (K, N), A(i, k) = a[i * ars + k * acs], B(k, j) = b[k * brs + j * bcs], bias (N). The bias goes in
+// with the first KC block, so c = bias + (block 0) + (block 1) ..., summed in that order. Called
+// outside a parallel region. The operand with the smaller
 // free dimension is packed once into a shared buffer (in rounds of at most GEMM_SHARED_FLOATS);
 // the larger free dimension is cut into tiles that threads take dynamically, each packing its slice
 // of the other operand once. A tile's outputs sum the KC blocks in order, whoever computes it.
-static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, const float* b, size_t brs,
-                 size_t bcs, float* c, size_t ldc, int accumulate) {
+static void gemm_bias(int M, int N, int K, const float* a, size_t ars, size_t acs, const float* b, size_t brs,
+                      size_t bcs, float* c, size_t ldc, int accumulate, const float* bias) {
     if (K == 0) {
-        if (!accumulate) { for (int i = 0; i < M; i++) { memset(c + i * ldc, 0, (size_t)N * sizeof(float)); } }
+        for (int i = 0; i < M && !accumulate; i++) {
+            if (bias) { memcpy(c + i * ldc, bias, (size_t)N * sizeof(float)); }
+            else { memset(c + i * ldc, 0, (size_t)N * sizeof(float)); }
+        }
         return;
     }
     int a_shared = M <= N;
@@ -248,15 +297,32 @@ static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, co
                 for (int kb = 0; kb < kblocks; kb++) {
                     int pc = k0 + kb * GEMM_KC, kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
                     int acc = accumulate || pc > 0;
+                    const float* bias_row = bias && !acc ? bias : NULL;
                     const float* sh = gemm_shared + small_pad * (size_t)kb * GEMM_KC;
+                    // the own operand's next block: this tile's next KC block, or the first block of the
+                    // tile this thread likely takes next (t + threads: they take tiles in turn)
+                    int nt_next = kb + 1 < kblocks ? t : t + nt, pc_next = kb + 1 < kblocks ? pc + kc : k0;
+                    int f_next = nt_next * tile, c_next = big - f_next < tile ? big - f_next : tile;
+                    int kc_next = K - pc_next < GEMM_KC ? K - pc_next : GEMM_KC;
+                    GemmPrefetch pf = {0};
+                    if (nt_next < ntiles) {
+                        int calls = a_shared ? (count + GEMM_NR - 1) / GEMM_NR * ((M + GEMM_MR - 1) / GEMM_MR)
+                                             : (N + GEMM_NR - 1) / GEMM_NR * ((count + GEMM_MR - 1) / GEMM_MR);
+                        pf = a_shared ? gemm_prefetch_plan(b + (size_t)pc_next * brs + (size_t)f_next * bcs, brs, bcs,
+                                                           kc_next, c_next, calls)
+                                      : gemm_prefetch_plan(a + (size_t)f_next * ars + (size_t)pc_next * acs, ars, acs,
+                                                           c_next, kc_next, calls);
+                    }
                     if (a_shared) { // own: B (kc, count) in NR panels; all M rows
                         gemm_pack_b(own, b + (size_t)pc * brs + (size_t)first * bcs, brs, bcs, kc, count);
                         for (int jr = 0; jr < count; jr += GEMM_NR) {
                             int n = count - jr < GEMM_NR ? count - jr : GEMM_NR;
                             for (int ir = 0; ir < M; ir += GEMM_MR) {
                                 int m = M - ir < GEMM_MR ? M - ir : GEMM_MR;
+                                gemm_prefetch_step(&pf);
                                 gemm_micro_kernel(kc, sh + (size_t)ir * kc, own + (size_t)jr * kc,
-                                                  c + (size_t)ir * ldc + first + jr, ldc, m, n, acc);
+                                                  c + (size_t)ir * ldc + first + jr, ldc, m, n, acc,
+                                                  bias_row ? bias_row + first + jr : NULL);
                             }
                         }
                     } else { // own: A (count, kc) in MR panels; all N columns
@@ -265,8 +331,10 @@ static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, co
                             int n = N - jr < GEMM_NR ? N - jr : GEMM_NR;
                             for (int ir = 0; ir < count; ir += GEMM_MR) {
                                 int m = count - ir < GEMM_MR ? count - ir : GEMM_MR;
+                                gemm_prefetch_step(&pf);
                                 gemm_micro_kernel(kc, own + (size_t)ir * kc, sh + (size_t)jr * kc,
-                                                  c + (size_t)(first + ir) * ldc + jr, ldc, m, n, acc);
+                                                  c + (size_t)(first + ir) * ldc + jr, ldc, m, n, acc,
+                                                  bias_row ? bias_row + jr : NULL);
                             }
                         }
                     }
@@ -276,14 +344,17 @@ static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, co
     }
 }
 
-// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias may be NULL. The caller keeps inp
-// for backward: the weight gradient is dout^T @ inp.
+// c = (accumulate ? c : 0) + A B: gemm_bias without a bias.
+static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, const float* b, size_t brs,
+                 size_t bcs, float* c, size_t ldc, int accumulate) {
+    gemm_bias(M, N, K, a, ars, acs, b, brs, bcs, c, ldc, accumulate, NULL);
+}
+
+// out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias may be NULL; the bias enters with the
+// products' first KC block (no pass of its own). The caller keeps inp for backward: the weight
+// gradient is dout^T @ inp.
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
-    if (bias) {
-        #pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) { memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float)); }
-    }
-    gemm(N, OC, C, inp, C, 1, weight, 1, C, out, OC, bias != NULL);
+    gemm_bias(N, OC, C, inp, C, 1, weight, 1, C, out, OC, 0, bias);
 }
 
 // dinp (N, C) = dout @ weight (written); dweight (OC, C) = (accumulate ? dweight : 0) + dout^T @ inp;

@@ -18,6 +18,8 @@ FLOPs per step (matmuls only, causal attention counted over the unmasked half):
     6 B T (12 L C^2 + V C)  +  6 L B T (T + 1) C
 
     /usr/bin/python3 dev/bench/cpu.py [--rounds 4] [--steps 5] [--threads 2] [--configs 124M,6x384,quickstart]
+        [--arch x86-64-v3]   (the C trainer and the peak built for that -march, e.g. the AVX2 code path;
+                              default native; the trainer is left built for it until the next make)
     /usr/bin/python3 dev/bench/cpu.py --blas-only   (the machine, its peak and PyTorch's BLAS; no training)
     /usr/bin/python3 dev/bench/cpu.py --worker L C NH V B T STEPS   (the PyTorch side, used by the above)
     /usr/bin/python3 dev/bench/cpu.py --blas-probe   (PyTorch's OpenBLAS core and sgemm, used by the above)
@@ -168,10 +170,10 @@ def step_times(out, steps):
     return ms[1:]
 
 
-def measure_peak(threads, extra_flags=()):
-    """Best of 3 runs of dev/bench/peak_flops.c built for this machine (plus extra_flags)."""
+def measure_peak(threads, extra_flags=(), arch="native"):
+    """Best of 3 runs of dev/bench/peak_flops.c built for -march=arch (plus extra_flags)."""
     exe = os.path.join(BUILD, "peak_flops")
-    subprocess.run(["gcc", "-O2", "-march=native", *extra_flags, "-fopenmp",
+    subprocess.run(["gcc", "-O2", f"-march={arch}", *extra_flags, "-fopenmp",
                     os.path.join(ROOT, "dev/bench/peak_flops.c"), "-o", exe], check=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     best, line = 0.0, ""
@@ -226,14 +228,14 @@ def check_blas(t_env):
     return lines
 
 
-def prepare(blas_only):
+def prepare(blas_only, arch):
     os.makedirs(BUILD, exist_ok=True)
     if not os.path.exists(os.path.join(OPENBLAS_OPENMP, "libblas.so.3")):
         sys.exit(f"no {OPENBLAS_OPENMP}/libblas.so.3 (apt-get install libopenblas0-openmp): without OpenBLAS "
                  "Debian's torch uses the reference BLAS and the comparison is meaningless")
     if blas_only:
         return
-    subprocess.run(["make", "-s", "train_gpt2cpu"], cwd=ROOT, check=True)
+    subprocess.run(["make", "-s", "train_gpt2cpu", f"CPU_ARCH={arch}"], cwd=ROOT, check=True)
     if not os.path.exists(SYNTH):
         subprocess.run([sys.executable, os.path.join(ROOT, "dev/data/tiny_shard.py"), SYNTH, "--ntok", "300000",
                         "--vocab", "50257", "--seed", "1"], check=True)
@@ -247,6 +249,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="steps per run, the first one untimed")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--configs", default="124M,6x384,quickstart")
+    ap.add_argument("--arch", default="native", help="-march of the C trainer and the peak (x86-64-v3: AVX2)")
     ap.add_argument("--blas-only", action="store_true", help="the machine, its peak and PyTorch's BLAS only")
     ap.add_argument("--worker", nargs=7, type=int, metavar=("L", "C", "NH", "V", "B", "T", "STEPS"))
     ap.add_argument("--blas-probe", action="store_true", help=argparse.SUPPRESS)
@@ -257,12 +260,12 @@ def main():
     if args.blas_probe:
         blas_probe()
         return
-    prepare(args.blas_only)
+    prepare(args.blas_only, args.arch)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     cpu = cpu_info("model name") or "?"
     print(f"{time.strftime('%Y-%m-%d %H:%M %Z')} | {cpu} | {os.cpu_count()} CPUs | {args.threads} threads | "
-          f"{args.rounds} alternating runs x {args.steps - 1} timed steps per side")
-    peak, peak_line = measure_peak(args.threads)
+          f"{args.rounds} alternating runs x {args.steps - 1} timed steps per side | C built with -march={args.arch}")
+    peak, peak_line = measure_peak(args.threads, arch=args.arch)
     print(f"peak: {peak_line}")
     if "512-bit" in peak_line:
         print(f"for reference, 256-bit (AVX2) peak: {measure_peak(args.threads, ['-mno-avx512f'])[1]}")
@@ -289,7 +292,7 @@ def main():
                 res[side][1].append(rss)
                 print(f"  {name} round {r + 1} {side}: median {statistics.median(res[side][0][-(args.steps - 1):]):.1f} ms",
                       flush=True)
-        again, again_line = measure_peak(args.threads) # the machine may be shared: keep the best
+        again, again_line = measure_peak(args.threads, arch=args.arch) # the machine may be shared: keep the best
         if again > peak:
             peak, peak_line = again, again_line
         flops = step_flops(L, C, V, B, T)
@@ -299,7 +302,7 @@ def main():
             rows.append((name, side, med, min(ms), max(ms), B * T / med * 1000, flops / med / 1e6,
                          flops / min(ms) / 1e6, max(rss) / 2**20, statistics.median(res["PyTorch"][0]) / med,
                          min(res["PyTorch"][0]) / min(ms)))
-    print(f"\npeak: {peak_line} (the best of all measurements; % of peak uses it)")
+    print(f"\npeak: {peak_line}, -march={args.arch} (the best of all measurements; % of peak uses it)")
     print("\n".join(blas_lines))
     print("tokens/s, GFLOP/s and speed vs PyTorch from the median step; in brackets from the fastest step")
     print(f"\n| config | side | ms/step median (min-max) | tokens/s | GFLOP/s | % of peak | peak RSS MiB | speed vs PyTorch |")

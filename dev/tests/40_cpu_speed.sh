@@ -1,6 +1,6 @@
 # Cheap correctness checks of the fast CPU kernels (sourced by dev/run_tests.sh; the speed itself
 # is measured by dev/bench/cpu.py, not here): the kernel test (matmul, attention, vector math
-# against naive double loops) on every vector width the headers support, the PyTorch agreement
+# against naive double loops) on every vector width and tile the headers support, the PyTorch agreement
 # on a model whose sizes fit none of the tile sizes, and losses that are the same on 1 and 2
 # threads and from run to run.
 CPUK_TMP=build/test_tmp/cpu_speed
@@ -36,6 +36,7 @@ cpuk_thread_determinism() {
 }
 
 check cpu_kernels_native cpuk_kernels
+check cpu_kernels_12x32 cpuk_kernels -DGEMM_VW=16 -DGEMM_MR=12 # native picks 8x16 on Zen 4
 check cpu_kernels_avx2 cpuk_kernels -mno-avx512f
 check cpu_kernels_sse cpuk_kernels -mno-avx
 check cpu_odd_sizes_vs_pytorch cpuk_odd_reference
