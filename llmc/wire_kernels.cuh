@@ -6,9 +6,8 @@
 // __fdiv_rn, __fsub_rn, __fadd_rn: nvcc contracts nothing), so the bytes, the residuals and the
 // decoded sums equal the CPU trainer's loops bit for bit.
 //   wire_encode_slices   x (R, n) -> out (R, bytes(n)); x becomes the residual x - decoded, or stays
-//   wire_sum_slices      in (R replicas, R slices, bytes(n)) -> dst (R, n): slice j summed over the
-//                        replicas in order 0..R-1 in fp32, never in the compressed type
-//   wire_round_slices    dst (R, n) in place: decode(encode(dst)), the owner's rounding of its sum
+//   wire_decode_sum      (below) the sums over replicas, in fp32 in replica order, never in the
+//                        compressed type
 // Top-k (-rk, any format; WireSpec): encoded by wire_spec_encode_slices and summed or decoded by
 // wire_spec_decode_sum, one CUDA block per chunk of WIRE_TOPK_CHUNK values of a slice
 // (wire_topk_kernel, wire_topk_sum_kernel), selecting exactly the CPU's indices. -ls 0:
@@ -116,18 +115,6 @@ __global__ void wire_bf16_kernel(float* x, size_t n, int R, uint8_t* out, size_t
     }
 }
 
-// dst[j * n + i] = the sum over replicas r = 0..R-1, in that order, of value i of slice j of in
-// (replica r's encoding: R slices of `bytes`, at r * R * bytes).
-__global__ void wire_sum_kernel(float* dst, const uint8_t* in, size_t n, int R, size_t bytes, int f) {
-    size_t total = n * (size_t)R;
-    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (size_t)gridDim.x * blockDim.x) {
-        size_t j = k / n, i = k - j * n;
-        float acc = wire_dev_value(f, in + j * bytes, n, i);
-        for (int r = 1; r < R; r++) { acc = __fadd_rn(acc, wire_dev_value(f, in + ((size_t)r * R + j) * bytes, n, i)); }
-        dst[k] = acc;
-    }
-}
-
 // Value i of an encoded run of n values in format f, fp32 included.
 __device__ inline float wire_dev_any_value(int f, const uint8_t* in, size_t n, size_t i) {
     return f == WIRE_FP32 ? wire_get_f32(in + 4 * i) : wire_dev_value(f, in, n, i);
@@ -153,16 +140,6 @@ static void wire_slices(int f, float* x, size_t n, int R, uint8_t* out, int leav
 
 static void wire_encode_slices(int f, float* x, size_t n, int R, uint8_t* out, int feedback, cudaStream_t stream) {
     wire_slices(f, x, n, R, out, feedback ? WIRE_RESIDUAL : WIRE_KEEP, stream);
-}
-
-static void wire_round_slices(int f, float* x, size_t n, int R, cudaStream_t stream) {
-    wire_slices(f, x, n, R, NULL, WIRE_DECODED, stream);
-}
-
-static void wire_sum_slices(int f, float* dst, const uint8_t* in, size_t n, int R, cudaStream_t stream) {
-    if (n == 0) { return; }
-    wire_sum_kernel<<<wire_grid(n * R), 256, 0, stream>>>(dst, in, n, R, wire_bytes(f, n), f);
-    cudaLaunchCheck();
 }
 
 // The exchange by owners (train_gpt2.cu dp_wire_exchange), any R:
