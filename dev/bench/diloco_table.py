@@ -41,59 +41,157 @@ CONFIGS = [
     ("R2 H20 avg -rq int4 -ref 0", 2, 20, 1.0, 0.0, 0, ["-rq", "int4", "-ref", "0"]),
     ("R2 H20 avg -rq int4 -rk 0.02", 2, 20, 1.0, 0.0, 0, ["-rq", "int4", "-rk", "0.02"]),
     ("sync -rq int8", 2, 0, 0.7, 0.9, 0, ["-rq", "int8"]),
+    ("R2 H20 avg -rq bf16", 2, 20, 1.0, 0.0, 0, ["-rq", "bf16"]),
+    ("R2 H20 avg -rq int8 -ref 0", 2, 20, 1.0, 0.0, 0, ["-rq", "int8", "-ref", "0"]),
+    ("R2 H20 avg -rq int8 -rk 0.01", 2, 20, 1.0, 0.0, 0, ["-rq", "int8", "-rk", "0.01"]),
+    ("R2 H20 avg -rq int8 -rqs 200", 2, 20, 1.0, 0.0, 0, ["-rq", "int8", "-rqs", "200"]),
+    ("R2 H20 avg -lf 1", 2, 20, 1.0, 0.0, 0, ["-lf", "1"]),
+    ("R2 H20 avg -lf 4", 2, 20, 1.0, 0.0, 0, ["-lf", "4"]),
+    ("R2 H20 avg -lf 4 -lo 1", 2, 20, 1.0, 0.0, 0, ["-lf", "4", "-lo", "1"]),
+    ("R2 H20 avg -lf 4 -lo 1 -rq int8", 2, 20, 1.0, 0.0, 0, ["-lf", "4", "-lo", "1", "-rq", "int8"]),
+    ("R2 H100 avg -rq int8", 2, 100, 1.0, 0.0, 0, ["-rq", "int8"]),
+    ("R2 H100 avg -rq int4 -rk 0.02", 2, 100, 1.0, 0.0, 0, ["-rq", "int4", "-rk", "0.02"]),
 ]
 ROWS, T = 4, 64
+# The throttled-link runs: the configurations whose step time -rb changes (-ref 0 sends int8's bytes,
+# -rqs 200 fp32's in these short runs, -lf 1 is -ls itself). "sync" runs as -ls 1 -ol 1 -om 0: -rb
+# needs -ls, and -ls 1 sends synchronous training's replica bytes every step, blocking.
+LINK_CONFIGS = ["sync", "sync -rq int8", "R2 H20 avg 1.0/0", "R2 H20 avg -rq bf16", "R2 H20 avg -rq int8",
+                "R2 H20 avg -rq int4", "R2 H20 avg -rq int4 -rk 0.02", "R2 H20 avg -rq int8 -rk 0.01",
+                "R2 H20 avg -lf 4", "R2 H20 avg -lf 4 -lo 1", "R2 H20 avg -lf 4 -lo 1 -rq int8",
+                "R2 H100 avg 1.0/0", "R2 H100 avg -rq int8", "R2 H100 avg -rq int4 -rk 0.02"]
+LINK_STEPS, LINK_MBPS = 120, 100
 
 
-def run(name, R, every, lr, mom, start, steps, extra=()):
-    tag = re.sub(r"[^A-Za-z0-9.]+", "_", name)
-    d = f"{OUT}/{tag}"
+def trainer_args(d, R, every, lr, mom, start, steps, extra, val=True):
     args = ["-i", "data/kjv/kjv_train.bin", "-j", "data/kjv/kjv_val.bin", "-e", "d6", "-V", "257", "-sl", "256",
             "-b", str(ROWS // R), "-t", str(T), "-d", str(ROWS * T), "-x", str(steps), "-l", "1e-3", "-u", "20",
-            "-q", "0.1", "-k", "cosine", "-c", "0.1", "-v", "100", "-m", str(64 // ROWS), "-s", "0", "-z", "1",
-            "-ds", "1", "-o", d]
+            "-q", "0.1", "-k", "cosine", "-c", "0.1", "-v", "100" if val else "0", "-m", str(64 // ROWS), "-s", "0",
+            "-z", "1", "-ds", "1", "-o", d]
     if every:
         args += ["-ls", str(every), "-ol", str(lr), "-om", str(mom), "-lss", str(start)]
-    args += list(extra)
+    return args + list(extra)
+
+
+def launch(d, R, args, rerun):
+    """Runs the trainer on R ranks unless d.out already holds a finished run of the same command (d.cmd);
+    a log without d.cmd was written by the script before it recorded commands and is taken as is."""
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(R), "-x",
            "OMP_NUM_THREADS=1", os.environ.get("TRAINER", "./train_gpt2cpu")] + args
-    t0 = time.time()
+    line = " ".join(cmd)
+    if not rerun and os.path.exists(f"{d}.out"):
+        old = open(f"{d}.cmd").read().strip() if os.path.exists(f"{d}.cmd") else line
+        text = open(f"{d}.out").read()
+        if old == line and "average step time" in text:
+            return text, True
     r = subprocess.run(cmd, capture_output=True, text=True)
     open(f"{d}.out", "w").write(r.stdout + r.stderr)
+    open(f"{d}.cmd", "w").write(line + "\n")
     if r.returncode != 0:
-        sys.exit(f"{name}: failed\n{r.stderr[-2000:]}")
-    vals = re.findall(r"step (\d+): val loss (\S+)", r.stdout)
-    if every:
-        replica = float(re.search(r"communication across replicas: (\S+) bytes per rank per step", r.stdout).group(1))
-    else:
-        replica = float(re.search(r"replicas (\d+), parameters", r.stdout).group(1))
-    step_ms = float(re.search(r"average step time: (\S+) ms", r.stdout).group(1))
-    return {"val": float(vals[-1][1]), "curve": [float(v) for _, v in vals], "bytes_per_token": replica / (ROWS * T),
-            "step_ms": step_ms, "wall": time.time() - t0}
+        sys.exit(f"{d}: failed\n{r.stderr[-2000:]}")
+    return r.stdout, False
+
+
+def num(pattern, text):
+    m = re.search(pattern, text)
+    return float(m.group(1)) if m else None
+
+
+def replica_bytes(text, every, extra, steps):
+    """(bytes each rank sends across the replicas per trained token over the run, the most any one step
+    sends), from the trainer's closed forms in its start-up report."""
+    if not every:
+        per_step = num(r"replicas (\d+), parameters", text)
+        return per_step / (ROWS * T), per_step
+    per_sync = num(r"(\d+) bytes sent per rank across replicas, \d+ inside", text)
+    peak = num(r"the largest sends (\d+) bytes per rank across replicas", text) or per_sync
+    if "-rqs" in extra:  # fp32 for the syncs after steps <= S, the -rq format after them
+        S = int(extra[extra.index("-rqs") + 1])
+        fp32 = num(r"bytes per outer sync across replicas, (\d+) in fp32", text)
+        n_fp32 = min(S, steps) // every
+        return (n_fp32 * fp32 + (steps // every - n_fp32) * per_sync) / (steps * ROWS * T), fp32
+    return per_sync / every / (ROWS * T), peak
+
+
+def run(name, R, every, lr, mom, start, steps, extra=(), rerun=False):
+    d = f"{OUT}/{re.sub(r'[^A-Za-z0-9.]+', '_', name)}"
+    text, cached = launch(d, R, trainer_args(d, R, every, lr, mom, start, steps, extra), rerun)
+    vals = re.findall(r"step (\d+): val loss (\S+)", text)
+    per_token, peak = replica_bytes(text, every, list(extra), steps)
+    return {"val": float(vals[-1][1]), "curve": [float(v) for _, v in vals], "bytes_per_token": per_token,
+            "peak": peak, "step_ms": num(r"average step time: (\S+) ms", text), "cached": cached,
+            "losses": re.findall(r"\| loss (\S+) \|", text)}
+
+
+def step_mean_ms(text):
+    """Mean step time over steps 2..N-1 (the first pays for start-up, the last syncs every fragment)."""
+    ms = [float(x) for x in re.findall(r"step +\d+/\d+ \|.*?\| ([\d.]+) ms \|", text)]
+    return sum(ms[1:-1]) / len(ms[1:-1])
+
+
+def link_batch(rerun):
+    """Short runs of each LINK_CONFIGS entry without and with the throttled link (-rb), one after the other,
+    and a never-syncing run (-ls longer than the run) first, after every fourth configuration and last;
+    returns {name: (ms, throttled ms, never-syncing ms around them)}."""
+    os.makedirs(f"{OUT}/link", exist_ok=True)
+    cfgs = {c[0]: c for c in CONFIGS}
+    nosync, res = [], {}
+
+    def one(tag, R, every, lr, mom, extra):
+        d = f"{OUT}/link/{tag}"
+        return step_mean_ms(launch(d, R, trainer_args(d, R, every, lr, mom, 0, LINK_STEPS, extra, False), rerun)[0])
+
+    def never(i):
+        nosync.append(one(f"nosync_{i}", 2, 10 * LINK_STEPS, 1.0, 0.0, []))
+
+    never(0)
+    for i, name in enumerate(LINK_CONFIGS):
+        _, R, every, lr, mom, _, *rest = cfgs[name]
+        extra = list(rest[0]) if rest else []
+        if not every:
+            every, lr, mom = 1, 1.0, 0.0
+        tag = re.sub(r"[^A-Za-z0-9.]+", "_", name)
+        plain = one(tag, R, every, lr, mom, extra)
+        slow = one(tag + "_rb", R, every, lr, mom, extra + ["-rb", str(LINK_MBPS)])
+        res[name] = (plain, slow, len(nosync) - 1)
+        if i % 4 == 3:
+            never(len(nosync))
+    never(len(nosync))
+    # each configuration against the mean of the never-syncing runs just before and just after it
+    return {k: (p, s, (nosync[j] + nosync[j + 1]) / 2) for k, (p, s, j) in res.items()}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=600)
-    ap.add_argument("--only", default="")
-    ap.add_argument("--sync-val", type=float, default=None)
+    ap.add_argument("--only", default="", help="comma-separated configuration names (sync is always in)")
+    ap.add_argument("--rerun", action="store_true", help="run again even where a finished log of the same command exists")
+    ap.add_argument("--link", action="store_true", help="add the throttled-link columns (short runs, -rb)")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     only = [s for s in a.only.split(",") if s]
-    rows, sync_val = [], a.sync_val
-    print(f"| configuration | final val loss | vs sync | val at 100/200/300/400/500 | replica bytes/token | step ms |")
-    print("|---|---|---|---|---|---|")
+    link = link_batch(a.rerun) if a.link else {}
+    sync_val = sync_bytes = None
+    head = ("| configuration | final val loss | vs sync | val at 100/200/300/400/500 | replica bytes/token | "
+            "x fewer bytes than sync | peak bytes/step | step ms |")
+    if link:
+        head += f" step ms / never-syncing | with -rb {LINK_MBPS:g} MB/s |"
+    print(head)
+    print("|---" * (head.count("|") - 1) + "|")
     for cfg in CONFIGS:
-        if (only and cfg[0] not in only and cfg[0] != "sync") or (cfg[0] == "sync" and a.sync_val is not None):
+        if only and cfg[0] not in only and cfg[0] != "sync":
             continue
-        res = run(*cfg[:6], a.steps, *cfg[6:])
+        res = run(*cfg[:6], a.steps, *cfg[6:], rerun=a.rerun)
         if cfg[0] == "sync":
-            sync_val = res["val"]
-        rel = f"{100 * (res['val'] / sync_val - 1):+.1f}%" if sync_val else ""
+            sync_val, sync_bytes = res["val"], res["bytes_per_token"]
+        rel = f"{100 * (res['val'] / sync_val - 1):+.1f}%"
         curve = "/".join(f"{v:.3f}" for v in res["curve"][1:-1])
-        print(f"| {cfg[0]} | {res['val']:.4f} | {rel} | {curve} | {res['bytes_per_token']:.0f} | "
-              f"{res['step_ms']:.0f} |", flush=True)
-        rows.append((cfg, res))
+        row = (f"| {cfg[0]} | {res['val']:.4f} | {rel} | {curve} | {res['bytes_per_token']:.0f} | "
+               f"{sync_bytes / res['bytes_per_token']:.1f}x | {res['peak']:.0f} | {res['step_ms']:.0f} |")
+        if link:
+            p, s, ns = link.get(cfg[0], (None, None, None))
+            row += f" {p / ns:.2f}x | {s / ns:.2f}x |" if p else " not measured | not measured |"
+        print(row, flush=True)
 
 
 if __name__ == "__main__":
