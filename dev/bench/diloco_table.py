@@ -1,18 +1,23 @@
-"""The quality of -ls (DiLoCo) on the quick start's model and data: synchronous training against
-2 and 4 replicas synchronized every H steps, at equal tokens, on this machine's 2 cores.
+"""The quality of -ls (DiLoCo) and its replica-link options on the quick start's model and data:
+synchronous training against 2 and 4 replicas synchronized every H steps, at equal tokens, on this
+machine's 2 cores.
 
 The quick start's model (d6: 6 layers, 384 channels, byte-level KJV) with a shorter run than
-`make quickstart` so that the table (12 runs) fits in about 40 minutes of 2 cores: T 64, 256 tokens per step
-(4 rows, split over the replicas), 600 steps (154K tokens), lr 1e-3 with 20 warmup steps and a
-cosine decay to 0.1, ZeRO 1, one rank per replica (-ds 1), one OpenMP thread per rank. Every
-configuration reads the same rows (a replica's share of each global batch) and reports its final
-val loss (the same 64 val rows), the bytes each rank sends across the replicas per trained token
-(from the trainer's own closed form, printed at start-up) and the measured step time.
+`make quickstart`: T 64, 256 tokens per step (4 rows, split over the replicas), 600 steps (154K
+tokens), lr 1e-3 with 20 warmup steps and a cosine decay to 0.1, ZeRO 1, one rank per replica (-ds 1),
+one OpenMP thread per rank, about 2-4 minutes a configuration. Every configuration reads the same rows
+and reports its final val loss (the same 64 val rows), the bytes each rank sends across the replicas
+per trained token and the most any one step sends (both from the trainer's closed forms printed at
+start-up, which its tests hold equal to the bytes sent), and that per token against synchronous fp32.
+--link adds the step time on a link throttled to 100 MB/s (-rb): 61-step runs of each configuration
+without and with -rb, one after the other, each mean step (steps 2..60) divided by that of the
+never-syncing runs (-ls longer than the run) measured just before and after it, since the machine is
+shared and absolute times move between runs. Synchronous training runs there as -ls 1 -ol 1 -om 0
+(-rb needs -ls; it sends the same bytes every step, blocking).
 
-  python3 dev/bench/diloco_table.py [--steps N] [--only NAME,...] [--sync-val V]   prints a markdown table
-(--sync-val: the synchronous run's final val loss, measured before, instead of running it again)
-Results (one log per configuration) go to build/bench/diloco/. docs/distributed.md holds the table
-measured with the defaults.
+  python3 dev/bench/diloco_table.py [--steps N] [--only NAME,...] [--link] [--rerun]   prints a markdown table
+Logs go to build/bench/diloco/ (the throttled runs' to link/); a finished log of the same command is
+reused unless --rerun. docs/distributed.md holds the table measured with the defaults.
 """
 import argparse
 import os
@@ -54,19 +59,21 @@ CONFIGS = [
 ]
 ROWS, T = 4, 64
 # The throttled-link runs: the configurations whose step time -rb changes (-ref 0 sends int8's bytes,
-# -rqs 200 fp32's in these short runs, -lf 1 is -ls itself). "sync" runs as -ls 1 -ol 1 -om 0: -rb
-# needs -ls, and -ls 1 sends synchronous training's replica bytes every step, blocking.
+# -rqs 200 fp32's in these short runs, -lf 1 is -ls itself; -ls 100 would need 100-step windows).
+# "sync" runs as -ls 1 -ol 1 -om 0: -rb needs -ls, and -ls 1 sends synchronous training's replica
+# bytes every step, blocking. 61 steps: steps 2..60 hold 3 windows of -ls 20 (step 61 syncs everything).
 LINK_CONFIGS = ["sync", "sync -rq int8", "R2 H20 avg 1.0/0", "R2 H20 avg -rq bf16", "R2 H20 avg -rq int8",
-                "R2 H20 avg -rq int4", "R2 H20 avg -rq int4 -rk 0.02", "R2 H20 avg -rq int8 -rk 0.01",
-                "R2 H20 avg -lf 4", "R2 H20 avg -lf 4 -lo 1", "R2 H20 avg -lf 4 -lo 1 -rq int8",
-                "R2 H100 avg 1.0/0", "R2 H100 avg -rq int8", "R2 H100 avg -rq int4 -rk 0.02"]
-LINK_STEPS, LINK_MBPS = 120, 100
+                "R2 H20 avg -rq int4 -rk 0.02", "R2 H20 avg -rq int8 -rk 0.01", "R2 H20 avg -lf 4",
+                "R2 H20 avg -lf 4 -lo 1", "R2 H20 avg -lf 4 -lo 1 -rq int8"]
+LINK_STEPS, LINK_MBPS = 61, 100
 
 
 def trainer_args(d, R, every, lr, mom, start, steps, extra, val=True):
+    # with -lf F > 1 the replicas agree only after the last step (every fragment syncs there): val at the end
+    v = ("100" if "-lf" not in extra or extra[extra.index("-lf") + 1] == "1" else str(steps)) if val else "0"
     args = ["-i", "data/kjv/kjv_train.bin", "-j", "data/kjv/kjv_val.bin", "-e", "d6", "-V", "257", "-sl", "256",
             "-b", str(ROWS // R), "-t", str(T), "-d", str(ROWS * T), "-x", str(steps), "-l", "1e-3", "-u", "20",
-            "-q", "0.1", "-k", "cosine", "-c", "0.1", "-v", "100" if val else "0", "-m", str(64 // ROWS), "-s", "0",
+            "-q", "0.1", "-k", "cosine", "-c", "0.1", "-v", v, "-m", str(64 // ROWS), "-s", "0",
             "-z", "1", "-ds", "1", "-o", d]
     if every:
         args += ["-ls", str(every), "-ol", str(lr), "-om", str(mom), "-lss", str(start)]
@@ -172,8 +179,9 @@ def main():
     only = [s for s in a.only.split(",") if s]
     link = link_batch(a.rerun) if a.link else {}
     sync_val = sync_bytes = None
+    done = {}
     head = ("| configuration | final val loss | vs sync | val at 100/200/300/400/500 | replica bytes/token | "
-            "x fewer bytes than sync | peak bytes/step | step ms |")
+            "x fewer bytes than sync | peak bytes/step |")
     if link:
         head += f" step ms / never-syncing | with -rb {LINK_MBPS:g} MB/s |"
     print(head)
@@ -185,13 +193,20 @@ def main():
         if cfg[0] == "sync":
             sync_val, sync_bytes = res["val"], res["bytes_per_token"]
         rel = f"{100 * (res['val'] / sync_val - 1):+.1f}%"
-        curve = "/".join(f"{v:.3f}" for v in res["curve"][1:-1])
+        curve = "/".join(f"{v:.3f}" for v in res["curve"][1:-1]) or "(replicas differ there)"
         row = (f"| {cfg[0]} | {res['val']:.4f} | {rel} | {curve} | {res['bytes_per_token']:.0f} | "
-               f"{sync_bytes / res['bytes_per_token']:.1f}x | {res['peak']:.0f} | {res['step_ms']:.0f} |")
+               f"{sync_bytes / res['bytes_per_token']:.1f}x | {res['peak']:.0f} |")
         if link:
             p, s, ns = link.get(cfg[0], (None, None, None))
             row += f" {p / ns:.2f}x | {s / ns:.2f}x |" if p else " not measured | not measured |"
         print(row, flush=True)
+        done[cfg[0]] = res
+    base, lf1 = done.get("R2 H20 avg 1.0/0"), done.get("R2 H20 avg -lf 1")
+    if base and lf1:  # -lf 1 is plain -ls, bit for bit
+        if base["losses"] != lf1["losses"] or base["curve"] != lf1["curve"]:
+            sys.exit("-lf 1 differs from R2 H20 avg 1.0/0")
+        print(f"\n-lf 1: its {len(lf1['losses'])} step losses and {len(lf1['curve'])} val losses equal "
+              "R2 H20 avg 1.0/0's, digit for digit")
 
 
 if __name__ == "__main__":
