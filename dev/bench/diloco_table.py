@@ -5,17 +5,18 @@ machine's 2 cores.
 The quick start's model (d6: 6 layers, 384 channels, byte-level KJV) with a shorter run than
 `make quickstart`: T 64, 256 tokens per step (4 rows, split over the replicas), 600 steps (154K
 tokens), lr 1e-3 with 20 warmup steps and a cosine decay to 0.1, ZeRO 1, one rank per replica (-ds 1),
-one OpenMP thread per rank, about 2-4 minutes a configuration. Every configuration reads the same rows
+one OpenMP thread per rank, 2-11 minutes a configuration on the shared host. Every configuration reads the same rows
 and reports its final val loss (the same 64 val rows), the bytes each rank sends across the replicas
 per trained token and the most any one step sends (both from the trainer's closed forms printed at
-start-up, which its tests hold equal to the bytes sent), and that per token against synchronous fp32.
+start-up, which its tests hold equal to the bytes sent), and how many times fewer bytes per token
+that is than synchronous fp32 training on the same replicas.
 --link adds the step time on a link throttled to 100 MB/s (-rb): 61-step runs of each configuration
 without and with -rb, one after the other, each mean step (steps 2..60) divided by that of the
 never-syncing runs (-ls longer than the run) measured just before and after it, since the machine is
 shared and absolute times move between runs. Synchronous training runs there as -ls 1 -ol 1 -om 0
 (-rb needs -ls; it sends the same bytes every step, blocking).
 
-  python3 dev/bench/diloco_table.py [--steps N] [--only NAME,...] [--link] [--rerun]   prints a markdown table
+  python3 dev/bench/diloco_table.py [--steps N] [--only NAME,...] [--link] [--rerun] [--cached-only]
 Logs go to build/bench/diloco/ (the throttled runs' to link/); a finished log of the same command is
 reused unless --rerun. docs/distributed.md holds the table measured with the defaults.
 """
@@ -80,7 +81,7 @@ def trainer_args(d, R, every, lr, mom, start, steps, extra, val=True):
     return args + list(extra)
 
 
-def launch(d, R, args, rerun):
+def launch(d, R, args, rerun, cached_only=False):
     """Runs the trainer on R ranks unless d.out already holds a finished run of the same command (d.cmd);
     a log without d.cmd was written by the script before it recorded commands and is taken as is."""
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(R), "-x",
@@ -91,6 +92,8 @@ def launch(d, R, args, rerun):
         text = open(f"{d}.out").read()
         if old == line and "average step time" in text:
             return text, True
+    if cached_only:
+        return None, False
     r = subprocess.run(cmd, capture_output=True, text=True)
     open(f"{d}.out", "w").write(r.stdout + r.stderr)
     open(f"{d}.cmd", "w").write(line + "\n")
@@ -106,27 +109,32 @@ def num(pattern, text):
 
 def replica_bytes(text, every, extra, steps):
     """(bytes each rank sends across the replicas per trained token over the run, the most any one step
-    sends), from the trainer's closed forms in its start-up report."""
+    sends, synchronous fp32 training's bytes per token on the same mesh), from the trainer's closed forms
+    in its start-up report."""
+    tok = ROWS * T
     if not every:
         per_step = num(r"replicas (\d+), parameters", text)
-        return per_step / (ROWS * T), per_step
+        return per_step / tok, per_step, (num(r"bytes per step across replicas, (\d+) in fp32", text) or per_step) / tok
+    sync = num(r"(\d+) with synchronous training", text) / tok
     per_sync = num(r"(\d+) bytes sent per rank across replicas, \d+ inside", text)
     peak = num(r"the largest sends (\d+) bytes per rank across replicas", text) or per_sync
     if "-rqs" in extra:  # fp32 for the syncs after steps <= S, the -rq format after them
         S = int(extra[extra.index("-rqs") + 1])
         fp32 = num(r"bytes per outer sync across replicas, (\d+) in fp32", text)
         n_fp32 = min(S, steps) // every
-        return (n_fp32 * fp32 + (steps // every - n_fp32) * per_sync) / (steps * ROWS * T), fp32
-    return per_sync / every / (ROWS * T), peak
+        return (n_fp32 * fp32 + (steps // every - n_fp32) * per_sync) / (steps * tok), fp32, sync
+    return per_sync / every / tok, peak, sync
 
 
-def run(name, R, every, lr, mom, start, steps, extra=(), rerun=False):
+def run(name, R, every, lr, mom, start, steps, extra=(), rerun=False, cached_only=False):
     d = f"{OUT}/{re.sub(r'[^A-Za-z0-9.]+', '_', name)}"
-    text, cached = launch(d, R, trainer_args(d, R, every, lr, mom, start, steps, extra), rerun)
+    text, cached = launch(d, R, trainer_args(d, R, every, lr, mom, start, steps, extra), rerun, cached_only)
+    if text is None:
+        return None
     vals = re.findall(r"step (\d+): val loss (\S+)", text)
-    per_token, peak = replica_bytes(text, every, list(extra), steps)
+    per_token, peak, sync = replica_bytes(text, every, list(extra), steps)
     return {"val": float(vals[-1][1]), "curve": [float(v) for _, v in vals], "bytes_per_token": per_token,
-            "peak": peak, "step_ms": num(r"average step time: (\S+) ms", text), "cached": cached,
+            "peak": peak, "sync_bytes_per_token": sync, "step_ms": num(r"average step time: (\S+) ms", text), "cached": cached,
             "losses": re.findall(r"\| loss (\S+) \|", text)}
 
 
@@ -174,12 +182,13 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated configuration names (sync is always in)")
     ap.add_argument("--rerun", action="store_true", help="run again even where a finished log of the same command exists")
     ap.add_argument("--link", action="store_true", help="add the throttled-link columns (short runs, -rb)")
+    ap.add_argument("--cached-only", action="store_true", help="print only the rows with finished logs, run nothing")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     only = [s for s in a.only.split(",") if s]
     link = link_batch(a.rerun) if a.link else {}
-    sync_val = sync_bytes = None
-    done = {}
+    sync_val = None
+    done, missing = {}, []
     head = ("| configuration | final val loss | vs sync | val at 100/200/300/400/500 | replica bytes/token | "
             "x fewer bytes than sync | peak bytes/step |")
     if link:
@@ -189,18 +198,23 @@ def main():
     for cfg in CONFIGS:
         if only and cfg[0] not in only and cfg[0] != "sync":
             continue
-        res = run(*cfg[:6], a.steps, *cfg[6:], rerun=a.rerun)
+        res = run(*cfg[:6], a.steps, *cfg[6:], rerun=a.rerun, cached_only=a.cached_only)
+        if res is None:
+            missing.append(cfg[0])
+            continue
         if cfg[0] == "sync":
-            sync_val, sync_bytes = res["val"], res["bytes_per_token"]
+            sync_val = res["val"]
         rel = f"{100 * (res['val'] / sync_val - 1):+.1f}%"
         curve = "/".join(f"{v:.3f}" for v in res["curve"][1:-1]) or "(replicas differ there)"
         row = (f"| {cfg[0]} | {res['val']:.4f} | {rel} | {curve} | {res['bytes_per_token']:.0f} | "
-               f"{sync_bytes / res['bytes_per_token']:.1f}x | {res['peak']:.0f} |")
+               f"{res['sync_bytes_per_token'] / res['bytes_per_token']:.1f}x | {res['peak']:.0f} |")
         if link:
             p, s, ns = link.get(cfg[0], (None, None, None))
             row += f" {p / ns:.2f}x | {s / ns:.2f}x |" if p else " not measured | not measured |"
         print(row, flush=True)
         done[cfg[0]] = res
+    if missing:
+        print(f"\nnot measured (no log): {', '.join(missing)}")
     base, lf1 = done.get("R2 H20 avg 1.0/0"), done.get("R2 H20 avg -lf 1")
     if base and lf1:  # -lf 1 is plain -ls, bit for bit
         if base["losses"] != lf1["losses"] or base["curve"] != lf1["curve"]:
