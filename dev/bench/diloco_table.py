@@ -107,7 +107,7 @@ def num(pattern, text):
     return float(m.group(1)) if m else None
 
 
-def replica_bytes(text, every, extra, steps):
+def replica_bytes(text, every, start, extra, steps):
     """(bytes each rank sends across the replicas per trained token over the run, the most any one step
     sends, synchronous fp32 training's bytes per token on the same mesh), from the trainer's closed forms
     in its start-up report."""
@@ -118,6 +118,8 @@ def replica_bytes(text, every, extra, steps):
     sync = num(r"(\d+) with synchronous training", text) / tok
     per_sync = num(r"(\d+) bytes sent per rank across replicas, \d+ inside", text)
     peak = num(r"the largest sends (\d+) bytes per rank across replicas", text) or per_sync
+    if start:  # -lss: synchronous fp32 steps first
+        return (start * sync * tok + (steps - start) // every * per_sync) / (steps * tok), max(peak, sync * tok), sync
     if "-rqs" in extra:  # fp32 for the syncs after steps <= S, the -rq format after them
         S = int(extra[extra.index("-rqs") + 1])
         fp32 = num(r"bytes per outer sync across replicas, (\d+) in fp32", text)
@@ -132,7 +134,7 @@ def run(name, R, every, lr, mom, start, steps, extra=(), rerun=False, cached_onl
     if text is None:
         return None
     vals = re.findall(r"step (\d+): val loss (\S+)", text)
-    per_token, peak, sync = replica_bytes(text, every, list(extra), steps)
+    per_token, peak, sync = replica_bytes(text, every, start, list(extra), steps)
     return {"val": float(vals[-1][1]), "curve": [float(v) for _, v in vals], "bytes_per_token": per_token,
             "peak": peak, "sync_bytes_per_token": sync, "step_ms": num(r"average step time: (\S+) ms", text), "cached": cached,
             "losses": re.findall(r"\| loss (\S+) \|", text)}
