@@ -203,6 +203,9 @@ def main():
         res = run(*cfg[:6], a.steps, *cfg[6:], rerun=a.rerun, cached_only=a.cached_only)
         if res is None:
             missing.append(cfg[0])
+            if cfg[0] in link:
+                p, sl, ns = link[cfg[0]]
+                print(f"| {cfg[0]} |" + " no log |" * 6 + f" {p / ns:.2f}x | {sl / ns:.2f}x |")
             continue
         if cfg[0] == "sync":
             sync_val = res["val"]
