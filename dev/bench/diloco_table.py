@@ -13,8 +13,9 @@ that is than synchronous fp32 training on the same replicas.
 --link adds the step time on a link throttled to 100 MB/s (-rb): 61-step runs of each configuration
 without and with -rb, one after the other, each mean step (steps 2..60) divided by that of the
 never-syncing runs (-ls longer than the run) measured just before and after it, since the machine is
-shared and absolute times move between runs. Synchronous training runs there as -ls 1 -ol 1 -om 0
-(-rb needs -ls; it sends the same bytes every step, blocking).
+shared and absolute times move between runs, and the share of the throttled run's training time that
+rank 0 waited for the modelled link beyond the exchange's own time (the trainer's line). Synchronous
+training runs there as -ls 1 -ol 1 -om 0 (-rb needs -ls; it sends the same bytes every step, blocking).
 
   python3 dev/bench/diloco_table.py [--steps N] [--only NAME,...] [--link] [--rerun] [--cached-only]
 Logs go to build/bench/diloco/ (the throttled runs' to link/); a finished log of the same command is
@@ -149,17 +150,19 @@ def step_mean_ms(text):
 def link_batch(rerun):
     """Short runs of each LINK_CONFIGS entry without and with the throttled link (-rb), one after the other,
     and a never-syncing run (-ls longer than the run) first, after every fourth configuration and last;
-    returns {name: (ms, throttled ms, never-syncing ms around them)}."""
+    returns {name: (ms, throttled ms, never-syncing ms around them, % of the throttled run's training time
+    rank 0 waited for the modelled link beyond the exchange's own time)}."""
     os.makedirs(f"{OUT}/link", exist_ok=True)
     cfgs = {c[0]: c for c in CONFIGS}
     nosync, res = [], {}
 
     def one(tag, R, every, lr, mom, extra):
         d = f"{OUT}/link/{tag}"
-        return step_mean_ms(launch(d, R, trainer_args(d, R, every, lr, mom, 0, LINK_STEPS, extra, False), rerun)[0])
+        text = launch(d, R, trainer_args(d, R, every, lr, mom, 0, LINK_STEPS, extra, False), rerun)[0]
+        return step_mean_ms(text), num(r"rank 0 waited \S+ ms for it in \S+ ms of training \((\S+)%\)", text)
 
     def never(i):
-        nosync.append(one(f"nosync_{i}", 2, 10 * LINK_STEPS, 1.0, 0.0, []))
+        nosync.append(one(f"nosync_{i}", 2, 10 * LINK_STEPS, 1.0, 0.0, [])[0])
 
     never(0)
     for i, name in enumerate(LINK_CONFIGS):
@@ -168,14 +171,14 @@ def link_batch(rerun):
         if not every:
             every, lr, mom = 1, 1.0, 0.0
         tag = re.sub(r"[^A-Za-z0-9.]+", "_", name)
-        plain = one(tag, R, every, lr, mom, extra)
-        slow = one(tag + "_rb", R, every, lr, mom, extra + ["-rb", str(LINK_MBPS)])
-        res[name] = (plain, slow, len(nosync) - 1)
+        plain = one(tag, R, every, lr, mom, extra)[0]
+        slow, waited = one(tag + "_rb", R, every, lr, mom, extra + ["-rb", str(LINK_MBPS)])
+        res[name] = (plain, slow, len(nosync) - 1, waited)
         if i % 4 == 3:
             never(len(nosync))
     never(len(nosync))
     # each configuration against the mean of the never-syncing runs just before and just after it
-    return {k: (p, s, (nosync[j] + nosync[j + 1]) / 2) for k, (p, s, j) in res.items()}
+    return {k: (p, s, (nosync[j] + nosync[j + 1]) / 2, w) for k, (p, s, j, w) in res.items()}
 
 
 def main():
@@ -194,7 +197,7 @@ def main():
     head = ("| configuration | final val loss | vs sync | val at 100/200/300/400/500 | replica bytes/token | "
             "x fewer bytes than sync | peak bytes/step |")
     if link:
-        head += f" step ms / never-syncing | with -rb {LINK_MBPS:g} MB/s |"
+        head += f" step ms / never-syncing | with -rb {LINK_MBPS:g} MB/s | waited on the link |"
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     for cfg in CONFIGS:
@@ -204,8 +207,8 @@ def main():
         if res is None:
             missing.append(cfg[0])
             if cfg[0] in link:
-                p, sl, ns = link[cfg[0]]
-                print(f"| {cfg[0]} |" + " no log |" * 6 + f" {p / ns:.2f}x | {sl / ns:.2f}x |")
+                p, sl, ns, w = link[cfg[0]]
+                print(f"| {cfg[0]} |" + " no log |" * 6 + f" {p / ns:.2f}x | {sl / ns:.2f}x | {w:.1f}% |")
             continue
         if cfg[0] == "sync":
             sync_val = res["val"]
@@ -214,8 +217,8 @@ def main():
         row = (f"| {cfg[0]} | {res['val']:.4f} | {rel} | {curve} | {res['bytes_per_token']:.0f} | "
                f"{res['sync_bytes_per_token'] / res['bytes_per_token']:.1f}x | {res['peak']:.0f} |")
         if link:
-            p, s, ns = link.get(cfg[0], (None, None, None))
-            row += f" {p / ns:.2f}x | {s / ns:.2f}x |" if p else " not measured | not measured |"
+            p, s, ns, w = link.get(cfg[0], (None, None, None, None))
+            row += f" {p / ns:.2f}x | {s / ns:.2f}x | {w:.1f}% |" if p else " not measured |" * 3
         print(row, flush=True)
         done[cfg[0]] = res
     if missing:
