@@ -26,7 +26,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 OUT = "build/bench/diloco"
 # name, replicas, -ls, -ol, -om, -lss[, further flags: the replica link's format]
