@@ -268,6 +268,8 @@ def cmd_resume():
 def cmd_refusals():
     cases = [("-v 3 with -ls 4", 2, ["-x", "8", "-ls", "4", "-j", DATA, "-v", "3"], r"-v 3: step 3 falls inside"),
              ("-s 2 with -ls 4", 2, ["-x", "8", "-ls", "4", "-s", "2", "-g", "4"], r"-s 2: step 2 falls inside"),
+             ("-v 4 with -ls 4 -lf 2", 2, ["-x", "8", "-ls", "4", "-lf", "2", "-j", DATA, "-v", "4"],
+              r"-v 4: with -lf 2 the fragments sync at different steps"),
              ("-lss without -ls", 1, ["-x", "8", "-lss", "4"], r"-lss 4: needs -ls"),
              ("-om 1", 1, ["-x", "8", "-ls", "4", "-om", "1"], r"-om 1: must be in")]
     for what, world, args, pat in cases:

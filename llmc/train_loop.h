@@ -273,6 +273,11 @@ static void run_check_outer_schedule(const TrainRun* r) {
         if (outer_in_agreement(&r->outer, step, r->max_steps)) { continue; }
         int val = (r->have_val || a->hellaswag) && a->val_every > 0 && step % a->val_every == 0;
         int sample = a->sample_every > 0 && step > 0 && step % a->sample_every == 0;
+        if ((val || sample) && outer_num_fragments(&r->outer) > 1) { // every step has a fragment out of sync
+            fail("%s %d: with -lf %d the fragments sync at different steps, so the replicas agree only after the "
+                 "last step (step %d is inside a window): use %s 0", val ? "-v" : "-s",
+                 val ? a->val_every : a->sample_every, outer_num_fragments(&r->outer), step, val ? "-v" : "-s");
+        }
         if (val || sample) {
             fail("%s %d: step %d falls inside a -ls %d window (the replicas differ there; outer syncs after steps "
                  "-lss + k * %d = %d + k * %d and the last): use a multiple of -ls", val ? "-v" : "-s",
