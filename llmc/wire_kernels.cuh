@@ -354,7 +354,7 @@ static void wire_spec_slices(const WireSpec* w, float* x, size_t n, int R, uint8
     size_t chunks, k_full, k_last, chunk_bytes;
     wire_topk_geometry(w, n, &chunks, &k_full, &k_last, &chunk_bytes);
     dim3 grid((unsigned int)chunks, (unsigned int)R);
-    size_t bytes = wire_spec_bytes(w, n); // arguments as values (the emulator may run the launch later)
+    size_t bytes = wire_spec_bytes(w, n);
     int f = w->format;
     wire_topk_kernel<<<grid, WIRE_TOPK_THREADS, 0, stream>>>(x, n, out, bytes, chunk_bytes, f, k_full, k_last, leave);
     cudaLaunchCheck();
@@ -374,7 +374,7 @@ static void wire_spec_decode_sum(const WireSpec* w, float* dst, const uint8_t* i
     size_t chunks, k_full, k_last, chunk_bytes;
     wire_topk_geometry(w, n, &chunks, &k_full, &k_last, &chunk_bytes);
     dim3 grid((unsigned int)chunks, (unsigned int)S);
-    size_t bytes = wire_spec_bytes(w, n); // arguments as values (the emulator may run the launch later)
+    size_t bytes = wire_spec_bytes(w, n);
     int f = w->format;
     wire_topk_sum_kernel<<<grid, WIRE_TOPK_THREADS, 0, stream>>>(dst, in, n, S, T, bytes, chunk_bytes, f, k_full,
                                                                  k_last);
