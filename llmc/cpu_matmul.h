@@ -4,7 +4,8 @@
 // Zen 4 (AVX-512 in two 256-bit halves), 256-bit and 6x16 with AVX, 128-bit and 6x8 otherwise
 // (plain C on targets without SIMD); -DGEMM_VW=.. -DGEMM_MR=.. sets another. Every output element is
 // produced by exactly one thread, summing over k in a fixed order (KC blocks in sequence), so
-// results do not depend on the thread count.
+// results do not depend on the thread count. An output written once and not read again soon (a
+// weight gradient) can bypass the caches with streaming stores (GEMM_STREAM).
 #ifndef LLMC_CPU_MATMUL_H
 #define LLMC_CPU_MATMUL_H
 
@@ -13,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "utils.h"
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
 
 #if defined(GEMM_VW) != defined(GEMM_MR)
 #error "GEMM_VW and GEMM_MR are set together"
@@ -41,11 +45,29 @@
 typedef float gemm_vec __attribute__((vector_size(GEMM_VW * 4)));
 typedef float gemm_vec_u __attribute__((vector_size(GEMM_VW * 4), aligned(4)));
 
-// c (MR x NR tile, row stride ldc) = (accumulate ? c : bias row or 0) + a_panel (kc x MR) * b_panel
-// (kc x NR), written only for the first m rows and n columns; bias (n values, may be NULL) is read
-// only when not accumulating.
+// How a micro-kernel writes its tile: over what is there, added to it, or over it with
+// non-temporal (streaming) stores that skip the caches and the read of the lines they replace.
+enum { GEMM_SET = 0, GEMM_ADD = 1, GEMM_SET_STREAM = 2 };
+#if defined(__AVX512F__) && GEMM_VW == 16
+#define GEMM_CAN_STREAM 1
+static inline void gemm_stream_vec(float* p, gemm_vec x) { _mm512_stream_ps(p, (__m512)x); }
+#elif defined(__AVX__) && GEMM_VW == 8
+#define GEMM_CAN_STREAM 1
+static inline void gemm_stream_vec(float* p, gemm_vec x) { _mm256_stream_ps(p, (__m256)x); }
+#else // 128-bit rows of a tile are half a cache line: not worth it
+#define GEMM_CAN_STREAM 0
+static inline void gemm_stream_vec(float* p, gemm_vec x) { *(gemm_vec_u*)p = x; }
+#endif
+#ifndef GEMM_STREAM_BYTES // the kernel test sets 0 to stream every output it may
+#define GEMM_STREAM_BYTES ((size_t)4 << 20) // smaller outputs stay in the cache for their next reader
+#endif
+
+// c (MR x NR tile, row stride ldc) = (store == GEMM_ADD ? c : bias row or 0) + a_panel (kc x MR) *
+// b_panel (kc x NR), written only for the first m rows and n columns; bias (n values, may be NULL)
+// is read only when not adding. GEMM_SET_STREAM needs c and ldc aligned to whole vectors.
 static inline void gemm_micro_kernel(int kc, const float* restrict a, const float* restrict b, float* c,
-                                     size_t ldc, int m, int n, int accumulate, const float* bias) {
+                                     size_t ldc, int m, int n, int store, const float* bias) {
+    int accumulate = store == GEMM_ADD;
     gemm_vec acc0[GEMM_MR], acc1[GEMM_MR];
     #pragma GCC unroll 16
     for (int i = 0; i < GEMM_MR; i++) { acc0[i] = (gemm_vec){0}; acc1[i] = (gemm_vec){0}; }
@@ -67,7 +89,10 @@ static inline void gemm_micro_kernel(int kc, const float* restrict a, const floa
         for (int i = 0; i < GEMM_MR; i++) {
             gemm_vec_u* row = (gemm_vec_u*)(c + i * ldc);
             if (accumulate) { row[0] += acc0[i]; row[1] += acc1[i]; }
-            else if (bias) { row[0] = bias0 + acc0[i]; row[1] = bias1 + acc1[i]; }
+            else if (store == GEMM_SET_STREAM) {
+                gemm_stream_vec(c + i * ldc, bias ? bias0 + acc0[i] : acc0[i]);
+                gemm_stream_vec(c + i * ldc + GEMM_VW, bias ? bias1 + acc1[i] : acc1[i]);
+            } else if (bias) { row[0] = bias0 + acc0[i]; row[1] = bias1 + acc1[i]; }
             else { row[0] = acc0[i]; row[1] = acc1[i]; }
         }
         return;
@@ -241,7 +266,11 @@ static float* gemm_alloc(size_t floats) {
     return (float*)aligned_alloc_check(floats * sizeof(float), "a matmul packing buffer");
 }
 
-// c (M, N; row stride ldc) = (accumulate ? c : bias, each row, or 0 where bias is NULL) + A (M, K)
+// gemm_bias's mode: GEMM_ADD, or GEMM_SET (0) with GEMM_STREAM to ask for streaming stores where
+// they pay: c written in one pass (K within one KC block), at least GEMM_STREAM_BYTES, rows aligned.
+#define GEMM_STREAM 2
+
+// c (M, N; row stride ldc) = (mode & GEMM_ADD ? c : bias, each row, or 0 where bias is NULL) + A (M, K)
 // B (K, N), A(i, k) = a[i * ars + k * acs], B(k, j) = b[k * brs + j * bcs], bias (N). The bias goes in
 // with the first KC block, so c = bias + (block 0) + (block 1) ..., summed in that order. Called
 // outside a parallel region. The operand with the smaller
@@ -249,7 +278,11 @@ static float* gemm_alloc(size_t floats) {
 // the larger free dimension is cut into tiles that threads take dynamically, each packing its slice
 // of the other operand once. A tile's outputs sum the KC blocks in order, whoever computes it.
 static void gemm_bias(int M, int N, int K, const float* a, size_t ars, size_t acs, const float* b, size_t brs,
-                      size_t bcs, float* c, size_t ldc, int accumulate, const float* bias) {
+                      size_t bcs, float* c, size_t ldc, int mode, const float* bias) {
+    int accumulate = mode & GEMM_ADD;
+    int stream = GEMM_CAN_STREAM && (mode & GEMM_STREAM) && !accumulate && K <= GEMM_KC &&
+                 4.0 * M * N >= (double)GEMM_STREAM_BYTES && (uintptr_t)c % (GEMM_VW * 4) == 0 &&
+                 ldc % GEMM_VW == 0;
     if (K == 0) {
         for (int i = 0; i < M && !accumulate; i++) {
             if (bias) { memcpy(c + i * ldc, bias, (size_t)N * sizeof(float)); }
@@ -297,6 +330,7 @@ static void gemm_bias(int M, int N, int K, const float* a, size_t ars, size_t ac
                 for (int kb = 0; kb < kblocks; kb++) {
                     int pc = k0 + kb * GEMM_KC, kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
                     int acc = accumulate || pc > 0;
+                    int store = acc ? GEMM_ADD : stream ? GEMM_SET_STREAM : GEMM_SET;
                     const float* bias_row = bias && !acc ? bias : NULL;
                     const float* sh = gemm_shared + small_pad * (size_t)kb * GEMM_KC;
                     // the own operand's next block: this tile's next KC block, or the first block of the
@@ -321,7 +355,7 @@ static void gemm_bias(int M, int N, int K, const float* a, size_t ars, size_t ac
                                 int m = M - ir < GEMM_MR ? M - ir : GEMM_MR;
                                 gemm_prefetch_step(&pf);
                                 gemm_micro_kernel(kc, sh + (size_t)ir * kc, own + (size_t)jr * kc,
-                                                  c + (size_t)ir * ldc + first + jr, ldc, m, n, acc,
+                                                  c + (size_t)ir * ldc + first + jr, ldc, m, n, store,
                                                   bias_row ? bias_row + first + jr : NULL);
                             }
                         }
@@ -333,21 +367,24 @@ static void gemm_bias(int M, int N, int K, const float* a, size_t ars, size_t ac
                                 int m = count - ir < GEMM_MR ? count - ir : GEMM_MR;
                                 gemm_prefetch_step(&pf);
                                 gemm_micro_kernel(kc, own + (size_t)ir * kc, sh + (size_t)jr * kc,
-                                                  c + (size_t)(first + ir) * ldc + jr, ldc, m, n, acc,
+                                                  c + (size_t)(first + ir) * ldc + jr, ldc, m, n, store,
                                                   bias_row ? bias_row + jr : NULL);
                             }
                         }
                     }
                 }
             }
+#if GEMM_CAN_STREAM
+            if (stream) { _mm_sfence(); } // the streamed lines reach memory before anyone reads them
+#endif
         }
     }
 }
 
-// c = (accumulate ? c : 0) + A B: gemm_bias without a bias.
+// c = (mode & GEMM_ADD ? c : 0) + A B: gemm_bias without a bias.
 static void gemm(int M, int N, int K, const float* a, size_t ars, size_t acs, const float* b, size_t brs,
-                 size_t bcs, float* c, size_t ldc, int accumulate) {
-    gemm_bias(M, N, K, a, ars, acs, b, brs, bcs, c, ldc, accumulate, NULL);
+                 size_t bcs, float* c, size_t ldc, int mode) {
+    gemm_bias(M, N, K, a, ars, acs, b, brs, bcs, c, ldc, mode, NULL);
 }
 
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias may be NULL; the bias enters with the
@@ -358,11 +395,12 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
 }
 
 // dinp (N, C) = dout @ weight (written); dweight (OC, C) = (accumulate ? dweight : 0) + dout^T @ inp;
-// dbias (OC) likewise with the column sums of dout (dbias may be NULL).
+// dbias (OC) likewise with the column sums of dout (dbias may be NULL). dweight is not read again
+// in this backward: written, it may stream past the caches.
 static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, int N, int C, int OC, int accumulate) {
     gemm(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, 0);
-    gemm(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, accumulate);
+    gemm(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, accumulate ? GEMM_ADD : GEMM_SET | GEMM_STREAM);
     if (dbias) {
         #pragma omp parallel
         {

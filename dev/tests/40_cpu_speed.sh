@@ -7,9 +7,10 @@ CPUK_TMP=build/test_tmp/cpu_speed
 mkdir -p $CPUK_TMP
 
 # Builds and runs dev/tests/cpu_kernels_test.c with extra compiler flags $@ (a small shared-pack
-# budget so that large K goes through several rounds).
+# budget so that large K goes through several rounds; weight gradients of any size streamed).
 cpuk_kernels() {
-    gcc -O3 -march=native -fopenmp -fno-math-errno -Wall -Wextra -Werror -Wno-unused-function -Illmc -DGEMM_SHARED_FLOATS=8192 "$@" \
+    gcc -O3 -march=native -fopenmp -fno-math-errno -Wall -Wextra -Werror -Wno-unused-function -Illmc -DGEMM_SHARED_FLOATS=8192 \
+        -DGEMM_STREAM_BYTES=0 "$@" \
         dev/tests/cpu_kernels_test.c -o $CPUK_TMP/kernels -lm || return 1
     $CPUK_TMP/kernels
 }

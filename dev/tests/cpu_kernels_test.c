@@ -1,6 +1,7 @@
 // Tests of the CPU trainer's kernels (llmc/cpu_matmul.h, llmc/cpu_attention.h, llmc/cpu_vecmath.h)
 // against naive double-precision loops: matmul forward and backward on odd shapes (edges of every
-// tile size, both operand-sharing branches, several K rounds through a small shared budget),
+// tile size, both operand-sharing branches, several K rounds through a small shared budget,
+// streaming stores where 40_cpu_speed.sh builds it with GEMM_STREAM_BYTES=0),
 // causal attention forward and backward, bitwise independence of the thread count, and exp /
 // GELU / GELU' accuracy. Exits non-zero on a failure.
 //   gcc -O3 -march=native -fopenmp -fno-math-errno -Illmc -DGEMM_SHARED_FLOATS=8192 dev/tests/cpu_kernels_test.c -lm
@@ -23,8 +24,8 @@ static float rnd(void) {
     return (float)(rng_state >> 8) / 16777216.0f * 2.0f - 1.0f;
 }
 
-static float* rnd_array(size_t n) {
-    float* x = (float*)malloc(n * sizeof(float));
+static float* rnd_array(size_t n) { // 64-byte aligned, so that outputs may take the streaming stores
+    float* x = (float*)aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
     for (size_t i = 0; i < n; i++) { x[i] = rnd(); }
     return x;
 }
