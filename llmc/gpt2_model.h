@@ -226,7 +226,7 @@ static float* gpt2_load_model(const char* path, GPT2Config* c) {
     if (actual != expected) {
         fail("%s: file size %ld disagrees with its header (%zu parameters need %ld bytes)", path, actual, n, expected);
     }
-    float* params = (float*)malloc_check(n * sizeof(float));
+    float* params = (float*)huge_alloc_check(n * sizeof(float), "the parameters");
     if (version == MODEL_VERSION_FP32) {
         fread_check(params, sizeof(float), n, f, path, "parameters");
     } else {

@@ -14,7 +14,7 @@
 #include "dataloader.h"
 #include "mesh.h"
 
-// Returns the fp32 parameters (malloc'd) and fills config; source receives the path or
+// Returns the fp32 parameters (huge_alloc_check'd) and fills config; source receives the path or
 // descriptor used. tokenizer_vocab: the tokenizer's vocab size, 0 without one.
 static float* model_load_for_run(const TrainArgs* args, int resume_step, int tokenizer_vocab, GPT2Config* config,
                                  char* source, size_t source_len) {
@@ -30,7 +30,7 @@ static float* model_load_for_run(const TrainArgs* args, int resume_step, int tok
     } else if (source[0] == 'd' && strchr(source, '/') == NULL && strchr(source, '.') == NULL) {
         int V = args->vocab_size ? args->vocab_size : (tokenizer_vocab ? tokenizer_vocab : 50257);
         gpt2_config_from_descriptor(config, source, V, args->max_seq_len);
-        params = (float*)malloc_check(gpt2_num_parameters(config) * sizeof(float));
+        params = (float*)huge_alloc_check(gpt2_num_parameters(config) * sizeof(float), "the parameters");
         gpt2_init_parameters(params, config, (uint64_t)args->seed);
     } else {
         fail("-e %s: no such model file", source);
