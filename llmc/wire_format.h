@@ -68,23 +68,36 @@ static float wire_bf16_value(uint16_t h) {
     return x;
 }
 
-// One block's scale: absmax / levels.
+// One block's scale: absmax / levels, NaNs left out (as fmaxf would), taken over the bits of |x|
+// (their unsigned order is the order of the values) so that the loop vectorises.
 static float wire_block_scale(const float* x, size_t n, int levels) {
-    float amax = 0.0f;
-    for (size_t i = 0; i < n; i++) { amax = fmaxf(amax, fabsf(x[i])); }
+    uint32_t top = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, x + i, 4);
+        b &= 0x7fffffffu;
+        b = b > 0x7f800000u ? 0u : b;
+        top = b > top ? b : top;
+    }
+    float amax;
+    memcpy(&amax, &top, 4);
     return amax / (float)levels;
 }
 
-static int wire_code(float x, float scale, int levels) {
-    if (scale == 0.0f) { return 0; }
-    float q = rintf(x / scale);
-    if (q > (float)levels) { q = (float)levels; }
-    if (q < (float)-levels) { q = (float)-levels; }
-    return (int)q;
+// q[0..n) = rint(x / scale) clamped to [-levels, levels]; all 0 where scale is 0.
+static void wire_block_codes(const float* __restrict x, size_t n, float scale, int levels, int8_t* __restrict q) {
+    if (scale == 0.0f) { memset(q, 0, n); return; }
+    float top = (float)levels;
+    for (size_t i = 0; i < n; i++) {
+        float v = rintf(x[i] / scale);
+        v = v > top ? top : v;
+        v = v < -top ? -top : v;
+        q[i] = (int8_t)(int)v;
+    }
 }
 
 // out (wire_bytes(f, n) bytes) = x[0..n) in format f.
-static void wire_encode(int f, const float* x, size_t n, uint8_t* out) {
+static void wire_encode(int f, const float* __restrict x, size_t n, uint8_t* __restrict out) {
     if (f == WIRE_FP32) { memcpy(out, x, 4 * n); return; }
     if (f == WIRE_BF16) {
         for (size_t i = 0; i < n; i++) {
@@ -96,21 +109,21 @@ static void wire_encode(int f, const float* x, size_t n, uint8_t* out) {
     int levels = wire_levels(f);
     size_t nb = wire_blocks(n);
     uint8_t* codes = out + 4 * nb;
-    if (f == WIRE_INT4) { memset(codes, 0, (n + 1) / 2); }
+    int8_t q[WIRE_BLOCK];
     for (size_t b = 0; b < nb; b++) {
         size_t i0 = b * WIRE_BLOCK, len = n - i0 < WIRE_BLOCK ? n - i0 : WIRE_BLOCK;
         float scale = wire_block_scale(x + i0, len, levels);
         memcpy(out + 4 * b, &scale, 4);
-        for (size_t i = i0; i < i0 + len; i++) {
-            int q = wire_code(x[i], scale, levels);
-            if (f == WIRE_INT8) { codes[i] = (uint8_t)(int8_t)q; }
-            else { codes[i / 2] |= (uint8_t)((q & 0xf) << (4 * (i & 1))); }
-        }
+        if (f == WIRE_INT8) { wire_block_codes(x + i0, len, scale, levels, (int8_t*)codes + i0); continue; }
+        wire_block_codes(x + i0, len, scale, levels, q); // int4: blocks start at even indices
+        uint8_t* c = codes + i0 / 2;
+        for (size_t j = 0; j + 1 < len; j += 2) { c[j / 2] = (uint8_t)((q[j] & 0xf) | ((q[j + 1] & 0xf) << 4)); }
+        if (len & 1) { c[len / 2] = (uint8_t)(q[len - 1] & 0xf); }
     }
 }
 
 // x[0..n) = the values of `in` (format f).
-static void wire_decode(int f, const uint8_t* in, size_t n, float* x) {
+static void wire_decode(int f, const uint8_t* __restrict in, size_t n, float* __restrict x) {
     if (f == WIRE_FP32) { memcpy(x, in, 4 * n); return; }
     if (f == WIRE_BF16) {
         for (size_t i = 0; i < n; i++) {
@@ -122,16 +135,20 @@ static void wire_decode(int f, const uint8_t* in, size_t n, float* x) {
     }
     size_t nb = wire_blocks(n);
     const uint8_t* codes = in + 4 * nb;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t b = 0; b < nb; b++) {
+        size_t i0 = b * WIRE_BLOCK, len = n - i0 < WIRE_BLOCK ? n - i0 : WIRE_BLOCK;
         float scale;
-        memcpy(&scale, in + 4 * (i / WIRE_BLOCK), 4);
-        int q;
-        if (f == WIRE_INT8) { q = (int8_t)codes[i]; }
-        else {
-            q = (codes[i / 2] >> (4 * (i & 1))) & 0xf;
-            if (q > 7) { q -= 16; }
+        memcpy(&scale, in + 4 * b, 4);
+        if (f == WIRE_INT8) {
+            for (size_t j = 0; j < len; j++) { x[i0 + j] = (float)(int8_t)codes[i0 + j] * scale; }
+            continue;
         }
-        x[i] = (float)q * scale;
+        const uint8_t* c = codes + i0 / 2;
+        for (size_t j = 0; j + 1 < len; j += 2) { // a nibble at the top of a byte, shifted back with its sign
+            x[i0 + j] = (float)((int8_t)(uint8_t)(c[j / 2] << 4) >> 4) * scale;
+            x[i0 + j + 1] = (float)((int8_t)c[j / 2] >> 4) * scale;
+        }
+        if (len & 1) { x[i0 + len - 1] = (float)((int8_t)(uint8_t)(c[len / 2] << 4) >> 4) * scale; }
     }
 }
 
@@ -160,33 +177,36 @@ static size_t wire_spec_bytes(const WireSpec* w, size_t n) {
     return bytes;
 }
 
-typedef struct {
-    float mag;
-    uint32_t at;
-} WireRank;
-
-static int wire_rank_order(const void* pa, const void* pb) { // larger magnitude first, then lower index
-    const WireRank *a = (const WireRank*)pa, *b = (const WireRank*)pb;
-    if (a->mag != b->mag) { return a->mag > b->mag ? -1 : 1; }
-    return a->at < b->at ? -1 : (a->at > b->at);
-}
-
-static int wire_index_order(const void* pa, const void* pb) {
-    uint16_t a = *(const uint16_t*)pa, b = *(const uint16_t*)pb;
-    return a < b ? -1 : (a > b);
-}
-
-// One chunk of len values: the k kept ones' indices (ascending) into idx.
+// One chunk of len <= WIRE_TOPK_CHUNK values: the indices (ascending) of the k of largest magnitude,
+// ties to the lower index. Magnitudes compare as the bits of |x| (the values' order; a NaN above
+// infinity), as the GPU's kernels do. The k-th largest magnitude t is found a byte at a time from
+// the top (a histogram of the candidates' next byte, then the byte where the count from the top
+// reaches k); then one pass in index order keeps every value above t and the first ones equal to it.
 static void wire_topk_select(const float* x, size_t len, size_t k, uint16_t* idx) {
-    WireRank* r = (WireRank*)malloc_check(len * sizeof(WireRank));
+    uint32_t mag[WIRE_TOPK_CHUNK];
     for (size_t i = 0; i < len; i++) {
-        r[i].mag = fabsf(x[i]);
-        r[i].at = (uint32_t)i;
+        memcpy(&mag[i], x + i, 4);
+        mag[i] &= 0x7fffffffu;
     }
-    qsort(r, len, sizeof(WireRank), wire_rank_order);
-    for (size_t i = 0; i < k; i++) { idx[i] = (uint16_t)r[i].at; }
-    qsort(idx, k, sizeof(uint16_t), wire_index_order);
-    free(r);
+    uint32_t prefix = 0, mask = 0;
+    size_t need = k; // of the values whose top bytes equal prefix, how many are still to keep
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        size_t hist[256] = {0};
+        for (size_t i = 0; i < len; i++) {
+            if ((mag[i] & mask) == prefix) { hist[(mag[i] >> shift) & 255u]++; }
+        }
+        int d = 255;
+        while (hist[d] < need) { need -= hist[d]; d--; }
+        prefix |= (uint32_t)d << shift;
+        mask |= 255u << shift;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < len && n < k; i++) {
+        if (mag[i] > prefix || (mag[i] == prefix && need > 0)) {
+            if (mag[i] == prefix) { need--; }
+            idx[n++] = (uint16_t)i;
+        }
+    }
 }
 
 // out (wire_spec_bytes(w, n) bytes) = x[0..n).
