@@ -448,6 +448,22 @@ typedef struct {
     float* packed;   // error feedback: the fragment's residual packed like its messages, else NULL
 } ExchangeBuffers;
 
+// Allocates wb with the sizes b; returns their total bytes.
+static size_t exchange_buffers_alloc(ExchangeBuffers* wb, OuterExchangeBuffers b) {
+    wb->tmp = (float*)malloc_check(b.tmp);
+    wb->sent = b.sent ? (uint8_t*)malloc_check(b.sent) : NULL;
+    wb->got = b.got ? (uint8_t*)malloc_check(b.got) : NULL;
+    wb->packed = b.packed ? (float*)malloc_check(b.packed) : NULL;
+    return b.tmp + b.sent + b.got + b.packed;
+}
+
+static void exchange_buffers_free(ExchangeBuffers* wb) {
+    free(wb->tmp);
+    free(wb->sent);
+    free(wb->got);
+    free(wb->packed);
+}
+
 struct DataParallel;
 
 // -ls: a run of owned elements of one fragment: parameters [param, +count) are owned elements
@@ -493,6 +509,8 @@ typedef struct DataParallel {
     CommWorker worker;    // -lo: the communication thread (llmc/comm_thread.h)
     ExchangeBuffers wbuf; // -lo: its exchange buffers, for the largest fragment
     OuterExchangeBuffers wbuf_bytes; // their sizes
+    ExchangeBuffers sbuf; // -rq/-rk: the trainer thread's exchange buffers, kept from start-up
+    size_t sbuf_bytes;    // their total
     float* shard_grads;   // stages 1, 2: this rank's reduced gradient slices (padded to dp_replicate)
     float* opt_m;
     float* opt_v;
@@ -523,6 +541,8 @@ static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, i
     dp->outer = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->outer_m = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
     dp->residual = NULL; // dp_init_residual
+    dp->sbuf = (ExchangeBuffers){NULL, NULL, NULL, NULL}; // dp_init_wire_buffers
+    dp->sbuf_bytes = 0;
     dp->frag_of = NULL;  // dp_init_fragments
     dp->frag_pos = NULL;
     dp->runs = NULL;
@@ -569,6 +589,24 @@ static void dp_init_gradient_wire(DataParallel* dp, size_t num_parameters) {
     dp->scratch = (float*)calloc_check(ceil_div(num_parameters, dp->mesh.dp_shard), sizeof(float));
 }
 
+// -rq/-rk: the trainer thread's exchange buffers (in the format after -rqs, o), so that no exchange
+// allocates: for the largest fragment with -ls, for the owned gradient (padded to the replicas;
+// its residual is not packed) with -ls 0.
+static void dp_init_wire_buffers(DataParallel* dp, const OuterConfig* o, int outer) {
+    int R = dp->replica.size;
+    OuterConfig late = outer_config_at(o, o->wire_start + 1);
+    size_t largest = round_up(dp->owned, R);
+    if (outer) {
+        largest = 0;
+        for (int f = 0; f < outer_num_fragments(o); f++) {
+            largest = dp->frag_count[f] > largest ? dp->frag_count[f] : largest;
+        }
+    }
+    OuterExchangeBuffers b = outer_exchange_buffers(&late, R, largest);
+    if (!outer) { b.packed = 0; }
+    dp->sbuf_bytes = exchange_buffers_alloc(&dp->sbuf, b);
+}
+
 // Reduce-scatters one unit's gradient over the shard group and adds this rank's slice of the
 // sum into shard_grads.
 static void dp_reduce_scatter_unit(DataParallel* dp, int u) {
@@ -610,7 +648,8 @@ static void dp_replica_sum_gradient(DataParallel* dp, GPT2* m) {
     if (dp->residual) {
         for (size_t i = 0; i < dp->owned; i++) { g[i] += dp->residual[i]; }
     }
-    dp_replica_sum_wire(&dp->replica, g, padded / R, &dp->grad_wire, dp->residual, NULL);
+    const ExchangeBuffers* wb = dp->sbuf_bytes ? &dp->sbuf : NULL;
+    dp_replica_sum_wire(&dp->replica, g, padded / R, &dp->grad_wire, dp->residual, wb);
 }
 
 // After the last micro-step: finish the reduction across ranks and average over the world (or,
@@ -851,12 +890,8 @@ static void dp_init_overlap(DataParallel* dp, const OuterConfig* o) {
     size_t largest = 0;
     for (int f = 0; f < F; f++) { largest = dp->frag_count[f] > largest ? dp->frag_count[f] : largest; }
     OuterConfig late = outer_config_at(o, o->wire_start + 1);
-    OuterExchangeBuffers b = outer_exchange_buffers(&late, R, largest);
-    dp->wbuf_bytes = b;
-    dp->wbuf.tmp = (float*)malloc_check(b.tmp);
-    dp->wbuf.sent = b.sent ? (uint8_t*)malloc_check(b.sent) : NULL;
-    dp->wbuf.got = b.got ? (uint8_t*)malloc_check(b.got) : NULL;
-    dp->wbuf.packed = b.packed ? (float*)malloc_check(b.packed) : NULL;
+    dp->wbuf_bytes = outer_exchange_buffers(&late, R, largest);
+    exchange_buffers_alloc(&dp->wbuf, dp->wbuf_bytes);
     comm_worker_start(&dp->worker, F, dp_fragment_exchange_job, o->link_mbps);
 }
 
@@ -942,7 +977,7 @@ static double dp_fragment_exchange(DataParallel* dp, GPT2* m, const OuterConfig*
     double t0 = now_seconds();
     size_t sent0 = comm_bytes_sent;
     dp_fragment_messages(dp, m, f, outer_plain_average(c), res, msg, round_up(dp->frag_count[f], dp->replica.size));
-    dp_fragment_sum(dp, &dp->replica, c, msg, NULL);
+    dp_fragment_sum(dp, &dp->replica, c, msg, dp->sbuf_bytes ? &dp->sbuf : NULL); // fp32: the trainer's scratch
     return link_ready_time(t0, comm_bytes_sent - sent0, c->link_mbps);
 }
 
@@ -1080,11 +1115,9 @@ static void dp_free(DataParallel* dp) {
     if (dp->pend_jobs) {
         comm_worker_stop(&dp->worker);
         MPI_Comm_free(&dp->replica_async.comm);
-        free(dp->wbuf.tmp);
-        free(dp->wbuf.sent);
-        free(dp->wbuf.got);
-        free(dp->wbuf.packed);
+        exchange_buffers_free(&dp->wbuf);
     }
+    exchange_buffers_free(&dp->sbuf);
     free(dp->pend_jobs);
     free(dp->residual);
     free(dp->spans);
@@ -1311,6 +1344,7 @@ int main(int argc, char** argv) {
     int compressed = wire_format_from_name(args.wire_name) != WIRE_FP32 || args.topk > 0.0f;
     if (compressed && args.error_feedback) { dp_init_residual(&cpu.dp); }
     if (compressed && !outer) { dp_init_gradient_wire(&cpu.dp, cpu.model.num_parameters); }
+    if (compressed) { dp_init_wire_buffers(&cpu.dp, &outer_args, outer); }
     TrainerOps ops = cpu_trainer_ops;
     char peak_source[160] = "-pk";
     if (args.peak_tflops == 0.0f) { ops.peak_tflops = cpu_measured_peak_tflops(peak_source, sizeof(peak_source)); }
@@ -1320,6 +1354,7 @@ int main(int argc, char** argv) {
     MemoryBytes mem = memory_bytes_per_rank(&cpu.dp.layout, zero, cpu.model.num_parameters, 4, 4, 0, 1, outer);
     mem.activations = cpu.model.activation_bytes;
     mem.residual = cpu.dp.residual ? cpu.dp.owned * 4 : 0;
+    mem.wire = cpu.dp.sbuf_bytes;
     mem.overlap = dp_overlap_bytes(&cpu.dp, outer_num_fragments(&outer_args), &mem.overlap_snap, &mem.overlap_held,
                                    &mem.overlap_wire);
     CommBytes comm = comm_bytes_per_step(&cpu.dp.layout, &cpu.dp.mesh, zero, run.grad_accum,

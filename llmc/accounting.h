@@ -109,6 +109,7 @@ typedef struct {
     size_t params, grads, optimizer, activations;
     size_t outer; // -ls: the outer parameters and momentum (fp32, sharded like the AdamW state)
     size_t residual; // -rq with error feedback: the residual (fp32, one per owned element)
+    size_t wire; // -rq/-rk (the CPU trainer): the trainer thread's exchange buffers, kept from start-up
     // -lo (the CPU trainer's exchanges in flight): overlap = the sum of the owned local snapshots,
     // the held sums (each fragment's packed messages, padded to the replicas) and the
     // communication thread's exchange buffers (outer_exchange_buffers of the largest fragment)
@@ -123,7 +124,7 @@ typedef struct {
 static MemoryBytes memory_bytes_per_rank(const ShardLayout* s, int zero_stage, size_t num_parameters,
                                          size_t param_bytes, size_t grad_bytes, int master, int layer_slots,
                                          int outer_state) {
-    MemoryBytes mb = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    MemoryBytes mb = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     size_t owned = zero_stage == 0 ? num_parameters : s->shard_elements;
     mb.outer = outer_state ? 2 * owned * 4 : 0;
     mb.params = num_parameters * param_bytes + (master ? owned * 4 : 0);

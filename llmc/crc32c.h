@@ -1,13 +1,19 @@
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), slice-by-8 in portable C: the checksum
-// every checkpoint file carries. crc32c_update(0, buf, n) is the CRC of buf; feeding a buffer in
-// pieces, crc = crc32c_update(crc, piece, len), gives the same value as one call over the whole.
-// Check value: the CRC of the 9 bytes "123456789" is 0xE3069283.
+// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78): the checksum every checkpoint file
+// carries, and the replicas' agreement check after each outer step. With SSE4.2 it is the CPU's
+// crc32 instruction (the same polynomial), 8 bytes at a time; otherwise slice-by-8 in portable C.
+// crc32c_update(0, buf, n) is the CRC of buf; feeding a buffer in pieces, crc = crc32c_update(crc,
+// piece, len), gives the same value as one call over the whole. Check value: the CRC of the 9
+// bytes "123456789" is 0xE3069283.
 #ifndef LLMC_CRC32C_H
 #define LLMC_CRC32C_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+#if defined(__SSE4_2__) && defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
 
 static uint32_t crc32c_table[8][256];
 static int crc32c_ready = 0;
@@ -29,9 +35,20 @@ static void crc32c_init(void) {
 }
 
 static uint32_t crc32c_update(uint32_t crc, const void* data, size_t n) {
-    if (!crc32c_ready) { crc32c_init(); }
     const unsigned char* p = (const unsigned char*)data;
     uint32_t c = ~crc;
+#if defined(__SSE4_2__) && defined(__x86_64__)
+    uint64_t c64 = c;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8); // x86 is little-endian: the bytes in stream order
+        c64 = _mm_crc32_u64(c64, w);
+    }
+    c = (uint32_t)c64;
+    for (; n > 0; n--) { c = _mm_crc32_u8(c, *p++); }
+    return ~c;
+#endif
+    if (!crc32c_ready) { crc32c_init(); }
     while (n > 0 && ((uintptr_t)p & 7) != 0) { c = (c >> 8) ^ crc32c_table[0][(c ^ *p++) & 0xFF]; n--; }
     while (n >= 8) {
         // little-endian load of 8 bytes, independent of the host's byte order

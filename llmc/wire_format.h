@@ -4,8 +4,9 @@
 //   fp32  4 bytes a value, exact.
 //   bf16  2 bytes a value: the fp32 bits rounded to nearest even on bit 16 (NaN stays NaN).
 //   int8  blocks of WIRE_BLOCK values from the run's start (the last one may be shorter): one fp32
-//         scale per block, s = absmax / 127 (fp32 division), then a signed byte per value,
-//         q = rint(x / s) clamped to [-127, 127] (nearest, ties to even; q = 0 where s = 0).
+//         scale per block, s = absmax / 127 (fp32 division; NaNs left out of the absmax), then a
+//         signed byte per value, q = rint(x / s) clamped to [-127, 127] (nearest, ties to even;
+//         q = 0 where s = 0).
 //         Decoded: q * s.
 //   int4  the same with 7 for 127: levels -7..7, two values a byte (even index in the low nibble,
 //         two's complement nibbles).
@@ -13,8 +14,8 @@
 // nearest only (no stochastic rounding yet).
 // Top-k (-rk D, on any format): a run is cut into chunks of WIRE_TOPK_CHUNK values from its start;
 // of a chunk of len values only the k = mult * ceil(D * len) (fp32 product; at most len) of largest
-// magnitude are sent (ties: the lower index), as k uint16 indices within the chunk, ascending, then
-// those k values as a run in the format. The others decode as 0.
+// magnitude (the bits of |x|: a NaN above inf) are sent (ties: the lower index), as k uint16 indices
+// within the chunk, ascending, then those k values as a run in the format. The others decode as 0.
 // Error feedback: the rank adds its residual to the message, sends encode(message), and keeps
 // residual = message - decode(encode(message)) in fp32. docs/distributed.md.
 #ifndef LLMC_WIRE_FORMAT_H
