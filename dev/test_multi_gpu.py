@@ -430,6 +430,25 @@ def diloco_wire_replicas():
     sys.exit(1 if failures else 0)
 
 
+def resume_from_copy(ranks, args, full, part, step, after):
+    """Copies run `full`'s checkpoint files of `step` into a fresh `part`, resumes there (-y 1) and compares
+    with the uninterrupted run: (ok, uninterrupted losses, resumed losses, weights equal, the mpirun
+    result). ok: resumed from `step`, exactly the steps `after` trained, their losses and the final
+    weights bitwise equal."""
+    shutil.rmtree(part, ignore_errors=True)
+    os.makedirs(part)
+    for f in os.listdir(full):
+        if f"_{step:08d}" in f:
+            shutil.copy(os.path.join(full, f), part)
+    r = td.mpirun(ranks, args + ["-y", "1", "-o", part])
+    a, b = td.train_losses(full + "/main.log"), td.train_losses(part + "/main.log") if r.returncode == 0 else {}
+    same_w = r.returncode == 0 and np.array_equal(model_weights(full + "/model_final.bin"),
+                                                  model_weights(part + "/model_final.bin"))
+    ok = r.returncode == 0 and f"resumed from step {step}" in r.stdout and sorted(b) == list(after) and \
+        all(b[s] == a[s] for s in b) and same_w
+    return ok, a, b, same_w, r
+
+
 def diloco_wire_resume():
     global WIRE
     failures = 0
@@ -439,17 +458,7 @@ def diloco_wire_resume():
     args = WIRE[:-2] + ["-x", "6", "-rq", "int8", "-lf", "2", "-lo", "1", "-z", "1", "-ds", "1", "-n", "4"]
     full, part = OUT + "/wire_resume_full", OUT + "/wire_resume_part"
     td.run_ok(2, args, full)
-    shutil.rmtree(part, ignore_errors=True)
-    os.makedirs(part)
-    for f in os.listdir(full):
-        if "_00000004" in f:
-            shutil.copy(os.path.join(full, f), part)
-    r = td.mpirun(2, args + ["-y", "1", "-o", part])
-    a, b = td.train_losses(full + "/main.log"), td.train_losses(part + "/main.log") if r.returncode == 0 else {}
-    same_w = r.returncode == 0 and np.array_equal(model_weights(full + "/model_final.bin"),
-                                                  model_weights(part + "/model_final.bin"))
-    ok = r.returncode == 0 and "resumed from step 4" in r.stdout and sorted(b) == [5, 6] and \
-        all(b[s] == a[s] for s in b) and same_w
+    ok, a, b, same_w, r = resume_from_copy(2, args, full, part, 4, (5, 6))
     failures += not ok
     print(f"{'ok' if ok else 'FAIL'}  fp32 -ls 3 -lf 2 -lo 1 -rq int8, 2 GPUs, mesh 2x1, ZeRO 1, resumed at step 4 "
           f"(inside a window, an exchange in flight, residuals from the state files): steps 5-6 {[b.get(s) for s in (5, 6)]}, uninterrupted "
@@ -526,17 +535,7 @@ def sync_wire():
     name, extra, ranks, shard, stage = SYNC_WIRE_CASES[0]
     args = WIRE + extra + ["-z", str(stage), "-ds", str(shard)]
     full, part = OUT + "/sync_wire0_gpu", OUT + "/sync_wire_resume"
-    shutil.rmtree(part, ignore_errors=True)
-    os.makedirs(part)
-    for f in os.listdir(full):
-        if "_00000002" in f:
-            shutil.copy(os.path.join(full, f), part)
-    r = td.mpirun(ranks, args + ["-y", "1", "-o", part])
-    a, b = td.train_losses(full + "/main.log"), td.train_losses(part + "/main.log") if r.returncode == 0 else {}
-    same_w = r.returncode == 0 and np.array_equal(model_weights(full + "/model_final.bin"),
-                                                  model_weights(part + "/model_final.bin"))
-    ok = r.returncode == 0 and "resumed from step 2" in r.stdout and sorted(b) == [3, 4] and \
-        all(b[s] == a[s] for s in b) and same_w
+    ok, a, b, same_w, r = resume_from_copy(ranks, args, full, part, 2, (3, 4))
     failures += not ok
     print(f"{'ok' if ok else 'FAIL'}  fp32 {name}, {ranks} GPUs, mesh {ranks // shard}x{shard}, ZeRO {stage}, resumed at "
           f"step 2 (residuals from the state files): steps 3-4 {[b.get(s) for s in (3, 4)]}, uninterrupted "
