@@ -139,7 +139,14 @@ def blas_probe():
         t0 = time.perf_counter()
         torch.mm(a, b)
         best = min(best, time.perf_counter() - t0)
-    print(json.dumps({"lib": libs[0] if libs else None, "core": core, "sgemm_gflops": 2 * n**3 / best / 1e9}))
+    c = torch.mm(a, b)
+    ref = torch.mm(a.double(), b.double())
+    err = ((c.double() - ref).abs().max() / ref.abs().max()).item() # a core that computes wrongly shows here
+    print(json.dumps({"lib": libs[0] if libs else None, "core": core, "sgemm_gflops": 2 * n**3 / best / 1e9,
+                      "err": err}))
+
+
+SGEMM_TOL = 1e-4 # fp32 sums of 2048 products, relative to the largest entry: about 1e-6 when right
 
 
 # ----------------------------------------------------------------------------------------------
@@ -185,46 +192,55 @@ def measure_peak(threads, extra_flags=(), arch="native"):
     return best, line
 
 
-# OpenBLAS's generic kernels: one of these on a CPU with AVX2 or AVX-512 means this OpenBLAS did
-# not recognise the CPU and runs far slower kernels than it has.
-FALLBACK_CORES = {"prescott", "core2", "penryn", "dunnington", "nehalem", "sandybridge", "barcelona", "opteron"}
+# OpenBLAS's cores for this CPU's widest vectors: the ones PyTorch is also timed with.
+def cores_for_cpu():
+    flags = cpu_info("flags").split()
+    if "avx512f" in flags:
+        return ["SkylakeX", "Cooperlake"]
+    if "avx2" in flags:
+        return ["Zen", "Haswell"] if cpu_info("vendor_id") == "AuthenticAMD" else ["Haswell"]
+    return []
 
 
 def cpu_info(key):
     return next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.split(":")[0].strip() == key), "")
 
 
-def coretype_for_cpu():
-    """The OPENBLAS_CORETYPE that matches this CPU's widest vectors, or None."""
-    flags = cpu_info("flags").split()
-    if "avx512f" in flags:
-        return "SkylakeX"
-    if "avx2" in flags:
-        return "Zen" if cpu_info("vendor_id") == "AuthenticAMD" else "Haswell"
-    return None
-
-
 def probe(env):
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--blas-probe"], env=env, cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"core": "?", "sgemm_gflops": 0.0, "err": float("inf"), "lib": None}
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def check_blas(t_env):
-    """Probes PyTorch's OpenBLAS in the worker's environment t_env; when it fell back to generic
-    kernels, sets the matching OPENBLAS_CORETYPE in t_env (the PyTorch side only). Returns the
-    lines to print."""
-    p = probe(t_env)
-    lines = [f"PyTorch's BLAS: OpenBLAS core {p['core']}, sgemm 2048^3 {p['sgemm_gflops']:.1f} GFLOP/s "
-             f"({p['lib']})"]
-    want = coretype_for_cpu()
-    if "OPENBLAS_CORETYPE" in t_env:
-        lines.append(f"OPENBLAS_CORETYPE={t_env['OPENBLAS_CORETYPE']} was set by the caller")
-    elif p["core"].lower() in FALLBACK_CORES and want:
-        t_env["OPENBLAS_CORETYPE"] = want
-        q = probe(t_env)
-        lines.append(f"OpenBLAS fell back to its {p['core']} kernels on this CPU: the PyTorch side runs with "
-                     f"OPENBLAS_CORETYPE={want} (core {q['core']}, sgemm {q['sgemm_gflops']:.1f} GFLOP/s)")
+    """Probes PyTorch's OpenBLAS in the worker's environment t_env as it is (OpenBLAS's own choice, or
+    the caller's OPENBLAS_CORETYPE), then with each core that matches this CPU's widest vectors, and
+    keeps in t_env (the PyTorch side only) the fastest whose sgemm is right. An OpenBLAS older than
+    the CPU falls back to generic kernels several times slower, and a caller may have set a core for
+    narrower vectors: either way PyTorch runs at its best here. Returns the lines to print."""
+    given = t_env.get("OPENBLAS_CORETYPE")
+    base = dict(t_env)
+    base.pop("OPENBLAS_CORETYPE", None)
+    tries = [(given, dict(base, OPENBLAS_CORETYPE=given) if given else base)]
+    tries += [(c, dict(base, OPENBLAS_CORETYPE=c)) for c in cores_for_cpu() if c != given]
+    results = [(name, env, probe(env)) for name, env in tries]
+    lines = []
+    for name, _, p in results:
+        how = f"OPENBLAS_CORETYPE={name} ({'the caller' if name == given else 'the bench'})" if name else \
+            "OPENBLAS_CORETYPE unset (OpenBLAS's own choice)"
+        ok = p["err"] < SGEMM_TOL
+        lines.append(f"PyTorch's BLAS, {how}: core {p['core']}, sgemm 2048^3 {p['sgemm_gflops']:.1f} GFLOP/s"
+                     + ("" if ok else f", WRONG (max error {p['err']:.2g}): not used"))
+    good = [r for r in results if r[2]["err"] < SGEMM_TOL]
+    if not good:
+        sys.exit("\n".join(lines) + "\nno OpenBLAS core computes sgemm right here")
+    name, env, p = max(good, key=lambda r: r[2]["sgemm_gflops"])
+    t_env.clear()
+    t_env.update(env)
+    lines.append(f"the PyTorch side runs with {'OPENBLAS_CORETYPE=' + name if name else 'OpenBLAS own choice'}: "
+                 f"core {p['core']}, sgemm {p['sgemm_gflops']:.1f} GFLOP/s ({p['lib']})")
     return lines
 
 
