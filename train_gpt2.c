@@ -1360,7 +1360,8 @@ int main(int argc, char** argv) {
     CommBytes comm = comm_bytes_per_step(&cpu.dp.layout, &cpu.dp.mesh, zero, run.grad_accum,
                                          cpu.model.num_parameters, 4, 4, &run.outer);
     char extra[128];
-    snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank\n", omp_get_max_threads());
+    snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank | matmul tile %dx%d of %d-bit vectors\n",
+             omp_get_max_threads(), GEMM_MR, GEMM_NR, GEMM_VW * 32);
     run_print_start(&run, cpu.model.num_parameters, &mem, &comm, extra);
 
     double train_start = now_seconds();
