@@ -209,8 +209,9 @@ def cpu_info(key):
 def probe(env):
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--blas-probe"], env=env, cwd=ROOT,
                          capture_output=True, text=True)
-    if out.returncode != 0:
-        return {"core": "?", "sgemm_gflops": 0.0, "err": float("inf"), "lib": None}
+    if out.returncode != 0: # e.g. a core this OpenBLAS cannot run here
+        return {"core": "?", "sgemm_gflops": 0.0, "err": float("inf"), "lib": None,
+                "failed": (out.stdout + out.stderr).strip().splitlines()[-1:] or ["no output"]}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -230,6 +231,9 @@ def check_blas(t_env):
     for name, _, p in results:
         how = f"OPENBLAS_CORETYPE={name} ({'the caller' if name == given else 'the bench'})" if name else \
             "OPENBLAS_CORETYPE unset (OpenBLAS's own choice)"
+        if "failed" in p:
+            lines.append(f"PyTorch's BLAS, {how}: the probe failed ({p['failed'][0]}): not used")
+            continue
         ok = p["err"] < SGEMM_TOL
         lines.append(f"PyTorch's BLAS, {how}: core {p['core']}, sgemm 2048^3 {p['sgemm_gflops']:.1f} GFLOP/s"
                      + ("" if ok else f", WRONG (max error {p['err']:.2g}): not used"))
