@@ -44,3 +44,5 @@ check cpu_kernels_avx2 cpuk_kernels -mno-avx512f
 check cpu_kernels_sse cpuk_kernels -mno-avx
 check cpu_odd_sizes_vs_pytorch cpuk_odd_reference
 check cpu_losses_thread_independent cpuk_thread_determinism
+# The CPU benchmark's choice of PyTorch's OpenBLAS core, on made-up probe results.
+check cpu_bench_blas_choice /usr/bin/python3 dev/bench/test_cpu_bench.py
