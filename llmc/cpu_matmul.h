@@ -105,6 +105,7 @@ static inline void gemm_micro_kernel(int kc, const float* restrict a, const floa
         return;
     }
     float tile[GEMM_MR][GEMM_NR] __attribute__((aligned(64)));
+    #pragma GCC unroll 16 // unrolled, every acc index is a constant: the accumulators stay in registers
     for (int i = 0; i < GEMM_MR; i++) {
         *(gemm_vec*)&tile[i][0] = acc0[i];
         *(gemm_vec*)&tile[i][GEMM_VW] = acc1[i];
@@ -240,12 +241,13 @@ typedef struct {
     const float* base;
     size_t stride;
     int inner_lines, next, total, per_call; // next: the next line to ask for, of total
+    int o, l;                               // next's run and line in it (no division per line)
 } GemmPrefetch;
 
 // X(r, q) = x[r * rs + q * cs] for r < rows, q < cols, asked for over `calls` steps. A region
 // with neither dimension contiguous is not prefetched.
 static GemmPrefetch gemm_prefetch_plan(const float* x, size_t rs, size_t cs, int rows, int cols, int calls) {
-    GemmPrefetch p = {x, 0, 0, 0, 0, 0};
+    GemmPrefetch p = {x, 0, 0, 0, 0, 0, 0, 0};
     int outer = cs == 1 ? rows : cols, inner = cs == 1 ? cols : rows;
     if (cs != 1 && rs != 1) { return p; }
     p.stride = cs == 1 ? rs : cs;
@@ -258,8 +260,8 @@ static GemmPrefetch gemm_prefetch_plan(const float* x, size_t rs, size_t cs, int
 static inline void gemm_prefetch_step(GemmPrefetch* p) {
     int end = p->next + p->per_call < p->total ? p->next + p->per_call : p->total;
     for (; p->next < end; p->next++) {
-        int o = p->next / p->inner_lines, l = p->next % p->inner_lines;
-        __builtin_prefetch(p->base + (size_t)o * p->stride + (size_t)l * 16, 0, 2);
+        __builtin_prefetch(p->base + (size_t)p->o * p->stride + (size_t)p->l * 16, 0, 2);
+        if (++p->l == p->inner_lines) { p->l = 0; p->o++; }
     }
 }
 
