@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "utils.h"
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #if defined(__AVX512F__)
 #define VEC_W 16
@@ -28,16 +31,35 @@ static inline vfloat vf_splat(float x) { return x - (vfloat){0}; } // a broadcas
 static inline vfloat vf_load(const float* p) { return *(const vfloat_u*)p; }
 static inline void vf_store(float* p, vfloat v) { *(vfloat_u*)p = v; }
 
-// Loads / stores the first n (<= VEC_W) floats; missing lanes read as `fill`.
+// Loads / stores the first n (<= VEC_W) floats; missing lanes read as `fill`. With AVX-512 or AVX
+// a masked load or store (lanes past n are not touched, nor can they fault): a memcpy of a
+// variable length into a vector on the stack costs a string copy and a failed store forwarding,
+// and each softmax row of attention ends in such a partial vector.
 static inline vfloat vf_load_n(const float* p, int n, float fill) {
     if (n == VEC_W) { return vf_load(p); }
+#if defined(__AVX512F__) && VEC_W == 16
+    return (vfloat)_mm512_mask_loadu_ps((__m512)vf_splat(fill), (__mmask16)((1u << n) - 1), p);
+#elif defined(__AVX__) && VEC_W == 8
+    __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes);
+    __m256 v = _mm256_maskload_ps(p, mask);
+    return (vfloat)_mm256_blendv_ps((__m256)vf_splat(fill), v, _mm256_castsi256_ps(mask));
+#else
     vfloat v = vf_splat(fill);
     memcpy(&v, p, (size_t)n * sizeof(float));
     return v;
+#endif
 }
 static inline void vf_store_n(float* p, vfloat v, int n) {
-    if (n == VEC_W) { vf_store(p, v); }
-    else { memcpy(p, &v, (size_t)n * sizeof(float)); }
+    if (n == VEC_W) { vf_store(p, v); return; }
+#if defined(__AVX512F__) && VEC_W == 16
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
+#elif defined(__AVX__) && VEC_W == 8
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(p, mask, (__m256)v);
+#else
+    memcpy(p, &v, (size_t)n * sizeof(float));
+#endif
 }
 
 // lane-wise selects through the all-ones / all-zeros masks that vector comparisons give
