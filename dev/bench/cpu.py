@@ -296,6 +296,7 @@ def main():
         return
     print("FLOPs per step = 6 B T (12 L C^2 + V C) + 6 L B T (T + 1) C")
     rows = []
+    tile_line = "" # the trainer's threads line: its matmul tile and vector width
     B_T = {n: CONFIGS[n][4] * CONFIGS[n][5] for n in CONFIGS}
     for name in args.configs.split(","):
         L, C, NH, V, B, T, flags, data = CONFIGS[name]
@@ -309,6 +310,10 @@ def main():
                 if side == "PyTorch" and "openblas-openmp/libopenblas" not in out:
                     sys.exit("the PyTorch worker did not load the OpenMP OpenBLAS:\n" + out[:2000])
                 res[side][0].extend(step_times(out, args.steps))
+                tile = re.search(r"^threads: .*$", out, re.M) if side == "C" and not tile_line else None
+                if tile:
+                    tile_line = "C trainer: " + tile.group(0)
+                    print(tile_line)
                 res[side][1].append(rss)
                 print(f"  {name} round {r + 1} {side}: median {statistics.median(res[side][0][-(args.steps - 1):]):.1f} ms",
                       flush=True)
@@ -324,6 +329,7 @@ def main():
                          min(res["PyTorch"][0]) / min(ms)))
     print(f"\npeak: {peak_line}, -march={args.arch} (the best of all measurements; % of peak uses it)")
     print("\n".join(blas_lines))
+    print(tile_line)
     print("tokens/s, GFLOP/s and speed vs PyTorch from the median step; in brackets from the fastest step")
     print(f"\n| config | side | ms/step median (min-max) | tokens/s | GFLOP/s | % of peak | peak RSS MiB | speed vs PyTorch |")
     print("|---|---|---|---|---|---|---|---|")
