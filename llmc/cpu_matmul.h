@@ -29,7 +29,7 @@
 #define GEMM_VW 8
 #define GEMM_MR 8
 #elif defined(__AVX512F__) && (defined(__znver3__) || defined(__znver4__) || defined(__znver5__))
-// AMD Zen 5 (gcc 12 and 13 call it znver3 or znver4 too; of these CPUs it alone has VP2INTERSECT)
+// AMD Zen 5 (a gcc older than its znver5 calls it znver3 or znver4 too; it has VP2INTERSECT, Zen 4 not)
 // has whole 512-bit FMA units: 8 x 32 measured 4 points of the peak above 12 x 32, and twice
 // the 8 x 16 of Zen 4
 #define GEMM_VW 16
