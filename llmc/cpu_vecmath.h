@@ -31,6 +31,18 @@ static inline vfloat vf_splat(float x) { return x - (vfloat){0}; } // a broadcas
 static inline vfloat vf_load(const float* p) { return *(const vfloat_u*)p; }
 static inline void vf_store(float* p, vfloat v) { *(vfloat_u*)p = v; }
 
+// The lanes i < n set (all ones), the others clear.
+static inline vint vi_first_lanes(int n) {
+    vint lane;
+    for (int i = 0; i < VEC_W; i++) { lane[i] = i; }
+    return lane < n; // a vector comparison: -1 where true
+}
+
+// lane-wise selects through the all-ones / all-zeros masks that vector comparisons give
+static inline vfloat vf_select(vint mask, vfloat a, vfloat b) { return (vfloat)(((vint)a & mask) | ((vint)b & ~mask)); }
+static inline vfloat vf_min(vfloat a, vfloat b) { return vf_select(a < b, a, b); }
+static inline vfloat vf_max(vfloat a, vfloat b) { return vf_select(a > b, a, b); }
+
 // Loads / stores the first n (<= VEC_W) floats; missing lanes read as `fill`. With AVX-512 or AVX
 // a masked load or store (lanes past n are not touched, nor can they fault): a memcpy of a
 // variable length into a vector on the stack costs a string copy and a failed store forwarding,
@@ -40,10 +52,8 @@ static inline vfloat vf_load_n(const float* p, int n, float fill) {
 #if defined(__AVX512F__) && VEC_W == 16
     return (vfloat)_mm512_mask_loadu_ps((__m512)vf_splat(fill), (__mmask16)((1u << n) - 1), p);
 #elif defined(__AVX__) && VEC_W == 8
-    __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes);
-    __m256 v = _mm256_maskload_ps(p, mask);
-    return (vfloat)_mm256_blendv_ps((__m256)vf_splat(fill), v, _mm256_castsi256_ps(mask));
+    vint mask = vi_first_lanes(n);
+    return vf_select(mask, (vfloat)_mm256_maskload_ps(p, (__m256i)mask), vf_splat(fill));
 #else
     vfloat v = vf_splat(fill);
     memcpy(&v, p, (size_t)n * sizeof(float));
@@ -55,17 +65,11 @@ static inline void vf_store_n(float* p, vfloat v, int n) {
 #if defined(__AVX512F__) && VEC_W == 16
     _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
 #elif defined(__AVX__) && VEC_W == 8
-    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    _mm256_maskstore_ps(p, mask, (__m256)v);
+    _mm256_maskstore_ps(p, (__m256i)vi_first_lanes(n), (__m256)v);
 #else
     memcpy(p, &v, (size_t)n * sizeof(float));
 #endif
 }
-
-// lane-wise selects through the all-ones / all-zeros masks that vector comparisons give
-static inline vfloat vf_select(vint mask, vfloat a, vfloat b) { return (vfloat)(((vint)a & mask) | ((vint)b & ~mask)); }
-static inline vfloat vf_min(vfloat a, vfloat b) { return vf_select(a < b, a, b); }
-static inline vfloat vf_max(vfloat a, vfloat b) { return vf_select(a > b, a, b); }
 
 // exp(x) for x in [-87, 88] (clamped outside): x = n ln2 + r, |r| <= ln2 / 2, exp(r) by its
 // degree-7 Taylor polynomial (truncation below 1e-8 relative), times 2^n built in the exponent bits.
@@ -86,13 +90,6 @@ static inline vfloat vf_exp(vfloat x) {
     p = p * r + 1.0f;
     vint e = (__builtin_convertvector(n, vint) + 127) << 23;
     return p * (vfloat)e;
-}
-
-// The lanes i < n set (all ones), the others clear.
-static inline vint vi_first_lanes(int n) {
-    vint m;
-    for (int i = 0; i < VEC_W; i++) { m[i] = i < n ? -1 : 0; }
-    return m;
 }
 
 static inline float vf_hsum(vfloat v) {

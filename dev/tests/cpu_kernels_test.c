@@ -265,6 +265,20 @@ static void test_vecmath(void) {
     for (int i = 0; i < VEC_W + 1; i++) { s += exp((double)i - VEC_W); }
     double es = fabs(vf_array_exp_sum(NULL, x, VEC_W + 1, (float)VEC_W) - s) / s;
     expect(es < 1e-6 && vf_array_max(x, VEC_W + 1) == (float)VEC_W, "exp-sum and max over a partial vector", es);
+    // vf_load_n / vf_store_n for every n: lanes < n read and written, the rest the fill / untouched
+    int bad = 0;
+    for (int n = 0; n <= VEC_W; n++) {
+        vfloat v = vf_load_n(x + 1, n, -7.0f);
+        float out[VEC_W + 2];
+        for (int i = 0; i < VEC_W + 2; i++) { out[i] = -99.0f; }
+        vf_store_n(out + 1, v, n);
+        for (int i = 0; i < VEC_W; i++) {
+            bad += v[i] != (i < n ? x[1 + i] : -7.0f);
+            bad += out[1 + i] != (i < n ? x[1 + i] : -99.0f);
+        }
+        bad += out[0] != -99.0f || out[VEC_W + 1] != -99.0f;
+    }
+    expect(bad == 0, "partial vector loads and stores, every n", bad);
 }
 
 int main(void) {
