@@ -234,16 +234,16 @@ def check_blas(t_env):
         if "failed" in p:
             lines.append(f"PyTorch's BLAS, {how}: the probe failed ({p['failed'][0]}): not used")
             continue
-        ok = p["err"] < SGEMM_TOL
         lines.append(f"PyTorch's BLAS, {how}: core {p['core']}, sgemm 2048^3 {p['sgemm_gflops']:.1f} GFLOP/s"
-                     + ("" if ok else f", WRONG (max error {p['err']:.2g}): not used"))
-    good = [r for r in results if r[2]["err"] < SGEMM_TOL]
+                     + ("" if p["err"] < SGEMM_TOL else f", WRONG (max error {p['err']:.2g}): not used"))
+    good = [r for r in results if r[2]["err"] < SGEMM_TOL] # a failed probe's err is inf
     if not good:
         sys.exit("\n".join(lines) + "\nno OpenBLAS core computes sgemm right here")
     name, env, p = max(good, key=lambda r: r[2]["sgemm_gflops"])
     t_env.clear()
     t_env.update(env)
-    lines.append(f"the PyTorch side runs with {'OPENBLAS_CORETYPE=' + name if name else 'OpenBLAS own choice'}: "
+    chosen = "OPENBLAS_CORETYPE=" + name if name else "OpenBLAS's own choice"
+    lines.append(f"the PyTorch side runs with {chosen}: "
                  f"core {p['core']}, sgemm {p['sgemm_gflops']:.1f} GFLOP/s ({p['lib']})")
     return lines
 
