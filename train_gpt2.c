@@ -908,11 +908,12 @@ static size_t dp_overlap_bytes(const DataParallel* dp, int F, size_t* snap, size
 static double link_ready_time(double t0, size_t bytes, float mbps) {
     return mbps > 0.0f ? t0 + (double)bytes / ((double)mbps * 1e6) : 0.0;
 }
-static double link_waited[2]; // -rb: seconds spent in wait_until before / after the last step
-static void wait_until(double when, int last) {
-    double start = now_seconds();
-    if (when > start) { link_waited[last] += when - start; }
-    for (double now = start; now < when; now = now_seconds()) {
+// -rb: seconds the trainer thread was held by replica exchanges before / after the last step: a
+// blocking exchange whole (its packing, its sums and the modelled link), an -lo one while the
+// trainer waited for it to land
+static double link_waited[2];
+static void wait_until(double when) {
+    for (double now = now_seconds(); now < when; now = now_seconds()) {
         double s = when - now;
         struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
         nanosleep(&ts, NULL);
@@ -1066,7 +1067,9 @@ static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
     int f = c->fragment;
     if (c->phase == OUTER_BLOCKING) {
         float* msg = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
-        wait_until(dp_fragment_exchange(dp, m, c, msg), c->last);
+        double t0 = now_seconds();
+        wait_until(dp_fragment_exchange(dp, m, c, msg));
+        link_waited[c->last] += now_seconds() - t0;
         return dp_fragment_apply(dp, m, c, msg, NULL);
     }
     if (c->phase == OUTER_START) {

@@ -540,15 +540,16 @@ def run_pair(a, b, name):
 
 
 def cmd_overlap():
-    """The goal of -lo: on 2 x 1 ZeRO 1 with -ls 4 -lf 2 (a fragment's exchange after every other step),
-    -b 8 -t 64 and one thread per rank, the link throttled (-rb) so that the largest fragment's
-    exchange takes half a step of a run that never syncs (-ls larger than the run), -lo 1's mean
-    step time (steps but the first and the last) within 10% of the never-syncing run's, and blocking
-    -lo 0 at least 1.15x it (every other step waits out about half a step: the check can fail). The shared
-    2-core host's load drifts by tens of percent between runs a few seconds apart, so each
-    comparison runs the two settings at once (the same load on both; a step of about 150-250 ms)
-    and -lo 1's is pooled over two such pairs; the calibration pair, two never-syncing runs at once,
-    shows the method's own spread (printed)."""
+    """The goal of -lo, judged by the trainer's own link-wait counter (which the host's load cannot
+    move much), not by step times: on 2 x 1 ZeRO 1 with -ls 4 -lf 2 (a fragment's exchange after
+    every other step), -b 8 -t 64 and one thread per rank, the link throttled (-rb) so that the
+    largest fragment's exchange takes half a step of a run that never syncs (-ls larger than the
+    run). A blocking -lo 0 run is held by its exchanges (their own work and the modelled link) at
+    least 0.75 of the link's modelled time (the throttle works and the counter counts; load can only
+    add to it), and -lo 1, run beside it on the same load, waits at most a tenth of that (the
+    exchange lands behind the next step). The step-time ratios against a never-syncing run are printed for
+    the record; on a shared 2-core host they move by tens of percent between runs seconds apart, so
+    they are not judged (a 1.10 bound on them failed two runs in six on an idle Zen 5)."""
     n = 30
     common = ["-x", str(n), "-ds", "1", "-z", "1", "-lf", "2", "-b", "8", "-t", "64", "-d", "1024"] + NESTEROV
     nosync = common + ["-ls", str(n + 1)]
@@ -557,18 +558,17 @@ def cmd_overlap():
     peak = int(re.search(r"the largest sends (\d+) bytes", out).group(1))
     mbps = peak / (0.5 * t0 / 1000) / 1e6
     rb = common + ["-ls", "4", "-rb", f"{mbps:.3f}"]
-    base1, lo1, waits1 = [], [], 0.0
-    for k in range(2):
-        x, y, _, out = run_pair(nosync, rb + ["-lo", "1"], f"ovl_lo1_{k}")
-        base1, lo1, waits1 = base1 + x, lo1 + y, waits1 + link_wait(out)
-    base0, lo0, _, out = run_pair(nosync, rb, "ovl_lo0")
-    r1, r0 = np.mean(lo1) / np.mean(base1), np.mean(lo0) / np.mean(base0)
-    report(r1 <= 1.10 and r0 >= 1.15,
-           f"-rb {mbps:.1f} MB/s (the largest fragment's {peak}-byte exchange: half a {t0:.0f} ms step): mean step "
-           f"{np.mean(lo1):.1f} ms with -lo 1 = {r1:.3f}x the never-syncing run's {np.mean(base1):.1f} ms beside it "
-           f"(want <= 1.10), blocking -lo 0 {np.mean(lo0):.1f} ms = {r0:.3f}x (want >= 1.15); rank 0 waited "
-           f"{waits1:.0f} ms on exchanges with -lo 1 (2 x {n - 2} steps), {link_wait(out):.0f} ms with -lo 0 ({n - 2}); "
-           f"two never-syncing runs at once: {np.mean(b) / np.mean(a):.3f}x")
+    lo1, lo0, out1, out0 = run_pair(rb + ["-lo", "1"], rb, "ovl_lo1_lo0")
+    w1, w0 = link_wait(out1), link_wait(out0)
+    window = int(re.search(r"per outer sync \(every 4 steps\): (\d+) bytes sent per rank across", out0).group(1))
+    # the windows whose exchanges come before the last step (each window: both fragments' bytes)
+    link_ms = (n - 1) // 4 * window / (mbps * 1e6) * 1e3
+    report(w0 >= 0.75 * link_ms and w1 <= 0.1 * w0,
+           f"-rb {mbps:.1f} MB/s (the largest fragment's {peak}-byte exchange: half a {t0:.0f} ms step): rank 0 "
+           f"was held {w0:.0f} ms by blocking -lo 0 exchanges (want >= 0.75 of the link's {link_ms:.0f} ms) and {w1:.0f} ms with "
+           f"-lo 1 beside it (want <= a tenth of -lo 0's); for the record, not judged: mean steps {np.mean(lo1):.1f} "
+           f"ms (-lo 1) and {np.mean(lo0):.1f} ms (-lo 0), a never-syncing run {t0:.1f} ms, two never-syncing runs "
+           f"at once {np.mean(b) / np.mean(a):.3f}x")
 
 
 if __name__ == "__main__":

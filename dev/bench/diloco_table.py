@@ -14,7 +14,8 @@ that is than synchronous fp32 training on the same replicas.
 without and with -rb, one after the other, each mean step (steps 2..60) divided by that of the
 never-syncing runs (-ls longer than the run) measured just before and after it, since the machine is
 shared and absolute times move between runs, and the share of the throttled run's training time that
-rank 0 waited for the modelled link beyond the exchange's own time (the trainer's line). Synchronous
+rank 0 was held by replica exchanges (the trainer's line: a blocking exchange whole, an -lo one while
+the trainer waited for it to land). Synchronous
 training runs there as -ls 1 -ol 1 -om 0 (-rb needs -ls; it sends the same bytes every step, blocking).
 
   python3 dev/bench/diloco_table.py [--steps N] [--only NAME,...] [--link] [--rerun] [--cached-only]
@@ -150,7 +151,7 @@ def link_batch(rerun):
     """Short runs of each LINK_CONFIGS entry without and with the throttled link (-rb), one after the other,
     and a never-syncing run (-ls longer than the run) first, after every fourth configuration and last;
     returns {name: (ms, throttled ms, never-syncing ms around them, % of the throttled run's training time
-    rank 0 waited for the modelled link beyond the exchange's own time)}."""
+    rank 0 was held by replica exchanges: blocking ones whole, -lo ones while it waited for them)}."""
     os.makedirs(f"{OUT}/link", exist_ok=True)
     cfgs = {c[0]: c for c in CONFIGS}
     nosync, res = [], {}
