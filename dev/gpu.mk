@@ -119,19 +119,6 @@ build/gpu/attention_emu_fp32: dev/cuda/attention.cu dev/cuda/common.cuh dev/cuda
 build/gpu/attention_emu_check: dev/cuda/attention.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) --check $(GPU_EMUCC_FLAGS) -o $@ dev/cuda/attention.cu
-# llmc/attention_fa2.cuh's planted bugs (dev/tests/53_attention_fa2.sh): an off-by-one mask and dq
-# summed by unordered atomicAdd over one block per key tile, in one plain build (the first fails out,
-# the second the backward's bitwise rerun: neither can cause the other's failure); a missing cp.async
-# wait and unswizzled tiles (--check builds)
-build/gpu/attention_emu_fa2_mask_atomic: dev/cuda/attention.cu $(GPU_SOURCES)
-	@mkdir -p build/gpu
-	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -DFA2_PLANT_MASK -DFA2_PLANT_ATOMIC_DQ -o $@ dev/cuda/attention.cu
-build/gpu/attention_emu_fa2_nowait: dev/cuda/attention.cu $(GPU_SOURCES)
-	@mkdir -p build/gpu
-	$(GPU_EMUCC) --check $(GPU_EMUCC_FLAGS) -DFA2_PLANT_NO_WAIT -o $@ dev/cuda/attention.cu
-build/gpu/attention_emu_fa2_noswizzle: dev/cuda/attention.cu $(GPU_SOURCES)
-	@mkdir -p build/gpu
-	$(GPU_EMUCC) --check $(GPU_EMUCC_FLAGS) -DFA2_PLANT_NO_SWIZZLE -o $@ dev/cuda/attention.cu
 # what make USE_CUDNN=1 train_gpt2 builds (BF16), into build/gpu so that the tests leave the root binary alone
 build/gpu/train_gpt2_cudnn: $(GPU_SOURCES) build/gpu/cudnn_att.o
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_CUDNN -o $@ train_gpt2.cu build/gpu/cudnn_att.o $(GPU_LIBS) $(CUDNN_LIBS)

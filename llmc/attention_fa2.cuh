@@ -13,9 +13,7 @@
 #define FA2_TILE 64                        // query rows per block, keys per K/V tile
 #define FA2_WARPS 4                        // 16 query rows each
 #define FA2_THREADS (32 * FA2_WARPS)
-#ifndef FA2_MIN_BLOCKS
-#define FA2_MIN_BLOCKS 1 // __launch_bounds__'s blocks per SM (8 forces spills: the SASS check's plant)
-#endif
+#define FA2_MIN_BLOCKS 1 // __launch_bounds__'s blocks per SM (the SASS check plants 8, which must spill)
 #define FA2_TILE_ELEMS(D) (FA2_TILE * (D)) // one 64 x D bf16 tile, unpadded
 // shared: Q, then K and V twice (double buffer): 5 tiles (40960 bytes at D 64)
 #define FA2_SMEM(D) (5 * FA2_TILE_ELEMS(D) * 2)
@@ -26,14 +24,9 @@ static bool fa2_head_size_ok(int hs) { return hs == 32 || hs == 64 || hs == 128;
 // chunk c of row r sits at chunk c ^ (r % 8) (D >= 64), or c ^ ((r / 2) % 4) (D 32: 4 chunks, two
 // rows per 128 bytes). The 8 row addresses of one ldmatrix 8x8 matrix (same c, 8 consecutive rows)
 // then fall in 8 distinct 16-byte bank groups, i.e. all 32 banks once.
-// FA2_PLANT_NO_SWIZZLE: the plain row-major offset, for the bank-conflict test (8-way ldmatrix at D 64).
 template <int D> __device__ __forceinline__ int fa2_off(int row, int col) {
-#ifdef FA2_PLANT_NO_SWIZZLE
-    return row * D + col;
-#else
     int sw = D >= 64 ? (row & 7) : ((row >> 1) & 3);
     return row * D + (((col >> 3) ^ sw) << 3) + (col & 7);
-#endif
 }
 
 // One 64 x D tile (rows row0.. of a head's q, k or v columns; row stride rs elements) into the
@@ -104,15 +97,8 @@ __device__ __forceinline__ void fa2_pv(float o[D / 8][4], const float p[8][4], c
     }
 }
 
-// The mask as the kernel applies it (att_visible, llmc/attention.cuh); FA2_PLANT_MASK=1 plants an
-// off-by-one for the test (dev/cuda/attention.cu must then fail).
-__device__ __forceinline__ bool fa2_visible(int key, int query) {
-#if defined(FA2_PLANT_MASK)
-    return key <= query + 1;
-#else
-    return att_visible(key, query);
-#endif
-}
+// The mask as the kernels apply it (att_visible, llmc/attention.cuh)
+__device__ __forceinline__ bool fa2_visible(int key, int query) { return att_visible(key, query); }
 
 // 1/sqrt(D) in log2 units (scores times this are exp2 exponents)
 template <int D> __device__ __forceinline__ float fa2_sl2() {
@@ -184,8 +170,7 @@ __device__ __forceinline__ void fa2_store(bf16* out_head, float* lse_head, const
 // q0 + 16w .. +15. Q (64 x D) and K/V tiles (64 x D each, double-buffered) in swizzled shared
 // memory by cp.async: tile kb + 1 is in flight while tile kb is used. Q's A-fragments are loaded once
 // (ldmatrix.x4); per key tile kb <= qb: S = Q K^T (fa2_scores), online softmax (fa2_softmax),
-// O += P V (fa2_pv). FA2_PLANT_NO_WAIT plants a missing cp.async wait on the last tile (--check
-// must report it).
+// O += P V (fa2_pv).
 template <int D>
 __global__ void __launch_bounds__(FA2_THREADS, FA2_MIN_BLOCKS) attention_forward_fa2_kernel(bf16* __restrict__ out,
                                                                             float* __restrict__ lse,
@@ -215,11 +200,7 @@ __global__ void __launch_bounds__(FA2_THREADS, FA2_MIN_BLOCKS) attention_forward
             ptx_cp_async_commit();
             ptx_cp_async_wait<1>();
         } else {
-#ifdef FA2_PLANT_NO_WAIT
-            ptx_cp_async_wait<1>();
-#else
             ptx_cp_async_wait<0>();
-#endif
         }
         __syncthreads();
         if (kb == 0) {

@@ -11,7 +11,7 @@
 // max |got - ref| / max |ref| against tolerances stated below; every output element written
 // (buffers start as NaN); a second backward bitwise identical to the first. Exits 1 on a failure.
 //   build/gpu/attention_emu [--quick | --long-flash-only | --cudnn | --cudnn-small | --fa2 | --fa2-quick | --fa2-order
-//                            | --fa2-sched | --fa2-tiny | --fa2-case B T NH HS]
+//                            | --fa2-order-racy | --fa2-sched | --fa2-tiny | --fa2-case B T NH HS]
 //   (emucc; BF16 unless -DENABLE_FP32)
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o attention dev/cuda/attention.cu && ./attention
 // --quick: the small cases only (no T = 1024); --long-flash-only: T = 1024 for the tensor-core
@@ -22,7 +22,8 @@
 // T 1024 (B 1, NH 2; forward only) and T 77 at GPT-2 124M's C 768 (B 2, NH 12). --fa2-quick (the
 // checked builds' budget): T 77 (B 1, NH 3), 130 and below 64, then head sizes 128 and 32 at T 77,
 // 130 and 17. --fa2-order:
-// fa2 alone at B 1, NH 2, T 512 (8 key tiles: dq sums of up to 8 terms, for the dq-order plant).
+// fa2 alone at B 1, NH 2, T 512 (8 key tiles: dq sums of up to 8 terms); --fa2-order-racy: the same
+// with the planted racy dq (fa2_racy_backward), which must fail its rerun under a random block order.
 // --fa2-sched (the reverse and random schedules' runs): T 130 (three tiles, the last partial) and
 // 17 at each head size, NH 1. --fa2-tiny (the planted builds): T 77, B 1, NH 1 at each head size.
 // --fa2-case B T NH HS: that one case.
@@ -184,6 +185,76 @@ static void cudnn_backward(floatX* dqkv, float* delta, const floatX* dout, const
     (void)delta; // cuDNN keeps its own in its workspace
     const char* err = cudnn_att_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, 0);
     if (err) { fail("%s", err); }
+}
+#endif
+
+#ifndef ENABLE_FP32
+// The planted racy dq (dev/tests/53_attention_fa2.sh; test code, never in the trainer): dk and dv
+// from the real backward, then dq again as FlashAttention-2's first split computes it, one block per
+// (query tile, key tile) pair, each adding its dS K to an fp32 sum by atomicAdd in whatever order the
+// blocks run. Under a random block order the rerun check must see other bits (head size 64).
+__global__ void __launch_bounds__(FA2_THREADS) fa2_racy_dq_kernel(float* acc, const float* delta, const bf16* dout,
+                                                                 const bf16* qkv, const float* lse, int T, int C,
+                                                                 int NH) {
+    constexpr int D = 64, TE = FA2_TILE_ELEMS(D);
+    extern __shared__ uint4 fa2_smem[];
+    bf16 *sQ = reinterpret_cast<bf16*>(fa2_smem), *sDO = sQ + TE, *sK = sQ + 2 * TE, *sV = sQ + 3 * TE;
+    int p = blockIdx.x, qb = 0;
+    while ((qb + 1) * (qb + 2) / 2 <= p) { qb++; }
+    int kb = p - qb * (qb + 1) / 2, h = blockIdx.y, b = blockIdx.z, q0 = qb * FA2_TILE;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = warp * 16 + lane / 4, q = q0 + row;
+    size_t rs = 3 * (size_t)C, lrow = ((size_t)b * NH + h) * T;
+    const bf16* head = qkv + (size_t)b * T * rs + h * D;
+    const bf16* dout_head = dout + (size_t)b * T * C + h * D;
+    fa2_load_tile<D>(sQ, head, rs, q0, T);
+    fa2_load_tile<D>(sDO, dout_head, C, q0, T);
+    fa2_load_tile<D>(sK, head + C, rs, kb * FA2_TILE, T);
+    fa2_load_tile<D>(sV, head + 2 * C, rs, kb * FA2_TILE, T);
+    ptx_cp_async_commit();
+    ptx_cp_async_wait<0>();
+    __syncthreads();
+    float L[2], dl[2], s[8][4], dp[8][4], dq[D / 8][4];
+    for (int hf = 0; hf < 2; hf++) {
+        int r = q + 8 * hf;
+        L[hf] = r < T ? lse[lrow + r] * 1.4426950408889634f : 0.0f;
+        dl[hf] = r < T ? delta[lrow + r] : 0.0f;
+    }
+    uint32_t qf[D / 16][4], of[D / 16][4];
+    fa2_load_a<D>(qf, sQ, warp * 16, lane);
+    fa2_load_a<D>(of, sDO, warp * 16, lane);
+    fa2_scores<D>(s, qf, sK, lane);
+    fa2_scores<D>(dp, of, sV, lane);
+    fa2_query_ds<D>(dp, s, L, dl, kb * FA2_TILE, q, T, lane);
+    fa2_zero<D / 8>(dq);
+    fa2_pv<D>(dq, dp, sK, lane);
+    for (int hf = 0; hf < 2; hf++) {
+        if (q + 8 * hf >= T) { continue; }
+        float* arow = acc + ((size_t)b * T + q + 8 * hf) * C + h * D;
+        for (int n = 0; n < D / 8; n++) {
+            atomicAdd(arow + 8 * n + 2 * (lane % 4), dq[n][2 * hf]);
+            atomicAdd(arow + 8 * n + 2 * (lane % 4) + 1, dq[n][2 * hf + 1]);
+        }
+    }
+}
+// dqkv's q columns = acc / sqrt(64) in bf16, one thread per element
+__global__ void fa2_racy_dq_finish(bf16* dqkv, const float* acc, size_t n, int C) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) { dqkv[(i / C) * 3 * C + i % C] = __float2bfloat16(acc[i] * 0.125f); }
+}
+static void fa2_racy_backward(floatX* dqkv, float* delta, const floatX* dout, const floatX* qkv, const floatX* out,
+                              const float* lse, int B, int T, int C, int NH) {
+    attention_backward_fa2(dqkv, delta, dout, qkv, out, lse, B, T, C, NH);
+    int nq = ceil_div_u(T, FA2_TILE);
+    size_t n = (size_t)B * T * C;
+    float* acc;
+    cudaCheck(cudaMalloc((void**)&acc, n * sizeof(float)));
+    cudaCheck(cudaMemset(acc, 0, n * sizeof(float)));
+    fa2_racy_dq_kernel<<<dim3(nq * (nq + 1) / 2, NH, B), FA2_THREADS, 4 * FA2_TILE_ELEMS(64) * 2>>>(acc, delta, dout, qkv,
+                                                                                                 lse, T, C, NH);
+    cudaLaunchCheck();
+    fa2_racy_dq_finish<<<ceil_div_u(n, 256), 256>>>(dqkv, acc, n, C);
+    cudaLaunchCheck();
+    cudaCheck(cudaFree(acc));
 }
 #endif
 
@@ -375,7 +446,8 @@ int main(int argc, char** argv) {
     int long_flash_only = argc > 1 && strcmp(argv[1], "--long-flash-only") == 0;
     int cudnn_compare = argc > 1 && strcmp(argv[1], "--cudnn") == 0;
     int fa2_quick = argc > 1 && strcmp(argv[1], "--fa2-quick") == 0;
-    int fa2_order = argc > 1 && strcmp(argv[1], "--fa2-order") == 0;
+    int fa2_racy = argc > 1 && strcmp(argv[1], "--fa2-order-racy") == 0;
+    int fa2_order = fa2_racy || (argc > 1 && strcmp(argv[1], "--fa2-order") == 0);
     int fa2_sched = argc > 1 && strcmp(argv[1], "--fa2-sched") == 0;
     int fa2_tiny = argc > 1 && strcmp(argv[1], "--fa2-tiny") == 0;
     int fa2_case = argc > 1 && strcmp(argv[1], "--fa2-case") == 0;
@@ -401,6 +473,8 @@ int main(int argc, char** argv) {
 #ifndef ENABLE_FP32
     if (fa2_only) {
         const Version* v = &versions[1];
+        static const Version racy = {"fa2racy", attention_forward_fa2, fa2_racy_backward, 64};
+        if (fa2_racy) { v = &racy; }
         if (fa2_order) { // 8 key tiles: dq sums of up to 8 terms, whose order shows in the rerun's bits
             check_case(v, 1, 512, 2, 64, 2.0f);
         } else if (fa2_case) {

@@ -10,42 +10,72 @@ FA2_TMP=build/test_tmp/fa2
 mkdir -p $FA2_TMP
 
 # The --fa2-quick run (T 77, 130, 17, 1 at head size 64, T 77, 130, 17 at 128 and 32, forward and backward) under --check, forward schedule;
-# every ldmatrix and explicit shared-store site of the two kernels reports 1-way bank conflicts (37
+# every ldmatrix and explicit shared-store site of the three kernels reports 1-way bank conflicts (45
 # sites over the head sizes 32, 64, 128).
 fa2_checked_banks() {
     build/gpu/attention_emu_check --fa2-quick 2> $FA2_TMP/banks.txt || { cat $FA2_TMP/banks.txt; return 1; }
     grep "banks: kernel attention_[a-z_]*fa2_kernel" $FA2_TMP/banks.txt | tee $FA2_TMP/fa2_banks.txt
-    [ "$(grep -c ', 1-way worst' $FA2_TMP/fa2_banks.txt)" -eq 37 ] && [ "$(wc -l < $FA2_TMP/fa2_banks.txt)" -eq 37 ] &&
+    [ "$(grep -c ', 1-way worst' $FA2_TMP/fa2_banks.txt)" -eq 45 ] && [ "$(wc -l < $FA2_TMP/fa2_banks.txt)" -eq 45 ] &&
         /usr/bin/python3 dev/bench/gpu_model.py --check-banks $FA2_TMP/banks.txt
 }
-# The planted bugs, each on one small shape (three builds: the mask and the atomic dq share one): an
-# off-by-one mask fails the reference comparison (T 77);
-# a last tile read before its cp.async wait (forward) is reported by --check (exit 66); unswizzled
-# tiles make every site 4- or 8-way (--fa2-tiny: T 77 at each head size reaches all 37 sites); dq
-# summed by atomicAdd over one block per key tile in whatever order the blocks run (FlashAttention-2's
-# split, -DFA2_PLANT_ATOMIC_DQ) gives a rerun with other bits under a random block order (--fa2-order:
-# T 512, 8 key tiles), where the real kernel's rerun is bitwise equal.
+# fa2_mutant DIR FILE SED-EXPRESSION...: a copy of llmc/ and dev/cuda/ in DIR with the expressions
+# applied to FILE (a planted bug, never in the sources); fails when one changes nothing.
+fa2_mutant() {
+    local dir=$1 file=$2 expr
+    shift 2
+    rm -rf $dir && mkdir -p $dir/llmc $dir/dev/cuda && cp llmc/* $dir/llmc/ && cp dev/cuda/attention.cu dev/cuda/*.cuh $dir/dev/cuda/ ||
+        return 1
+    for expr in "$@"; do
+        cp $dir/$file $dir/before
+        sed -i "$expr" $dir/$file
+        cmp -s $dir/before $dir/$file && { echo "the mutation did not apply: $expr"; return 1; }
+    done
+    return 0
+}
+# The planted bugs, each on one small shape, each in a patched copy of the sources: an off-by-one
+# mask fails the reference comparison (T 77); a key tile loaded where the dq pass wants the next one,
+# and a query tile where the dk/dv pass wants the next one (wrong tile indices, one build: neither can
+# move the other's output), fail dq and dk/dv (T 200: four tiles); a last tile read before its
+# cp.async wait (forward) is reported by --check (exit 66); unswizzled tiles make every site 4- or
+# 8-way (--fa2-tiny: T 77 at each head size reaches all 45 sites); dq summed by atomicAdd over one
+# block per (query tile, key tile) pair in whatever order the blocks run (FlashAttention-2's first
+# split; test code in dev/cuda/attention.cu, --fa2-order-racy) gives a rerun with other bits under a
+# random block order (T 512, 8 key tiles), where the real kernels' rerun is bitwise equal.
 fa2_plants() {
-    local rc
-    make -s -j2 -f dev/gpu.mk build/gpu/attention_emu_fa2_mask_atomic build/gpu/attention_emu_fa2_nowait \
-        build/gpu/attention_emu_fa2_noswizzle || return 1
-    if build/gpu/attention_emu_fa2_mask_atomic --fa2-case 1 77 1 64 > $FA2_TMP/mask.txt; then echo "the wrong mask passed"; return 1; fi
+    local rc d=$FA2_TMP/plants
+    fa2_mutant $d/mask llmc/attention_fa2.cuh 's/{ return att_visible(key, query); }/{ return key <= query + 1; }/' &&
+        fa2_mutant $d/tile llmc/attention_fa2_backward.cuh 's/head + C, rs, (kb + 1) \* FA2_TILE, T);/head + C, rs, kb * FA2_TILE, T);/' \
+            's/head, rs, q0 + FA2_TILE, T);/head, rs, q0, T);/' &&
+        fa2_mutant $d/nowait llmc/attention_fa2.cuh 's/ptx_cp_async_wait<0>();/ptx_cp_async_wait<1>();/' &&
+        fa2_mutant $d/noswizzle llmc/attention_fa2.cuh 's/int sw = D >= 64 ? (row \& 7) : ((row >> 1) \& 3);/int sw = 0;/' ||
+        return 1
+    local cc="dev/cuda_emu/emucc -O1 -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation"
+    $cc -o $d/mask/attention $d/mask/dev/cuda/attention.cu & local p1=$!
+    $cc -o $d/tile/attention $d/tile/dev/cuda/attention.cu & local p2=$!
+    wait $p1 && wait $p2 || return 1
+    $cc --check -o $d/nowait/attention $d/nowait/dev/cuda/attention.cu & p1=$!
+    $cc --check -o $d/noswizzle/attention $d/noswizzle/dev/cuda/attention.cu & p2=$!
+    wait $p1 && wait $p2 || return 1
+    if $d/mask/attention --fa2-case 1 77 1 64 > $FA2_TMP/mask.txt; then echo "the wrong mask passed"; return 1; fi
     grep "FAIL   out" $FA2_TMP/mask.txt || return 1
-    build/gpu/attention_emu_fa2_nowait --fa2-case 1 77 1 64 > $FA2_TMP/nowait.txt 2>&1
+    if $d/tile/attention --fa2-case 1 200 1 64 > $FA2_TMP/tile.txt; then echo "the wrong tile indices passed"; return 1; fi
+    grep -E "FAIL   (dq|dk|dv) " $FA2_TMP/tile.txt
+    grep -q "FAIL   dq " $FA2_TMP/tile.txt && grep -qE "FAIL   (dk|dv) " $FA2_TMP/tile.txt || return 1
+    $d/nowait/attention --fa2-case 1 77 1 64 > $FA2_TMP/nowait.txt 2>&1
     rc=$?
     [ $rc -eq 66 ] || { echo "the missing cp.async wait: exit $rc, not 66"; return 1; }
     grep -m1 "read of bytes in flight in kernel attention_forward_fa2_kernel" $FA2_TMP/nowait.txt || return 1
-    build/gpu/attention_emu_fa2_noswizzle --fa2-tiny 2> $FA2_TMP/noswizzle.txt > /dev/null || return 1
-    grep "banks: kernel attention_[a-z_]*fa2_kernel" $FA2_TMP/noswizzle.txt | tee $FA2_TMP/noswizzle_banks.txt
+    $d/noswizzle/attention --fa2-tiny 2> $FA2_TMP/noswizzle.txt > /dev/null || return 1
+    grep "banks: kernel attention_[a-z_]*fa2" $FA2_TMP/noswizzle.txt | tee $FA2_TMP/noswizzle_banks.txt
     # head size 32's rows are 64 bytes: 4-way there, 8-way elsewhere
-    [ "$(grep -c ', 8-way worst' $FA2_TMP/noswizzle_banks.txt)" -eq 25 ] &&
-        [ "$(grep -c ', 4-way worst' $FA2_TMP/noswizzle_banks.txt)" -eq 12 ] || return 1
+    [ "$(grep -c ', 8-way worst' $FA2_TMP/noswizzle_banks.txt)" -eq 27 ] &&
+        [ "$(grep -c ', 4-way worst' $FA2_TMP/noswizzle_banks.txt)" -eq 18 ] || return 1
     ! /usr/bin/python3 dev/bench/gpu_model.py --check-banks $FA2_TMP/noswizzle.txt || { echo "the model took 8-way as 1-way"; return 1; }
     EMU_SCHED=random:1 build/gpu/attention_emu --fa2-order > $FA2_TMP/order.txt || { cat $FA2_TMP/order.txt; return 1; }
-    if EMU_SCHED=random:1 build/gpu/attention_emu_fa2_mask_atomic --fa2-order > $FA2_TMP/atomic.txt; then
+    if EMU_SCHED=random:1 build/gpu/attention_emu --fa2-order-racy > $FA2_TMP/racy.txt; then
         echo "the unordered atomicAdd dq passed"; return 1
     fi
-    grep "FAIL   rerun dqkv bits differ" $FA2_TMP/atomic.txt
+    grep "FAIL   rerun dqkv bits differ" $FA2_TMP/racy.txt
 }
 # T 1024 (16 key tiles; forward only, NH 2) and T 77 at GPT-2 124M's C 768, NH 12 (forward and
 # backward), plain build (a checked one takes 2 minutes); the reverse and random schedules on --fa2-sched's smaller set
@@ -74,8 +104,9 @@ check_bg attention_fa2_trainer_hs128_hs32 fa2_trainer_hs
 # The SASS check; the performance model's mma.sync counts (dev/bench/gpu_model.py FA2_SASS) against
 # that SASS, and two planted model errors (the backward with 4 tile matmuls; no wave quantisation of
 # its one-block-per-head grid), each caught by test_gpu_model.py, the first by the SASS recount too;
-# the SASS check's own plants, built for sm_80 only: 8 blocks per SM (64 registers) must spill in the
-# forward, and a local array in the head-size-128 backward (-DFA2_PLANT_SPILL) must fail it there.
+# the SASS check's own plants, built for sm_80 only from a patched copy: 8 blocks per SM (64
+# registers) must spill in the forward, and a local array in the head-size-128 dk/dv pass must fail
+# it there (past the 32 bytes that pass may spill on sm_80).
 fa2_sass() {
     local d=$FA2_TMP/model_mutant m
     bash dev/cuda/check_attention_fa2_sass.sh || return 1
@@ -90,10 +121,14 @@ fa2_sass() {
         if [ "${m:0:8}" = 's/"loop"' ] && /usr/bin/python3 $d/gpu_model.py --check-sass build/gpu/fa2_sass/attention_sm90.cubin \
             > $d/sass.txt; then echo "the SASS recount missed it"; return 1; fi
     done
-    ! FA2_SASS_ARCHS=80 FA2_SASS_EXTRA="-DFA2_MIN_BLOCKS=8 -DFA2_PLANT_SPILL" bash dev/cuda/check_attention_fa2_sass.sh \
+    fa2_mutant $FA2_TMP/spill_src llmc/attention_fa2.cuh 's/^#define FA2_MIN_BLOCKS 1 /#define FA2_MIN_BLOCKS 8 /' &&
+        sed -i 's|^    bf16\* dbase = dqkv + (size_t)b \* T \* rs + h \* D;$|    if constexpr (D > 64) { volatile float spill[80]; spill[lane] = dk[0][0]; dk[0][0] = spill[lane + 1]; }\n&|' \
+            $FA2_TMP/spill_src/llmc/attention_fa2_backward.cuh &&
+        grep -q "volatile float spill" $FA2_TMP/spill_src/llmc/attention_fa2_backward.cuh || { echo "the spill plant did not apply"; return 1; }
+    ! FA2_SASS_ARCHS=80 FA2_SASS_SRC=$FA2_TMP/spill_src bash dev/cuda/check_attention_fa2_sass.sh \
         > $FA2_TMP/spill.txt || { echo "the planted spills passed"; return 1; }
     [ "$(grep -c "FAIL: stack frame or spills" $FA2_TMP/spill.txt)" -eq 4 ] &&
-        grep -A1 "sm_80 attention_backward_fa2_kernelILi128E" $FA2_TMP/spill.txt | grep "FAIL: stack frame or spills"
+        grep -A1 "sm_80 attention_backward_fa2_dkv_kernelILi128E" $FA2_TMP/spill.txt | grep "FAIL: stack frame or spills"
 }
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     check_bg attention_fa2_sass fa2_sass
