@@ -312,9 +312,21 @@ static void fc_gelu_forward(floatX* out, floatX* pre, const floatX* inp, const f
 
 // matmul_backward through GELU (gelu_pre given): the DGELU epilogue (-ge 1) inside the matmul, or
 // our GELU gradient kernel after it (it reads only dinp and gelu_pre, which the weight and bias
-// gradients do not read), timed apart.
+// gradients do not read), timed apart. rebuild (-ge 0 under -r 1 or 2: inp, GELU's output, was
+// not kept): dinp's matmul, then one pass that takes GELU's gradient and writes GELU's output into
+// inp (gelu_backward_rebuild), then the weight gradient from it.
 static void fc_gelu_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* partial, const floatX* dout,
-                             const floatX* inp, const floatX* weight, const floatX* gelu_pre, int N, int C, int OC) {
+                             floatX* inp, const floatX* weight, const floatX* gelu_pre, int N, int C, int OC,
+                             int rebuild) {
+    if (!matmul_ctx.gelu_fusion && rebuild) {
+        double sz = sizeof(floatX), flops = 2.0 * N * C * (double)OC;
+        OP_SPAN(OP_MATMUL_BWD, 0, flops, sz * ((double)N * OC + (double)C * OC + (double)N * C),
+                matmul_backward_input(dinp, dout, weight, N, C, OC));
+        OP_SPAN(OP_GELU, 0, 0.0, op_bytes((size_t)N * C, 4), gelu_backward_rebuild(dinp, inp, gelu_pre, (size_t)N * C));
+        OP_SPAN(OP_MATMUL_BWD, 0, flops, sz * ((double)N * OC + (double)N * C + 2.0 * C * OC),
+                matmul_backward_weight(dweight, dbias, partial, dout, inp, N, C, OC));
+        return;
+    }
     if (!matmul_ctx.gelu_fusion) {
         mm_backward(dinp, dweight, dbias, partial, dout, inp, weight, N, C, OC);
         OP_SPAN(OP_GELU, 0, 0.0, op_bytes((size_t)N * C, 3), gelu_backward_inplace(dinp, gelu_pre, (size_t)N * C));
@@ -421,7 +433,7 @@ static void gpt2_backward(GPT2* m, int B, int T, GradsReadyFn ready, void* ctx) 
     ln_backward(g->dresidual, d[LNFW], d[LNFB], g->partial, g->dC, last, p[LNFW], a->lnf_mean, a->lnf_rstd, BT, C);
     for (int l = L - 1; l >= 0; l--) {
         LayerActivations la = layer_activations(m, l);
-        if (m->recompute >= 1) {
+        if (m->recompute >= 1 && matmul_ctx.gelu_fusion) { // (with -ge 0 fc_gelu_backward rebuilds it)
             OP_SPAN(OP_GELU, 0, 0.0, op_bytes((size_t)BT * 4 * C, 2),
                     gelu_forward(la.fch_gelu, la.fch, (size_t)BT * 4 * C));
         }
@@ -431,7 +443,7 @@ static void gpt2_backward(GPT2* m, int B, int T, GradsReadyFn ready, void* ctx) 
         }
         // the residual gradient feeds the MLP projection directly; GELU's gradient is its epilogue
         fc_gelu_backward(g->d4C, grad_slice(m, FCPROJW, l), grad_slice(m, FCPROJB, l), g->partial, g->dresidual,
-                         la.fch_gelu, layer_slice(p, m, FCPROJW, l), la.fch, BT, 4 * C, C);
+                         la.fch_gelu, layer_slice(p, m, FCPROJW, l), la.fch, BT, 4 * C, C, m->recompute >= 1);
         mm_backward(g->dC, grad_slice(m, FCW, l), grad_slice(m, FCB, l), g->partial, g->d4C, la.ln2,
                     layer_slice(p, m, FCW, l), BT, C, 4 * C);
         ln_backward(g->dresidual, grad_slice(m, LN2W, l), grad_slice(m, LN2B, l), g->partial, g->dC,

@@ -205,6 +205,18 @@ static void matmul_forward_gelu(floatX* out, floatX* pre, const floatX* inp, con
     }
 }
 
+// dinp (N, C) = dout (N, OC) weight (written), no epilogue: matmul_backward's first half.
+static void matmul_backward_input(floatX* dinp, const floatX* dout, const floatX* weight, int N, int C, int OC) {
+    matmul_lt(dinp, weight, dout, C, N, OC, 0, 0, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
+}
+
+// dweight (OC, C) += dout^T inp; dbias (OC) += column sums of dout (when dbias is given): its second.
+static void matmul_backward_weight(floatX* dweight, floatX* dbias, float* partial, const floatX* dout,
+                                   const floatX* inp, int N, int C, int OC) {
+    matmul_lt(dweight, inp, dout, C, OC, N, 0, 1, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
+    if (dbias) { bias_backward(dbias, partial, dout, N, OC); }
+}
+
 // dinp (N, C) = dout (N, OC) weight (written), times GELU'(gelu_pre) when gelu_pre is given;
 // dweight (OC, C) += dout^T inp; dbias (OC) += column sums of dout (when dbias is given).
 // partial: scratch for the bias sums (colsum_chunks(N) * OC floats).
@@ -215,8 +227,7 @@ static void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float*
     matmul_lt(dinp, weight, dout, C, N, OC, 0, 0, 0.0f, fused ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT,
               NULL, fused ? gelu_pre : NULL);
     if (gelu_pre && !fused) { gelu_backward_inplace(dinp, gelu_pre, (size_t)N * C); }
-    matmul_lt(dweight, inp, dout, C, OC, N, 0, 1, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
-    if (dbias) { bias_backward(dbias, partial, dout, N, OC); }
+    matmul_backward_weight(dweight, dbias, partial, dout, inp, N, C, OC);
 }
 
 #endif

@@ -280,8 +280,17 @@ static void test_gelu(size_t n) {
     gelu_forward(d_y, d_x, n);
     float* got = to_host_f(d_y, n);
     report("gelu_forward", got, want, n);
-    free(x); free(want); free(got);
-    cudaFree(d_x); cudaFree(d_y);
+    // the backward's rebuilding pass: d * GELU'(x) in place and GELU(x) beside it (-r 1 and 2, -ge 0)
+    float *d = host_random(n, 1.0f), *want_d = (float*)malloc_check(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { want_d[i] = (float)(d[i] * cpu::gelu_grad(x[i])); }
+    float* d_d = to_device_f(d, n);
+    cudaCheck(cudaMemset(d_y, 0xff, n * sizeof(float))); // NaN: every element must be written
+    gelu_backward_rebuild(d_d, d_y, d_x, n);
+    float *got_d = to_host_f(d_d, n), *got_y = to_host_f(d_y, n);
+    report("gelu_backward_rebuild gradient", got_d, want_d, n);
+    report("gelu_backward_rebuild output", got_y, want, n);
+    free(x); free(want); free(got); free(d); free(want_d); free(got_d); free(got_y);
+    cudaFree(d_x); cudaFree(d_y); cudaFree(d_d);
 }
 
 // The CPU reference keeps the (T, T) probabilities; the kernels keep one log-sum-exp per row
