@@ -47,8 +47,11 @@ int main(int argc, char** argv) {
 
     GPT2 model;
     gpt2_build(&model, &config, params, B, T, 1, 0);
-    DataParallel dp;
-    dp_init(&dp, &model, 0, 1, 0, 0);
+    HostDP dp; // one rank, ZeRO 0: the update the trainer runs
+    OuterConfig synchronous = {0};
+    float* grad_tensors[NUM_PARAMETER_TENSORS];
+    memcpy(grad_tensors, &model.grads, sizeof(grad_tensors));
+    host_dp_init(&dp, &config, 1, 0, 0, 0, &synchronous, model.params_memory, model.grads_memory, grad_tensors, 0);
 
     // one batch: logits, loss, gradients
     float loss = gpt2_forward(&model, ref.x, ref.y, B, T);
@@ -70,17 +73,17 @@ int main(int argc, char** argv) {
         gpt2_zero_grads(&model);
         float step_loss = gpt2_forward(&model, loader.inputs, loader.targets, B, T);
         gpt2_backward(&model, B, T, 1.0f, NULL, NULL);
-        dp_finish_gradients(&dp, &model);
-        float norm = dp_grad_norm(&dp, &model);
+        host_dp_finish_gradients(&dp);
+        float norm = host_dp_grad_norm(&dp);
         float scale = norm > 1.0f ? 1.0f / norm : 1.0f;
-        dp_optimizer_step(&dp, &model, &adamw, scale, step + 1);
+        host_dp_optimizer_step(&dp, &adamw, scale, step + 1);
         char what[64];
         snprintf(what, sizeof(what), "step %d loss", step + 1);
         check_report(what, fabsf(step_loss - ref_losses[step]), STEP_LOSS_TOL);
     }
     printf("%s: %d failures\n", check_failures ? "FAILED" : "passed", check_failures);
     dataloader_free(&loader);
-    dp_free(&dp);
+    host_dp_free(&dp);
     gpt2_free(&model);
     debug_state_free(&ref);
     MPI_Finalize();

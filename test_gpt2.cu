@@ -35,7 +35,8 @@
 // the residual stream), and the largest of N = B T V such errors about sqrt(2 ln N) times it. The
 // bound is twice that expectation. Measured against it: 124M (B 4, T 64) 0.033 on an H200 against
 // 0.050 expected (bound 0.10); the test models through the emulator 4.3e-3 / 6.7e-3 against 5.4e-3
-// / 7.6e-3. Printed with its parts.
+// / 7.6e-3. Printed with its parts. (FP32 builds use a fixed bound: nvcc -Werror would reject it unused.)
+#ifndef ENABLE_FP32
 static float bf16_logits_tol(const DebugState* s, int L, int V) {
     double sum = 0.0, N = (double)s->B * s->T * V;
     for (size_t i = 0; i < (size_t)N; i++) { sum += (double)s->logits[i] * s->logits[i]; }
@@ -45,13 +46,14 @@ static float bf16_logits_tol(const DebugState* s, int L, int V) {
            2.0 * expect, rms, L, N);
     return (float)(2.0 * expect);
 }
+#endif
 
 // The norm of the (single-process) gradient, as the trainer's stage 0 computes it.
 static float gpt2_grad_norm(GPT2* m) { return global_norm(m->grads_memory, m->num_parameters, m->acts_grad.norm); }
 
 // 10 AdamW steps with the reference's hyperparameters (constant lr 1e-4, no weight decay,
 // clip 1.0) from the given parameters and a fresh optimizer; losses out, final parameters to final_params.
-static void train_steps(GPT2* model, Optimizer* opt, const float* params, const char* data_path, int B, int T,
+static void train_steps(GPT2* model, DeviceAdamW* opt, const float* params, const char* data_path, int B, int T,
                         float* losses, float* final_params) {
     upload_floatX(model->params_memory, params, model->num_parameters);
     cudaCheck(cudaMemset(opt->m, 0, opt->n * sizeof(float)));
@@ -67,14 +69,15 @@ static void train_steps(GPT2* model, Optimizer* opt, const float* params, const 
         gpt2_backward(model, B, T, NULL, NULL);
         float norm = gpt2_grad_norm(model);
         float scale = norm > 1.0f ? 1.0f / norm : 1.0f;
-        optimizer_step(opt, model, &adamw, scale, step + 1, 1337u);
+        device_adamw_tensors(opt, model->sizes);
+        device_adamw_update(opt, model->params_memory, model->grads_memory, &adamw, scale, step + 1, 1337u);
     }
     gpt2_download_params(model, final_params);
     dataloader_free(&loader);
 }
 
 // The reference's 10 losses, then the same 10 steps again: bitwise identical losses and parameters.
-static void check_training(GPT2* model, Optimizer* opt, const float* params, const char* losses_path,
+static void check_training(GPT2* model, DeviceAdamW* opt, const float* params, const char* losses_path,
                            const char* data_path, int B, int T) {
     float ref_losses[TEST_STEPS], losses[TEST_STEPS], again[TEST_STEPS];
     read_reference_losses(losses_path, ref_losses, TEST_STEPS);
@@ -156,8 +159,8 @@ int main(int argc, char** argv) {
     GPT2 model;
     gpt2_build(&model, &config, params, B, T, recompute, config.num_layers, 1);
     model.att_cudnn = att_cudnn;
-    Optimizer opt;
-    optimizer_init(&opt, model.num_parameters, master, params);
+    DeviceAdamW opt;
+    device_adamw_init(&opt, model.num_parameters, master, params);
 
     // one batch: logits, loss, gradients
     float loss = gpt2_forward(&model, ref.x, ref.y, B, T, 0.0f);
@@ -174,7 +177,7 @@ int main(int argc, char** argv) {
 
     if (train) { check_training(&model, &opt, params, losses_path, data_path, B, T); }
     printf("%s: %d failures\n", check_failures ? "FAILED" : "passed", check_failures);
-    optimizer_free(&opt);
+    device_adamw_free(&opt);
     gpt2_free(&model);
     matmul_free();
     free(params); free(host); free(logits);

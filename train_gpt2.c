@@ -13,9 +13,6 @@
 #include "llmc/args.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
-#include "llmc/mesh.h"
-#include "llmc/comm_mpi.h"
-#include "llmc/comm_thread.h"
 #include "llmc/checkpoint.h"
 #include "llmc/optimizer.h"
 #include "llmc/train_loop.h"
@@ -26,6 +23,7 @@
 #include "llmc/cpu_peak.h"
 #include "llmc/cpu_memory.h"
 #include "llmc/op_profile.h"
+#include "llmc/dp_host.h"
 
 // ----------------------------------------------------------------------------
 // layers, forward
@@ -426,714 +424,6 @@ static void gpt2_backward(GPT2* m, int B, int T, float dloss, GradsReadyFn ready
 static void gpt2_zero_grads(GPT2* m) { m->grads_stale = 1; }
 
 // ----------------------------------------------------------------------------
-// data parallelism (docs/design.md sections 3 and 4)
-
-// A collective timed as communication (-op 1), with the bytes it sent (untimed on the -lo
-// communication thread: the profile is the trainer thread's).
-#define COMM_TIMED(call)                                                                          \
-    do {                                                                                          \
-        if (comm_on_worker) {                                                                     \
-            call;                                                                                 \
-            break;                                                                                \
-        }                                                                                         \
-        size_t comm_sent0_ = comm_bytes_sent;                                                     \
-        OP_TIMED(OP_COMM, 0.0, (double)(comm_bytes_sent - comm_sent0_), call);                    \
-    } while (0)
-
-// The buffers of one compressed or fp32 replica exchange (outer_exchange_buffers' sizes).
-typedef struct {
-    float* tmp;      // a slice, fp32
-    uint8_t* sent;   // R encoded slices (or sums)
-    uint8_t* got;    // R encoded slices received
-    float* packed;   // error feedback: the fragment's residual packed like its messages, else NULL
-} ExchangeBuffers;
-
-// Allocates wb with the sizes b; returns their total bytes.
-static size_t exchange_buffers_alloc(ExchangeBuffers* wb, OuterExchangeBuffers b) {
-    wb->tmp = (float*)malloc_check(b.tmp);
-    wb->sent = b.sent ? (uint8_t*)malloc_check(b.sent) : NULL;
-    wb->got = b.got ? (uint8_t*)malloc_check(b.got) : NULL;
-    wb->packed = b.packed ? (float*)malloc_check(b.packed) : NULL;
-    return b.tmp + b.sent + b.got + b.packed;
-}
-
-static void exchange_buffers_free(ExchangeBuffers* wb) {
-    free(wb->tmp);
-    free(wb->sent);
-    free(wb->got);
-    free(wb->packed);
-}
-
-struct DataParallel;
-
-// -ls: a run of owned elements of one fragment: parameters [param, +count) are owned elements
-// [owned, +count) and places [pos, +count) of the fragment's packed message.
-typedef struct {
-    size_t param, owned, pos, count;
-    int fragment;
-} FragmentRun;
-
-// -lo: one fragment's exchange handed to the communication thread.
-typedef struct {
-    struct DataParallel* dp;
-    OuterConfig c;   // its config (c.fragment), as at its start
-    float* msg;      // in: the fragment's packed messages; out: their sums over the replicas
-    size_t expect;   // the bytes it sends (counted by the trainer at its start)
-} PendingExchange;
-
-typedef struct DataParallel {
-    Mesh mesh;
-    CommGroup world, shard, replica;
-    CommGroup replica_async; // -lo: the communication thread's duplicate of the replica communicator
-    ShardLayout layout;
-    int zero_stage;
-    int grad_accum;
-    int last_micro_step;  // set by the training loop: 1 during the step's last backward
-    int replica_reduce;   // 1: gradients averaged over every rank; 0 (-ls): over the shard group only
-    float* outer;         // -ls: outer parameters and momentum (owned elements), else NULL
-    float* outer_m;
-    float* residual;      // -rq with error feedback: what encoding lost (owned elements, padded), else NULL
-    OuterConfig grad_wire; // -ls 0: how the gradients cross the replicas (outer_compressed: -rq, -rk)
-    OwnedSpan* spans;     // this rank's owned elements in the parameters (llmc/outer_sync.h)
-    int num_spans;
-    size_t owned;         // elements of m and v on this rank
-    int* frag_of;         // -ls: each owned element's fragment (-lf; all 0 without it), else NULL
-    size_t* frag_pos;     // -ls: an owned element's place among its fragment's, in owned order
-    size_t* frag_count;   // -ls: owned elements (padding slots included) of each fragment
-    FragmentRun* runs;    // -ls: the owned spans cut where the fragment changes, in owned order
-    int num_runs;
-    float* pend_sum;      // -lo: each fragment's summed messages while in flight (packed, padded to R)
-    size_t* pend_off;     // -lo: where fragment f's starts in pend_sum
-    float* pend_snap;     // -lo: the owned local values when their fragment's exchange started
-    PendingExchange* pend_jobs; // -lo: each fragment's job on the communication thread
-    CommWorker worker;    // -lo: the communication thread (llmc/comm_thread.h)
-    ExchangeBuffers wbuf; // -lo: its exchange buffers, for the largest fragment
-    OuterExchangeBuffers wbuf_bytes; // their sizes
-    ExchangeBuffers sbuf; // -rq/-rk: the trainer thread's exchange buffers, kept from start-up
-    size_t sbuf_bytes;    // their total
-    float* shard_grads;   // stages 1, 2: this rank's reduced gradient slices (padded to dp_replicate)
-    float* opt_m;
-    float* opt_v;
-    float* scratch;       // a padded unit, or the stage-0 all-reduce slice
-    float* ring_tmp;      // one slice
-    float** unit_grads;   // where each unit's full gradient lives
-} DataParallel;
-
-static void dp_init(DataParallel* dp, GPT2* m, int zero_stage, int grad_accum, int dp_shard, int outer_state) {
-    int world, rank;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    mesh_init(&dp->mesh, world, rank, dp_shard);
-    comm_group_from(&dp->world, MPI_COMM_WORLD);
-    MPI_Comm shard_comm, replica_comm;
-    MPI_Comm_split(MPI_COMM_WORLD, dp->mesh.replicate_idx, dp->mesh.shard_idx, &shard_comm);
-    MPI_Comm_split(MPI_COMM_WORLD, dp->mesh.shard_idx, dp->mesh.replicate_idx, &replica_comm);
-    comm_group_from(&dp->shard, shard_comm);
-    comm_group_from(&dp->replica, replica_comm);
-    dp->zero_stage = zero_stage;
-    dp->grad_accum = grad_accum;
-    dp->last_micro_step = 0;
-    dp->replica_reduce = 1;
-    shard_layout_init(&dp->layout, &m->config, dp->mesh.dp_shard);
-    dp->owned = zero_stage == 0 ? m->num_parameters : dp->layout.shard_elements;
-    dp->opt_m = (float*)cpu_zeroed_touched(dp->owned, sizeof(float), "AdamW's m");
-    dp->opt_v = (float*)cpu_zeroed_touched(dp->owned, sizeof(float), "AdamW's v");
-    dp->outer = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
-    dp->outer_m = outer_state ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
-    dp->residual = NULL; // dp_init_residual
-    dp->sbuf = (ExchangeBuffers){NULL, NULL, NULL, NULL}; // dp_init_wire_buffers
-    dp->sbuf_bytes = 0;
-    dp->frag_of = NULL;  // dp_init_fragments
-    dp->frag_pos = NULL;
-    dp->runs = NULL;
-    dp->num_runs = 0;
-    dp->frag_count = NULL;
-    dp->pend_sum = NULL;  // dp_init_fragments
-    dp->pend_off = NULL;
-    dp->pend_snap = NULL;
-    dp->pend_jobs = NULL; // dp_init_overlap
-    memset(&dp->grad_wire, 0, sizeof(dp->grad_wire));
-    dp->spans = (OwnedSpan*)malloc_check(dp->layout.num_units * sizeof(OwnedSpan));
-    dp->num_spans = owned_spans(&dp->layout, zero_stage, dp->mesh.shard_idx, m->num_parameters, dp->spans);
-    size_t padded_shard = round_up(dp->layout.shard_elements, dp->mesh.dp_replicate);
-    dp->shard_grads = zero_stage == 0 ? NULL : (float*)calloc_check(padded_shard, sizeof(float));
-    // scratch: a padded unit (stages 1, 2) or one slice of the stage-0 all-reduce (over the shard
-    // group with -ls, or the outer sync's over the replicas); ring_tmp: the largest slice a ring
-    // step receives
-    int groups = dp->mesh.dp_shard < dp->mesh.dp_replicate ? dp->mesh.dp_shard : dp->mesh.dp_replicate;
-    size_t scratch = zero_stage == 0 ? ceil_div(m->num_parameters, outer_state ? groups : world) : dp->layout.max_padded;
-    size_t tmp = zero_stage == 0 ? 1 : dp->layout.max_padded / dp->mesh.dp_shard;
-    if (zero_stage != 0 && padded_shard / dp->mesh.dp_replicate > tmp) { tmp = padded_shard / dp->mesh.dp_replicate; }
-    dp->scratch = (float*)calloc_check(scratch, sizeof(float));
-    dp->ring_tmp = (float*)calloc_check(tmp, sizeof(float));
-    dp->unit_grads = (float**)malloc_check(dp->layout.num_units * sizeof(float*));
-    float* grad_tensors[NUM_PARAMETER_TENSORS];
-    memcpy(grad_tensors, &m->grads, sizeof(grad_tensors));
-    for (int u = 0; u < dp->layout.num_units; u++) {
-        // in stage 2 the one-layer slot serves every layer
-        const ShardUnit* unit = &dp->layout.units[u];
-        size_t layer_offset = (m->grads_one_layer || unit->layer < 0) ? 0 : unit->layer * unit->size;
-        dp->unit_grads[u] = grad_tensors[unit->tensor] + layer_offset;
-    }
-}
-
-// -rq with error feedback: the residual, zero, one per owned element (padded to the replicas).
-static void dp_init_residual(DataParallel* dp) {
-    dp->residual = (float*)calloc_check(round_up(dp->owned, dp->mesh.dp_replicate), sizeof(float));
-}
-
-// -ls 0 with -rq/-rk in ZeRO 0: the shard group's all-reduce of the gradient needs a larger slice.
-static void dp_init_gradient_wire(DataParallel* dp, size_t num_parameters) {
-    if (dp->zero_stage != 0) { return; }
-    free(dp->scratch);
-    dp->scratch = (float*)calloc_check(ceil_div(num_parameters, dp->mesh.dp_shard), sizeof(float));
-}
-
-// -rq/-rk: the trainer thread's exchange buffers (in the format after -rqs, o), so that no exchange
-// allocates: for the largest fragment with -ls, for the owned gradient (padded to the replicas;
-// its residual is not packed) with -ls 0.
-static void dp_init_wire_buffers(DataParallel* dp, const OuterConfig* o, int outer) {
-    int R = dp->replica.size;
-    OuterConfig late = outer_config_at(o, o->wire_start + 1);
-    size_t largest = round_up(dp->owned, R);
-    if (outer) {
-        largest = 0;
-        for (int f = 0; f < outer_num_fragments(o); f++) {
-            largest = dp->frag_count[f] > largest ? dp->frag_count[f] : largest;
-        }
-    }
-    OuterExchangeBuffers b = outer_exchange_buffers(&late, R, largest);
-    if (!outer) { b.packed = 0; }
-    dp->sbuf_bytes = exchange_buffers_alloc(&dp->sbuf, b);
-}
-
-// Reduce-scatters one unit's gradient over the shard group and adds this rank's slice of the
-// sum into shard_grads.
-static void dp_reduce_scatter_unit(DataParallel* dp, int u) {
-    const ShardUnit* unit = &dp->layout.units[u];
-    float* buf = dp->scratch;
-    memcpy(buf, dp->unit_grads[u], unit->size * sizeof(float));
-    memset(buf + unit->size, 0, (unit->slice * dp->shard.size - unit->size) * sizeof(float));
-    COMM_TIMED(ring_reduce_scatter(&dp->shard, buf, unit->slice, dp->ring_tmp));
-    float* mine = buf + (size_t)dp->shard.rank * unit->slice;
-    float* acc = dp->shard_grads + unit->shard_offset;
-    for (size_t i = 0; i < unit->slice; i++) { acc[i] += mine[i]; }
-}
-
-// Backward hook: stage 1 reduce-scatters a finished layer on the last micro-step, stage 2 on
-// every micro-step. Stage 2 then marks its gradients zero for the next micro-step, so every
-// backward writes (not adds) each layer into the one-layer slot.
-static void dp_grads_ready(void* ctx, GPT2* m, int layer) {
-    DataParallel* dp = (DataParallel*)ctx;
-    if (!zero_reduces_in_micro_step(dp->zero_stage, dp->last_micro_step)) { return; }
-    int first, count;
-    layer_units(&dp->layout, layer, &first, &count);
-    for (int u = first; u < first + count; u++) { dp_reduce_scatter_unit(dp, u); }
-    if (dp->zero_stage == 2 && layer < 0) { gpt2_zero_grads(m); }
-}
-
-static void dp_replica_sum_wire(CommGroup* g, float* msg, size_t slice, const OuterConfig* c, float* residual,
-                                const ExchangeBuffers* wb);
-
-// -ls 0 with -rq/-rk: the gradient (ZeRO 0: all of it after the shard group's all-reduce; 1, 2:
-// the shard accumulator) plus the residual, summed over the replicas by dp_replica_sum_wire.
-static void dp_replica_sum_gradient(DataParallel* dp, GPT2* m) {
-    int R = dp->replica.size;
-    float* g = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
-    if (dp->zero_stage == 0) {
-        COMM_TIMED(ring_all_reduce(&dp->shard, g, round_up(m->num_parameters, dp->shard.size), dp->scratch));
-    }
-    size_t padded = round_up(dp->owned, R);
-    memset(g + dp->owned, 0, (padded - dp->owned) * sizeof(float));
-    if (dp->residual) {
-        for (size_t i = 0; i < dp->owned; i++) { g[i] += dp->residual[i]; }
-    }
-    const ExchangeBuffers* wb = dp->sbuf_bytes ? &dp->sbuf : NULL;
-    dp_replica_sum_wire(&dp->replica, g, padded / R, &dp->grad_wire, dp->residual, wb);
-}
-
-// After the last micro-step: finish the reduction across ranks and average over the world (or,
-// with -ls between syncs, over the replica's shard group: the replicas keep their own gradients).
-static void dp_finish_gradients(DataParallel* dp, GPT2* m) {
-    CommGroup* group = dp->replica_reduce ? &dp->world : &dp->shard;
-    if (group->size == 1) { return; } // nothing to reduce, and the average is the gradient itself
-    float inv = 1.0f / (float)group->size;
-    if (dp->replica_reduce && dp->replica.size > 1 && outer_compressed(&dp->grad_wire)) {
-        dp_replica_sum_gradient(dp, m);
-        float* g = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
-        for (size_t i = 0; i < dp->owned; i++) { g[i] *= inv; }
-        return;
-    }
-    if (dp->zero_stage == 0) {
-        size_t padded = round_up(m->num_parameters, group->size);
-        COMM_TIMED(ring_all_reduce(group, m->grads_memory, padded, dp->scratch));
-        for (size_t i = 0; i < m->num_parameters; i++) { m->grads_memory[i] *= inv; }
-    } else {
-        if (dp->replica_reduce) {
-            size_t padded = round_up(dp->layout.shard_elements, dp->replica.size);
-            COMM_TIMED(ring_all_reduce(&dp->replica, dp->shard_grads, padded, dp->ring_tmp));
-        }
-        for (size_t i = 0; i < dp->layout.shard_elements; i++) { dp->shard_grads[i] *= inv; }
-    }
-}
-
-// Sum of squares of x[0..n) in double, in 64 fixed chunks: the same result for any thread count.
-static double sum_of_squares(const float* x, size_t n) {
-    double parts[64];
-    #pragma omp parallel for schedule(static)
-    for (int p = 0; p < 64; p++) {
-        size_t i0 = n * p / 64, i1 = n * (p + 1) / 64;
-        double s = 0.0;
-        #pragma omp simd reduction(+ : s)
-        for (size_t i = i0; i < i1; i++) { s += (double)x[i] * x[i]; }
-        parts[p] = s;
-    }
-    double total = 0.0;
-    for (int p = 0; p < 64; p++) { total += parts[p]; }
-    return total;
-}
-
-// The norm of the full averaged gradient (slices summed over the shard group only).
-static float dp_grad_norm(DataParallel* dp, GPT2* m) {
-    double sq;
-    if (dp->zero_stage == 0) {
-        size_t n = m->num_parameters;
-        OP_TIMED(OP_GRAD_NORM, 0.0, op_bytes(n, 1), sq = sum_of_squares(m->grads_memory, n));
-        return (float)sqrt(sq);
-    }
-    size_t n = dp->layout.shard_elements;
-    OP_TIMED(OP_GRAD_NORM, 0.0, op_bytes(n, 1), sq = sum_of_squares(dp->shard_grads, n));
-    float total;
-    COMM_TIMED(total = all_reduce_sum_scalar(&dp->shard, (float)sq));
-    return sqrtf(total);
-}
-
-static void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float grad_scale,
-                         float weight_decay, const AdamWConfig* h, float bias1, float bias2) {
-    // the hyperparameters in locals: stores through the float pointers cannot alias them, so the
-    // loop vectorises
-    const float beta1 = h->beta1, beta2 = h->beta2, lr = h->lr, eps = h->eps;
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float g = grads[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bias1, vhat = vi / bias2;
-        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
-    }
-}
-
-// Stages 1, 2: unit u's parameters all-gathered over the shard group from each rank's slice.
-static void dp_all_gather_unit(DataParallel* dp, GPT2* m, int u) {
-    const ShardUnit* unit = &dp->layout.units[u];
-    size_t first;
-    size_t count = unit_owned(unit, dp->shard.rank, &first);
-    float* p = m->params_memory + unit->offset;
-    float* buf = dp->scratch;
-    memset(buf + first, 0, unit->slice * sizeof(float));
-    memcpy(buf + first, p + first, count * sizeof(float));
-    COMM_TIMED(ring_all_gather(&dp->shard, buf, unit->slice));
-    memcpy(p, buf, unit->size * sizeof(float));
-}
-
-// AdamW (t = 1-based step) on what this rank owns, then (stages 1, 2) the parameter all-gather.
-static void dp_optimizer_step(DataParallel* dp, GPT2* m, const AdamWConfig* h, float grad_scale, int t) {
-    float bias1, bias2;
-    adamw_bias_corrections(h, t, &bias1, &bias2);
-    if (dp->zero_stage == 0) {
-        size_t sizes[NUM_PARAMETER_TENSORS], off = 0;
-        gpt2_parameter_sizes(&m->config, sizes);
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-            float wd = adamw_weight_decay(h, i);
-            OP_TIMED(OP_ADAMW, 0.0, op_bytes(sizes[i], 7),
-                     adamw_update(m->params_memory + off, m->grads_memory + off, dp->opt_m + off, dp->opt_v + off,
-                                  sizes[i], grad_scale, wd, h, bias1, bias2));
-            off += sizes[i];
-        }
-        return;
-    }
-    int s = dp->shard.rank;
-    for (int u = 0; u < dp->layout.num_units; u++) {
-        const ShardUnit* unit = &dp->layout.units[u];
-        size_t first;
-        size_t count = unit_owned(unit, s, &first);
-        float wd = adamw_weight_decay(h, unit->tensor);
-        float* p = m->params_memory + unit->offset;
-        OP_TIMED(OP_ADAMW, 0.0, op_bytes(count, 7),
-                 adamw_update(p + first, dp->shard_grads + unit->shard_offset, dp->opt_m + unit->shard_offset,
-                              dp->opt_v + unit->shard_offset, count, grad_scale, wd, h, bias1, bias2));
-        dp_all_gather_unit(dp, m, u);
-    }
-}
-
-// ----------------------------------------------------------------------------
-// -ls: the outer sync of the replicas (llmc/outer_sync.h) on this rank's owned elements
-
-// dst (owned order) = the owned parameters.
-static void dp_owned_params(const DataParallel* dp, const GPT2* m, float* dst) {
-    for (int i = 0; i < dp->num_spans; i++) {
-        const OwnedSpan* sp = &dp->spans[i];
-        memcpy(dst + sp->owned_offset, m->params_memory + sp->param_offset, sp->count * sizeof(float));
-    }
-}
-
-// The owned parameters = src (owned order), then (stages 1, 2) every unit all-gathered in the
-// shard group, so that the replica's ranks hold the same full parameters again.
-static void dp_set_owned_params(DataParallel* dp, GPT2* m, const float* src) {
-    for (int i = 0; i < dp->num_spans; i++) {
-        const OwnedSpan* sp = &dp->spans[i];
-        memcpy(m->params_memory + sp->param_offset, src + sp->owned_offset, sp->count * sizeof(float));
-    }
-    if (dp->zero_stage == 0) { return; }
-    for (int u = 0; u < dp->layout.num_units; u++) { dp_all_gather_unit(dp, m, u); }
-}
-
-static void dp_outer_init(DataParallel* dp, GPT2* m) {
-    memset(dp->outer, 0, dp->owned * sizeof(float));
-    memset(dp->outer_m, 0, dp->owned * sizeof(float));
-    dp_owned_params(dp, m, dp->outer);
-}
-
-// -rq/-rk: msg (R slices of `slice` elements: this rank's messages) summed over the replicas through
-// the wire format of c (llmc/wire_format.h). Every slice is encoded (the residual keeps what that lost,
-// where given) and slice j sent to replica j; each replica decodes the R encodings of its own
-// slice and sums them in fp32 in replica order 0..R-1, encodes the sum and sends it to every
-// replica; msg then holds the decoded sums, the same on every replica.
-// Runs over group g (the replicas: the trainer's communicator, or the communication thread's) in the
-// buffers wb (NULL: allocated here for the call).
-static void dp_replica_sum_wire(CommGroup* g, float* msg, size_t slice, const OuterConfig* c, float* residual,
-                                const ExchangeBuffers* wb) {
-    int R = g->size, me = g->rank;
-    WireSpec mine = outer_wire_spec(c, 0, R), owner = outer_wire_spec(c, 1, R);
-    size_t sb = wire_spec_bytes(&mine, slice), ob = wire_spec_bytes(&owner, slice);
-    uint8_t* sent = wb ? wb->sent : (uint8_t*)malloc_check((size_t)R * (sb > ob ? sb : ob));
-    uint8_t* got = wb ? wb->got : (uint8_t*)malloc_check((size_t)R * sb);
-    float* tmp = wb ? wb->tmp : (float*)malloc_check(slice * sizeof(float));
-    for (int j = 0; j < R; j++) {
-        wire_encode_feedback(&mine, msg + j * slice, slice, sent + j * sb, residual ? residual + j * slice : NULL,
-                             tmp);
-    }
-    memcpy(got + me * sb, sent + me * sb, sb);
-    for (int k = 1; k < R; k++) {
-        int to = (me + k) % R, from = (me + R - k) % R;
-        COMM_TIMED(pair_exchange_bytes(g, sent + to * sb, to, got + from * sb, from, sb));
-    }
-    float* sum = msg + me * slice;
-    wire_spec_decode(&mine, got, slice, sum);
-    for (int r = 1; r < R; r++) {
-        wire_spec_decode(&mine, got + r * sb, slice, tmp);
-        for (size_t i = 0; i < slice; i++) { sum[i] += tmp[i]; }
-    }
-    wire_spec_encode(&owner, sum, slice, sent + me * ob);
-    for (int k = 1; k < R; k++) {
-        int to = (me + k) % R, from = (me + R - k) % R;
-        COMM_TIMED(pair_exchange_bytes(g, sent + me * ob, to, sent + from * ob, from, ob));
-    }
-    for (int j = 0; j < R; j++) { wire_spec_decode(&owner, sent + j * ob, slice, msg + j * slice); }
-    if (wb) { return; }
-    free(sent);
-    free(got);
-    free(tmp);
-}
-
-// -lf F: each owned element's fragment (outer_unit_fragment of its unit; stages 1, 2: the unit's
-// whole slice, padding included), its place in its fragment's message and each fragment's count.
-static void dp_init_fragments(DataParallel* dp, int F) {
-    dp->frag_of = (int*)calloc_check(dp->owned, sizeof(int));
-    dp->frag_pos = (size_t*)calloc_check(dp->owned, sizeof(size_t));
-    dp->frag_count = (size_t*)calloc_check(F, sizeof(size_t));
-    int L = dp->layout.num_layers;
-    for (int u = 0; u < dp->layout.num_units; u++) {
-        const ShardUnit* unit = &dp->layout.units[u];
-        size_t first = dp->zero_stage == 0 ? unit->offset : unit->shard_offset;
-        size_t n = dp->zero_stage == 0 ? unit->size : unit->slice;
-        for (size_t i = 0; i < n; i++) { dp->frag_of[first + i] = outer_unit_fragment(unit, L, F); }
-    }
-    for (size_t o = 0; o < dp->owned; o++) { dp->frag_pos[o] = dp->frag_count[dp->frag_of[o]]++; }
-    dp->runs = (FragmentRun*)malloc_check((dp->num_spans + dp->layout.num_units) * sizeof(FragmentRun));
-    for (int i = 0; i < dp->num_spans; i++) {
-        const OwnedSpan* sp = &dp->spans[i];
-        for (size_t j = 0, k; j < sp->count; j = k) {
-            size_t o = sp->owned_offset + j;
-            for (k = j; k < sp->count && dp->frag_of[sp->owned_offset + k] == dp->frag_of[o]; k++) {}
-            FragmentRun run = {sp->param_offset + j, o, dp->frag_pos[o], k - j, dp->frag_of[o]};
-            dp->runs[dp->num_runs++] = run;
-        }
-    }
-    dp->pend_off = (size_t*)calloc_check(F + 1, sizeof(size_t));
-    for (int f = 0; f < F; f++) {
-        dp->pend_off[f + 1] = dp->pend_off[f] + round_up(dp->frag_count[f], dp->replica.size);
-    }
-}
-
-static size_t dp_fragment_exchange_job(void* arg);
-
-// -lo: the buffers of the exchanges in flight (a summed message and a local snapshot per element),
-// and the communication thread with its own replica communicator and exchange buffers, sized for
-// the largest fragment in the format after -rqs (o). The thread calls MPI while the trainer does:
-// the library must provide MPI_THREAD_MULTIPLE.
-static void dp_init_overlap(DataParallel* dp, const OuterConfig* o) {
-    int F = outer_num_fragments(o), R = dp->replica.size, level = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&level);
-    if (R > 1 && level < MPI_THREAD_MULTIPLE) {
-        fail("-lo %d: the MPI library provides thread level %d, the communication thread needs MPI_THREAD_MULTIPLE "
-             "(%d); use -lo 0 or an MPI built with thread support", o->overlap, level, MPI_THREAD_MULTIPLE);
-    }
-    dp->pend_sum = (float*)calloc_check(dp->pend_off[F], sizeof(float));
-    dp->pend_snap = (float*)calloc_check(dp->owned, sizeof(float));
-    dp->pend_jobs = (PendingExchange*)calloc_check(F, sizeof(PendingExchange));
-    MPI_Comm dup;
-    MPI_Comm_dup(dp->replica.comm, &dup);
-    comm_group_from(&dp->replica_async, dup);
-    size_t largest = 0;
-    for (int f = 0; f < F; f++) { largest = dp->frag_count[f] > largest ? dp->frag_count[f] : largest; }
-    OuterConfig late = outer_config_at(o, o->wire_start + 1);
-    dp->wbuf_bytes = outer_exchange_buffers(&late, R, largest);
-    exchange_buffers_alloc(&dp->wbuf, dp->wbuf_bytes);
-    comm_worker_start(&dp->worker, F, dp_fragment_exchange_job, o->link_mbps);
-}
-
-// -lo: the memory the exchanges in flight keep per rank (the start-up report's memory line).
-static size_t dp_overlap_bytes(const DataParallel* dp, int F, size_t* snap, size_t* held, size_t* wire) {
-    *snap = dp->pend_snap ? dp->owned * 4 : 0;
-    *held = dp->pend_sum ? dp->pend_off[F] * 4 : 0;
-    const OuterExchangeBuffers* b = &dp->wbuf_bytes;
-    *wire = dp->pend_sum ? b->tmp + b->sent + b->got + b->packed : 0;
-    return *snap + *held + *wire;
-}
-
-// -rb: returns when `t0` + bytes / (mbps * 1e6) seconds have passed (at once when mbps is 0).
-static double link_ready_time(double t0, size_t bytes, float mbps) {
-    return mbps > 0.0f ? t0 + (double)bytes / ((double)mbps * 1e6) : 0.0;
-}
-// -rb: seconds the trainer thread was held by replica exchanges before / after the last step: a
-// blocking exchange whole (its packing, its sums and the modelled link), an -lo one while the
-// trainer waited for it to land
-static double link_waited[2];
-static void wait_until(double when) {
-    for (double now = now_seconds(); now < when; now = now_seconds()) {
-        double s = when - now;
-        struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-        nanosleep(&ts, NULL);
-    }
-}
-
-// The messages of fragment f (outer_message: the pseudo-gradient outer - local, plus the residual
-// with -rq and error feedback) packed in owned order into msg (zeroed to `padded` first).
-static void dp_fragment_messages(const DataParallel* dp, const GPT2* m, int f, int plain, const float* res,
-                                 float* msg, size_t padded) {
-    memset(msg, 0, padded * sizeof(float));
-    for (int i = 0; i < dp->num_runs; i++) {
-        const FragmentRun* run = &dp->runs[i];
-        if (run->fragment != f) { continue; }
-        const float* local = m->params_memory + run->param;
-        const float* outer = dp->outer + run->owned;
-        float* out = msg + run->pos;
-        for (size_t j = 0; j < run->count; j++) {
-            float d = outer_message(outer[j], local[j], plain);
-            if (res) { d += res[run->owned + j]; }
-            out[j] = d;
-        }
-    }
-}
-
-// Fragment f's residual packed like its messages (into packed, `padded` long), or (back 1) unpacked.
-static void dp_fragment_residual(DataParallel* dp, int f, float* packed, size_t padded, int back) {
-    if (!back) { memset(packed, 0, padded * sizeof(float)); }
-    for (size_t o = 0; o < dp->owned; o++) {
-        if (dp->frag_of[o] != f) { continue; }
-        if (back) {
-            dp->residual[o] = packed[dp->frag_pos[o]];
-        } else {
-            packed[dp->frag_pos[o]] = dp->residual[o];
-        }
-    }
-}
-
-// Fragment c->fragment's packed messages msg (padded to the replicas) summed over group g (fp32:
-// one ring all-reduce; -rq: dp_replica_sum_wire, the residual updated) in buffers wb (NULL: the
-// trainer's scratch, or allocated for the call). Only fragment f's residual is touched.
-static void dp_fragment_sum(DataParallel* dp, CommGroup* g, const OuterConfig* c, float* msg, const ExchangeBuffers* wb) {
-    int R = g->size, f = c->fragment;
-    size_t padded = round_up(dp->frag_count[f], R);
-    if (!outer_compressed(c)) {
-        float* tmp = wb ? wb->tmp : dp->zero_stage == 0 ? dp->scratch : dp->ring_tmp;
-        COMM_TIMED(ring_all_reduce(g, msg, padded, tmp));
-        return;
-    }
-    float* packed = !dp->residual ? NULL : wb ? wb->packed : (float*)malloc_check(padded * sizeof(float));
-    if (packed) { dp_fragment_residual(dp, f, packed, padded, 0); }
-    dp_replica_sum_wire(g, msg, padded / R, c, packed, wb);
-    if (packed) { dp_fragment_residual(dp, f, packed, padded, 1); }
-    if (!wb) { free(packed); }
-}
-
-// Fragment c->fragment's exchange on the trainer thread: its messages packed into msg, summed.
-// Returns when the modelled link (-rb) would have carried its bytes (0 without -rb).
-static double dp_fragment_exchange(DataParallel* dp, GPT2* m, const OuterConfig* c, float* msg) {
-    int f = c->fragment;
-    const float* res = outer_compressed(c) ? dp->residual : NULL;
-    double t0 = now_seconds();
-    size_t sent0 = comm_bytes_sent;
-    dp_fragment_messages(dp, m, f, outer_plain_average(c), res, msg, round_up(dp->frag_count[f], dp->replica.size));
-    dp_fragment_sum(dp, &dp->replica, c, msg, dp->sbuf_bytes ? &dp->sbuf : NULL); // fp32: the trainer's scratch
-    return link_ready_time(t0, comm_bytes_sent - sent0, c->link_mbps);
-}
-
-// -lo, on the communication thread: a PendingExchange's sum over the replicas through the thread's
-// communicator, its tags the fragment's (a rank that issued the fragments in another order waits
-// for a tag that never comes: the watchdog's span ends the job). Returns the bytes it sent, which
-// must be those the trainer counted when it started it.
-static size_t dp_fragment_exchange_job(void* arg) {
-    PendingExchange* job = (PendingExchange*)arg;
-    DataParallel* dp = job->dp;
-    CommGroup g = dp->replica_async;
-    g.tag = 16 * (job->c.fragment + 1);
-    size_t sent0 = comm_bytes_sent; // this thread's own count
-    dp_fragment_sum(dp, &g, &job->c, job->msg, &dp->wbuf);
-    size_t sent = comm_bytes_sent - sent0;
-    if (sent != job->expect) {
-        fail("-lo: fragment %d's exchange sent %zu bytes, the closed form %zu (a bug)", job->c.fragment, sent,
-             job->expect);
-    }
-    return sent;
-}
-
-// The outer step of fragment c->fragment with its summed messages: outer_update on each owned
-// element, local = outer (snap NULL) or outer_merge with the local value snap held at the exchange's
-// start (-lo), then the all-gather of the fragment's units in the replica. Returns the fragment's
-// mean pseudo-gradient's squared norm over the whole replica.
-static float dp_fragment_apply(DataParallel* dp, GPT2* m, const OuterConfig* c, const float* sum, const float* snap) {
-    int R = dp->replica.size, plain = outer_plain_average(c), f = c->fragment, F = outer_num_fragments(c);
-    float inv_R = 1.0f / (float)R;
-    double sq = 0.0;
-    for (int i = 0; i < dp->num_runs; i++) {
-        const FragmentRun* run = &dp->runs[i];
-        if (run->fragment != f) { continue; }
-        float* local = m->params_memory + run->param;
-        for (size_t j = 0; j < run->count; j++) {
-            size_t o = run->owned + j;
-            float delta;
-            float now = outer_update(&dp->outer[o], &dp->outer_m[o], sum[run->pos + j], inv_R, c->lr, c->momentum,
-                                     plain, &delta);
-            local[j] = snap ? outer_merge(now, local[j], snap[o]) : now;
-            sq += (double)delta * delta;
-        }
-    }
-    if (dp->zero_stage == 0) { return (float)sq; }
-    for (int u = 0; u < dp->layout.num_units; u++) {
-        if (outer_unit_fragment(&dp->layout.units[u], dp->layout.num_layers, F) == f) { dp_all_gather_unit(dp, m, u); }
-    }
-    float total;
-    COMM_TIMED(total = all_reduce_sum_scalar(&dp->shard, (float)sq));
-    return total;
-}
-
-// -lo: fragment f's exchange starts: its owned local values kept, its messages packed into its
-// held buffer (the residual added), and the sum handed to the communication thread, behind the
-// exchanges started before it. Its bytes count in the step that starts it.
-static void dp_fragment_start(DataParallel* dp, GPT2* m, const OuterConfig* c) {
-    int f = c->fragment, R = dp->replica.size;
-    for (int i = 0; i < dp->num_runs; i++) { // fragment f's owned local values (others may be in flight)
-        const FragmentRun* run = &dp->runs[i];
-        if (run->fragment != f) { continue; }
-        memcpy(dp->pend_snap + run->owned, m->params_memory + run->param, run->count * sizeof(float));
-    }
-    PendingExchange* job = &dp->pend_jobs[f];
-    job->dp = dp;
-    job->c = *c;
-    job->msg = dp->pend_sum + dp->pend_off[f];
-    job->expect = outer_wire_bytes(dp->frag_count[f], c, R);
-    const float* res = outer_compressed(c) ? dp->residual : NULL;
-    dp_fragment_messages(dp, m, f, outer_plain_average(c), res, job->msg, round_up(dp->frag_count[f], R));
-    comm_bytes_sent += job->expect;
-    comm_worker_submit(&dp->worker, f, job);
-}
-
-// -lo: every exchange in flight has landed (their sums held, not applied): before a checkpoint.
-static void dp_overlap_drain(DataParallel* dp) {
-    if (dp->pend_jobs) { comm_worker_drain(&dp->worker); }
-}
-
-// The outer step of fragment c->fragment (-lf; the whole model without it) in phase c->phase:
-// OUTER_BLOCKING exchanges in the idle gradient buffer on this thread, waits out the modelled
-// link (-rb) and applies at once; OUTER_START (-lo) hands the exchange to the communication thread
-// (dp_fragment_start); OUTER_FINISH waits for it (unless it landed before a checkpoint this run
-// resumed from) and applies the held sum. With one fragment the packing is the identity. Returns
-// the applied squared norm (0 for OUTER_START).
-static float dp_outer_step(DataParallel* dp, GPT2* m, const OuterConfig* c) {
-    int f = c->fragment;
-    if (c->phase == OUTER_BLOCKING) {
-        float* msg = dp->zero_stage == 0 ? m->grads_memory : dp->shard_grads;
-        double t0 = now_seconds();
-        wait_until(dp_fragment_exchange(dp, m, c, msg));
-        link_waited[c->last] += now_seconds() - t0;
-        return dp_fragment_apply(dp, m, c, msg, NULL);
-    }
-    if (c->phase == OUTER_START) {
-        dp_fragment_start(dp, m, c);
-        return 0.0f;
-    }
-    if (comm_worker_has(&dp->worker, f)) { link_waited[c->last] += comm_worker_wait(&dp->worker, f); }
-    return dp_fragment_apply(dp, m, c, dp->pend_sum + dp->pend_off[f], dp->pend_snap);
-}
-
-// The CRC-32C of the owned outer (outer 1) or local parameters, all-gathered over the replicas.
-static void dp_replica_crcs(DataParallel* dp, GPT2* m, int outer, uint32_t* crcs) {
-    uint32_t crc = 0;
-    if (outer) {
-        crc = crc32c_update(0, dp->outer, dp->owned * sizeof(float));
-    } else {
-        for (int i = 0; i < dp->num_spans; i++) {
-            const OwnedSpan* sp = &dp->spans[i];
-            crc = crc32c_update(crc, m->params_memory + sp->param_offset, sp->count * sizeof(float));
-        }
-    }
-    int R = dp->replica.size;
-    float* all = (float*)calloc_check(2 * (size_t)R, sizeof(float));
-    crc_to_floats(crc, all + 2 * dp->replica.rank);
-    COMM_TIMED(ring_all_gather(&dp->replica, all, 2));
-    for (int r = 0; r < R; r++) { crcs[r] = crc_from_floats(all + 2 * r); }
-    free(all);
-}
-
-static void dp_zero_shard_grads(DataParallel* dp) {
-    if (dp->shard_grads) {
-        memset(dp->shard_grads, 0, round_up(dp->layout.shard_elements, dp->replica.size) * sizeof(float));
-    }
-}
-
-static void dp_free(DataParallel* dp) {
-    free(dp->outer);
-    free(dp->outer_m);
-    free(dp->frag_of);
-    free(dp->frag_pos);
-    free(dp->runs);
-    free(dp->frag_count);
-    free(dp->pend_sum);
-    free(dp->pend_off);
-    free(dp->pend_snap);
-    if (dp->pend_jobs) {
-        comm_worker_stop(&dp->worker);
-        MPI_Comm_free(&dp->replica_async.comm);
-        exchange_buffers_free(&dp->wbuf);
-    }
-    exchange_buffers_free(&dp->sbuf);
-    free(dp->pend_jobs);
-    free(dp->residual);
-    free(dp->spans);
-    free(dp->opt_m);
-    free(dp->opt_v);
-    free(dp->shard_grads);
-    free(dp->scratch);
-    free(dp->ring_tmp);
-    free(dp->unit_grads);
-    shard_layout_free(&dp->layout);
-}
-
-// ----------------------------------------------------------------------------
 // training: the CPU trainer's side of llmc/train_loop.h
 
 // The MFU's peak unless -pk says otherwise: measured at start-up (llmc/cpu_peak.h), every rank at
@@ -1157,7 +447,7 @@ static double cpu_measured_peak_tflops(char* source, size_t len) {
 
 typedef struct {
     GPT2 model;
-    DataParallel dp;
+    HostDP dp;       // the data-parallel layer (llmc/dp_host.h)
     double loss_sum; // this step's micro-batch mean losses
     int micro_steps; // and how many there were
 } CpuTrainer;
@@ -1167,9 +457,15 @@ static CpuTrainer* cpu_of(void* ctx) { return (CpuTrainer*)ctx; }
 static void cpu_begin_step(void* ctx) {
     CpuTrainer* c = cpu_of(ctx);
     gpt2_zero_grads(&c->model);
-    dp_zero_shard_grads(&c->dp);
+    host_dp_zero_shard_grads(&c->dp);
     c->loss_sum = 0.0;
     c->micro_steps = 0;
+}
+
+// Backward's hook: a finished layer goes to the data-parallel layer (ZeRO 1, 2 reduce-scatter it);
+// stage 2 then marks the one-layer slot's gradients zero for the next micro-step.
+static void cpu_grads_ready(void* ctx, GPT2* m, int layer) {
+    if (host_dp_grads_ready((HostDP*)ctx, layer)) { gpt2_zero_grads(m); }
 }
 
 static void cpu_micro_step(void* ctx, const int* inputs, const int* targets, int B, int T, float dloss, int last) {
@@ -1177,16 +473,16 @@ static void cpu_micro_step(void* ctx, const int* inputs, const int* targets, int
     c->loss_sum += gpt2_forward(&c->model, inputs, targets, B, T);
     c->micro_steps++;
     c->dp.last_micro_step = last;
-    gpt2_backward(&c->model, B, T, dloss, dp_grads_ready, &c->dp);
+    gpt2_backward(&c->model, B, T, dloss, cpu_grads_ready, &c->dp);
 }
 
 static float cpu_reduce_gradients(void* ctx) {
-    dp_finish_gradients(&cpu_of(ctx)->dp, &cpu_of(ctx)->model);
-    return dp_grad_norm(&cpu_of(ctx)->dp, &cpu_of(ctx)->model);
+    host_dp_finish_gradients(&cpu_of(ctx)->dp);
+    return host_dp_grad_norm(&cpu_of(ctx)->dp);
 }
 
 static void cpu_update(void* ctx, const AdamWConfig* h, float grad_scale, int t) {
-    dp_optimizer_step(&cpu_of(ctx)->dp, &cpu_of(ctx)->model, h, grad_scale, t);
+    host_dp_optimizer_step(&cpu_of(ctx)->dp, h, grad_scale, t);
 }
 
 // The loss and the preemption votes in one ring all-reduce (the bytes of the loss alone).
@@ -1195,7 +491,7 @@ static float cpu_agree(void* ctx, float loss_factor, float vote, float* votes) {
     float agreed[2] = {(float)(c->loss_sum / c->micro_steps) * loss_factor, vote};
     COMM_TIMED(all_reduce_sum_small(&c->dp.world, agreed, 2));
     *votes = agreed[1];
-    return agreed[0] / c->dp.mesh.world;
+    return agreed[0] / c->dp.world.size;
 }
 
 // Mean loss over the val batches, all-reduced over every rank.
@@ -1207,7 +503,7 @@ static float cpu_evaluate(void* ctx, DataLoader* val, int batches) {
         dataloader_next(val);
         sum += gpt2_forward(&c->model, val->inputs, val->targets, val->B, val->T);
     }
-    return all_reduce_sum_scalar(&c->dp.world, (float)(sum / batches)) / c->dp.mesh.world;
+    return all_reduce_sum_scalar(&c->dp.world, (float)(sum / batches)) / c->dp.world.size;
 }
 
 // Sampling's next-token logits (llmc/sampler.h): a forward of the context, batch 1.
@@ -1234,49 +530,12 @@ static void cpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     gpt2_write_model_crc(path, &m->config, m->params_memory, MODEL_VERSION_FP32, crc);
 }
 
-// -lo: the held sums in owned order (to_owned 1; fragment f's element o at pend_off[f] +
-// frag_pos[o]), or back into the packed buffers.
-static void dp_pending_sums(DataParallel* dp, float* owned_order, int to_owned) {
-    for (size_t o = 0; o < dp->owned; o++) {
-        float* held = dp->pend_sum + dp->pend_off[dp->frag_of[o]] + dp->frag_pos[o];
-        if (to_owned) {
-            owned_order[o] = *held;
-        } else {
-            *held = owned_order[o];
-        }
-    }
-}
-
-// m, v and, with -ls, the owned local parameters (the replicas differ between syncs) and the
-// outer state; with an -lo exchange in flight (s->has_pending), every exchange is first waited for
-// and the held sums and local snapshots follow (their fragments merge at the scheduled steps).
 static void cpu_write_state(void* ctx, const char* path, const TrainState* s) {
-    DataParallel* dp = &cpu_of(ctx)->dp;
-    float* local = s->has_local ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
-    if (local) { dp_owned_params(dp, &cpu_of(ctx)->model, local); }
-    float* sums = s->has_pending ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
-    if (sums) {
-        dp_overlap_drain(dp);
-        dp_pending_sums(dp, sums, 1);
-    }
-    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m, dp->residual,
-                           s->has_pending ? dp->pend_snap : NULL, sums}};
-    state_write_arrays(path, s, &arrays);
-    free(local);
-    free(sums);
+    host_dp_write_state(&cpu_of(ctx)->dp, path, s);
 }
 
 static void cpu_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
-    DataParallel* dp = &cpu_of(ctx)->dp;
-    float* local = dp->outer ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
-    float* sums = dp->pend_sum ? (float*)calloc_check(dp->owned, sizeof(float)) : NULL;
-    StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL, local, dp->outer, dp->outer_m, dp->residual, dp->pend_snap,
-                           sums}};
-    state_load_arrays(dir, step, target, got, &arrays);
-    if (got->has_local) { dp_set_owned_params(dp, &cpu_of(ctx)->model, local); }
-    if (got->has_pending) { dp_pending_sums(dp, sums, 0); }
-    free(local);
-    free(sums);
+    host_dp_read_state(&cpu_of(ctx)->dp, dir, step, target, got);
 }
 
 static void cpu_barrier(void* ctx) {
@@ -1295,23 +554,36 @@ static void cpu_set_replica_reduce(void* ctx, int every_step) { cpu_of(ctx)->dp.
 
 static void cpu_set_gradient_wire(void* ctx, const OuterConfig* c) { cpu_of(ctx)->dp.grad_wire = *c; }
 
-static void cpu_outer_init(void* ctx) { dp_outer_init(&cpu_of(ctx)->dp, &cpu_of(ctx)->model); }
+static void cpu_outer_init(void* ctx) { host_dp_outer_init(&cpu_of(ctx)->dp); }
 
-static float cpu_outer_step(void* ctx, const OuterConfig* c) {
-    return dp_outer_step(&cpu_of(ctx)->dp, &cpu_of(ctx)->model, c);
-}
+static float cpu_outer_step(void* ctx, const OuterCall* call) { return host_dp_outer_step(&cpu_of(ctx)->dp, call); }
 
-static void cpu_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
-    dp_replica_crcs(&cpu_of(ctx)->dp, &cpu_of(ctx)->model, outer, crcs);
-}
+static void cpu_replica_crcs(void* ctx, int outer, uint32_t* crcs) { host_dp_replica_crcs(&cpu_of(ctx)->dp, outer, crcs); }
 
 // peak_tflops and peak_source are filled in by main (measured at start-up).
-static const TrainerOps cpu_trainer_ops = {cpu_begin_step, cpu_micro_step, cpu_reduce_gradients, cpu_update,
-                                           cpu_agree, cpu_evaluate, cpu_next_logits, cpu_write_model,
-                                           cpu_write_state, cpu_read_state, cpu_barrier, cpu_comm_bytes_sent,
-                                           cpu_eval_losses, cpu_sum_count, 0.0, NULL,
-                                           "train_gpt2cpu", cpu_set_replica_reduce, cpu_outer_init, cpu_outer_step,
-                                           cpu_replica_crcs, cpu_set_gradient_wire, 1};
+static const TrainerOps cpu_trainer_ops = {
+    .begin_step = cpu_begin_step,
+    .micro_step = cpu_micro_step,
+    .reduce_gradients = cpu_reduce_gradients,
+    .update = cpu_update,
+    .agree = cpu_agree,
+    .evaluate = cpu_evaluate,
+    .next_logits = cpu_next_logits,
+    .write_model = cpu_write_model,
+    .write_state = cpu_write_state,
+    .read_state = cpu_read_state,
+    .barrier = cpu_barrier,
+    .comm_bytes_sent = cpu_comm_bytes_sent,
+    .eval_losses = cpu_eval_losses,
+    .sum_count = cpu_sum_count,
+    .name = "train_gpt2cpu",
+    .set_replica_reduce = cpu_set_replica_reduce,
+    .outer_init = cpu_outer_init,
+    .outer_step = cpu_outer_step,
+    .replica_crcs = cpu_replica_crcs,
+    .set_gradient_wire = cpu_set_gradient_wire,
+    .fragments = 1,
+};
 
 static void mpi_abort_all(void) {
     int world = 1;
@@ -1321,7 +593,7 @@ static void mpi_abort_all(void) {
 
 #ifndef TESTING
 int main(int argc, char** argv) {
-    int thread_level; // -lo's communication thread needs MPI_THREAD_MULTIPLE (checked in dp_init_overlap)
+    int thread_level; // -lo's communication thread needs MPI_THREAD_MULTIPLE (checked in host_dp_init_overlap)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
     int world, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -1339,45 +611,40 @@ int main(int argc, char** argv) {
     CpuTrainer cpu;
     int zero = args.zero_stage;
     gpt2_build(&cpu.model, &run.config, params, args.B, args.T, (size_t)world, zero == 2);
-    int outer = args.outer_every > 0;
-    dp_init(&cpu.dp, &cpu.model, zero, run.grad_accum, args.dp_shard, outer);
-    if (outer) { dp_init_fragments(&cpu.dp, args.fragments); }
-    OuterConfig outer_args = outer_config_from_args(&args);
-    if (outer && args.overlap > 0) { dp_init_overlap(&cpu.dp, &outer_args); }
-    int compressed = wire_format_from_name(args.wire_name) != WIRE_FP32 || args.topk > 0.0f;
-    if (compressed && args.error_feedback) { dp_init_residual(&cpu.dp); }
-    if (compressed && !outer) { dp_init_gradient_wire(&cpu.dp, cpu.model.num_parameters); }
-    if (compressed) { dp_init_wire_buffers(&cpu.dp, &outer_args, outer); }
+    float* grad_tensors[NUM_PARAMETER_TENSORS];
+    memcpy(grad_tensors, &cpu.model.grads, sizeof(grad_tensors));
+    host_dp_init(&cpu.dp, &run.config, world, rank, args.dp_shard, zero, &args.outer, cpu.model.params_memory,
+                 cpu.model.grads_memory, grad_tensors, cpu.model.grads_one_layer);
+    if (args.outer.every > 0 && args.outer.overlap > 0) { host_dp_init_overlap(&cpu.dp); }
     TrainerOps ops = cpu_trainer_ops;
     char peak_source[160] = "-pk";
     if (args.peak_tflops == 0.0f) { ops.peak_tflops = cpu_measured_peak_tflops(peak_source, sizeof(peak_source)); }
     ops.peak_source = peak_source;
-    run_prepare(&run, &cpu.dp.mesh, zero, cpu.dp.owned, 0, &ops, &cpu);
+    const DpPlan* plan = &cpu.dp.plan;
+    run_prepare(&run, &plan->mesh, zero, plan->owned, 0, &ops, &cpu);
 
-    MemoryBytes mem = memory_bytes_per_rank(&cpu.dp.layout, zero, cpu.model.num_parameters, 4, 4, 0, 1, outer);
+    MemoryBytes mem = memory_bytes_per_rank(&plan->layout, zero, plan->num_parameters, 4, 4, 0, 1,
+                                            args.outer.every > 0);
     mem.activations = cpu.model.activation_bytes;
-    mem.residual = cpu.dp.residual ? cpu.dp.owned * 4 : 0;
-    mem.wire = cpu.dp.sbuf_bytes;
-    mem.overlap = dp_overlap_bytes(&cpu.dp, outer_num_fragments(&outer_args), &mem.overlap_snap, &mem.overlap_held,
-                                   &mem.overlap_wire);
-    CommBytes comm = comm_bytes_per_step(&cpu.dp.layout, &cpu.dp.mesh, zero, run.grad_accum,
-                                         cpu.model.num_parameters, 4, 4, &run.outer);
+    host_dp_memory(&cpu.dp, &mem);
+    CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters, 4, 4,
+                                         &args.outer);
     char extra[128];
     snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank | matmul tile %dx%d of %d-bit vectors\n",
              omp_get_max_threads(), GEMM_MR, GEMM_NR, GEMM_VW * 32);
-    run_print_start(&run, cpu.model.num_parameters, &mem, &comm, extra);
+    run_print_start(&run, plan->num_parameters, &mem, &comm, extra);
 
     double train_start = now_seconds();
     run_train(&run, &ops, &cpu);
-    if (args.link_mbps > 0.0f && rank == 0) {
-        double total = now_seconds() - train_start;
+    if (args.outer.link_mbps > 0.0f && rank == 0) {
+        double total = now_seconds() - train_start, *waited = cpu.dp.link_waited;
         printf("modelled link (-rb %g MB/s): rank 0 waited %.1f ms for it in %.1f ms of training (%.2f%%), and %.1f ms "
-               "after the last step (every fragment lands)\n", args.link_mbps, link_waited[0] * 1e3, total * 1e3,
-               100.0 * link_waited[0] / total, link_waited[1] * 1e3);
+               "after the last step (every fragment lands)\n", args.outer.link_mbps, waited[0] * 1e3, total * 1e3,
+               100.0 * waited[0] / total, waited[1] * 1e3);
     }
 
     run_free(&run);
-    dp_free(&cpu.dp);
+    host_dp_free(&cpu.dp);
     gpt2_free(&cpu.model);
     MPI_Finalize();
     return 0;

@@ -57,28 +57,27 @@ static void info_one(const char* dir, int step) {
            s.has_master ? "yes" : "no");
     printf("  position: step %d, data epoch %d file %d row %ld, skipped steps %d (%d in a row), spike window %d\n",
            s.step, s.epoch, s.file_pos, s.row_pos, s.skipped, s.consecutive_skips, s.loss_count);
-    if (s.outer_every > 0) {
-        OuterConfig o = {s.outer_every, s.outer_start, s.outer_lr, s.outer_momentum,
-                         s.wire, s.feedback, s.wire_start, s.topk, s.fragments, 0, 0, 0.0f, 0, 0};
-        int in_window = outer_window_position(&o, s.step);
+    const OuterConfig* o = &s.outer;
+    if (o->every > 0) {
+        int in_window = outer_window_position(o, s.step);
         printf("  outer sync: -ls %d -lss %d -ol %g -om %g, %d replicas; step %d is %d steps into its window, the "
-               "replicas %s\n", s.outer_every, s.outer_start, s.outer_lr, s.outer_momentum, s.world / s.dp_shard,
+               "replicas %s\n", o->every, o->start, o->lr, o->momentum, s.world / s.dp_shard,
                s.step, in_window, s.in_agreement ? "agree (a sync step or synchronous)" : "differ (mid-window)");
         printf("  outer state: %s; each rank's local parameters: %s\n",
                s.has_outer ? "outer parameters and momentum in every state file" : "not begun yet (before -lss)",
                s.has_local ? "in its state file" : "no");
-        if (s.fragments > 1) {
-            printf("  streaming fragments: -lf %d (fragment f syncs f * %d / %d steps into each window)\n", s.fragments,
-                   s.outer_every, s.fragments);
+        if (o->fragments > 1) {
+            printf("  streaming fragments: -lf %d (fragment f syncs f * %d / %d steps into each window)\n", o->fragments,
+                   o->every, o->fragments);
         }
-        if (s.overlap > 0) {
-            printf("  overlap: -lo %d; exchanges in flight at this step: %s\n", s.overlap,
+        if (o->overlap > 0) {
+            printf("  overlap: -lo %d; exchanges in flight at this step: %s\n", o->overlap,
                    s.has_pending ? "yes (each state file holds their local snapshots and held sums)" : "none");
         }
     }
-    if (s.wire != WIRE_FP32 || s.topk > 0.0f) {
+    if (o->wire != WIRE_FP32 || o->topk > 0.0f) {
         printf("  replica link: -rq %s -rk %g -ref %d -rqs %d; error-feedback residual: %s\n",
-               wire_format_names[(unsigned)s.wire % WIRE_FORMATS], s.topk, s.feedback, s.wire_start,
+               wire_format_names[(unsigned)o->wire % WIRE_FORMATS], o->topk, o->feedback, o->wire_start,
                s.has_residual ? "in every state file" : "none");
     }
 }
@@ -95,8 +94,7 @@ static void export_model(const char* dir, int step, const char* out) {
     const char* source = "its model file";
     if (s.has_master) {
         size_t n = gpt2_num_parameters(&c);
-        StateTarget t = {0, 1, 1, 0, s.B, s.T, s.total_batch, n, 1, &c, s.outer_every, s.outer_start, s.wire,
-                         s.wire_start, s.has_residual, s.topk, s.fragments, s.overlap};
+        StateTarget t = {0, 1, 1, 0, s.B, s.T, s.total_batch, n, 1, &c, &s.outer, s.has_residual};
         float* m = (float*)malloc_check(n * sizeof(float));
         float* v = (float*)malloc_check(n * sizeof(float));
         state_load_resharded(dir, step, &t, &s, m, v, params);

@@ -285,11 +285,12 @@ def mutant():
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     shutil.copytree("llmc", d + "/llmc")
-    src = open("train_gpt2.cu").read()
-    target = "cudaCheck(cudaMemsetAsync(unit_grad(m, unit), 0, unit->size * sizeof(floatX), cs));"
+    shutil.copy("train_gpt2.cu", d)
+    src = open("llmc/dp_device.cuh").read()
+    target = "cudaCheck(cudaMemsetAsync(dp->unit_grads[u], 0, unit->size * sizeof(floatX), cs));"
     if src.count(target) != 1:
         sys.exit("the mutation did not apply")
-    open(d + "/train_gpt2.cu", "w").write(src.replace(target, "(void)unit;"))
+    open(d + "/llmc/dp_device.cuh", "w").write(src.replace(target, "(void)unit;"))
     subprocess.run(["dev/cuda_emu/emucc", "-O1", "-DENABLE_FP32", "-o", d + "/trainer", d + "/train_gpt2.cu",
                     "-lnccl"], check=True)
     base_losses, base_w = cpu_baseline()

@@ -10,6 +10,7 @@
 #include <string.h>
 #include "utils.h"
 #include "wire_format.h"
+#include "outer_config.h"
 
 typedef struct {
     const char* train_pattern; // -i
@@ -51,17 +52,8 @@ typedef struct {
     int hellaswag_examples;    // -hn (0 = all)
     float peak_tflops;         // -pk (0 = the trainer's default)
     int op_profile;            // -op (0|1)
-    int outer_every;           // -ls (0 = synchronous replicas)
-    float outer_lr;            // -ol
-    float outer_momentum;      // -om
-    int outer_start;           // -lss
-    int fragments;             // -lf
-    int overlap;               // -lo
-    float link_mbps;           // -rb
-    const char* wire_name;     // -rq: fp32 | bf16 | int8 | int4 (llmc/wire_format.h)
-    int error_feedback;        // -ref (0|1)
-    int wire_start;            // -rqs
-    float topk;                // -rk
+    OuterConfig outer;         // -ls -ol -om -lss -lf -lo -rb -ref -rqs -rk, and -rq's format (llmc/outer_config.h)
+    const char* wire_name;     // -rq: fp32 | bf16 | int8 | int4 (llmc/wire_format.h; outer.wire after parsing)
     // GPU trainer only
     int recompute;             // -r
     int master_weights;        // -w
@@ -125,17 +117,17 @@ static const ArgSpec arg_specs[] = {
     ARG("-hn", ARG_INT, hellaswag_examples, 0, "HellaSwag examples to score (0 = all)"),
     ARG("-pk", ARG_FLOAT, peak_tflops, 0, "peak TFLOP/s per rank for the MFU (0 = CPU: measured, GPU: datasheet)"),
     ARG("-op", ARG_INT, op_profile, 0, "print and log where a step's time went by op family (0|1)"),
-    ARG("-ls", ARG_INT, outer_every, 0, "replicas train alone, outer sync every H steps (DiLoCo; 0 = every step)"),
-    ARG("-ol", ARG_FLOAT, outer_lr, 0, "-ls: outer learning rate (Nesterov SGD on the pseudo-gradients)"),
-    ARG("-om", ARG_FLOAT, outer_momentum, 0, "-ls: outer Nesterov momentum"),
-    ARG("-lf", ARG_INT, fragments, 0, "-ls: streaming fragments, F groups of layers synced at staggered steps"),
-    ARG("-lo", ARG_INT, overlap, 0, "-ls: a fragment's exchange overlaps tau steps, then merged (0 = blocking)"),
-    ARG("-rb", ARG_FLOAT, link_mbps, 0, "-ls, tests: outer-sync exchanges take >= bytes / (MB/s) (0 = off)"),
-    ARG("-lss", ARG_INT, outer_start, 0, "-ls: synchronous steps before the first window (outer starts there)"),
+    ARG("-ls", ARG_INT, outer.every, 0, "replicas train alone, outer sync every H steps (DiLoCo; 0 = every step)"),
+    ARG("-ol", ARG_FLOAT, outer.lr, 0, "-ls: outer learning rate (Nesterov SGD on the pseudo-gradients)"),
+    ARG("-om", ARG_FLOAT, outer.momentum, 0, "-ls: outer Nesterov momentum"),
+    ARG("-lf", ARG_INT, outer.fragments, 0, "-ls: streaming fragments, F groups of layers synced at staggered steps"),
+    ARG("-lo", ARG_INT, outer.overlap, 0, "-ls: a fragment's exchange overlaps tau steps, then merged (0 = blocking)"),
+    ARG("-rb", ARG_FLOAT, outer.link_mbps, 0, "-ls, tests: outer-sync exchanges take >= bytes / (MB/s) (0 = off)"),
+    ARG("-lss", ARG_INT, outer.start, 0, "-ls: synchronous steps before the first window (outer starts there)"),
     ARG("-rq", ARG_STRING, wire_name, 0, "replica link format fp32 | bf16 | int8 | int4 (blocks of 128, fp32 scales)"),
-    ARG("-ref", ARG_INT, error_feedback, 0, "-rq/-rk: error feedback, what encoding lost added to the next message (0|1)"),
-    ARG("-rqs", ARG_INT, wire_start, 0, "-rq/-rk: steps <= S (and their syncs) send fp32, later ones -rq/-rk"),
-    ARG("-rk", ARG_FLOAT, topk, 0, "top-k: send the fraction D of each 4096-value chunk, largest first (0 = all)"),
+    ARG("-ref", ARG_INT, outer.feedback, 0, "-rq/-rk: error feedback, what encoding lost added to the next message (0|1)"),
+    ARG("-rqs", ARG_INT, outer.wire_start, 0, "-rq/-rk: steps <= S (and their syncs) send fp32, later ones -rq/-rk"),
+    ARG("-rk", ARG_FLOAT, outer.topk, 0, "top-k: send the fraction D of each 4096-value chunk, largest first (0 = all)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-at", ARG_STRING, attention, 1, "attention: ours | cudnn (empty: cudnn in make USE_CUDNN=1 BF16 builds, else ours)"),
@@ -190,17 +182,17 @@ static void args_defaults(TrainArgs* a) {
     a->hellaswag_examples = 0;
     a->peak_tflops = 0.0f;
     a->op_profile = 0;
-    a->outer_every = 0;
-    a->outer_lr = 1.0f;       // plain averaging: docs/distributed.md's table says why
-    a->outer_momentum = 0.0f;
-    a->outer_start = 0;
-    a->fragments = 1;
-    a->overlap = 0;
-    a->link_mbps = 0.0f;
+    a->outer.every = 0;
+    a->outer.lr = 1.0f;       // plain averaging: docs/distributed.md's table says why
+    a->outer.momentum = 0.0f;
+    a->outer.start = 0;
+    a->outer.fragments = 1;
+    a->outer.overlap = 0;
+    a->outer.link_mbps = 0.0f;
     a->wire_name = "fp32";
-    a->error_feedback = 1;
-    a->wire_start = 0;
-    a->topk = 0.0f;
+    a->outer.feedback = 1;
+    a->outer.wire_start = 0;
+    a->outer.topk = 0.0f;
     a->recompute = 1;
     a->master_weights = 1;
     a->attention = "";
@@ -262,6 +254,7 @@ static void args_parse(TrainArgs* a, int argc, char** argv, int gpu) {
             *(const char**)field = value;
         }
     }
+    a->outer.wire = wire_format_from_name(a->wire_name); // -1 when unknown: args_validate says so
 }
 
 static void require_int(const char* flag, int value, int lo, int hi) {
@@ -277,11 +270,11 @@ static void require_float(const char* flag, float value, float lo, float hi) {
 static void args_validate_wire(const TrainArgs* a) {
     int f = wire_format_from_name(a->wire_name);
     if (f < 0) { fail("-rq %s: must be fp32, bf16, int8 or int4", a->wire_name); }
-    require_int("-ref", a->error_feedback, 0, 1);
-    require_int("-rqs", a->wire_start, 0, 2147483647);
-    require_float("-rk", a->topk, 0.0f, 1.0f);
-    if (f == WIRE_FP32 && a->topk == 0.0f && a->wire_start > 0) {
-        fail("-rqs %d: needs -rq bf16, int8 or int4, or -rk", a->wire_start);
+    require_int("-ref", a->outer.feedback, 0, 1);
+    require_int("-rqs", a->outer.wire_start, 0, 2147483647);
+    require_float("-rk", a->outer.topk, 0.0f, 1.0f);
+    if (f == WIRE_FP32 && a->outer.topk == 0.0f && a->outer.wire_start > 0) {
+        fail("-rqs %d: needs -rq bf16, int8 or int4, or -rk", a->outer.wire_start);
     }
 }
 
@@ -319,19 +312,19 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_int("-op", a->op_profile, 0, 1);
     require_int("-V", a->vocab_size, 0, 65536);
     require_int("-sl", a->max_seq_len, 1, 1 << 20);
-    require_int("-ls", a->outer_every, 0, big);
-    require_float("-ol", a->outer_lr, 1e-6f, 10.0f);
-    require_float("-om", a->outer_momentum, 0.0f, 0.999f);
-    require_int("-lss", a->outer_start, 0, big);
-    if (a->outer_start > 0 && a->outer_every == 0) { fail("-lss %d: needs -ls H > 0", a->outer_start); }
-    require_int("-lf", a->fragments, 1, big);
-    if (a->fragments > 1 && a->outer_every == 0) { fail("-lf %d: needs -ls H > 0", a->fragments); }
-    require_int("-lo", a->overlap, 0, big);
-    if (a->overlap > 0 && a->overlap >= a->outer_every) {
-        fail("-lo %d: needs -ls H > tau (a fragment's exchange lands before its next one starts)", a->overlap);
+    require_int("-ls", a->outer.every, 0, big);
+    require_float("-ol", a->outer.lr, 1e-6f, 10.0f);
+    require_float("-om", a->outer.momentum, 0.0f, 0.999f);
+    require_int("-lss", a->outer.start, 0, big);
+    if (a->outer.start > 0 && a->outer.every == 0) { fail("-lss %d: needs -ls H > 0", a->outer.start); }
+    require_int("-lf", a->outer.fragments, 1, big);
+    if (a->outer.fragments > 1 && a->outer.every == 0) { fail("-lf %d: needs -ls H > 0", a->outer.fragments); }
+    require_int("-lo", a->outer.overlap, 0, big);
+    if (a->outer.overlap > 0 && a->outer.overlap >= a->outer.every) {
+        fail("-lo %d: needs -ls H > tau (a fragment's exchange lands before its next one starts)", a->outer.overlap);
     }
-    require_float("-rb", a->link_mbps, 0.0f, 1e9f);
-    if (a->link_mbps > 0.0f && a->outer_every == 0) { fail("-rb %g: needs -ls H > 0", a->link_mbps); }
+    require_float("-rb", a->outer.link_mbps, 0.0f, 1e9f);
+    if (a->outer.link_mbps > 0.0f && a->outer.every == 0) { fail("-rb %g: needs -ls H > 0", a->outer.link_mbps); }
     args_validate_wire(a);
     if (a->hellaswag && a->val_every == 0) { fail("-h 1: HellaSwag runs at every validation, so -v must be > 0"); }
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {

@@ -19,6 +19,7 @@
 #include "mesh.h"
 #include "crc32c.h"
 #include "wire_format.h"
+#include "outer_config.h"
 
 #ifdef __CUDACC__
 #define OUTER_HD __host__ __device__
@@ -26,27 +27,6 @@
 #define OUTER_HD
 #endif
 
-typedef struct {
-    int every;       // H (-ls): 0 = synchronous training, no outer state
-    int start;       // S (-lss): synchronous steps before the first window
-    float lr;        // -ol
-    float momentum;  // -om
-    int wire;        // -rq (llmc/wire_format.h): the pseudo-gradients' format on the replica link
-    int feedback;    // -ref: error feedback (a residual per owned element) with wire != fp32
-    int wire_start;  // -rqs: syncs after steps <= wire_start send fp32
-    float topk;      // -rk: the fraction of each chunk sent (0: all)
-    int fragments;   // -lf F (0 or 1: the whole model at once)
-    int fragment;    // the fragment one outer_step syncs (0..F-1)
-    int overlap;     // -lo tau: a fragment's exchange starts after its step, its result merged tau steps later
-    float link_mbps; // -rb: the replica link's modelled bandwidth in MB/s (0: unthrottled)
-    int phase;       // what one outer_step does: OUTER_BLOCKING, OUTER_START or OUTER_FINISH
-    int last;        // 1 after the run's last step (every fragment syncs, whatever is in flight lands)
-} OuterConfig;
-
-// outer_step's phases: the whole sync at once; -lo: the exchange alone (its result held, the
-// fragment's local values kept as they were), or the outer step with the held result, where
-// local = outer_new + (local_now - local_at_start) (docs/distributed.md).
-enum { OUTER_BLOCKING, OUTER_START, OUTER_FINISH };
 
 // Whether step t (1-based) trains each replica on its own (no gradient traffic across replicas).
 static int outer_active(const OuterConfig* o, int t) { return o->every > 0 && t > o->start; }

@@ -83,7 +83,7 @@ typedef struct {
     // outer - local) summed over the replicas, outer_update on each, local = outer, then the
     // all-gather inside the replica. Returns the squared norm of the mean pseudo-gradient over the
     // whole model.
-    float (*outer_step)(void* ctx, const OuterConfig* c);
+    float (*outer_step)(void* ctx, const OuterCall* call);
     // The CRC-32C of this rank's owned outer (outer 1) or local (0) parameters on every replica:
     // crcs[r] from the rank of replica r with this shard index (an all-gather over them).
     void (*replica_crcs)(void* ctx, int outer, uint32_t* crcs);
@@ -116,7 +116,7 @@ typedef struct {
     int opt_has_master;       // whether it keeps fp32 master weights
     StepGuard guard;          // skipped (non-finite, spiking) steps
     int preempted;            // the run stopped on a signal (llmc/preempt.h)
-    OuterConfig outer;        // -ls, -lss, -ol, -om (outer.every 0: synchronous)
+    const OuterConfig* outer; // the replica sync's settings (args->outer; every 0: synchronous)
     int outer_ready;          // the outer state holds the outer parameters (from step -lss on)
     float last_pg_norm;       // the pseudo-gradient norm of the last outer sync
     int* outer_inflight;      // -lo: the step each fragment's exchange started after, or -1
@@ -147,7 +147,7 @@ static float* run_load_model(TrainRun* r, TrainArgs* args, int world, int rank) 
 // -lo: whether an exchange is in flight (started, not yet applied).
 static int run_outer_pending(const TrainRun* r) {
     int pending = 0;
-    for (int f = 0; r->outer.every > 0 && f < outer_num_fragments(&r->outer); f++) {
+    for (int f = 0; r->outer->every > 0 && f < outer_num_fragments(r->outer); f++) {
         pending |= r->outer_inflight[f] >= 0;
     }
     return pending;
@@ -159,44 +159,25 @@ static TrainState run_train_state(const TrainRun* r, int step) {
     TrainState s = train_state_now(a, r->mesh, r->zero_stage, step, &r->train, &r->sample_rng, r->opt_owned,
                                    r->opt_has_master);
     step_guard_save(&r->guard, &s);
-    if (r->outer.every > 0) {
-        s.outer_every = r->outer.every;
-        s.outer_start = r->outer.start;
-        s.outer_lr = r->outer.lr;
-        s.outer_momentum = r->outer.momentum;
-        s.in_agreement = outer_in_agreement(&r->outer, step, r->max_steps);
-        s.fragments = r->outer.fragments > 1 ? r->outer.fragments : 0;
+    s.outer = *r->outer; // its header keeps what applies (state_pack_header)
+    if (r->outer->every > 0) {
+        s.in_agreement = outer_in_agreement(r->outer, step, r->max_steps);
         s.has_local = 1;
         s.has_outer = r->outer_ready;
         s.has_pending = run_outer_pending(r);
-        s.overlap = r->outer.overlap; // 0 without -lo: the files of a run without it
         s.in_agreement = s.in_agreement && !s.has_pending;
     }
-    if (outer_compressed(&r->outer)) { // else slots 31-35 stay 0: the files are the run's without -rq
-        s.wire = r->outer.wire;
-        s.feedback = r->outer.feedback;
-        s.wire_start = r->outer.wire_start;
-        s.has_residual = outer_has_residual(&r->outer);
-        s.topk = r->outer.topk;
-    }
+    s.has_residual = outer_has_residual(r->outer);
     return s;
-}
-
-// The outer sync's settings of the flags (-ls -lss -ol -om -rq -ref -rqs -rk -lf -lo -rb).
-static OuterConfig outer_config_from_args(const TrainArgs* a) {
-    OuterConfig outer = {a->outer_every, a->outer_start, a->outer_lr, a->outer_momentum,
-                         wire_format_from_name(a->wire_name), a->error_feedback, a->wire_start, a->topk,
-                         a->fragments, 0, a->overlap, a->link_mbps, OUTER_BLOCKING, 0};
-    return outer;
 }
 
 // -lo, resuming from a checkpoint of step `step` that holds exchanges in flight: which started
 // when (the schedule says: a fragment due after a step in (step - tau, step], not the last).
 static void run_restore_inflight(TrainRun* r, int step) {
     int n = 0;
-    for (int f = 0; f < outer_num_fragments(&r->outer); f++) {
-        for (int t = step - r->outer.overlap + 1; t <= step; t++) {
-            if (t > 0 && t < r->max_steps && outer_fragment_due(&r->outer, f, t, r->max_steps)) {
+    for (int f = 0; f < outer_num_fragments(r->outer); f++) {
+        for (int t = step - r->outer->overlap + 1; t <= step; t++) {
+            if (t > 0 && t < r->max_steps && outer_fragment_due(r->outer, f, t, r->max_steps)) {
                 r->outer_inflight[f] = t;
                 n++;
             }
@@ -204,8 +185,8 @@ static void run_restore_inflight(TrainRun* r, int step) {
     }
     if (n == 0) {
         fail("%s: checkpoint %d holds -lo exchanges in flight, but -ls %d -lf %d -lo %d -x %d starts none in steps "
-             "%d-%d (resume with the run's flags)", r->args->log_dir, step, r->outer.every, r->outer.fragments,
-             r->outer.overlap, r->max_steps, step - r->outer.overlap + 1, step);
+             "%d-%d (resume with the run's flags)", r->args->log_dir, step, r->outer->every, r->outer->fragments,
+             r->outer->overlap, r->max_steps, step - r->outer->overlap + 1, step);
     }
 }
 
@@ -226,29 +207,27 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->start_step = 0;
     r->ckpt_failures = 0;
     r->last_complete = r->resume_step;
-    OuterConfig outer = outer_config_from_args(a);
+    const OuterConfig* outer = &a->outer;
     r->outer = outer;
     r->outer_ready = 0;
     r->last_pg_norm = -1.0f;
-    if (outer.every > 0 && !ops->outer_step) { fail("-ls %d: not supported by %s", outer.every, ops->name); }
-    if (outer.fragments > r->config.num_layers) {
-        fail("-lf %d: more fragments than the model's %d layers", outer.fragments, r->config.num_layers);
+    if (outer->every > 0 && !ops->outer_step) { fail("-ls %d: not supported by %s", outer->every, ops->name); }
+    if (outer->fragments > r->config.num_layers) {
+        fail("-lf %d: more fragments than the model's %d layers", outer->fragments, r->config.num_layers);
     }
-    if ((outer.fragments > 1 || outer.overlap > 0 || outer.link_mbps > 0.0f) && !ops->fragments) {
+    if ((outer->fragments > 1 || outer->overlap > 0 || outer->link_mbps > 0.0f) && !ops->fragments) {
         fail("-lf %d -lo %d -rb %g: streaming fragments, overlap and the throttled link are not supported by %s yet "
-             "(train_gpt2cpu has them)", outer.fragments, outer.overlap, outer.link_mbps, ops->name);
+             "(train_gpt2cpu has them)", outer->fragments, outer->overlap, outer->link_mbps, ops->name);
     }
-    r->outer_inflight = (int*)malloc_check(outer_num_fragments(&outer) * sizeof(int));
-    for (int f = 0; f < outer_num_fragments(&outer); f++) { r->outer_inflight[f] = -1; }
-    if (outer.every == 0 && outer_compressed(&outer) && !ops->set_gradient_wire) {
-        fail("-rq %s -rk %g: not supported by %s", wire_format_names[outer.wire], outer.topk, ops->name);
+    r->outer_inflight = (int*)malloc_check(outer_num_fragments(outer) * sizeof(int));
+    for (int f = 0; f < outer_num_fragments(outer); f++) { r->outer_inflight[f] = -1; }
+    if (outer->every == 0 && outer_compressed(outer) && !ops->set_gradient_wire) {
+        fail("-rq %s -rk %g: not supported by %s", wire_format_names[outer->wire], outer->topk, ops->name);
     }
     step_guard_init(&r->guard, a->max_skips, a->spike_z, a->spike_window);
     if (r->resume_step >= 0) {
         StateTarget target = {r->rank, r->world, mesh->dp_shard, zero_stage, a->B, a->T, a->total_batch, opt_owned,
-                              opt_has_master, &r->config, outer.every, outer.start, outer.wire,
-                              outer.wire_start, outer_has_residual(&outer), outer.topk, outer.fragments,
-                              outer.overlap};
+                              opt_has_master, &r->config, outer, outer_has_residual(outer)};
         TrainState got;
         ops->read_state(ctx, a->log_dir, r->resume_step, &target, &got);
         r->outer_ready = got.has_outer;
@@ -268,21 +247,21 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
 // be an outer sync (or synchronous); refused at start-up otherwise.
 static void run_check_outer_schedule(const TrainRun* r) {
     const TrainArgs* a = r->args;
-    if (r->outer.every == 0) { return; }
+    if (r->outer->every == 0) { return; }
     for (int step = r->start_step; step <= r->max_steps; step++) {
-        if (outer_in_agreement(&r->outer, step, r->max_steps)) { continue; }
+        if (outer_in_agreement(r->outer, step, r->max_steps)) { continue; }
         int val = (r->have_val || a->hellaswag) && a->val_every > 0 && step % a->val_every == 0;
         int sample = a->sample_every > 0 && step > 0 && step % a->sample_every == 0;
-        if ((val || sample) && outer_num_fragments(&r->outer) > 1) { // every step has a fragment out of sync
+        if ((val || sample) && outer_num_fragments(r->outer) > 1) { // every step has a fragment out of sync
             fail("%s %d: with -lf %d the fragments sync at different steps, so the replicas agree only after the "
                  "last step (step %d is inside a window): use %s 0", val ? "-v" : "-s",
-                 val ? a->val_every : a->sample_every, outer_num_fragments(&r->outer), step, val ? "-v" : "-s");
+                 val ? a->val_every : a->sample_every, outer_num_fragments(r->outer), step, val ? "-v" : "-s");
         }
         if (val || sample) {
             fail("%s %d: step %d falls inside a -ls %d window (the replicas differ there; outer syncs after steps "
                  "-lss + k * %d = %d + k * %d and the last): use a multiple of -ls", val ? "-v" : "-s",
-                 val ? a->val_every : a->sample_every, step, r->outer.every, r->outer.every, r->outer.start,
-                 r->outer.every);
+                 val ? a->val_every : a->sample_every, step, r->outer->every, r->outer->every, r->outer->start,
+                 r->outer->every);
         }
     }
 }
@@ -301,14 +280,14 @@ static void run_check_replicas(TrainRun* r, const TrainerOps* ops, void* ctx, in
 // -ls, before the first step: the replicas start equal (the outer state too, where it exists),
 // and the outer parameters begin at -lss 0.
 static void run_outer_begin(TrainRun* r, const TrainerOps* ops, void* ctx) {
-    if (r->outer.every == 0) { return; }
+    if (r->outer->every == 0) { return; }
     run_check_outer_schedule(r);
-    if (!r->outer_ready && r->start_step >= r->outer.start) {
+    if (!r->outer_ready && r->start_step >= r->outer->start) {
         ops->outer_init(ctx);
         r->outer_ready = 1;
     }
     // -lo: after a resume with exchanges in flight the replicas' local values differ
-    if (outer_in_agreement(&r->outer, r->start_step, r->max_steps) && !run_outer_pending(r)) {
+    if (outer_in_agreement(r->outer, r->start_step, r->max_steps) && !run_outer_pending(r)) {
         run_check_replicas(r, ops, ctx, r->start_step, 0);
     }
     if (r->outer_ready) { run_check_replicas(r, ops, ctx, r->start_step, 1); }
@@ -320,30 +299,25 @@ static void run_outer_begin(TrainRun* r, const TrainerOps* ops, void* ctx) {
 // step) its exchange starts. Both in fragment order 0..F-1 on every rank. Returns whether an outer
 // step was applied; last_pg_norm is the norm over the fragments applied.
 static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, int t) {
-    if (r->outer.every == 0) { return 0; }
-    if (!r->outer_ready && t >= r->outer.start) {
+    if (r->outer->every == 0) { return 0; }
+    if (!r->outer_ready && t >= r->outer->start) {
         ops->outer_init(ctx);
         r->outer_ready = 1;
     }
-    OuterConfig now = outer_config_at(&r->outer, t);
-    int last = t == r->max_steps, applied = 0, F = outer_num_fragments(&r->outer);
+    int last = t == r->max_steps, applied = 0, F = outer_num_fragments(r->outer);
     float sq = 0.0f;
     for (int f = 0; f < F; f++) {
         int started = r->outer_inflight[f];
-        if (started < 0 || (!last && t < started + r->outer.overlap)) { continue; }
-        OuterConfig then = outer_config_at(&r->outer, started);
-        then.fragment = f;
-        then.phase = OUTER_FINISH;
-        then.last = last;
+        if (started < 0 || (!last && t < started + r->outer->overlap)) { continue; }
+        OuterCall then = {outer_config_at(r->outer, started), f, OUTER_FINISH, last};
         sq += ops->outer_step(ctx, &then);
         r->outer_inflight[f] = -1;
         applied = 1;
     }
     for (int f = 0; f < F; f++) {
-        if (!outer_fragment_due(&r->outer, f, t, r->max_steps)) { continue; }
-        now.fragment = f;
-        now.phase = r->outer.overlap > 0 && !last ? OUTER_START : OUTER_BLOCKING;
-        now.last = last;
+        if (!outer_fragment_due(r->outer, f, t, r->max_steps)) { continue; }
+        OuterCall now = {outer_config_at(r->outer, t), f, r->outer->overlap > 0 && !last ? OUTER_START : OUTER_BLOCKING,
+                         last};
         sq += ops->outer_step(ctx, &now);
         if (now.phase == OUTER_START) {
             r->outer_inflight[f] = t;
@@ -538,12 +512,12 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     const TrainArgs* a = r->args;
     preempt_phase = "the forward, backward and update";
     if (a->overfit) { dataloader_reset(&r->train); }
-    if (r->outer.every > 0) {
-        int alone = outer_active(&r->outer, step + 1);
+    if (r->outer->every > 0) {
+        int alone = outer_active(r->outer, step + 1);
         ops->set_replica_reduce(ctx, !alone);
         dataloader_replica_major(&r->train, alone ? r->mesh->dp_shard : 0);
-    } else if (outer_compressed(&r->outer)) {
-        OuterConfig now = outer_config_at(&r->outer, step + 1);
+    } else if (outer_compressed(r->outer)) {
+        OuterConfig now = outer_config_at(r->outer, step + 1);
         ops->set_gradient_wire(ctx, &now);
     }
     ops->begin_step(ctx);
@@ -614,7 +588,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         int stop, synced;
         StepVerdict verdict = run_optimizer_step(r, ops, ctx, step, &loss, &norm, &stop, &synced);
         step_bytes = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) - bytes_before : 0;
-        if (outer_active(&r->outer, step + 1)) { *(synced ? &sync_step_bytes : &plain_step_bytes) = step_bytes; }
+        if (outer_active(r->outer, step + 1)) { *(synced ? &sync_step_bytes : &plain_step_bytes) = step_bytes; }
         double dt = now_seconds() - t0;
         op_profile_step_end(dt, step > times.first_step);
         char mark[64] = "";
@@ -648,7 +622,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         progress_summary(&times, a->total_batch);
         if (ops->comm_bytes_sent) {
             printf("communication measured: %zu bytes sent per rank in the last step\n", step_bytes);
-            if (r->outer.every > 0) {
+            if (r->outer->every > 0) {
                 printf("communication measured (-ls): %zu bytes sent per rank in a step without an outer sync, %zu in "
                        "one with (the last of each)\n", plain_step_bytes, sync_step_bytes);
             }

@@ -174,15 +174,15 @@ check_bg multi_gpu_checked_diloco_2x1_reverse multi_gpu_checked_diloco 2 1 1 rev
 check_bg multi_gpu_checked_diloco_2x2_random multi_gpu_checked_diloco 4 2 2 random:4
 check_wait
 
-# A checked 2-rank run of train_gpt2.cu with one line replaced by a comment (checked_mutant DIR
-# SED_PATTERN ZERO_STAGE [MORE_FLAGS [REPORT]]): it must fail with a --check report (by default of
-# unordered stream operations), which goes to DIR/report.txt. Such checks compile on one core each:
-# side by side.
+# A checked 2-rank run of train_gpt2.cu with one line of the data-parallel layer
+# (llmc/dp_device.cuh) replaced by a comment (checked_mutant DIR SED_PATTERN ZERO_STAGE [MORE_FLAGS
+# [REPORT]]): it must fail with a --check report (by default of unordered stream operations), which
+# goes to DIR/report.txt. Such checks compile on one core each: side by side.
 checked_mutant() {
     local d=$1 pattern=$2 stage=$3 more=${4:-} want=${5:-"cuda_emu --check: unordered stream operations"}
     rm -rf $d && mkdir -p $d && cp -r train_gpt2.cu llmc $d/ || return 1
-    sed -i "s/$pattern/    \/\/ mutant: no wait/" $d/train_gpt2.cu
-    grep -q "mutant: no wait" $d/train_gpt2.cu || { echo "the mutation did not apply"; return 1; }
+    sed -i "s/$pattern/    \/\/ mutant: no wait/" $d/llmc/dp_device.cuh
+    grep -q "mutant: no wait" $d/llmc/dp_device.cuh || { echo "the mutation did not apply"; return 1; }
     dev/cuda_emu/emucc --check -O1 -DENABLE_FP32 -o $d/train_mutant $d/train_gpt2.cu -lnccl || return 1
     if mpirun --allow-run-as-root --oversubscribe -np 2 $d/train_mutant -e d2 -V 257 -sl 64 -i data/kjv/kjv_train.bin \
         -j '' -b 2 -t 32 -d 256 -x 2 -l 1e-3 -s 0 -sf 1 -z $stage $more -o $d/out > $d/out.txt 2>&1; then
@@ -195,7 +195,7 @@ checked_mutant() {
 # The test of that test: without the cudaStreamWaitEvent that orders the communication stream after
 # the gradients (ZeRO 2), --check must report the reduce-scatter reading what a kernel on stream 0 wrote.
 multi_gpu_checked_stream_mutant() {
-    checked_mutant build/multi_gpu/checked_mutant '    dp_order_on_comm(dp); \/\/ after the layer' 2
+    checked_mutant build/multi_gpu/checked_mutant '    device_link_order_on_comm(&dp->link); \/\/ after the layer' 2
 }
 check_bg multi_gpu_checked_detects_missing_stream_wait multi_gpu_checked_stream_mutant
 
@@ -203,7 +203,7 @@ check_bg multi_gpu_checked_detects_missing_stream_wait multi_gpu_checked_stream_
 # not wait for a layer's event must be reported by --check as reading what the all-gather writes.
 multi_gpu_checked_allgather_mutant() {
     checked_mutant build/multi_gpu/checked_allgather_mutant \
-        '        OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->params_ready\[layer + 1\], 0)));' 1 &&
+        '        OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->link.params_ready\[layer + 1\], 0)));' 1 &&
         grep -q "write by ncclAllGather" build/multi_gpu/checked_allgather_mutant/report.txt
 }
 check_bg multi_gpu_checked_detects_missing_allgather_wait multi_gpu_checked_allgather_mutant
@@ -213,7 +213,7 @@ check_bg multi_gpu_checked_detects_missing_allgather_wait multi_gpu_checked_allg
 # barrier on rank 1, which does not write the model), --check must report the two collectives.
 multi_gpu_checked_collective_order_mutant() {
     checked_mutant build/multi_gpu/checked_order_mutant \
-        '    dp_order_on_main(dp); \/\/ e.g. after the shard group.s parameter all-gathers, on every rank' 1 "-n 1" \
+        '    device_link_order_on_main(&dp->link); \/\/ e.g. after the shard group.s parameter all-gathers, on every rank' 1 "-n 1" \
         "cuda_emu --check: collectives on two communicators that nothing orders"
 }
 check_bg multi_gpu_checked_detects_unordered_collectives multi_gpu_checked_collective_order_mutant

@@ -1,0 +1,161 @@
+// Loading a checkpoint's state onto this run's layout (docs/checkpoints.md): the rank's own file
+// when world size, -ds and -z are the checkpoint's (exact), else the old shards re-cut unit by unit
+// into the elements this rank owns now (any world size, -ds, -z and -b with the same -t and -d),
+// from the rank's own replica under -ls or with a residual. The -ls rules are checked first
+// (llmc/ckpt_outer_rules.h).
+#ifndef LLMC_CKPT_LAYOUT_H
+#define LLMC_CKPT_LAYOUT_H
+
+#include "ckpt_state_file.h"
+#include "ckpt_outer_rules.h"
+#include "mesh.h"
+
+// The files of a checkpoint written on another layout, opened as needed: shard s of the old
+// layout is old rank replica * old dp_shard + s (replica 0 but with -ls, where each replica reads
+// its own); a ZeRO-0 checkpoint holds everything in the replica's first rank's file.
+typedef struct {
+    const char* dir;
+    int step;
+    int replica;
+    TrainState old;       // rank 0's header: the old layout
+    ShardLayout layout;   // the old shard layout (ZeRO 1, 2)
+    FILE** files;         // per old shard
+} OldShards;
+
+static const char* state_array_names[STATE_ARRAYS] = {"m", "v", "master weights", "local parameters",
+                                                      "outer parameters", "outer momentum", "residual",
+                                                      "-lo local snapshots", "-lo held sums"};
+
+// Reads elements [e0, e0 + n) of unit u (or, for a ZeRO-0 checkpoint, of the flat parameters
+// from unit u's offset) into each non-NULL dst array (advanced past them).
+static void old_shards_read(OldShards* o, const ShardUnit* unit, int u, size_t e0, size_t n, float** dst) {
+    while (n > 0) {
+        int s = 0;
+        size_t pos = unit->offset + e0, take = n;
+        if (o->old.zero_stage != 0) {
+            const ShardUnit* ou = &o->layout.units[u];
+            s = (int)(e0 / ou->slice);
+            size_t within = e0 - (size_t)s * ou->slice;
+            pos = ou->shard_offset + within;
+            if (take > ou->slice - within) { take = ou->slice - within; }
+        }
+        char path[4096];
+        checkpoint_path(path, sizeof(path), o->dir, "state", o->step, o->replica * o->old.dp_shard + s);
+        if (o->files[s] == NULL) { o->files[s] = fopen_check(path, "rb"); }
+        FILE* f = o->files[s];
+        for (int k = 0; k < STATE_ARRAYS; k++) {
+            if (dst[k] == NULL) { continue; }
+            int slot = state_array_slot(&o->old, k);
+            long at = 1024 + (long)(((uint64_t)slot * o->old.owned + pos) * sizeof(float));
+            if (fseek(f, at, SEEK_SET) != 0) { fail("%s: seek to %ld failed", path, at); }
+            fread_check(dst[k], sizeof(float), take, f, path, state_array_names[k]);
+            dst[k] += take;
+        }
+        e0 += take;
+        n -= take;
+    }
+}
+
+// Re-cuts the state of a checkpoint written with another world size, -ds or -z for this rank:
+// for every unit, the elements this rank owns (all of them in ZeRO 0), read from the old shard
+// that holds each piece, into every array both the checkpoint and `arrays` have (the others are
+// zeroed). Padding elements stay 0. replica: whose files to read (-ls; else 0).
+static void state_load_resharded_arrays(const char* dir, int step, const StateTarget* t, const TrainState* old,
+                                        int replica, const StateArrays* arrays) {
+    OldShards o;
+    o.dir = dir;
+    o.step = step;
+    o.replica = replica;
+    o.old = *old;
+    int old_files = old->zero_stage == 0 ? 1 : old->dp_shard;
+    o.files = (FILE**)calloc_check(old_files, sizeof(FILE*));
+    shard_layout_init(&o.layout, t->config, old->zero_stage == 0 ? 1 : old->dp_shard);
+    ShardLayout now;
+    shard_layout_init(&now, t->config, t->zero_stage == 0 ? 1 : t->dp_shard);
+    int shard_idx = t->rank % t->dp_shard;
+    float* base[STATE_ARRAYS];
+    for (int k = 0; k < STATE_ARRAYS; k++) {
+        base[k] = state_array_slot(old, k) >= 0 ? arrays->a[k] : NULL;
+        if (arrays->a[k]) { memset(arrays->a[k], 0, t->owned * sizeof(float)); }
+    }
+    for (int u = 0; u < now.num_units; u++) {
+        const ShardUnit* unit = &now.units[u];
+        size_t first = 0, count = unit->size, at = unit->offset;
+        if (t->zero_stage != 0) {
+            count = unit_owned(unit, shard_idx, &first);
+            at = unit->shard_offset;
+        }
+        if (count == 0) { continue; }
+        float* dst[STATE_ARRAYS];
+        for (int k = 0; k < STATE_ARRAYS; k++) { dst[k] = base[k] ? base[k] + at : NULL; }
+        old_shards_read(&o, unit, u, first, count, dst);
+    }
+    for (int s = 0; s < old_files; s++) {
+        if (o.files[s]) { fclose(o.files[s]); }
+    }
+    free(o.files);
+    shard_layout_free(&o.layout);
+    shard_layout_free(&now);
+}
+
+// m, v (and master, when both the checkpoint and the target keep them) re-cut from replica 0.
+static void state_load_resharded(const char* dir, int step, const StateTarget* t, const TrainState* old, float* m,
+                                 float* v, float* master) {
+    StateArrays arrays = {{m, v, old->has_master && t->has_master ? master : NULL, NULL, NULL, NULL}};
+    state_load_resharded_arrays(dir, step, t, old, 0, &arrays);
+}
+
+// Loads this rank's state (every array `arrays` has room for and the checkpoint holds; out says
+// which came) and the run position of checkpoint `step` (already verified by checkpoint_select).
+// The same world size, -ds and -z read this rank's own file (exact); any other layout with the
+// same -t and -d re-cuts the old shards (state_load_resharded_arrays), from the rank's own replica
+// under -ls or with a residual (-rq, -rk).
+static void state_load_arrays(const char* dir, int step, const StateTarget* t, TrainState* out,
+                              const StateArrays* arrays) {
+    char path[4096], why[4096 + 256];
+    checkpoint_path(path, sizeof(path), dir, "state", step, 0);
+    int header[STATE_HEADER_INTS];
+    FILE* f = fopen_check(path, "rb");
+    if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
+    fclose(f);
+    if (out->T != t->T || out->total_batch != t->total_batch) {
+        fail("%s: written with -t %d -d %d; a resume needs the same sequence length and tokens per step (this run: "
+             "-t %d -d %d)", path, out->T, out->total_batch, t->T, t->total_batch);
+    }
+    int same = out->world == t->world && out->dp_shard == t->dp_shard && out->zero_stage == t->zero_stage;
+    state_check_outer(path, out, t, same);
+    if (!same) {
+        int replica = out->outer.every > 0 || out->has_residual ? t->rank / t->dp_shard : 0;
+        state_load_resharded_arrays(dir, step, t, out, replica, arrays);
+    } else {
+        checkpoint_path(path, sizeof(path), dir, "state", step, t->rank);
+        f = fopen_check(path, "rb");
+        if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
+        if (out->owned != t->owned) {
+            fail("%s: holds %llu optimizer elements, this run %llu", path, (unsigned long long)out->owned,
+                 (unsigned long long)t->owned);
+        }
+        for (int k = 0; k < STATE_ARRAYS; k++) {
+            int slot = state_array_slot(out, k);
+            if (slot < 0 || arrays->a[k] == NULL) { continue; }
+            fseek(f, 1024 + (long)((uint64_t)slot * out->owned * sizeof(float)), SEEK_SET);
+            fread_check(arrays->a[k], sizeof(float), out->owned, f, path, state_array_names[k]);
+        }
+        fclose(f);
+    }
+    out->has_master = out->has_master && arrays->a[STATE_MASTER] != NULL;
+    out->has_local = out->has_local && arrays->a[STATE_LOCAL] != NULL;
+    out->has_outer = out->has_outer && arrays->a[STATE_OUTER] != NULL && arrays->a[STATE_OUTER_M] != NULL;
+    out->has_residual = out->has_residual && arrays->a[STATE_RESIDUAL] != NULL;
+    out->has_pending = out->has_pending && arrays->a[STATE_PEND_SNAP] != NULL && arrays->a[STATE_PEND_SUM] != NULL;
+}
+
+// m, v (and master): state_load_arrays without the -ls arrays. out->has_master says whether
+// master received fp32 master weights.
+static void state_load(const char* dir, int step, const StateTarget* t, TrainState* out, float* m, float* v,
+                       float* master) {
+    StateArrays arrays = {{m, v, t->has_master ? master : NULL, NULL, NULL, NULL}};
+    state_load_arrays(dir, step, t, out, &arrays);
+}
+
+#endif

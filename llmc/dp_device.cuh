@@ -1,0 +1,829 @@
+// The data-parallel layer's device backend (the GPU trainer's): ZeRO stages 0, 1, 2 and the
+// sharded AdamW state (docs/design.md sections 3-5), the replica sync (-ls, -rq/-rk, -lf, -lo; section
+// 4b) and their checkpoint arrays, over NCCL on device buffers. The plan is llmc/dp_plan.h's, the
+// outer state llmc/outer_state.h's (in device memory), the element kernels llmc/outer_kernels.cuh's
+// and llmc/wire_kernels.cuh's, the collectives' order and the streams llmc/dp_device_link.cuh's.
+// The model stays the trainer's: it hands over its parameter and gradient blocks, where each unit's
+// gradient lives, calls dev_dp_grads_ready from backward and dev_dp_params_wait from forward.
+//
+// Compute (forward, backward, optimizer) runs on the legacy default stream 0. Stages 1 and 2
+// reduce-scatter each layer's gradients on the communication stream (non-blocking, so it overlaps
+// stream 0) as soon as backward reports the layer, ordered after it by an event: the layer's units
+// in one NCCL group, then one add of their slices into an fp32 shard accumulator. Stage 2 keeps two
+// layer slots of gradients: layer l's slot is cleared on the communication stream once reduced, and
+// backward waits for that before layer l-2 reuses it. After the last micro-step the replicas
+// all-reduce the shard (communication stream), stream 0 waits for it (the norm needs every slice)
+// and updates this rank's slices; the communication stream then all-gathers the parameters, one
+// NCCL group and one event per layer (wte, wpe, lnf first), and the next forward waits for layer
+// l's event just before it uses layer l's weights, so the gathers overlap the next step's start.
+// The host waits for the device twice a step (the grad norm, the loss). Stage 0 all-reduces the
+// full gradient after backward.
+#ifndef LLMC_DP_DEVICE_CUH
+#define LLMC_DP_DEVICE_CUH
+
+#include "utils.h"
+#include "cuda_common.cuh"
+#include "device_copy.cuh"
+#include "dp_plan.h"
+#include "outer_state.h"
+#include "optimizer.h"
+#include "adamw.cuh"
+#include "nccl_setup.cuh"
+#include "device_wait.cuh"
+#include "shard_kernels.cuh"
+#include "outer_kernels.cuh"
+#include "wire_kernels.cuh"
+#include "op_events.cuh"
+#include "dp_device_link.cuh"
+
+// AdamW's state of n owned elements on the device: m, v, fp32 master weights (BF16 with -w 1,
+// else NULL), and the table of what one launch updates (every tensor, or this rank's slices).
+typedef struct {
+    size_t n;
+    float* m;
+    float* v;
+    float* master;
+    AdamWMulti table;
+    int table_built;
+} DeviceAdamW;
+
+// master: keep fp32 master weights (ignored in FP32, where the parameters are fp32 already),
+// initialised from init (n fp32 host values, owned order).
+static void device_adamw_init(DeviceAdamW* o, size_t n, int master, const float* init) {
+    memset(o, 0, sizeof(*o));
+    o->n = n;
+    o->m = (float*)device_alloc(n * sizeof(float));
+    o->v = (float*)device_alloc(n * sizeof(float));
+    if (master && sizeof(floatX) != sizeof(float)) {
+        o->master = (float*)device_alloc(n * sizeof(float));
+        cudaCheck(cudaMemcpy(o->master, init, n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+}
+
+static void device_adamw_free(DeviceAdamW* o) {
+    cudaCheck(cudaFree(o->m));
+    cudaCheck(cudaFree(o->v));
+    if (o->master) { cudaCheck(cudaFree(o->master)); }
+    if (o->table_built) { adamw_multi_free(&o->table); }
+}
+
+// One launch of AdamW (t = 1-based step) over o's table, gradients grads (floatX or fp32 by G);
+// the stochastic rounding is seeded by seed, t and the tensor.
+template <typename G>
+static void device_adamw_update(DeviceAdamW* o, floatX* params, const G* grads, const AdamWConfig* h, float grad_scale,
+                                int t, uint32_t seed) {
+    float bias1, bias2;
+    adamw_bias_corrections(h, t, &bias1, &bias2);
+    adamw_multi_update(&o->table, params, o->master, grads, o->m, o->v, h->lr, h->beta1, h->beta2, h->eps,
+                       h->weight_decay, grad_scale, bias1, bias2, seed + (uint32_t)t * NUM_PARAMETER_TENSORS);
+}
+
+// The table of every tensor whole (sizes: the 16 tensors', file order), once.
+static void device_adamw_tensors(DeviceAdamW* o, const size_t* sizes) {
+    if (o->table_built) { return; }
+    adamw_multi_init(&o->table, NUM_PARAMETER_TENSORS);
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        adamw_multi_add(&o->table, off, off, sizes[i], 0, i, parameter_is_matrix[i]);
+        off += sizes[i];
+    }
+    adamw_multi_upload(&o->table);
+    o->table_built = 1;
+}
+
+typedef struct {
+    DpPlan plan;
+    DeviceLink link;           // communicators, the communication stream, the order of collectives
+    floatX* params;            // the model's parameters
+    floatX* grads;             // the model's gradient block (grads_elements, padded)
+    size_t grads_elements;
+    floatX** unit_grads;       // where each unit's full gradient lives (stage 2: its layer slot)
+    int grad_slots;            // stage 2: layer slots of gradients used in turn
+    int last_micro_step;       // set by the training loop: 1 during the step's last backward
+    int replica_reduce;        // 1: gradients averaged over every rank; 0 (-ls): over the shard group only
+    OuterConfig grad_wire;     // -ls 0: how this step's gradients cross the replicas (-rq/-rk, -rqs)
+    DeviceAdamW opt;           // AdamW's state of the owned elements
+    float* shard_grads;        // stages 1, 2: reduced fp32 slices, padded to a multiple of dp_replicate
+    floatX* group_pad;         // a bucket's units S does not divide, each padded to S slices (or NULL)
+    floatX* group_recv;        // a bucket's reduce-scattered slices, in shard order
+    float* loss;               // world floats: [0] the loss being summed, the rest 0 (ring padding)
+    float* norm;               // dp_shard floats ([0] the squared norm), then NORM_BLOCKS of scratch
+    OuterState st;             // -ls: outer parameters, momentum, residual, held sums, snapshots (device)
+    // -ls: the outer sync's message in ZeRO 0 (also -ls 0 -rq/-rk's; stages 1, 2 use shard_grads,
+    // idle between steps), 2 floats per replica for the CRC all-gather, an event per fragment (its
+    // exchange done, communication stream)
+    float* outer_msg;
+    float* crc_buf;
+    cudaEvent_t* exchanged;
+    // -rq/-rk (llmc/wire_kernels.cuh; NULL without): this rank's encoded message and every replica's
+    uint8_t* wire_send;
+    uint8_t* wire_recv;
+} DeviceDP;
+
+// The plan and buffers of rank `rank` of the world communicator `world` for model c, -ds dp_shard,
+// -z zero_stage and the replica sync `outer` (kept by pointer); params, grads: the model's blocks
+// (grads_elements long); unit_grads: where each of the plan's units' gradients lives (taken over);
+// grad_slots: stage 2's layer slots; master: keep fp32 master weights (BF16), initialised from the
+// model's fp32 host values init.
+static void dev_dp_init(DeviceDP* dp, ncclComm_t world, int rank, int world_size, const GPT2Config* c, int dp_shard,
+                        int zero_stage, const OuterConfig* outer, floatX* params, floatX* grads, size_t grads_elements,
+                        floatX** unit_grads, int grad_slots, int master, const float* init) {
+    memset(dp, 0, sizeof(*dp));
+    DpPlan* p = &dp->plan;
+    dp_plan_init(p, c, world_size, rank, dp_shard, zero_stage, outer);
+    const Mesh* mesh = &p->mesh;
+    device_link_init(&dp->link, world, mesh, c->num_layers);
+    dp->params = params;
+    dp->grads = grads;
+    dp->grads_elements = grads_elements;
+    dp->unit_grads = unit_grads;
+    dp->grad_slots = grad_slots;
+    dp->replica_reduce = 1;
+    if (zero_stage != 0) {
+        dp->shard_grads = (float*)device_alloc(round_up(p->layout.shard_elements, mesh->dp_replicate) * sizeof(float));
+        dp->group_recv = (floatX*)device_alloc(p->bucket_slices_max * sizeof(floatX));
+        if (p->bucket_padded_max > 0) { dp->group_pad = (floatX*)device_alloc(p->bucket_padded_max * sizeof(floatX)); }
+    }
+    dp->loss = (float*)device_alloc(mesh->world * sizeof(float));
+    dp->norm = (float*)device_alloc((mesh->dp_shard + NORM_BLOCKS) * sizeof(float));
+    float* owned = (float*)calloc_check(p->owned, sizeof(float)); // init's owned elements, owned order
+    for (int i = 0; i < p->num_spans; i++) {
+        const OwnedSpan* sp = &p->spans[i];
+        memcpy(owned + sp->owned_offset, init + sp->param_offset, sp->count * sizeof(float));
+    }
+    device_adamw_init(&dp->opt, p->owned, master, owned);
+    free(owned);
+    int R = mesh->dp_replicate, F = p->num_fragments;
+    WireSpec w = {outer->wire, outer->topk, 1};
+    int compressed = outer_compressed(outer);
+    if (outer->every > 0) { // the outer state (zeroed; outer_init fills it), ZeRO 0's message buffer
+        dp->st.outer = (float*)device_alloc(p->owned * sizeof(float));
+        dp->st.momentum = (float*)device_alloc(p->owned * sizeof(float));
+        dp->crc_buf = (float*)device_alloc(2 * (size_t)R * sizeof(float));
+        if (zero_stage == 0) { dp->outer_msg = (float*)device_alloc(p->owned_padded * sizeof(float)); }
+        dp->exchanged = (cudaEvent_t*)malloc_check(F * sizeof(cudaEvent_t));
+        for (int f = 0; f < F; f++) { cudaCheck(cudaEventCreateWithFlags(&dp->exchanged[f], cudaEventDisableTiming)); }
+        if (outer->overlap > 0) { // -lo: the held sums and local values (not in the memory line)
+            dp->st.held = (float*)device_alloc(p->held_off[F] * sizeof(float));
+            dp->st.snap = (float*)device_alloc(p->owned * sizeof(float));
+        }
+    } else if (compressed && zero_stage == 0) { // -ls 0's fp32 message of the owned gradient
+        dp->outer_msg = (float*)device_alloc(p->owned_padded * sizeof(float));
+    }
+    if (compressed) { // R slices of this rank's encoding sent, R received (the owners' sums: R times the values)
+        size_t slice = outer->every > 0 ? 0 : p->owned_padded / R;
+        for (int f = 0; outer->every > 0 && f < F; f++) {
+            if (dp_frag_slice(p, f) > slice) { slice = dp_frag_slice(p, f); }
+        }
+        WireSpec owner = w;
+        owner.mult = R;
+        size_t sent = wire_spec_bytes(&w, slice), gathered = wire_spec_bytes(&owner, slice);
+        dp->wire_send = (uint8_t*)device_alloc(R * sent);
+        dp->wire_recv = (uint8_t*)device_alloc(R * (sent > gathered ? sent : gathered));
+        if (outer->feedback) { dp->st.residual = (float*)device_alloc(p->owned * sizeof(float)); }
+    }
+}
+
+// The memory of the replica sync beyond the closed forms (the start-up report's memory line): the
+// residual and -lo's snapshots and held sums (the -rq exchange buffers are not in the line).
+static void dev_dp_memory(const DeviceDP* dp, MemoryBytes* mem) {
+    const DpPlan* p = &dp->plan;
+    mem->residual = dp->st.residual ? p->owned * sizeof(float) : 0;
+    if (dp->st.held) {
+        mem->overlap_snap = p->owned * sizeof(float);
+        mem->overlap_held = p->held_off[p->num_fragments] * sizeof(float);
+        mem->overlap = mem->overlap_snap + mem->overlap_held;
+    }
+}
+
+static void dev_dp_free(DeviceDP* dp) {
+    void* bufs[] = {dp->shard_grads, dp->group_pad, dp->group_recv, dp->loss, dp->norm, dp->st.outer, dp->st.momentum,
+                    dp->outer_msg, dp->crc_buf, dp->st.residual, dp->wire_send, dp->wire_recv, dp->st.held,
+                    dp->st.snap};
+    for (int i = 0; i < 14; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
+    device_adamw_free(&dp->opt);
+    for (int f = 0; dp->exchanged && f < dp->plan.num_fragments; f++) { cudaCheck(cudaEventDestroy(dp->exchanged[f])); }
+    free(dp->exchanged);
+    free(dp->unit_grads);
+    device_link_free(&dp->link, dp->plan.layout.num_layers);
+    dp_plan_free(&dp->plan);
+}
+
+// ----------------------------------------------------------------------------
+// the ZeRO step
+
+// On the communication stream: reduce-scatters bucket b's units over the shard group (in floatX) in
+// one NCCL group, then adds this rank's slices of the sums (contiguous in the shard layout, as in
+// group_recv) into the fp32 shard accumulator in one launch. A group's collectives start at
+// ncclGroupEnd, so each unit has its own send and receive space. Returns the slices' elements.
+static size_t dev_dp_reduce_scatter_bucket(DeviceDP* dp, const DpBucket* b) {
+    const DpPlan* p = &dp->plan;
+    int S = p->mesh.dp_shard;
+    cudaStream_t cs = dp->link.comm_stream;
+    floatX* pad = dp->group_pad;
+    ncclCheck(ncclGroupStart());
+    size_t received = 0;
+    for (int u = b->first; u < b->first + b->count; u++) {
+        const ShardUnit* unit = &p->layout.units[u];
+        const floatX* send = dp->unit_grads[u];
+        if (unit->size != unit->slice * S) { // issued before the group's collectives run
+            cudaCheck(cudaMemcpyAsync(pad, send, unit->size * sizeof(floatX), cudaMemcpyDeviceToDevice, cs));
+            cudaCheck(cudaMemsetAsync(pad + unit->size, 0, (unit->slice * S - unit->size) * sizeof(floatX), cs));
+            send = pad;
+            pad += unit->slice * S;
+        }
+        ncclCheck(ncclReduceScatter(send, dp->group_recv + received, unit->slice, ncclFloatX, ncclSum, dp->link.shard,
+                                    cs));
+        received += unit->slice;
+    }
+    ncclCheck(ncclGroupEnd());
+    accumulate(dp->shard_grads + p->layout.units[b->first].shard_offset, dp->group_recv, received, cs);
+    return received;
+}
+
+// On the communication stream, after the update (stages 1, 2): the parameters all-gathered from
+// every rank's slices, one NCCL group per bucket (wte, wpe, lnfw, lnfb first: the forward needs them
+// first), each followed by its params_ready event. Units S does not divide go through a zero-padded
+// copy. fragment >= 0 (-lf): that fragment's units only.
+static void dev_dp_all_gather_units(DeviceDP* dp, int fragment) {
+    const DpPlan* p = &dp->plan;
+    int s = p->mesh.shard_idx, S = p->mesh.dp_shard, L = p->layout.num_layers, F = p->num_fragments;
+    cudaStream_t cs = dp->link.comm_stream;
+    cudaCheck(cudaEventRecord(dp->link.update_done, 0));
+    cudaCheck(cudaStreamWaitEvent(cs, dp->link.update_done, 0));
+    int span = op_span_begin(OP_COMM, cs);
+    size_t gathered = 0;
+    for (int layer = -1; layer < L; layer++) {
+        const DpBucket* b = &p->buckets[layer >= 0 ? layer : L];
+        floatX* pad = dp->group_pad;
+        ncclCheck(ncclGroupStart());
+        for (int u = b->first; u < b->first + b->count; u++) {
+            const ShardUnit* unit = &p->layout.units[u];
+            if (fragment >= 0 && outer_unit_fragment(unit, L, F) != fragment) { continue; }
+            gathered += unit->slice;
+            size_t mine;
+            size_t owned = unit_owned(unit, s, &mine);
+            floatX* pp = dp->params + unit->offset;
+            if (unit->size == unit->slice * S) {
+                ncclCheck(ncclAllGather(pp + mine, pp, unit->slice, ncclFloatX, dp->link.shard, cs));
+                continue;
+            }
+            cudaCheck(cudaMemcpyAsync(pad + mine, pp + mine, owned * sizeof(floatX), cudaMemcpyDeviceToDevice, cs));
+            cudaCheck(cudaMemsetAsync(pad + mine + owned, 0, (unit->slice - owned) * sizeof(floatX), cs));
+            ncclCheck(ncclAllGather(pad + mine, pad, unit->slice, ncclFloatX, dp->link.shard, cs));
+            pad += unit->slice * S;
+        }
+        ncclCheck(ncclGroupEnd());
+        pad = dp->group_pad;
+        for (int u = b->first; u < b->first + b->count; u++) {
+            const ShardUnit* unit = &p->layout.units[u];
+            if (fragment >= 0 && outer_unit_fragment(unit, L, F) != fragment) { continue; }
+            if (unit->size == unit->slice * S) { continue; }
+            cudaCheck(cudaMemcpyAsync(dp->params + unit->offset, pad, unit->size * sizeof(floatX),
+                                      cudaMemcpyDeviceToDevice, cs));
+            pad += unit->slice * S;
+        }
+        cudaCheck(cudaEventRecord(dp->link.params_ready[layer + 1], cs));
+    }
+    op_span_end(span, 0.0, ring_bytes((double)gathered * S * sizeof(floatX), S, 0));
+    cudaCheck(cudaEventRecord(dp->link.comm_done, cs));
+}
+
+// The forward's hook (ParamsWaitFn): stream 0 waits for layer's gathered weights.
+static void dev_dp_params_wait(void* ctx, int layer) {
+    DeviceDP* dp = (DeviceDP*)ctx;
+    if (dp->plan.zero_stage != 0) {
+        OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->link.params_ready[layer + 1], 0)));
+    }
+}
+
+// Before a micro-step's backward writes gradients: stream 0 waits for the reductions still
+// reading (and, in stage 2, clearing) them. The forward before it overlaps them.
+static void dev_dp_backward_begin(DeviceDP* dp) {
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->link.comm_done, 0)));
+}
+
+// Backward's hook: the layer's reduce-scatters go onto the communication stream when this stage
+// reduces in this micro-step (llmc/mesh.h).
+static void dev_dp_grads_ready(DeviceDP* dp, int layer) {
+    const DpPlan* p = &dp->plan;
+    if (!zero_reduces_in_micro_step(p->zero_stage, dp->last_micro_step)) { return; }
+    cudaStream_t cs = dp->link.comm_stream;
+    device_link_order_on_comm(&dp->link); // after the layer's gradients (and stream 0's collectives)
+    const DpBucket* b = &p->buckets[layer >= 0 ? layer : p->layout.num_layers];
+    int span = op_span_begin(OP_COMM, cs);
+    size_t slices = dev_dp_reduce_scatter_bucket(dp, b);
+    if (p->zero_stage == 2) {
+        for (int u = b->first; u < b->first + b->count; u++) {
+            const ShardUnit* unit = &p->layout.units[u];
+            cudaCheck(cudaMemsetAsync(dp->unit_grads[u], 0, unit->size * sizeof(floatX), cs));
+        }
+    }
+    int S = p->mesh.dp_shard;
+    op_span_end(span, 0.0, ring_bytes((double)slices * S * sizeof(floatX), S, 0));
+    if (p->zero_stage == 2 && layer >= 0) {
+        cudaCheck(cudaEventRecord(dp->link.slot_free[layer % dp->grad_slots], cs));
+        // the next layer down reuses the slot of the layer above this one
+        if (layer > 0) {
+            OP_SPAN(OP_COMM, 0, 0.0, 0.0,
+                    cudaCheck(cudaStreamWaitEvent(0, dp->link.slot_free[(layer - 1) % dp->grad_slots], 0)));
+        }
+    }
+    cudaCheck(cudaEventRecord(dp->link.comm_done, cs));
+}
+
+static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs);
+
+// -ls 0 with -rq/-rk, the CPU trainer's host_dp_replica_sum_gradient: the owned gradient summed over
+// the shard group (ZeRO 0: an all-reduce on stream 0, then copied as fp32 into outer_msg; stages 1,
+// 2: shard_grads, the reduce-scattered sums) plus the residual, padded to R slices, encoded (the
+// residual keeps what that lost) and summed over the replicas (dev_dp_wire_exchange), then divided by
+// the world, all on the communication stream; stream 0 waits for it.
+static void dev_dp_compressed_gradients(DeviceDP* dp) {
+    const DpPlan* p = &dp->plan;
+    int R = p->mesh.dp_replicate, S = p->mesh.dp_shard;
+    size_t padded = p->owned_padded;
+    if (p->zero_stage == 0 && S > 1) {
+        int span = op_span_begin(OP_COMM, 0);
+        device_link_order_on_main(&dp->link);
+        size_t n = round_up(p->num_parameters, S);
+        ncclCheck(ncclAllReduce(dp->grads, dp->grads, n, ncclFloatX, ncclSum, dp->link.shard, 0));
+        op_span_end(span, 0.0, ring_bytes((double)n * sizeof(floatX), S, 1));
+    }
+    cudaStream_t cs = dp->link.comm_stream;
+    device_link_order_on_comm(&dp->link);
+    float* msg = p->zero_stage == 0 ? dp->outer_msg : dp->shard_grads;
+    WireSpec w = outer_wire_spec(&dp->grad_wire, 0, R);
+    wire_gradient_message(msg, p->zero_stage == 0 ? dp->grads : NULL, dp->st.residual, p->owned, padded, cs);
+    wire_spec_encode_slices(&w, msg, padded / R, R, dp->wire_send, dp->st.residual != NULL, cs);
+    if (dp->st.residual) {
+        cudaCheck(cudaMemcpyAsync(dp->st.residual, msg, p->owned * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+    }
+    dev_dp_wire_exchange(dp, &w, msg, padded / R, cs);
+    float inv = 1.0f / (float)p->mesh.world;
+    if (p->zero_stage == 0) {
+        wire_gradient_back(dp->grads, msg, p->owned, inv, cs);
+    } else {
+        scale(dp->shard_grads, p->owned, inv, cs);
+    }
+    cudaCheck(cudaEventRecord(dp->link.comm_done, cs));
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->link.comm_done, 0)));
+}
+
+// After the last micro-step: the reduction finished across ranks and averaged over the world (or,
+// with -ls between syncs, over the replica's shard group: the replicas keep their own gradients;
+// -ls 0 with -rq/-rk: dev_dp_compressed_gradients).
+static void dev_dp_finish_gradients(DeviceDP* dp) {
+    const DpPlan* p = &dp->plan;
+    int W = p->mesh.world, S = p->mesh.dp_shard, R = p->mesh.dp_replicate;
+    if (dp->replica_reduce && R > 1 && outer_compressed(&dp->grad_wire)) {
+        dev_dp_compressed_gradients(dp);
+        return;
+    }
+    if (p->zero_stage == 0) {
+        int span = op_span_begin(OP_COMM, 0);
+        device_link_order_on_main(&dp->link);
+        double bytes = 0.0;
+        if (dp->replica_reduce && W > 1) {
+            ncclCheck(ncclAllReduce(dp->grads, dp->grads, dp->grads_elements, ncclFloatX, ncclAvg, dp->link.world, 0));
+            bytes = ring_bytes((double)dp->grads_elements * sizeof(floatX), W, 1);
+        } else if (!dp->replica_reduce && S > 1) {
+            size_t padded = round_up(p->num_parameters, S);
+            ncclCheck(ncclAllReduce(dp->grads, dp->grads, padded, ncclFloatX, ncclAvg, dp->link.shard, 0));
+            bytes = ring_bytes((double)padded * sizeof(floatX), S, 1);
+        }
+        op_span_end(span, 0.0, bytes);
+        return;
+    }
+    cudaStream_t cs = dp->link.comm_stream;
+    device_link_order_on_comm(&dp->link);
+    int span = op_span_begin(OP_COMM, cs);
+    double bytes = 0.0;
+    if (dp->replica_reduce && R > 1) {
+        size_t padded = round_up(p->layout.shard_elements, R);
+        ncclCheck(ncclAllReduce(dp->shard_grads, dp->shard_grads, padded, ncclFloat, ncclSum, dp->link.replica, cs));
+        bytes = ring_bytes((double)padded * sizeof(float), R, 1);
+    }
+    scale(dp->shard_grads, p->layout.shard_elements, 1.0f / (float)(dp->replica_reduce ? W : S), cs);
+    op_span_end(span, 0.0, bytes);
+    cudaCheck(cudaEventRecord(dp->link.comm_done, cs));
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->link.comm_done, 0)));
+}
+
+// The squared norm in dp->norm[0] of `n` values of x (stages 1, 2: summed over the shard group),
+// read back with one host wait.
+static float dev_dp_squared_norm(DeviceDP* dp, const float* x, size_t n, const char* what) {
+    int S = dp->plan.mesh.dp_shard;
+    sum_of_squares(dp->norm, x, n, dp->norm + S);
+    if (dp->plan.zero_stage != 0) {
+        int span = op_span_begin(OP_COMM, 0);
+        device_link_order_on_main(&dp->link);
+        if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->link.shard, 0)); }
+        op_span_end(span, 0.0, ring_bytes((double)S * sizeof(float), S, 1));
+    }
+    wait_device(0, dp->link.host_event, what);
+    float sq;
+    cudaCheck(cudaMemcpy(&sq, dp->norm, sizeof(float), cudaMemcpyDeviceToHost));
+    return sq;
+}
+
+// The norm of the full averaged gradient (stages 1, 2: the slices' squares summed over the
+// shard group only; the replicas hold copies, or under -ls between syncs each its own gradient,
+// whose norm this is). The step's one host wait before the update.
+static float dev_dp_grad_norm(DeviceDP* dp) {
+    const DpPlan* p = &dp->plan;
+    int S = p->mesh.dp_shard;
+    if (p->zero_stage == 0) {
+        OP_SPAN(OP_GRAD_NORM, 0, 0.0, (double)p->num_parameters * sizeof(floatX),
+                sum_of_squares(dp->norm, dp->grads, p->num_parameters, dp->norm + S));
+    } else {
+        OP_SPAN(OP_GRAD_NORM, 0, 0.0, (double)p->layout.shard_elements * sizeof(float),
+                sum_of_squares(dp->norm, dp->shard_grads, p->layout.shard_elements, dp->norm + S));
+        int span = op_span_begin(OP_COMM, 0);
+        device_link_order_on_main(&dp->link);
+        if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->link.shard, 0)); }
+        op_span_end(span, 0.0, ring_bytes((double)S * sizeof(float), S, 1));
+    }
+    wait_device(0, dp->link.host_event, "the gradient norm");
+    float sq;
+    cudaCheck(cudaMemcpy(&sq, dp->norm, sizeof(float), cudaMemcpyDeviceToHost));
+    return sqrtf(sq);
+}
+
+// -op 1's bytes of an AdamW update with gradients of grad_size bytes: the parameters (floatX), m, v
+// (and master weights) read and written, the gradients read.
+static double dev_dp_adamw_bytes(const DeviceDP* dp, size_t grad_size) {
+    double per = 2.0 * sizeof(floatX) + (double)grad_size + 4.0 * sizeof(float);
+    if (dp->opt.master) { per += 2.0 * sizeof(float); }
+    return per * (double)dp->plan.owned;
+}
+
+// AdamW (t = 1-based step) on what this rank owns (one launch, stream 0; every tensor in ZeRO 0,
+// this rank's slice of every unit in stages 1, 2, each slice drawing the stochastic-rounding bits its
+// whole tensor would), then (stages 1, 2) the parameter all-gathers on the communication stream.
+static void dev_dp_optimizer_step(DeviceDP* dp, const AdamWConfig* h, float grad_scale, int t, uint32_t seed) {
+    const DpPlan* p = &dp->plan;
+    DeviceAdamW* o = &dp->opt;
+    if (p->zero_stage == 0) {
+        device_adamw_tensors(o, p->tensor_sizes);
+        OP_SPAN(OP_ADAMW, 0, 0.0, dev_dp_adamw_bytes(dp, sizeof(floatX)),
+                device_adamw_update(o, dp->params, dp->grads, h, grad_scale, t, seed));
+        return;
+    }
+    if (!o->table_built) { // this rank's slice of every unit, one segment each
+        adamw_multi_init(&o->table, p->layout.num_units);
+        for (int u = 0; u < p->layout.num_units; u++) {
+            const ShardUnit* unit = &p->layout.units[u];
+            size_t first;
+            size_t count = unit_owned(unit, p->mesh.shard_idx, &first);
+            size_t in_tensor = (unit->layer >= 0 ? unit->layer * unit->size : 0) + first;
+            adamw_multi_add(&o->table, unit->offset + first, unit->shard_offset, count, in_tensor, unit->tensor,
+                            parameter_is_matrix[unit->tensor]);
+        }
+        adamw_multi_upload(&o->table);
+        o->table_built = 1;
+    }
+    OP_SPAN(OP_ADAMW, 0, 0.0, dev_dp_adamw_bytes(dp, sizeof(float)),
+            device_adamw_update(o, dp->params, dp->shard_grads, h, grad_scale, t, seed));
+    dev_dp_all_gather_units(dp, -1);
+}
+
+static void dev_dp_begin_step(DeviceDP* dp) {
+    if (dp->shard_grads) {
+        size_t n = round_up(dp->plan.layout.shard_elements, dp->plan.mesh.dp_replicate);
+        cudaCheck(cudaMemsetAsync(dp->shard_grads, 0, n * sizeof(float), 0));
+    }
+    cudaCheck(cudaMemsetAsync(dp->loss, 0, dp->plan.mesh.world * sizeof(float), 0));
+}
+
+// The mean of the per-rank values summed into dp->loss[0], over every rank: one all-reduce and
+// one host wait.
+static float dev_dp_mean_over_world(DeviceDP* dp, const char* what) {
+    int W = dp->plan.mesh.world;
+    int span = op_span_begin(OP_COMM, 0);
+    device_link_order_on_main(&dp->link); // e.g. after the shard group's parameter all-gathers, on every rank
+    if (W > 1) { ncclCheck(ncclAllReduce(dp->loss, dp->loss, W, ncclFloat, ncclSum, dp->link.world, 0)); }
+    op_span_end(span, 0.0, ring_bytes((double)W * sizeof(float), W, 1));
+    wait_device(0, dp->link.host_event, what);
+    float sum;
+    cudaCheck(cudaMemcpy(&sum, dp->loss, sizeof(float), cudaMemcpyDeviceToHost));
+    return sum / (float)W;
+}
+
+// The loss (slot 0 of dp->loss, times loss_factor) and the preemption vote (slot 1) in the one
+// all-reduce of the loss slots; returns the mean loss, *votes the sum of the votes.
+static float dev_dp_agree(DeviceDP* dp, float loss_factor, float vote, float* votes) {
+    static float host_vote; // outlives the asynchronous copy
+    host_vote = vote;
+    int W = dp->plan.mesh.world;
+    if (loss_factor != 1.0f) { scale(dp->loss, 1, loss_factor, 0); }
+    if (W > 1) { cudaCheck(cudaMemcpyAsync(dp->loss + 1, &host_vote, sizeof(float), cudaMemcpyHostToDevice, 0)); }
+    float mean = dev_dp_mean_over_world(dp, "the step's loss");
+    float got[2] = {0.0f, vote};
+    if (W > 1) { cudaCheck(cudaMemcpy(got, dp->loss, 2 * sizeof(float), cudaMemcpyDeviceToHost)); }
+    *votes = got[1];
+    return mean;
+}
+
+// The sum over every rank of one count per rank (exact below 2^24), through the loss slots.
+static int dev_dp_sum_count(DeviceDP* dp, int count, const char* what) {
+    float v = (float)count;
+    cudaCheck(cudaMemsetAsync(dp->loss, 0, dp->plan.mesh.world * sizeof(float), 0));
+    cudaCheck(cudaMemcpy(dp->loss, &v, sizeof(float), cudaMemcpyHostToDevice));
+    return (int)lroundf(dev_dp_mean_over_world(dp, what) * (float)dp->plan.mesh.world);
+}
+
+// ----------------------------------------------------------------------------
+// -ls: the outer sync of the replicas (llmc/outer_sync.h) on this rank's owned elements, the CPU
+// trainer's semantics. A rank's local parameters are its owned elements of the fp32 master
+// weights where the optimizer keeps them (master, in owned order), else of the floatX parameters
+// (at the owned spans). Everything here waits for the last parameter all-gather first (it writes
+// the parameters the owned spans lie in); outer syncs are rare.
+
+// dst (owned fp32 host values, owned order, padding 0) = the owned floatX parameters.
+static void dev_dp_download_owned(DeviceDP* dp, float* dst) {
+    const DpPlan* p = &dp->plan;
+    device_link_host_wait(&dp->link, "the owned parameters");
+    memset(dst, 0, p->owned * sizeof(float));
+    for (int i = 0; i < p->num_spans; i++) {
+        const OwnedSpan* sp = &p->spans[i];
+        download_floatX(dst + sp->owned_offset, dp->params + sp->param_offset, sp->count);
+    }
+}
+
+// The owned floatX parameters = src (owned order, fp32 host values), then (stages 1, 2) the
+// all-gather inside the replica, so that its ranks hold the same full parameters again; stream 0
+// waits for it.
+static void dev_dp_upload_owned(DeviceDP* dp, const float* src) {
+    const DpPlan* p = &dp->plan;
+    device_link_comm_wait(&dp->link);
+    for (int i = 0; i < p->num_spans; i++) {
+        const OwnedSpan* sp = &p->spans[i];
+        upload_floatX(dp->params + sp->param_offset, src + sp->owned_offset, sp->count);
+    }
+    if (p->zero_stage == 0) { return; }
+    dev_dp_all_gather_units(dp, -1);
+    device_link_comm_wait(&dp->link);
+    wait_device(0, dp->link.host_event, "the all-gather of the resumed parameters");
+}
+
+// outer = the owned local parameters (fp32), the outer momentum 0 (stream 0).
+static void dev_dp_outer_init(DeviceDP* dp) {
+    const DpPlan* p = &dp->plan;
+    device_link_comm_wait(&dp->link);
+    cudaCheck(cudaMemsetAsync(dp->st.outer, 0, p->owned * sizeof(float), 0));
+    cudaCheck(cudaMemsetAsync(dp->st.momentum, 0, p->owned * sizeof(float), 0));
+    for (int i = 0; i < p->num_spans; i++) {
+        const OwnedSpan* sp = &p->spans[i];
+        size_t o = sp->owned_offset;
+        outer_local(dp->st.outer + o, dp->opt.master ? dp->opt.master + o : NULL, dp->params + sp->param_offset, sp->count);
+    }
+}
+
+// The sum over the replicas of dst (R slices of `slice` values, packed), into dst, on cs; records
+// comm_done. Dense fp32: one all-reduce. A format or -rk (w; wire_send: this replica's R slices,
+// encoded), as the CPU trainer's owners do (llmc/dp_host.h): slice j goes to replica j (one group of
+// ncclSend/ncclRecv; its own by a copy), which decodes the R it holds and sums them in fp32 in
+// replica order 0..R-1 and encodes that sum (the owner's spec: -rk keeps R times the values) into
+// its place of wire_recv; the owners' encodings are all-gathered and every replica (the owner too)
+// decodes all R. Bytes per rank: (R-1) slices in w and (R-1) in the owner's spec, the CPU's closed
+// form; wire_recv: R slices of the larger.
+static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs) {
+    const Mesh* mesh = &dp->plan.mesh;
+    int R = mesh->dp_replicate, me = mesh->replicate_idx, dense = w->format == WIRE_FP32 && w->density == 0.0f;
+    if (dense && R == 1) { return; }
+    int span = op_span_begin(OP_COMM, cs);
+    if (dense) {
+        ncclCheck(ncclAllReduce(dst, dst, slice * R, ncclFloat, ncclSum, dp->link.replica, cs));
+        op_span_end(span, 0.0, ring_bytes((double)slice * R * sizeof(float), R, 1));
+    } else {
+        WireSpec owner = *w;
+        owner.mult = R;
+        size_t bytes = wire_spec_bytes(w, slice), obytes = wire_spec_bytes(&owner, slice);
+        uint8_t *send = dp->wire_send, *recv = dp->wire_recv;
+        ncclCheck(ncclGroupStart());
+        for (int j = 0; j < R; j++) {
+            if (j == me) { continue; }
+            ncclCheck(ncclSend(send + j * bytes, bytes, ncclUint8, j, dp->link.replica, cs));
+            ncclCheck(ncclRecv(recv + j * bytes, bytes, ncclUint8, j, dp->link.replica, cs));
+        }
+        ncclCheck(ncclGroupEnd());
+        cudaCheck(cudaMemcpyAsync(recv + me * bytes, send + me * bytes, bytes, cudaMemcpyDeviceToDevice, cs));
+        float* mine = dst + (size_t)me * slice;
+        wire_spec_decode_sum(w, mine, recv, slice, 1, R, cs);
+        wire_spec_encode_slices(&owner, mine, slice, 1, recv + me * obytes, 0, cs);
+        ncclCheck(ncclAllGather(recv + me * obytes, recv, obytes, ncclUint8, dp->link.replica, cs));
+        wire_spec_decode_sum(&owner, dst, recv, slice, R, 1, cs);
+        op_span_end(span, 0.0, (double)(R - 1) * (double)(bytes + obytes));
+    }
+    cudaCheck(cudaEventRecord(dp->link.comm_done, cs));
+}
+
+// The spec of an exchange under c (fp32, dense, where -rqs has not switched yet).
+static WireSpec dev_dp_wire_spec(const OuterConfig* c) {
+    WireSpec fp32 = {WIRE_FP32, 0.0f, 1};
+    return outer_compressed(c) ? outer_wire_spec(c, 0, 1) : fp32;
+}
+
+// Fragment call->fragment's exchange (the whole model without -lf), the CPU trainer's: each owned
+// element's outer_message (plus its residual with -rq/-rk and feedback) packed into dst (the fragment's
+// owned elements in owned order, zero-padded to R slices), then the sum over the replicas into dst
+// (dev_dp_wire_exchange). -rq/-rk: every slice encoded on stream 0 (llmc/wire_kernels.cuh; the residual
+// keeps what that lost). snap (-lo): receives the fragment's owned local values. Stream 0 first
+// waits for every collective issued (the parameters' all-gather, an earlier exchange still reading
+// wire_send); the collectives and the sum run on the communication stream, which records comm_done and
+// the fragment's `exchanged` event.
+static void dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* dst, float* snap) {
+    const DpPlan* p = &dp->plan;
+    int R = p->mesh.dp_replicate, f = call->fragment;
+    WireSpec w = dev_dp_wire_spec(&call->c);
+    size_t padded = dp_frag_padded(p, f), slice = padded / R;
+    const float* res = outer_compressed(&call->c) ? dp->st.residual : NULL;
+    device_link_comm_wait(&dp->link);
+    cudaCheck(cudaMemsetAsync(dst, 0, padded * sizeof(float), 0));
+    for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
+        const DpRun* r = &p->runs[i];
+        size_t o = r->owned;
+        const float* mw = dp->opt.master ? dp->opt.master + o : NULL;
+        if (snap) { outer_local(snap + o, mw, dp->params + r->param, r->count); }
+        outer_span_message(dst + r->packed, dp->st.outer + o, mw, dp->params + r->param, res ? res + o : NULL, r->count,
+                           outer_plain_average(&call->c));
+    }
+    if (outer_compressed(&call->c)) {
+        wire_spec_encode_slices(&w, dst, slice, R, dp->wire_send, res != NULL, 0);
+        for (int i = p->frag_runs[f]; res && i < p->frag_runs[f + 1]; i++) { // the residual back in owned order
+            const DpRun* r = &p->runs[i];
+            cudaCheck(cudaMemcpyAsync(dp->st.residual + r->owned, dst + r->packed, r->count * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, 0));
+        }
+    }
+    cudaStream_t cs = dp->link.comm_stream;
+    device_link_order_on_comm(&dp->link);
+    dev_dp_wire_exchange(dp, &w, dst, slice, cs);
+    cudaCheck(cudaEventRecord(dp->exchanged[f], cs));
+}
+
+// The outer step of fragment call->fragment with its summed messages `sum` (packed): outer_update on
+// each owned element (the new local value to master and the floatX parameter; snap, -lo: merged with
+// the local values held at the exchange's start), the mean pseudo-gradient back into sum and its
+// squares summed (over the shard group in stages 1, 2), then (stages 1, 2) the all-gather of the
+// fragment's units inside the replica, which the next forward waits for layer by layer. Returns
+// the squared norm (one host wait).
+static float dev_dp_fragment_apply(DeviceDP* dp, const OuterCall* call, float* sum, const float* snap) {
+    const DpPlan* p = &dp->plan;
+    int R = p->mesh.dp_replicate, S = p->mesh.dp_shard, f = call->fragment;
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->exchanged[f], 0)));
+    device_link_comm_wait(&dp->link); // the parameters' last all-gather
+    float inv_R = 1.0f / (float)R;
+    for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
+        const DpRun* r = &p->runs[i];
+        size_t o = r->owned;
+        outer_span_update(dp->st.outer + o, dp->st.momentum + o, sum + r->packed, dp->opt.master ? dp->opt.master + o : NULL,
+                          dp->params + r->param, snap ? snap + o : NULL, r->count, inv_R, &call->c);
+    }
+    sum_of_squares(dp->norm, sum, dp_frag_padded(p, f), dp->norm + S);
+    if (p->zero_stage != 0) {
+        int span = op_span_begin(OP_COMM, 0);
+        device_link_order_on_main(&dp->link);
+        if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->link.shard, 0)); }
+        op_span_end(span, 0.0, ring_bytes((double)S * sizeof(float), S, 1));
+        dev_dp_all_gather_units(dp, p->num_fragments > 1 ? f : -1);
+    }
+    wait_device(0, dp->link.host_event, "the outer sync");
+    float sq;
+    cudaCheck(cudaMemcpy(&sq, dp->norm, sizeof(float), cudaMemcpyDeviceToHost));
+    return sq;
+}
+
+// The outer step of fragment call->fragment in phase call->phase (llmc/outer_sync.h): OUTER_BLOCKING
+// exchanges in the idle buffer (stages 1, 2: shard_grads; ZeRO 0: outer_msg) and applies at once;
+// OUTER_START (-lo) exchanges into the fragment's held sum and keeps its owned local values, without
+// waiting (the exchange runs on the communication stream beside the next steps); OUTER_FINISH
+// applies the held sum once its `exchanged` event has passed. Returns the applied squared norm (0
+// for OUTER_START).
+static float dev_dp_outer_step(DeviceDP* dp, const OuterCall* call) {
+    const DpPlan* p = &dp->plan;
+    int f = call->fragment;
+    if (call->phase == OUTER_BLOCKING) {
+        float* buf = p->zero_stage == 0 ? dp->outer_msg : dp->shard_grads;
+        dev_dp_fragment_exchange(dp, call, buf, NULL);
+        return dev_dp_fragment_apply(dp, call, buf, NULL);
+    }
+    float* held = dp->st.held + p->held_off[f];
+    if (call->phase == OUTER_START) {
+        dev_dp_fragment_exchange(dp, call, held, dp->st.snap);
+        return 0.0f;
+    }
+    return dev_dp_fragment_apply(dp, call, held, dp->st.snap);
+}
+
+// The CRC-32C of the owned outer parameters (outer 1: all owned elements, padding included) or
+// of the owned local parameters as fp32 (0: span by span, no padding), as the CPU trainer computes
+// them, all-gathered over the replicas (2 floats each, llmc/outer_sync.h).
+static void dev_dp_replica_crcs(DeviceDP* dp, int outer, uint32_t* crcs) {
+    const DpPlan* p = &dp->plan;
+    int R = p->mesh.dp_replicate, me = p->mesh.replicate_idx;
+    float* host = (float*)malloc_check((p->owned > 2 * (size_t)R ? p->owned : 2 * (size_t)R) * sizeof(float));
+    uint32_t crc = 0;
+    if (outer) { // written on stream 0 (-lo: an exchange may still run on the communication stream)
+        wait_device(0, dp->link.host_event, "the outer parameters");
+        cudaCheck(cudaMemcpy(host, dp->st.outer, p->owned * sizeof(float), cudaMemcpyDeviceToHost));
+        crc = outer_state_crc(p, host);
+    } else {
+        if (dp->opt.master) {
+            cudaCheck(cudaMemcpy(host, dp->opt.master, p->owned * sizeof(float), cudaMemcpyDeviceToHost));
+        } else {
+            dev_dp_download_owned(dp, host);
+        }
+        crc = dp_plan_local_crc(p, host, 1);
+    }
+    float mine[2];
+    crc_to_floats(crc, mine);
+    cudaCheck(cudaMemcpy(dp->crc_buf + 2 * me, mine, sizeof(mine), cudaMemcpyHostToDevice));
+    device_link_order_on_main(&dp->link);
+    ncclCheck(ncclAllGather(dp->crc_buf + 2 * me, dp->crc_buf, 2, ncclFloat, dp->link.replica, 0));
+    wait_device(0, dp->link.host_event, "the replicas' CRC-32Cs");
+    cudaCheck(cudaMemcpy(host, dp->crc_buf, 2 * (size_t)R * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int r = 0; r < R; r++) { crcs[r] = crc_from_floats(host + 2 * r); }
+    free(host);
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints: this rank's arrays of a state file (llmc/ckpt_state_file.h), through host copies
+
+// m, v (and master weights); with -ls also the owned local parameters (the floatX parameters as
+// fp32, exact; the replicas differ between syncs), the outer state, the residual (-rq) and, with -lo
+// exchanges in flight, the local snapshots and the held sums (once every exchange has landed).
+static void dev_dp_write_state(DeviceDP* dp, const char* path, const TrainState* s) {
+    const DpPlan* p = &dp->plan;
+    size_t n = p->owned;
+    float* host = (float*)malloc_check(n * sizeof(float) * STATE_ARRAYS);
+    float* at[STATE_ARRAYS];
+    for (int k = 0; k < STATE_ARRAYS; k++) { at[k] = host + k * n; }
+    cudaCheck(cudaMemcpy(at[STATE_M], dp->opt.m, n * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(at[STATE_V], dp->opt.v, n * sizeof(float), cudaMemcpyDeviceToHost));
+    if (dp->opt.master) { cudaCheck(cudaMemcpy(at[STATE_MASTER], dp->opt.master, n * sizeof(float), cudaMemcpyDeviceToHost)); }
+    if (s->has_local) { dev_dp_download_owned(dp, at[STATE_LOCAL]); }
+    OuterState h = {at[STATE_OUTER], at[STATE_OUTER_M], at[STATE_RESIDUAL], NULL, at[STATE_PEND_SNAP]};
+    if (s->has_outer) {
+        cudaCheck(cudaMemcpy(h.outer, dp->st.outer, n * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h.momentum, dp->st.momentum, n * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    if (s->has_pending) { // every exchange landed first (the communication stream)
+        device_link_host_wait(&dp->link, "the -lo exchanges in flight");
+        size_t total = p->held_off[p->num_fragments];
+        float* packed = (float*)malloc_check(total * sizeof(float));
+        cudaCheck(cudaMemcpy(h.snap, dp->st.snap, n * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(packed, dp->st.held, total * sizeof(float), cudaMemcpyDeviceToHost));
+        dp_plan_held_owned(p, packed, at[STATE_PEND_SUM], 1);
+        free(packed);
+    }
+    if (s->has_residual) {
+        device_link_host_wait(&dp->link, "the residual"); // written on stream 0 at an exchange's start
+        cudaCheck(cudaMemcpy(h.residual, dp->st.residual, n * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    StateArrays arrays = {{at[STATE_M], at[STATE_V], dp->opt.master ? at[STATE_MASTER] : NULL}};
+    outer_state_arrays(&arrays, s, &h, at[STATE_LOCAL], at[STATE_PEND_SUM]);
+    state_write_arrays(path, s, &arrays);
+    free(host);
+}
+
+// m, v (and master weights); with -ls the owned local parameters (written into the floatX
+// parameters, then all-gathered inside the replica) and the outer state, where the checkpoint
+// holds them.
+static void dev_dp_read_state(DeviceDP* dp, const char* dir, int step, const StateTarget* target, TrainState* got) {
+    const DpPlan* p = &dp->plan;
+    size_t n = p->owned;
+    float* host = (float*)malloc_check(STATE_ARRAYS * n * sizeof(float));
+    float* at[STATE_ARRAYS];
+    for (int k = 0; k < STATE_ARRAYS; k++) { at[k] = host + k * n; }
+    OuterState h = {dp->st.outer ? at[STATE_OUTER] : NULL, dp->st.momentum ? at[STATE_OUTER_M] : NULL,
+                    dp->st.residual ? at[STATE_RESIDUAL] : NULL, NULL, dp->st.held ? at[STATE_PEND_SNAP] : NULL};
+    StateArrays arrays = {{at[STATE_M], at[STATE_V], dp->opt.master ? at[STATE_MASTER] : NULL}};
+    outer_state_targets(&arrays, &h, at[STATE_LOCAL], at[STATE_PEND_SUM]);
+    state_load_arrays(dir, step, target, got, &arrays);
+    cudaCheck(cudaMemcpy(dp->opt.m, at[STATE_M], n * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dp->opt.v, at[STATE_V], n * sizeof(float), cudaMemcpyHostToDevice));
+    if (dp->opt.master && got->has_master) {
+        cudaCheck(cudaMemcpy(dp->opt.master, at[STATE_MASTER], n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    if (got->has_local) { dev_dp_upload_owned(dp, at[STATE_LOCAL]); }
+    if (got->has_outer) {
+        cudaCheck(cudaMemcpy(dp->st.outer, h.outer, n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(dp->st.momentum, h.momentum, n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    if (dp->st.residual && got->has_residual) {
+        cudaCheck(cudaMemcpy(dp->st.residual, h.residual, n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    if (got->has_pending) {
+        size_t total = p->held_off[p->num_fragments];
+        float* packed = (float*)calloc_check(total, sizeof(float));
+        cudaCheck(cudaMemcpy(dp->st.snap, at[STATE_PEND_SNAP], n * sizeof(float), cudaMemcpyHostToDevice));
+        dp_plan_held_owned(p, packed, at[STATE_PEND_SUM], 0);
+        cudaCheck(cudaMemcpy(dp->st.held, packed, total * sizeof(float), cudaMemcpyHostToDevice));
+        free(packed);
+    }
+    free(host);
+}
+
+#endif
