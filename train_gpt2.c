@@ -468,21 +468,14 @@ static void cpu_grads_ready(void* ctx, GPT2* m, int layer) {
     if (host_dp_grads_ready((HostDP*)ctx, layer)) { gpt2_zero_grads(m); }
 }
 
-static void cpu_micro_step(void* ctx, const int* inputs, const int* targets, int B, int T, float dloss, int last) {
+static void cpu_micro_step(void* ctx, const int* inputs, const int* targets, int B, int T, float dloss, float weight,
+                           int last) {
     CpuTrainer* c = cpu_of(ctx);
+    (void)weight; // the step's loss is the mean over its micro-steps (cpu_agree)
     c->loss_sum += gpt2_forward(&c->model, inputs, targets, B, T);
     c->micro_steps++;
     c->dp.last_micro_step = last;
     gpt2_backward(&c->model, B, T, dloss, cpu_grads_ready, &c->dp);
-}
-
-static float cpu_reduce_gradients(void* ctx) {
-    host_dp_finish_gradients(&cpu_of(ctx)->dp);
-    return host_dp_grad_norm(&cpu_of(ctx)->dp);
-}
-
-static void cpu_update(void* ctx, const AdamWConfig* h, float grad_scale, int t) {
-    host_dp_optimizer_step(&cpu_of(ctx)->dp, h, grad_scale, t);
 }
 
 // The loss and the preemption votes in one ring all-reduce (the bytes of the loss alone).
@@ -530,14 +523,6 @@ static void cpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     gpt2_write_model_crc(path, &m->config, m->params_memory, MODEL_VERSION_FP32, crc);
 }
 
-static void cpu_write_state(void* ctx, const char* path, const TrainState* s) {
-    host_dp_write_state(&cpu_of(ctx)->dp, path, s);
-}
-
-static void cpu_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
-    host_dp_read_state(&cpu_of(ctx)->dp, dir, step, target, got);
-}
-
 static void cpu_barrier(void* ctx) {
     (void)ctx;
     watchdog_arm("the checkpoint barrier");
@@ -550,39 +535,19 @@ static size_t cpu_comm_bytes_sent(void* ctx) {
     return comm_bytes_sent;
 }
 
-static void cpu_set_replica_reduce(void* ctx, int every_step) { cpu_of(ctx)->dp.replica_reduce = every_step; }
-
-static void cpu_set_gradient_wire(void* ctx, const OuterConfig* c) { cpu_of(ctx)->dp.grad_wire = *c; }
-
-static void cpu_outer_init(void* ctx) { host_dp_outer_init(&cpu_of(ctx)->dp); }
-
-static float cpu_outer_step(void* ctx, const OuterCall* call) { return host_dp_outer_step(&cpu_of(ctx)->dp, call); }
-
-static void cpu_replica_crcs(void* ctx, int outer, uint32_t* crcs) { host_dp_replica_crcs(&cpu_of(ctx)->dp, outer, crcs); }
-
-// peak_tflops and peak_source are filled in by main (measured at start-up).
+// peak_tflops and peak_source are filled in by main (measured at start-up), dp by the data-parallel layer.
 static const TrainerOps cpu_trainer_ops = {
     .begin_step = cpu_begin_step,
     .micro_step = cpu_micro_step,
-    .reduce_gradients = cpu_reduce_gradients,
-    .update = cpu_update,
     .agree = cpu_agree,
     .evaluate = cpu_evaluate,
     .next_logits = cpu_next_logits,
     .write_model = cpu_write_model,
-    .write_state = cpu_write_state,
-    .read_state = cpu_read_state,
     .barrier = cpu_barrier,
     .comm_bytes_sent = cpu_comm_bytes_sent,
     .eval_losses = cpu_eval_losses,
     .sum_count = cpu_sum_count,
     .name = "train_gpt2cpu",
-    .set_replica_reduce = cpu_set_replica_reduce,
-    .outer_init = cpu_outer_init,
-    .outer_step = cpu_outer_step,
-    .replica_crcs = cpu_replica_crcs,
-    .set_gradient_wire = cpu_set_gradient_wire,
-    .fragments = 1,
 };
 
 static void mpi_abort_all(void) {
@@ -617,11 +582,12 @@ int main(int argc, char** argv) {
                  cpu.model.grads_memory, grad_tensors, cpu.model.grads_one_layer);
     if (args.outer.every > 0 && args.outer.overlap > 0) { host_dp_init_overlap(&cpu.dp); }
     TrainerOps ops = cpu_trainer_ops;
+    ops.dp = host_dp_ops(&cpu.dp);
     char peak_source[160] = "-pk";
     if (args.peak_tflops == 0.0f) { ops.peak_tflops = cpu_measured_peak_tflops(peak_source, sizeof(peak_source)); }
     ops.peak_source = peak_source;
     const DpPlan* plan = &cpu.dp.plan;
-    run_prepare(&run, &plan->mesh, zero, plan->owned, 0, &ops, &cpu);
+    run_prepare(&run, &plan->mesh, zero, plan->owned, 0, &ops);
 
     MemoryBytes mem = memory_bytes_per_rank(&plan->layout, zero, plan->num_parameters, 4, 4, 0, 1,
                                             args.outer.every > 0);

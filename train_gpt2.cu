@@ -458,7 +458,6 @@ static void gpt2_zero_grads(GPT2* m) {
 typedef struct {
     GPT2 model;
     DeviceDP dp;   // the data-parallel layer (llmc/dp_device.cuh): ZeRO, AdamW's sharded state, -ls
-    uint32_t seed; // stochastic rounding (-rs)
 } GpuTrainer;
 
 static void gpu_begin_step(void* ctx) {
@@ -475,26 +474,16 @@ static void gpu_grads_ready(void* ctx, GPT2* m, int layer) {
 
 // No host wait on the device here: the tokens go up asynchronously (upload_tokens); the step's
 // host waits (with NCCL's error checks and the deadline) are the grad norm's and the loss's.
-static void gpu_micro_step(void* ctx, const int* inputs, const int* targets, int B, int T, float dloss, int last) {
+static void gpu_micro_step(void* ctx, const int* inputs, const int* targets, int B, int T, float dloss, float weight,
+                           int last) {
     GpuTrainer* g = (GpuTrainer*)ctx;
     watchdog_span_begin("a micro-step's kernel launches"); // a full launch queue blocks behind a hung collective
     gpt2_forward_device(&g->model, inputs, targets, B, T, dloss);
-    loss_accumulate(g->dp.loss, g->model.acts.losses, B * T, dloss);
+    loss_accumulate(g->dp.loss, g->model.acts.losses, B * T, weight);
     g->dp.last_micro_step = last;
     dev_dp_backward_begin(&g->dp);
     gpt2_backward(&g->model, B, T, gpu_grads_ready, &g->dp);
     watchdog_span_end();
-}
-
-static float gpu_reduce_gradients(void* ctx) {
-    GpuTrainer* g = (GpuTrainer*)ctx;
-    dev_dp_finish_gradients(&g->dp);
-    return dev_dp_grad_norm(&g->dp);
-}
-
-static void gpu_update(void* ctx, const AdamWConfig* h, float grad_scale, int t) {
-    GpuTrainer* g = (GpuTrainer*)ctx;
-    dev_dp_optimizer_step(&g->dp, h, grad_scale, t, g->seed);
 }
 
 static float gpu_agree(void* ctx, float loss_factor, float vote, float* votes) {
@@ -545,14 +534,6 @@ static void gpu_write_model(void* ctx, const char* path, uint32_t* crc) {
     free(params);
 }
 
-static void gpu_write_state(void* ctx, const char* path, const TrainState* s) {
-    dev_dp_write_state(&((GpuTrainer*)ctx)->dp, path, s);
-}
-
-static void gpu_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
-    dev_dp_read_state(&((GpuTrainer*)ctx)->dp, dir, step, target, got);
-}
-
 // An all-reduce of the (zeroed) loss slots: returns once every rank got there.
 static void gpu_barrier(void* ctx) {
     DeviceDP* dp = &((GpuTrainer*)ctx)->dp;
@@ -571,29 +552,13 @@ static size_t gpu_comm_bytes_sent(void* ctx) {
 #define GPU_COMM_BYTES_SENT NULL
 #endif
 
-static void gpu_set_replica_reduce(void* ctx, int every_step) { ((GpuTrainer*)ctx)->dp.replica_reduce = every_step; }
-
-static void gpu_set_gradient_wire(void* ctx, const OuterConfig* c) { ((GpuTrainer*)ctx)->dp.grad_wire = *c; }
-
-static void gpu_outer_init(void* ctx) { dev_dp_outer_init(&((GpuTrainer*)ctx)->dp); }
-
-static float gpu_outer_step(void* ctx, const OuterCall* call) { return dev_dp_outer_step(&((GpuTrainer*)ctx)->dp, call); }
-
-static void gpu_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
-    dev_dp_replica_crcs(&((GpuTrainer*)ctx)->dp, outer, crcs);
-}
-
 static const TrainerOps gpu_trainer_ops = {
     .begin_step = gpu_begin_step,
     .micro_step = gpu_micro_step,
-    .reduce_gradients = gpu_reduce_gradients,
-    .update = gpu_update,
     .agree = gpu_agree,
     .evaluate = gpu_evaluate,
     .next_logits = gpu_next_logits,
     .write_model = gpu_write_model,
-    .write_state = gpu_write_state,
-    .read_state = gpu_read_state,
     .barrier = gpu_barrier,
     .comm_bytes_sent = GPU_COMM_BYTES_SENT,
     .eval_losses = gpu_eval_losses,
@@ -601,12 +566,6 @@ static const TrainerOps gpu_trainer_ops = {
     .peak_tflops = GPU_PEAK_TFLOPS,
     .peak_source = GPU_PEAK_SOURCE,
     .name = "train_gpt2 " PRECISION_NAME,
-    .set_replica_reduce = gpu_set_replica_reduce,
-    .outer_init = gpu_outer_init,
-    .outer_step = gpu_outer_step,
-    .replica_crcs = gpu_replica_crcs,
-    .set_gradient_wire = gpu_set_gradient_wire,
-    .fragments = 1,
 };
 
 #ifndef TESTING
@@ -644,7 +603,6 @@ int main(int argc, char** argv) {
     TrainRun run;
     float* params = run_load_model(&run, &args, world, rank);
     GpuTrainer gpu;
-    gpu.seed = (uint32_t)args.seed;
     if (args.outer.link_mbps > 0.0f) { fail("-rb %g: the modelled link is train_gpt2cpu's only", args.outer.link_mbps); }
     int grad_layers = grad_layers_for_stage(zero, run.config.num_layers);
     gpt2_build(&gpu.model, &run.config, params, args.B, args.T, args.recompute, grad_layers,
@@ -661,11 +619,14 @@ int main(int argc, char** argv) {
     dev_dp_init(&gpu.dp, world_comm, rank, world, &run.config, args.dp_shard, zero, &args.outer,
                 gpu.model.params_memory, gpu.model.grads_memory, gpu.model.grads_elements, unit_grads, grad_layers,
                 args.master_weights, params);
+    gpu.dp.seed = (uint32_t)args.seed;
     gpu.model.params_wait = dev_dp_params_wait;
     gpu.model.params_ctx = &gpu.dp;
     free(params);
     const DpPlan* plan = &gpu.dp.plan;
-    run_prepare(&run, &plan->mesh, zero, plan->owned, gpu.dp.opt.master != NULL, &gpu_trainer_ops, &gpu);
+    TrainerOps ops = gpu_trainer_ops;
+    ops.dp = dev_dp_ops(&gpu.dp);
+    run_prepare(&run, &plan->mesh, zero, plan->owned, gpu.dp.opt.master != NULL, &ops);
 
     MemoryBytes mem = memory_bytes_per_rank(&plan->layout, zero, plan->num_parameters, sizeof(floatX), sizeof(floatX),
                                             gpu.dp.opt.master != NULL, grad_layers, args.outer.every > 0);
@@ -689,7 +650,7 @@ int main(int argc, char** argv) {
         op_events_init(side ? "the communication stream (reduce-scatters, all-reduces, all-gathers)" : NULL);
         op_profile.peak_unknown = args.peak_tflops <= 0.0f; // the default peak is a datasheet's, not this device's
     }
-    run_train(&run, &gpu_trainer_ops, &gpu);
+    run_train(&run, &ops, &gpu);
     op_events_free();
 
     run_free(&run);

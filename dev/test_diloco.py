@@ -17,6 +17,9 @@ dev/tests/36_diloco.sh. The d2 byte-level model of dev/test_distributed.py on KJ
                on another layout with the same dp_replicate; the resumes that must be refused
   refusals     -v inside a window, -lss without -ls, -om 1; replicas that start from different
                weights (MPMD with another -sd on one rank) stop the job naming step 0 and the ranks
+  guards [T]   a non-finite pseudo-gradient skips the sync on every replica (residual and outer state
+               kept, -sk counts skipped syncs), and the step guard's per-replica decisions say so (T:
+               another trainer, the emulated GPU one)
 Each subcommand exits non-zero on any mismatch.
 """
 import json
@@ -571,7 +574,70 @@ def cmd_overlap():
            f"at once {np.mean(b) / np.mean(a):.3f}x")
 
 
+def state_array(d, step, rank, name):
+    """One array of a state file (llmc/ckpt_state_file.h's order: m, v, master, local, outer, outer
+    momentum, residual, snapshots, held sums; the header says which are there)."""
+    h = state_header(d, step, rank)
+    owned = int(np.frombuffer(h[18:20].tobytes(), dtype="<u8")[0])
+    present = [1, 1, h[16], h[24], h[25], h[25], h[31], h[38], h[38]]
+    names = ["m", "v", "master", "local", "outer", "outer_m", "residual", "snap", "held"]
+    k = names.index(name)
+    if not present[k]:
+        return None
+    slot = sum(present[:k])
+    return np.fromfile(f"{d}/state_{step:08d}_{rank:05d}.bin", dtype="<f4", count=owned, offset=1024 + 4 * slot * owned)
+
+
+def finite_run(d):
+    """Whether every train loss in metrics.jsonl and every weight of model_final.bin is finite."""
+    losses = [json.loads(l).get("train_loss") for l in open(d + "/metrics.jsonl")]
+    return all(x is None or math.isfinite(x) for x in losses) and bool(np.all(np.isfinite(td.weights(d + "/model_final.bin"))))
+
+
+def cmd_guards(trainer=None):
+    """The guards of the replica sync (issue 35, fixes b and d), on 2 x 1 ZeRO 1 (-ls 4 -ol 0.7 -om 0.9):
+    a NaN or an infinity in one replica's pseudo-gradients (-fi nan_pg, inf_pg) never reaches the
+    outer state: every replica skips that sync (one line says so), keeps its residual and its outer
+    state (the state files before and after the sync equal), trains on with finite losses, and the
+    next sync applies; two skipped syncs in a row stop the run under -sk 2; with -lo 1 the skip is
+    decided when the exchange would start. Between syncs the step guard decides per replica (its own
+    gradient norm): a NaN in one replica's gradients only (-fi nan_grad) skips that replica's update
+    and its line names the replica, not every rank."""
+    global OUT
+    if trainer: # its runs go with the multi-GPU ones (build/multi_gpu, their goldens)
+        td.TRAINER, OUT = trainer, "build/multi_gpu"
+    tag = "guard_gpu_" if trainer else "guard_"
+    base = ["-x", "8", "-ls", "4", "-ds", "1", "-z", "1"] + NESTEROV
+    for kind, extra in [("nan_pg", ["-rq", "int8", "-n", "1"]), ("inf_pg", []), ("nan_pg", ["-lo", "1"])]:
+        d, r = run(2, base + extra + ["-fi", f"{kind}@4:1"], f"{tag}{kind}_{len(extra)}", ok=False)
+        line = next((l for l in r.stdout.splitlines() if "outer sync" in l and "skipped" in l), "")
+        ok = r.returncode == 0 and "step 4:" in line and "every replica" in line and finite_run(d)
+        what = f"-fi {kind}@4:1 {' '.join(extra)}: exit {r.returncode}, '{line[:170]}', losses and weights finite: " \
+               f"{ok and finite_run(d)}"
+        if ok and "-n" in extra:
+            kept = all(np.array_equal(state_array(d, 3, k, a), state_array(d, 4, k, a), equal_nan=True)
+                       for k in (0, 1) for a in ("outer", "outer_m", "residual"))
+            ok = kept and state_array(d, 4, 1, "residual") is not None
+            what += f"; outer state and residual of steps 3 and 4 equal on both ranks: {kept}"
+        report(ok, what)
+    d, r = run(2, base[:1] + ["12"] + base[2:] + ["-sk", "2", "-fi", "nan_pg@4:1,nan_pg@8:0"], f"{tag}sk", ok=False)
+    line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "")
+    report(r.returncode != 0 and "step 8" in line and "2 outer syncs in a row skipped (-sk 2)" in line,
+           f"-sk 2 and non-finite pseudo-gradients at the syncs after steps 4 and 8 stop the run: {line[:170]}")
+    d, r = run(2, base + ["-fi", "nan_grad@2:1"], f"{tag}replica", ok=False)
+    lines = [l for l in r.stdout.splitlines() if "update skipped" in l]
+    report(r.returncode == 0 and len(lines) == 1 and "step 2: update skipped on replica 1" in lines[0] and finite_run(d),
+           f"-fi nan_grad@2:1 (replica 1's gradient only, between syncs): exit {r.returncode}, {lines}")
+    d, r = run(2, base + ["-fi", "nan@2:1"], f"{tag}world", ok=False)
+    lines = [l for l in r.stdout.splitlines() if "update skipped" in l]
+    report(r.returncode == 0 and len(lines) == 1 and "step 2: update skipped on every rank" in lines[0],
+           f"-fi nan@2:1 (the loss, averaged over every rank): {lines}")
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "guards":
+        cmd_guards(sys.argv[2] if len(sys.argv) > 2 else None)
+        sys.exit(1 if failures else 0)
     {"reference": cmd_reference, "invariance": cmd_invariance, "identity": cmd_identity,
      "accounting": cmd_accounting, "resume": cmd_resume, "refusals": cmd_refusals,
      "fragments": cmd_fragments, "overlap": cmd_overlap}[sys.argv[1]]()

@@ -18,6 +18,8 @@ dev/tests/golden/GROUP.txt, are such ledgers recorded from a tree whose numbers 
                                                         none missing (--partial: missing ones allowed),
                                                         none unknown
   python3 dev/test_golden.py record GROUP               the ledger becomes the golden
+  python3 dev/test_golden.py add GROUP                  the ledger's runs the golden does not have yet join
+                                                        it (new tests); refused while any other run differs
   python3 dev/test_golden.py reset GROUP                empties the ledger (each test file does so first)
   python3 dev/test_golden.py mutant                     the test of the test: a copy of the CPU trainer whose
                                                         AdamW eps is 1e-4 larger in relative terms (every
@@ -140,6 +142,20 @@ def check(group, partial):
     sys.exit(1 if bad or seen == 0 else 0)
 
 
+def add(group):
+    golden, got = _read(f"{GOLDEN}/{group}.txt"), _read(f"{LEDGER}/{group}.txt")
+    differ = [d for d in golden if d in got and got[d] != golden[d]]
+    if differ:
+        sys.exit(f"refused: {len(differ)} runs differ from the golden (first: {differ[0]})")
+    new = sorted(set(got) - set(golden))
+    lines = [l for l in open(f"{GOLDEN}/{group}.txt") if l.startswith("#")]
+    with open(f"{GOLDEN}/{group}.txt", "w") as f:
+        f.writelines(lines)
+        for d in sorted(set(golden) | set(new)):
+            f.write((golden.get(d) or got[d]) + "\n")
+    print(f"{len(new)} runs added to {GOLDEN}/{group}.txt: {' '.join(new)}")
+
+
 def record(group):
     got = _read(f"{LEDGER}/{group}.txt")
     if not got:
@@ -196,6 +212,8 @@ if __name__ == "__main__":
         check(group, "--partial" in sys.argv)
     elif cmd == "record":
         record(group)
+    elif cmd == "add":
+        add(group)
     elif cmd == "reset":
         path = f"{LEDGER}/{group}.txt"
         if os.path.exists(path):

@@ -35,6 +35,8 @@
 #include "wire_kernels.cuh"
 #include "op_events.cuh"
 #include "dp_device_link.cuh"
+#include "dp_ops.h"
+#include "faults.h"
 
 // AdamW's state of n owned elements on the device: m, v, fp32 master weights (BF16 with -w 1,
 // else NULL), and the table of what one launch updates (every tensor, or this rank's slices).
@@ -103,6 +105,7 @@ typedef struct {
     int replica_reduce;        // 1: gradients averaged over every rank; 0 (-ls): over the shard group only
     OuterConfig grad_wire;     // -ls 0: how this step's gradients cross the replicas (-rq/-rk, -rqs)
     DeviceAdamW opt;           // AdamW's state of the owned elements
+    uint32_t seed;             // the stochastic rounding's seed (-sd)
     float* shard_grads;        // stages 1, 2: reduced fp32 slices, padded to a multiple of dp_replicate
     floatX* group_pad;         // a bucket's units S does not divide, each padded to S slices (or NULL)
     floatX* group_recv;        // a bucket's reduce-scattered slices, in shard order
@@ -461,7 +464,9 @@ static double dev_dp_adamw_bytes(const DeviceDP* dp, size_t grad_size) {
 // AdamW (t = 1-based step) on what this rank owns (one launch, stream 0; every tensor in ZeRO 0,
 // this rank's slice of every unit in stages 1, 2, each slice drawing the stochastic-rounding bits its
 // whole tensor would), then (stages 1, 2) the parameter all-gathers on the communication stream.
-static void dev_dp_optimizer_step(DeviceDP* dp, const AdamWConfig* h, float grad_scale, int t, uint32_t seed) {
+static void dev_dp_optimizer_step(void* ctx, const AdamWConfig* h, float grad_scale, int t) {
+    DeviceDP* dp = (DeviceDP*)ctx;
+    uint32_t seed = dp->seed;
     const DpPlan* p = &dp->plan;
     DeviceAdamW* o = &dp->opt;
     if (p->zero_stage == 0) {
@@ -568,7 +573,8 @@ static void dev_dp_upload_owned(DeviceDP* dp, const float* src) {
 }
 
 // outer = the owned local parameters (fp32), the outer momentum 0 (stream 0).
-static void dev_dp_outer_init(DeviceDP* dp) {
+static void dev_dp_outer_init(void* ctx) {
+    DeviceDP* dp = (DeviceDP*)ctx;
     const DpPlan* p = &dp->plan;
     device_link_comm_wait(&dp->link);
     cudaCheck(cudaMemsetAsync(dp->st.outer, 0, p->owned * sizeof(float), 0));
@@ -633,7 +639,7 @@ static WireSpec dev_dp_wire_spec(const OuterConfig* c) {
 // waits for every collective issued (the parameters' all-gather, an earlier exchange still reading
 // wire_send); the collectives and the sum run on the communication stream, which records comm_done and
 // the fragment's `exchanged` event.
-static void dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* dst, float* snap) {
+static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* dst, float* snap) {
     const DpPlan* p = &dp->plan;
     int R = p->mesh.dp_replicate, f = call->fragment;
     WireSpec w = dev_dp_wire_spec(&call->c);
@@ -649,6 +655,10 @@ static void dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float*
         outer_span_message(dst + r->packed, dp->st.outer + o, mw, dp->params + r->param, res ? res + o : NULL, r->count,
                            outer_plain_average(&call->c));
     }
+    float bad = fault_pseudo_grad(&run_fault, call->step, p->mesh.rank); // -fi nan_pg, inf_pg
+    static float bad_value; // outlives the asynchronous copy
+    bad_value = bad;
+    if (bad != 0.0f) { cudaCheck(cudaMemcpyAsync(dst, &bad_value, sizeof(float), cudaMemcpyHostToDevice, 0)); }
     if (outer_compressed(&call->c)) {
         wire_spec_encode_slices(&w, dst, slice, R, dp->wire_send, res != NULL, 0);
         for (int i = p->frag_runs[f]; res && i < p->frag_runs[f + 1]; i++) { // the residual back in owned order
@@ -661,6 +671,7 @@ static void dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float*
     device_link_order_on_comm(&dp->link);
     dev_dp_wire_exchange(dp, &w, dst, slice, cs);
     cudaCheck(cudaEventRecord(dp->exchanged[f], cs));
+    return 1;
 }
 
 // The outer step of fragment call->fragment with its summed messages `sum` (packed): outer_update on
@@ -701,26 +712,28 @@ static float dev_dp_fragment_apply(DeviceDP* dp, const OuterCall* call, float* s
 // waiting (the exchange runs on the communication stream beside the next steps); OUTER_FINISH
 // applies the held sum once its `exchanged` event has passed. Returns the applied squared norm (0
 // for OUTER_START).
-static float dev_dp_outer_step(DeviceDP* dp, const OuterCall* call) {
+static int dev_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
+    DeviceDP* dp = (DeviceDP*)ctx;
     const DpPlan* p = &dp->plan;
     int f = call->fragment;
+    *sq = 0.0f;
     if (call->phase == OUTER_BLOCKING) {
         float* buf = p->zero_stage == 0 ? dp->outer_msg : dp->shard_grads;
-        dev_dp_fragment_exchange(dp, call, buf, NULL);
-        return dev_dp_fragment_apply(dp, call, buf, NULL);
+        if (!dev_dp_fragment_exchange(dp, call, buf, NULL)) { return 0; }
+        *sq = dev_dp_fragment_apply(dp, call, buf, NULL);
+        return 1;
     }
     float* held = dp->st.held + p->held_off[f];
-    if (call->phase == OUTER_START) {
-        dev_dp_fragment_exchange(dp, call, held, dp->st.snap);
-        return 0.0f;
-    }
-    return dev_dp_fragment_apply(dp, call, held, dp->st.snap);
+    if (call->phase == OUTER_START) { return dev_dp_fragment_exchange(dp, call, held, dp->st.snap); }
+    *sq = dev_dp_fragment_apply(dp, call, held, dp->st.snap);
+    return 1;
 }
 
 // The CRC-32C of the owned outer parameters (outer 1: all owned elements, padding included) or
 // of the owned local parameters as fp32 (0: span by span, no padding), as the CPU trainer computes
 // them, all-gathered over the replicas (2 floats each, llmc/outer_sync.h).
-static void dev_dp_replica_crcs(DeviceDP* dp, int outer, uint32_t* crcs) {
+static void dev_dp_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
+    DeviceDP* dp = (DeviceDP*)ctx;
     const DpPlan* p = &dp->plan;
     int R = p->mesh.dp_replicate, me = p->mesh.replicate_idx;
     float* host = (float*)malloc_check((p->owned > 2 * (size_t)R ? p->owned : 2 * (size_t)R) * sizeof(float));
@@ -754,7 +767,8 @@ static void dev_dp_replica_crcs(DeviceDP* dp, int outer, uint32_t* crcs) {
 // m, v (and master weights); with -ls also the owned local parameters (the floatX parameters as
 // fp32, exact; the replicas differ between syncs), the outer state, the residual (-rq) and, with -lo
 // exchanges in flight, the local snapshots and the held sums (once every exchange has landed).
-static void dev_dp_write_state(DeviceDP* dp, const char* path, const TrainState* s) {
+static void dev_dp_write_state(void* ctx, const char* path, const TrainState* s) {
+    DeviceDP* dp = (DeviceDP*)ctx;
     const DpPlan* p = &dp->plan;
     size_t n = p->owned;
     float* host = (float*)malloc_check(n * sizeof(float) * STATE_ARRAYS);
@@ -791,7 +805,8 @@ static void dev_dp_write_state(DeviceDP* dp, const char* path, const TrainState*
 // m, v (and master weights); with -ls the owned local parameters (written into the floatX
 // parameters, then all-gathered inside the replica) and the outer state, where the checkpoint
 // holds them.
-static void dev_dp_read_state(DeviceDP* dp, const char* dir, int step, const StateTarget* target, TrainState* got) {
+static void dev_dp_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
+    DeviceDP* dp = (DeviceDP*)ctx;
     const DpPlan* p = &dp->plan;
     size_t n = p->owned;
     float* host = (float*)malloc_check(STATE_ARRAYS * n * sizeof(float));
@@ -824,6 +839,33 @@ static void dev_dp_read_state(DeviceDP* dp, const char* dir, int step, const Sta
         free(packed);
     }
     free(host);
+}
+
+// After the last micro-step: the reduction finished, the norm of the averaged gradient.
+static float dev_dp_reduce_gradients(void* ctx) {
+    dev_dp_finish_gradients((DeviceDP*)ctx);
+    return dev_dp_grad_norm((DeviceDP*)ctx);
+}
+
+static void dev_dp_set_replica_reduce(void* ctx, int every_step) { ((DeviceDP*)ctx)->replica_reduce = every_step; }
+
+static void dev_dp_set_gradient_wire(void* ctx, const OuterConfig* c) { ((DeviceDP*)ctx)->grad_wire = *c; }
+
+// The training loop's view of this layer (llmc/dp_ops.h).
+static DataParallelOps dev_dp_ops(DeviceDP* dp) {
+    DataParallelOps ops = {
+        .ctx = dp,
+        .reduce_gradients = dev_dp_reduce_gradients,
+        .update = dev_dp_optimizer_step,
+        .write_state = dev_dp_write_state,
+        .read_state = dev_dp_read_state,
+        .set_replica_reduce = dev_dp_set_replica_reduce,
+        .set_gradient_wire = dev_dp_set_gradient_wire,
+        .outer_init = dev_dp_outer_init,
+        .outer_step = dev_dp_outer_step,
+        .replica_crcs = dev_dp_replica_crcs,
+    };
+    return ops;
 }
 
 #endif

@@ -18,6 +18,8 @@
 #include "optimizer.h"
 #include "op_profile.h"
 #include "cpu_memory.h"
+#include "dp_ops.h"
+#include "faults.h"
 
 // A collective timed as communication (-op 1), with the bytes it sent (untimed on the -lo
 // communication thread: the profile is the trainer thread's).
@@ -370,7 +372,8 @@ static void host_dp_all_gather_unit(HostDP* dp, int u) {
 
 // AdamW (t = 1-based step) on what this rank owns (ZeRO 0: tensor by tensor), then (stages 1, 2)
 // the parameter all-gather.
-static void host_dp_optimizer_step(HostDP* dp, const AdamWConfig* h, float grad_scale, int t) {
+static void host_dp_optimizer_step(void* ctx, const AdamWConfig* h, float grad_scale, int t) {
+    HostDP* dp = (HostDP*)ctx;
     const DpPlan* p = &dp->plan;
     float bias1, bias2;
     adamw_bias_corrections(h, t, &bias1, &bias2);
@@ -431,7 +434,8 @@ static void host_dp_set_owned_params(HostDP* dp, const float* src) {
 }
 
 // outer = the owned local parameters, the outer momentum 0.
-static void host_dp_outer_init(HostDP* dp) {
+static void host_dp_outer_init(void* ctx) {
+    HostDP* dp = (HostDP*)ctx;
     memset(dp->st.outer, 0, dp->plan.owned * sizeof(float));
     memset(dp->st.momentum, 0, dp->plan.owned * sizeof(float));
     host_dp_owned_params(dp, dp->st.outer);
@@ -466,6 +470,12 @@ static void host_dp_fragment_messages(const HostDP* dp, int f, int plain, const 
             out[j] = d;
         }
     }
+}
+
+// -fi nan_pg, inf_pg: this rank's messages of the syncs after call->step start with a NaN or an infinity.
+static void host_dp_fault_message(const HostDP* dp, const OuterCall* call, float* msg) {
+    float bad = fault_pseudo_grad(&run_fault, call->step, dp->world.rank);
+    if (bad != 0.0f) { msg[0] = bad; }
 }
 
 // Fragment f's residual packed like its messages (into packed, zeroed to its R slices), or (back
@@ -508,6 +518,7 @@ static double host_dp_fragment_exchange(HostDP* dp, const OuterCall* call, float
     double t0 = now_seconds();
     size_t sent0 = comm_bytes_sent;
     host_dp_fragment_messages(dp, call->fragment, outer_plain_average(&call->c), res, msg);
+    host_dp_fault_message(dp, call, msg);
     host_dp_fragment_sum(dp, &dp->replica, call, msg, dp->sbuf_bytes ? &dp->sbuf : NULL);
     return link_ready_time(t0, comm_bytes_sent - sent0, call->c.link_mbps);
 }
@@ -581,6 +592,7 @@ static void host_dp_fragment_start(HostDP* dp, const OuterCall* call) {
     job->expect = outer_wire_bytes(p->frag_count[f], &call->c, R);
     const float* res = outer_compressed(&call->c) ? dp->st.residual : NULL;
     host_dp_fragment_messages(dp, f, outer_plain_average(&call->c), res, job->msg);
+    host_dp_fault_message(dp, call, job->msg);
     comm_bytes_sent += job->expect;
     comm_worker_submit(&dp->worker, f, job);
 }
@@ -594,27 +606,33 @@ static void host_dp_overlap_drain(HostDP* dp) {
 // OUTER_BLOCKING exchanges in the idle gradient buffer on this thread, waits out the modelled
 // link (-rb) and applies at once; OUTER_START (-lo) hands the exchange to the communication thread
 // (host_dp_fragment_start); OUTER_FINISH waits for it (unless it landed before a checkpoint this run
-// resumed from) and applies the held sum. Returns the applied squared norm (0 for OUTER_START).
-static float host_dp_outer_step(HostDP* dp, const OuterCall* call) {
+// resumed from) and applies the held sum. Returns 1 and the applied squared norm in *sq (0 for
+// OUTER_START).
+static int host_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
+    HostDP* dp = (HostDP*)ctx;
     const DpPlan* p = &dp->plan;
     int f = call->fragment;
+    *sq = 0.0f;
     if (call->phase == OUTER_BLOCKING) {
         float* msg = p->zero_stage == 0 ? dp->grads : dp->shard_grads;
         double t0 = now_seconds();
         wait_until(host_dp_fragment_exchange(dp, call, msg));
         dp->link_waited[call->last] += now_seconds() - t0;
-        return host_dp_fragment_apply(dp, call, msg, NULL);
+        *sq = host_dp_fragment_apply(dp, call, msg, NULL);
+        return 1;
     }
     if (call->phase == OUTER_START) {
         host_dp_fragment_start(dp, call);
-        return 0.0f;
+        return 1;
     }
     if (comm_worker_has(&dp->worker, f)) { dp->link_waited[call->last] += comm_worker_wait(&dp->worker, f); }
-    return host_dp_fragment_apply(dp, call, dp->st.held + p->held_off[f], dp->st.snap);
+    *sq = host_dp_fragment_apply(dp, call, dp->st.held + p->held_off[f], dp->st.snap);
+    return 1;
 }
 
 // The CRC-32C of the owned outer (outer 1) or local parameters, all-gathered over the replicas.
-static void host_dp_replica_crcs(HostDP* dp, int outer, uint32_t* crcs) {
+static void host_dp_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
+    HostDP* dp = (HostDP*)ctx;
     uint32_t crc = outer ? outer_state_crc(&dp->plan, dp->st.outer) : dp_plan_local_crc(&dp->plan, dp->params, 0);
     int R = dp->replica.size;
     float* all = (float*)calloc_check(2 * (size_t)R, sizeof(float));
@@ -630,7 +648,8 @@ static void host_dp_replica_crcs(HostDP* dp, int outer, uint32_t* crcs) {
 // m, v and, with -ls, the owned local parameters (the replicas differ between syncs) and the
 // outer state; with an -lo exchange in flight (s->has_pending), every exchange is first waited for
 // and the held sums and local snapshots follow (their fragments merge at the scheduled steps).
-static void host_dp_write_state(HostDP* dp, const char* path, const TrainState* s) {
+static void host_dp_write_state(void* ctx, const char* path, const TrainState* s) {
+    HostDP* dp = (HostDP*)ctx;
     const DpPlan* p = &dp->plan;
     float* local = s->has_local ? (float*)calloc_check(p->owned, sizeof(float)) : NULL;
     if (local) { host_dp_owned_params(dp, local); }
@@ -646,7 +665,8 @@ static void host_dp_write_state(HostDP* dp, const char* path, const TrainState* 
     free(sums);
 }
 
-static void host_dp_read_state(HostDP* dp, const char* dir, int step, const StateTarget* target, TrainState* got) {
+static void host_dp_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
+    HostDP* dp = (HostDP*)ctx;
     const DpPlan* p = &dp->plan;
     float* local = dp->st.outer ? (float*)calloc_check(p->owned, sizeof(float)) : NULL;
     float* sums = dp->st.held ? (float*)calloc_check(p->owned, sizeof(float)) : NULL;
@@ -657,6 +677,33 @@ static void host_dp_read_state(HostDP* dp, const char* dir, int step, const Stat
     if (got->has_pending) { dp_plan_held_owned(p, dp->st.held, sums, 0); }
     free(local);
     free(sums);
+}
+
+// After the last micro-step: the reduction finished, the norm of the averaged gradient.
+static float host_dp_reduce_gradients(void* ctx) {
+    host_dp_finish_gradients((HostDP*)ctx);
+    return host_dp_grad_norm((HostDP*)ctx);
+}
+
+static void host_dp_set_replica_reduce(void* ctx, int every_step) { ((HostDP*)ctx)->replica_reduce = every_step; }
+
+static void host_dp_set_gradient_wire(void* ctx, const OuterConfig* c) { ((HostDP*)ctx)->grad_wire = *c; }
+
+// The training loop's view of this layer (llmc/dp_ops.h).
+static DataParallelOps host_dp_ops(HostDP* dp) {
+    DataParallelOps ops = {
+        .ctx = dp,
+        .reduce_gradients = host_dp_reduce_gradients,
+        .update = host_dp_optimizer_step,
+        .write_state = host_dp_write_state,
+        .read_state = host_dp_read_state,
+        .set_replica_reduce = host_dp_set_replica_reduce,
+        .set_gradient_wire = host_dp_set_gradient_wire,
+        .outer_init = host_dp_outer_init,
+        .outer_step = host_dp_outer_step,
+        .replica_crcs = host_dp_replica_crcs,
+    };
+    return ops;
 }
 
 static void host_dp_free(HostDP* dp) {

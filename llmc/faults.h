@@ -1,6 +1,10 @@
 // Fault injection for the resilience tests (-fi KIND@STEP[:RANK], rank 0 if not given, or several
 // of them separated by commas): the step numbers are those of main.log (1-based). KIND is
 //   nan       this rank's loss and gradients of step STEP are NaN
+//   nan_grad  this rank's gradients of step STEP are NaN, its loss is not (under -ls between syncs
+//             only its replica's gradient norm sees it)
+//   nan_pg, inf_pg   the pseudo-gradient messages this rank packs for the outer syncs after step
+//             STEP (-ls) have a NaN (an infinity) as their first value
 //   spike     this rank's loss of step STEP is reported 100 times too large (gradients intact)
 //   die       this rank kills itself (SIGKILL) as step STEP begins
 //   hang      this rank stops answering (sleeps forever) as step STEP begins
@@ -26,7 +30,8 @@
 
 typedef enum {
     FAULT_NONE, FAULT_NAN, FAULT_DIE, FAULT_HANG, FAULT_DIE_CKPT, FAULT_SPIKE, FAULT_USR1, FAULT_ENOSPC,
-    FAULT_ENOSPC_MODEL, FAULT_ENOSPC_DONE, FAULT_ENOSPC_FINAL, FAULT_HANG_FWD, FAULT_HANG_CKPT, FAULT_HANG_EVAL
+    FAULT_ENOSPC_MODEL, FAULT_ENOSPC_DONE, FAULT_ENOSPC_FINAL, FAULT_HANG_FWD, FAULT_HANG_CKPT, FAULT_HANG_EVAL,
+    FAULT_NAN_GRAD, FAULT_NAN_PG, FAULT_INF_PG
 } FaultKind;
 
 #define FAULT_MAX 16
@@ -44,7 +49,8 @@ static Fault fault_parse(const char* spec) {
     memset(&f, 0, sizeof(f));
     if (spec == NULL || spec[0] == '\0') { return f; }
     static const char* names[] = {"", "nan", "die", "hang", "die_ckpt", "spike", "preempt", "enospc", "enospc_model",
-                                  "enospc_done", "enospc_final", "hang_fwd", "hang_ckpt", "hang_eval"};
+                                  "enospc_done", "enospc_final", "hang_fwd", "hang_ckpt", "hang_eval", "nan_grad",
+                                  "nan_pg", "inf_pg"};
     const int num_names = (int)(sizeof(names) / sizeof(names[0]));
     const char* at = spec;
     for (;;) {
@@ -58,8 +64,8 @@ static Fault fault_parse(const char* spec) {
         if (n < 2 || k == FAULT_NONE || (at[used] != '\0' && at[used] != ',') || step < 1 || rank < 0 ||
             f.count == FAULT_MAX) {
             fail("-fi %s: expected KIND@STEP[:RANK] (at most %d, separated by commas) with KIND nan, spike, die, "
-                 "hang, die_ckpt, preempt, enospc, enospc_model, enospc_done, enospc_final, hang_fwd, hang_ckpt or "
-                 "hang_eval", spec, FAULT_MAX);
+                 "hang, die_ckpt, preempt, enospc, enospc_model, enospc_done, enospc_final, hang_fwd, hang_ckpt, "
+                 "hang_eval, nan_grad, nan_pg or inf_pg", spec, FAULT_MAX);
         }
         f.kind[f.count] = k;
         f.step[f.count] = step;
@@ -98,14 +104,21 @@ static void fault_step_begin(const Fault* f, int step, int rank) {
 }
 
 // The factor on this rank's loss of step `step` (NaN for nan, 100 for spike, else 1), and on its
-// gradients (NaN for nan, else 1).
+// gradients (NaN for nan and nan_grad, else 1).
 static float fault_loss_factor(const Fault* f, int step, int rank) {
     if (fault_is(f, FAULT_NAN, step, rank)) { return NAN; }
     return fault_is(f, FAULT_SPIKE, step, rank) ? 100.0f : 1.0f;
 }
 
 static float fault_grad_factor(const Fault* f, int step, int rank) {
-    return fault_is(f, FAULT_NAN, step, rank) ? NAN : 1.0f;
+    return fault_is(f, FAULT_NAN, step, rank) || fault_is(f, FAULT_NAN_GRAD, step, rank) ? NAN : 1.0f;
+}
+
+// nan_pg, inf_pg: the value this rank's pseudo-gradient messages of the outer syncs after step
+// `step` start with (NaN, infinity), or 0 (no fault).
+static float fault_pseudo_grad(const Fault* f, int step, int rank) {
+    if (fault_is(f, FAULT_NAN_PG, step, rank)) { return NAN; }
+    return fault_is(f, FAULT_INF_PG, step, rank) ? INFINITY : 0.0f;
 }
 
 // The emulated GPU trainer's way to stop answering its peers' collectives too (the emulator's

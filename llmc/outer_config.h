@@ -29,6 +29,7 @@ typedef struct {
     int fragment;   // the fragment it syncs (0..F-1)
     int phase;      // OUTER_BLOCKING, OUTER_START or OUTER_FINISH
     int last;       // 1 after the run's last step (every fragment syncs, whatever is in flight lands)
+    int step;       // the step (1-based) after which it runs
 } OuterCall;
 
 #endif

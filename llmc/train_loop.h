@@ -8,7 +8,8 @@
 // (docs/checkpoints.md), with -ls
 // the replicas' outer syncs (llmc/outer_sync.h), and with -op 1 the op profile's table and record
 // (llmc/op_profile.h). A trainer brings its model and its
-// communication through TrainerOps; whatever both trainers do alike lives here, once.
+// communication through TrainerOps (its data-parallel layer through TrainerOps.dp, llmc/dp_ops.h);
+// whatever both trainers do alike lives here, once.
 #ifndef LLMC_TRAIN_LOOP_H
 #define LLMC_TRAIN_LOOP_H
 
@@ -34,19 +35,17 @@
 #include "eval_loader.h"
 #include "outer_sync.h"
 #include "op_profile.h"
+#include "dp_ops.h"
 
 // What a trainer does its own way. ctx is the trainer's own state (model, optimizer, communicators).
 typedef struct {
     // Before a step's first micro-step: mark the gradients (and the loss sum) zero.
     void (*begin_step)(void* ctx);
-    // Forward and backward of one (B, T) micro-batch, the loss weighted by dloss (1 / grad_accum);
-    // last: the step's last micro-step (ZeRO 1 reduces its gradients during that backward).
-    void (*micro_step)(void* ctx, const int* inputs, const int* targets, int B, int T, float dloss, int last);
-    // After the last micro-step: finish the gradient reduction; returns the global grad norm.
-    float (*reduce_gradients)(void* ctx);
-    // AdamW at the 1-based step t on what this rank owns (gradients times grad_scale), then the
-    // parameter all-gather of ZeRO 1 and 2.
-    void (*update)(void* ctx, const AdamWConfig* h, float grad_scale, int t);
+    // Forward and backward of one (B, T) micro-batch, backward starting from dloss (1 / grad_accum,
+    // times -fi's factor); its mean loss counts in the step's with weight 1 / grad_accum; last: the
+    // step's last micro-step (ZeRO 1 reduces its gradients during that backward).
+    void (*micro_step)(void* ctx, const int* inputs, const int* targets, int B, int T, float dloss, float weight,
+                       int last);
     // The step's agreement, before the update: this rank's loss (times loss_factor, 1 but under
     // -fi) and its preemption vote summed over every rank in one small all-reduce; returns the
     // mean token loss over every micro-step of every rank, *votes the sum of the votes.
@@ -56,10 +55,6 @@ typedef struct {
     NextLogitsFn next_logits;
     // Rank 0: the model file (v3 fp32 or v5 bf16) at path; crc (may be NULL) receives its CRC-32C.
     void (*write_model)(void* ctx, const char* path, uint32_t* crc);
-    // This rank's optimizer state file (state_write with the arrays it holds).
-    void (*write_state)(void* ctx, const char* path, const TrainState* s);
-    // Loads this rank's optimizer state of checkpoint `step` of dir (state_load: any layout).
-    void (*read_state)(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got);
     // Returns once every rank has called it (after a failed checkpoint's clean-up).
     void (*barrier)(void* ctx);
     // Bytes this rank has sent so far (the communication report), or NULL where not counted.
@@ -74,24 +69,9 @@ typedef struct {
     const char* peak_source;
     // The trainer's name in metrics.jsonl.
     const char* name;
-    // -ls (llmc/outer_sync.h). Whether the next steps average their gradients over every rank (1,
-    // synchronous) or over the replica's shard group only (0).
-    void (*set_replica_reduce)(void* ctx, int every_step);
-    // outer = this rank's owned local parameters, the outer momentum 0.
-    void (*outer_init)(void* ctx);
-    // The outer step on this rank's owned elements: their outer_message (the pseudo-gradients
-    // outer - local) summed over the replicas, outer_update on each, local = outer, then the
-    // all-gather inside the replica. Returns the squared norm of the mean pseudo-gradient over the
-    // whole model.
-    float (*outer_step)(void* ctx, const OuterCall* call);
-    // The CRC-32C of this rank's owned outer (outer 1) or local (0) parameters on every replica:
-    // crcs[r] from the rank of replica r with this shard index (an all-gather over them).
-    void (*replica_crcs)(void* ctx, int outer, uint32_t* crcs);
-    // -ls 0 with -rq or -rk (NULL where not supported): how the next step's gradients cross the
-    // replicas (outer_config_at's wire, topk and feedback; fp32 and every value: the plain rings).
-    void (*set_gradient_wire)(void* ctx, const OuterConfig* c);
-    // -lf: 1 where outer_step syncs the fragment c->fragment alone (0: the whole model only).
-    int fragments;
+    // The data-parallel layer (llmc/dp_ops.h): the reduction, the update, the state file's arrays
+    // and the replica sync, with the layer's own state.
+    DataParallelOps dp;
 } TrainerOps;
 
 typedef struct {
@@ -194,7 +174,7 @@ static void run_restore_inflight(TrainRun* r, int step) {
 // AdamW's settings, the sampler; when resuming, this rank's optimizer state, the step, the
 // sampler and the data position from the checkpoint; then main.log (appended to when resuming).
 static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t opt_owned, int opt_has_master,
-                        const TrainerOps* ops, void* ctx) {
+                        const TrainerOps* ops) {
     const TrainArgs* a = r->args;
     r->mesh = mesh;
     r->zero_stage = zero_stage;
@@ -211,25 +191,17 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     r->outer = outer;
     r->outer_ready = 0;
     r->last_pg_norm = -1.0f;
-    if (outer->every > 0 && !ops->outer_step) { fail("-ls %d: not supported by %s", outer->every, ops->name); }
     if (outer->fragments > r->config.num_layers) {
         fail("-lf %d: more fragments than the model's %d layers", outer->fragments, r->config.num_layers);
     }
-    if ((outer->fragments > 1 || outer->overlap > 0 || outer->link_mbps > 0.0f) && !ops->fragments) {
-        fail("-lf %d -lo %d -rb %g: streaming fragments, overlap and the throttled link are not supported by %s yet "
-             "(train_gpt2cpu has them)", outer->fragments, outer->overlap, outer->link_mbps, ops->name);
-    }
     r->outer_inflight = (int*)malloc_check(outer_num_fragments(outer) * sizeof(int));
     for (int f = 0; f < outer_num_fragments(outer); f++) { r->outer_inflight[f] = -1; }
-    if (outer->every == 0 && outer_compressed(outer) && !ops->set_gradient_wire) {
-        fail("-rq %s -rk %g: not supported by %s", wire_format_names[outer->wire], outer->topk, ops->name);
-    }
     step_guard_init(&r->guard, a->max_skips, a->spike_z, a->spike_window);
     if (r->resume_step >= 0) {
         StateTarget target = {r->rank, r->world, mesh->dp_shard, zero_stage, a->B, a->T, a->total_batch, opt_owned,
                               opt_has_master, &r->config, outer, outer_has_residual(outer)};
         TrainState got;
-        ops->read_state(ctx, a->log_dir, r->resume_step, &target, &got);
+        ops->dp.read_state(ops->dp.ctx, a->log_dir, r->resume_step, &target, &got);
         r->outer_ready = got.has_outer;
         if (got.has_pending) { run_restore_inflight(r, got.step); }
         r->start_step = got.step;
@@ -268,29 +240,29 @@ static void run_check_outer_schedule(const TrainRun* r) {
 
 // -ls: the replicas hold the same outer (outer 1) or local (0) parameters after `step` steps,
 // checked through their CRC-32Cs (a few bytes across the replicas); a mismatch stops the job.
-static void run_check_replicas(TrainRun* r, const TrainerOps* ops, void* ctx, int step, int outer) {
+static void run_check_replicas(TrainRun* r, const TrainerOps* ops, int step, int outer) {
     int R = r->mesh->dp_replicate;
     if (R == 1) { return; }
     uint32_t* crcs = (uint32_t*)malloc_check(R * sizeof(uint32_t));
-    ops->replica_crcs(ctx, outer, crcs);
+    ops->dp.replica_crcs(ops->dp.ctx, outer, crcs);
     outer_check_agreement(crcs, R, r->mesh, step, outer ? "the outer parameters" : "the parameters");
     free(crcs);
 }
 
 // -ls, before the first step: the replicas start equal (the outer state too, where it exists),
 // and the outer parameters begin at -lss 0.
-static void run_outer_begin(TrainRun* r, const TrainerOps* ops, void* ctx) {
+static void run_outer_begin(TrainRun* r, const TrainerOps* ops) {
     if (r->outer->every == 0) { return; }
     run_check_outer_schedule(r);
     if (!r->outer_ready && r->start_step >= r->outer->start) {
-        ops->outer_init(ctx);
+        ops->dp.outer_init(ops->dp.ctx);
         r->outer_ready = 1;
     }
     // -lo: after a resume with exchanges in flight the replicas' local values differ
     if (outer_in_agreement(r->outer, r->start_step, r->max_steps) && !run_outer_pending(r)) {
-        run_check_replicas(r, ops, ctx, r->start_step, 0);
+        run_check_replicas(r, ops, r->start_step, 0);
     }
-    if (r->outer_ready) { run_check_replicas(r, ops, ctx, r->start_step, 1); }
+    if (r->outer_ready) { run_check_replicas(r, ops, r->start_step, 1); }
 }
 
 // -ls, after the update of step t (1-based): the outer parameters begin after step -lss; then
@@ -298,10 +270,10 @@ static void run_outer_begin(TrainRun* r, const TrainerOps* ops, void* ctx) {
 // applied, and each fragment outer_fragment_due names syncs: blocking, or (-lo, not the last
 // step) its exchange starts. Both in fragment order 0..F-1 on every rank. Returns whether an outer
 // step was applied; last_pg_norm is the norm over the fragments applied.
-static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, int t) {
+static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, int t) {
     if (r->outer->every == 0) { return 0; }
     if (!r->outer_ready && t >= r->outer->start) {
-        ops->outer_init(ctx);
+        ops->dp.outer_init(ops->dp.ctx);
         r->outer_ready = 1;
     }
     int last = t == r->max_steps, applied = 0, F = outer_num_fragments(r->outer);
@@ -309,16 +281,20 @@ static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, i
     for (int f = 0; f < F; f++) {
         int started = r->outer_inflight[f];
         if (started < 0 || (!last && t < started + r->outer->overlap)) { continue; }
-        OuterCall then = {outer_config_at(r->outer, started), f, OUTER_FINISH, last};
-        sq += ops->outer_step(ctx, &then);
+        OuterCall then = {outer_config_at(r->outer, started), f, OUTER_FINISH, last, t};
+        float part = 0.0f;
+        ops->dp.outer_step(ops->dp.ctx, &then, &part);
+        sq += part;
         r->outer_inflight[f] = -1;
         applied = 1;
     }
     for (int f = 0; f < F; f++) {
         if (!outer_fragment_due(r->outer, f, t, r->max_steps)) { continue; }
         OuterCall now = {outer_config_at(r->outer, t), f, r->outer->overlap > 0 && !last ? OUTER_START : OUTER_BLOCKING,
-                         last};
-        sq += ops->outer_step(ctx, &now);
+                         last, t};
+        float part = 0.0f;
+        ops->dp.outer_step(ops->dp.ctx, &now, &part);
+        sq += part;
         if (now.phase == OUTER_START) {
             r->outer_inflight[f] = t;
         } else {
@@ -327,7 +303,7 @@ static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, void* ctx, i
     }
     if (!applied) { return 0; }
     r->last_pg_norm = sqrtf(sq);
-    run_check_replicas(r, ops, ctx, t, 1);
+    run_check_replicas(r, ops, t, 1);
     return 1;
 }
 
@@ -424,7 +400,7 @@ static int run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, voi
     fault_disk_full(&run_fault, FAULT_ENOSPC_MODEL, step, r->rank, 5120, "its model file");
     if (r->rank == 0) { ops->write_model(ctx, model, &model_crc); }
     fault_disk_full(&run_fault, FAULT_ENOSPC, step, r->rank, state_file_bytes(&s) / 2, "its state file");
-    ops->write_state(ctx, path, &s);
+    ops->dp.write_state(ops->dp.ctx, path, &s);
     soft_write_end();
     fault_in_checkpoint(&run_fault, step, r->rank);
     int who;
@@ -514,28 +490,30 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     if (a->overfit) { dataloader_reset(&r->train); }
     if (r->outer->every > 0) {
         int alone = outer_active(r->outer, step + 1);
-        ops->set_replica_reduce(ctx, !alone);
+        ops->dp.set_replica_reduce(ops->dp.ctx, !alone);
         dataloader_replica_major(&r->train, alone ? r->mesh->dp_shard : 0);
     } else if (outer_compressed(r->outer)) {
         OuterConfig now = outer_config_at(r->outer, step + 1);
-        ops->set_gradient_wire(ctx, &now);
+        ops->dp.set_gradient_wire(ops->dp.ctx, &now);
     }
     ops->begin_step(ctx);
     float grad_factor = fault_grad_factor(&run_fault, step + 1, r->rank);
     for (int micro = 0; micro < r->grad_accum; micro++) {
         OP_TIMED(OP_DATA, 0.0, 0.0, dataloader_next(&r->train));
         ops->micro_step(ctx, r->train.inputs, r->train.targets, a->B, a->T, grad_factor / r->grad_accum,
-                        micro == r->grad_accum - 1);
+                        1.0f / r->grad_accum, micro == r->grad_accum - 1);
         if (micro == 0) { fault_hang_at(&run_fault, FAULT_HANG_FWD, step + 1, r->rank, "the forward"); }
     }
-    *norm = ops->reduce_gradients(ctx);
+    *norm = ops->dp.reduce_gradients(ops->dp.ctx);
     float votes = 0.0f;
     *loss = ops->agree(ctx, fault_loss_factor(&run_fault, step + 1, r->rank), preempt_requested(), &votes);
     *stop = votes > 0.0f;
     StepVerdict verdict = step_guard_judge(&r->guard, step + 1, *loss, *norm, r->rank == 0);
     r->adamw.lr = schedule_lr(&r->schedule, step);
-    if (verdict == STEP_APPLY) { ops->update(ctx, &r->adamw, clip_scale(*norm, a->grad_clip), step + 1 - r->guard.skipped); }
-    *synced = run_outer_after_step(r, ops, ctx, step + 1);
+    if (verdict == STEP_APPLY) {
+        ops->dp.update(ops->dp.ctx, &r->adamw, clip_scale(*norm, a->grad_clip), step + 1 - r->guard.skipped);
+    }
+    *synced = run_outer_after_step(r, ops, step + 1);
     return verdict;
 }
 
@@ -561,7 +539,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
     size_t step_bytes = 0, sync_step_bytes = 0, plain_step_bytes = 0;
     op_profile.on = a->op_profile;
     watchdog_grace(); // ranks reach the first collective after start-ups of different lengths
-    run_outer_begin(r, ops, ctx);
+    run_outer_begin(r, ops);
     for (int step = r->start_step; step <= r->max_steps; step++) {
         preempt_step = step + 1;
         int last = step == r->max_steps;
