@@ -212,15 +212,17 @@ WIRE_LEVELS = {"int8": 127, "int4": 7}
 
 def _wire_blocks(x, levels):
     """x (float32, 1-D) cut into rows of WIRE_BLOCK (the last zero-filled, which leaves its absmax
-    alone); returns (scales, integer codes) with scale = absmax / levels and codes rint(x / scale)."""
+    alone); returns (scales, integer codes) with scale = absmax / levels (NaNs left out) and codes
+    rint(x / scale) clamped, 0 where the quotient is NaN or the scale 0."""
     n = x.size
     rows = np.zeros(-(-n // WIRE_BLOCK) * WIRE_BLOCK, np.float32)
     rows[:n] = x
     rows = rows.reshape(-1, WIRE_BLOCK)
-    scales = np.abs(rows).max(axis=1) / np.float32(levels)
+    scales = np.where(np.isnan(rows), np.float32(0), np.abs(rows)).max(axis=1) / np.float32(levels)
     zero = scales == 0
-    codes = np.rint(rows / np.where(zero, np.float32(1), scales)[:, None])
-    codes = np.clip(codes, -levels, levels)
+    with np.errstate(invalid="ignore"):
+        codes = np.rint(rows / np.where(zero, np.float32(1), scales)[:, None])
+    codes = np.clip(np.where(np.isnan(codes), 0, codes), -levels, levels)
     codes[zero] = 0
     return scales.astype(np.float32), codes.astype(np.int32)
 

@@ -189,8 +189,10 @@ def cmd_accounting():
         else:
             plain = rs * 4 * (1 if stage == 1 else ga) + rs * 4 + ar(1, world) * 4 + ar(1, shard) * 4
             sync_training = ar(owned, R) * 4
+        # inside the replica: the all-gather and the norm (ZeRO 1, 2), and every sync's finiteness flag
+        # (one float all-reduced over every rank)
         want = {"outer_mem": 8 * owned, "sync_replica": ar(owned, R) * 4 + (R - 1) * 8,
-                "sync_inner": 0 if stage == 0 else ar(1, shard) * 4 + rs * 4, "no_sync": plain,
+                "sync_inner": (0 if stage == 0 else ar(1, shard) * 4 + rs * 4) + ar(1, world) * 4, "no_sync": plain,
                 "sync_training": sync_training, "measured_plain": plain}
         want["measured_sync"] = plain + want["sync_replica"] + want["sync_inner"]
         bad = [k for k in want if got[k] != want[k]]

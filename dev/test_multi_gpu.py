@@ -308,7 +308,7 @@ def outer_bytes(stdout):
     """The -ls closed forms the trainer printed (a step without a sync, a sync's bytes across the
     replicas and inside the replica) and the bytes it measured in a step without and with a sync."""
     c = re.search(r"communication per outer sync \(every \d+ steps\): (\d+) bytes sent per rank across replicas, "
-                  r"(\d+) inside the replica; a step without a sync sends (\d+)", stdout)
+                  r"(\d+) inside the replica[^;]*; a step without a sync sends (\d+)", stdout)
     m = re.search(r"communication measured \(-ls\): (\d+) bytes sent per rank in a step without an outer sync, "
                   r"(\d+) in one with", stdout)
     if c is None or m is None:

@@ -95,8 +95,9 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
         b.fragments = F;
         b.wire = outer->wire;
         b.topk = outer->topk;
-        // the synced slices all-gathered again (each fragment its own units), a norm scalar per fragment
-        b.sync_inner = F * outer_sync_shard_bytes(zero_stage, S) + b.param_gather;
+        // the synced slices all-gathered again (each fragment its own units), a norm scalar per fragment,
+        // and each fragment sync's finiteness flag, all-reduced over every rank before its exchange
+        b.sync_inner = F * (outer_sync_shard_bytes(zero_stage, S) + outer_sync_flag_bytes(W)) + b.param_gather;
         b.replica_sync_training = replica_grads;
         b.replica = (b.sync_replica + H / 2) / H;
         b.scalars += (b.sync_inner + H / 2) / H;

@@ -32,6 +32,7 @@ typedef struct {
     int has_master;  // whether fp32 master weights follow m and v
     int skipped;     // updates skipped so far (non-finite or spiking steps): AdamW's t = step - skipped
     int consecutive_skips;
+    int consecutive_sync_skips; // -ls: outer syncs skipped in a row (slot 39)
     int loss_count;  // entries of loss_history (the spike guard's window, oldest first)
     float loss_history[LOSS_HISTORY_MAX];
     // The run's replica sync (llmc/outer_config.h), as its header keeps it (state_pack_header): -ls,
@@ -104,6 +105,7 @@ static void state_pack_header(int* h, const TrainState* s) {
         memcpy(&h[35], &o->topk, 4);
     }
     h[31] = s->has_residual; h[38] = s->has_pending;
+    h[39] = s->consecutive_sync_skips;
     memcpy(&h[64], s->loss_history, LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -128,6 +130,7 @@ static void state_unpack_header(const int* h, TrainState* s) {
     memcpy(&s->outer.topk, &h[35], 4);
     s->outer.fragments = h[36];
     s->outer.overlap = h[37]; s->has_pending = h[38];
+    s->consecutive_sync_skips = h[39];
     memcpy(s->loss_history, &h[64], LOSS_HISTORY_MAX * sizeof(float));
 }
 

@@ -117,6 +117,7 @@ typedef struct {
     // exchange done, communication stream)
     float* outer_msg;
     float* crc_buf;
+    float* flag;               // -ls: a sync's finiteness flag, world floats (the ring's padding)
     cudaEvent_t* exchanged;
     // -rq/-rk (llmc/wire_kernels.cuh; NULL without): this rank's encoded message and every replica's
     uint8_t* wire_send;
@@ -163,6 +164,7 @@ static void dev_dp_init(DeviceDP* dp, ncclComm_t world, int rank, int world_size
         dp->st.outer = (float*)device_alloc(p->owned * sizeof(float));
         dp->st.momentum = (float*)device_alloc(p->owned * sizeof(float));
         dp->crc_buf = (float*)device_alloc(2 * (size_t)R * sizeof(float));
+        dp->flag = (float*)device_alloc(mesh->world * sizeof(float));
         if (zero_stage == 0) { dp->outer_msg = (float*)device_alloc(p->owned_padded * sizeof(float)); }
         dp->exchanged = (cudaEvent_t*)malloc_check(F * sizeof(cudaEvent_t));
         for (int f = 0; f < F; f++) { cudaCheck(cudaEventCreateWithFlags(&dp->exchanged[f], cudaEventDisableTiming)); }
@@ -202,8 +204,8 @@ static void dev_dp_memory(const DeviceDP* dp, MemoryBytes* mem) {
 static void dev_dp_free(DeviceDP* dp) {
     void* bufs[] = {dp->shard_grads, dp->group_pad, dp->group_recv, dp->loss, dp->norm, dp->st.outer, dp->st.momentum,
                     dp->outer_msg, dp->crc_buf, dp->st.residual, dp->wire_send, dp->wire_recv, dp->st.held,
-                    dp->st.snap};
-    for (int i = 0; i < 14; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
+                    dp->st.snap, dp->flag};
+    for (int i = 0; i < 15; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
     device_adamw_free(&dp->opt);
     for (int f = 0; dp->exchanged && f < dp->plan.num_fragments; f++) { cudaCheck(cudaEventDestroy(dp->exchanged[f])); }
     free(dp->exchanged);
@@ -631,6 +633,23 @@ static WireSpec dev_dp_wire_spec(const OuterConfig* c) {
     return outer_compressed(c) ? outer_wire_spec(c, 0, 1) : fp32;
 }
 
+// Whether every rank's packed messages (x, n values: this rank's) are finite: the flag, one float
+// all-reduced over every rank (stream 0), read back with a host wait. Every replica then skips the
+// same syncs alike (nothing exchanged, the residual and the outer state as they were).
+static int dev_dp_messages_finite(DeviceDP* dp, const float* x, size_t n) {
+    int W = dp->plan.mesh.world;
+    cudaCheck(cudaMemsetAsync(dp->flag, 0, W * sizeof(float), 0));
+    outer_nonfinite(dp->flag, x, n, 0);
+    int span = op_span_begin(OP_COMM, 0);
+    device_link_order_on_main(&dp->link);
+    if (W > 1) { ncclCheck(ncclAllReduce(dp->flag, dp->flag, W, ncclFloat, ncclSum, dp->link.world, 0)); }
+    op_span_end(span, 0.0, ring_bytes((double)W * sizeof(float), W, 1));
+    wait_device(0, dp->link.host_event, "the outer sync's finiteness flag");
+    float total;
+    cudaCheck(cudaMemcpy(&total, dp->flag, sizeof(float), cudaMemcpyDeviceToHost));
+    return total == 0.0f;
+}
+
 // Fragment call->fragment's exchange (the whole model without -lf), the CPU trainer's: each owned
 // element's outer_message (plus its residual with -rq/-rk and feedback) packed into dst (the fragment's
 // owned elements in owned order, zero-padded to R slices), then the sum over the replicas into dst
@@ -659,6 +678,7 @@ static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* 
     static float bad_value; // outlives the asynchronous copy
     bad_value = bad;
     if (bad != 0.0f) { cudaCheck(cudaMemcpyAsync(dst, &bad_value, sizeof(float), cudaMemcpyHostToDevice, 0)); }
+    if (!dev_dp_messages_finite(dp, dst, padded)) { return 0; }
     if (outer_compressed(&call->c)) {
         wire_spec_encode_slices(&w, dst, slice, R, dp->wire_send, res != NULL, 0);
         for (int i = p->frag_runs[f]; res && i < p->frag_runs[f + 1]; i++) { // the residual back in owned order

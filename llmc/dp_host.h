@@ -511,16 +511,33 @@ static void host_dp_fragment_sum(HostDP* dp, CommGroup* g, const OuterCall* call
     if (!wb) { free(packed); }
 }
 
-// Fragment call->fragment's exchange on the trainer thread: its messages packed into msg, summed.
-// Returns when the modelled link (-rb) would have carried its bytes (0 without -rb).
-static double host_dp_fragment_exchange(HostDP* dp, const OuterCall* call, float* msg) {
+// Fragment call->fragment's messages packed into msg (host_dp_fragment_messages, the residual added
+// where the link is compressed); returns 1 when every rank's are finite: the flag, one float
+// all-reduced over every rank, on which every replica decides alike to skip the sync (nothing is
+// exchanged, the residual and the outer state stay as they were).
+static int host_dp_pack(HostDP* dp, const OuterCall* call, float* msg) {
+    const DpPlan* p = &dp->plan;
     const float* res = outer_compressed(&call->c) ? dp->st.residual : NULL;
-    double t0 = now_seconds();
-    size_t sent0 = comm_bytes_sent;
     host_dp_fragment_messages(dp, call->fragment, outer_plain_average(&call->c), res, msg);
     host_dp_fault_message(dp, call, msg);
+    size_t n = dp_frag_padded(p, call->fragment);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) { bad |= !isfinite(msg[i]); }
+    float total;
+    COMM_TIMED(total = all_reduce_sum_scalar(&dp->world, (float)bad));
+    return total == 0.0f;
+}
+
+// Fragment call->fragment's exchange on the trainer thread: its messages packed into msg, summed.
+// Returns 0 where the sync is skipped (host_dp_pack), else 1 and in *ready when the modelled link
+// (-rb) would have carried its bytes (0 without -rb).
+static int host_dp_fragment_exchange(HostDP* dp, const OuterCall* call, float* msg, double* ready) {
+    double t0 = now_seconds();
+    size_t sent0 = comm_bytes_sent;
+    if (!host_dp_pack(dp, call, msg)) { return 0; }
     host_dp_fragment_sum(dp, &dp->replica, call, msg, dp->sbuf_bytes ? &dp->sbuf : NULL);
-    return link_ready_time(t0, comm_bytes_sent - sent0, call->c.link_mbps);
+    *ready = link_ready_time(t0, comm_bytes_sent - sent0, call->c.link_mbps);
+    return 1;
 }
 
 // -lo, on the communication thread: an exchange's sum over the replicas through the thread's
@@ -577,8 +594,9 @@ static float host_dp_fragment_apply(HostDP* dp, const OuterCall* call, const flo
 
 // -lo: fragment f's exchange starts: its owned local values kept, its messages packed into its
 // held buffer (the residual added), and the sum handed to the communication thread, behind the
-// exchanges started before it. Its bytes count in the step that starts it.
-static void host_dp_fragment_start(HostDP* dp, const OuterCall* call) {
+// exchanges started before it. Its bytes count in the step that starts it. Returns 0 where the sync
+// is skipped (host_dp_pack: nothing is handed over).
+static int host_dp_fragment_start(HostDP* dp, const OuterCall* call) {
     const DpPlan* p = &dp->plan;
     int f = call->fragment, R = dp->replica.size;
     for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) { // fragment f's owned local values
@@ -590,11 +608,10 @@ static void host_dp_fragment_start(HostDP* dp, const OuterCall* call) {
     job->call = *call;
     job->msg = dp->st.held + p->held_off[f];
     job->expect = outer_wire_bytes(p->frag_count[f], &call->c, R);
-    const float* res = outer_compressed(&call->c) ? dp->st.residual : NULL;
-    host_dp_fragment_messages(dp, f, outer_plain_average(&call->c), res, job->msg);
-    host_dp_fault_message(dp, call, job->msg);
+    if (!host_dp_pack(dp, call, job->msg)) { return 0; }
     comm_bytes_sent += job->expect;
     comm_worker_submit(&dp->worker, f, job);
+    return 1;
 }
 
 // -lo: every exchange in flight has landed (their sums held, not applied): before a checkpoint.
@@ -602,7 +619,8 @@ static void host_dp_overlap_drain(HostDP* dp) {
     if (dp->jobs) { comm_worker_drain(&dp->worker); }
 }
 
-// The outer step of fragment call->fragment (-lf; the whole model without it) in phase call->phase:
+// The outer step of fragment call->fragment (-lf; the whole model without it) in phase call->phase,
+// unless a rank's pseudo-gradients are not finite (then every replica skips it: returns 0):
 // OUTER_BLOCKING exchanges in the idle gradient buffer on this thread, waits out the modelled
 // link (-rb) and applies at once; OUTER_START (-lo) hands the exchange to the communication thread
 // (host_dp_fragment_start); OUTER_FINISH waits for it (unless it landed before a checkpoint this run
@@ -615,16 +633,15 @@ static int host_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
     *sq = 0.0f;
     if (call->phase == OUTER_BLOCKING) {
         float* msg = p->zero_stage == 0 ? dp->grads : dp->shard_grads;
-        double t0 = now_seconds();
-        wait_until(host_dp_fragment_exchange(dp, call, msg));
+        double t0 = now_seconds(), ready = 0.0;
+        int exchanged = host_dp_fragment_exchange(dp, call, msg, &ready);
+        wait_until(ready);
         dp->link_waited[call->last] += now_seconds() - t0;
+        if (!exchanged) { return 0; }
         *sq = host_dp_fragment_apply(dp, call, msg, NULL);
         return 1;
     }
-    if (call->phase == OUTER_START) {
-        host_dp_fragment_start(dp, call);
-        return 1;
-    }
+    if (call->phase == OUTER_START) { return host_dp_fragment_start(dp, call); }
     if (comm_worker_has(&dp->worker, f)) { dp->link_waited[call->last] += comm_worker_wait(&dp->worker, f); }
     *sq = host_dp_fragment_apply(dp, call, dp->st.held + p->held_off[f], dp->st.snap);
     return 1;

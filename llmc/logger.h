@@ -363,6 +363,14 @@ static void logger_log_outer(Logger* l, int step, float pg_norm) {
     logger_field(l, step, "outer_sync_pgnorm", pg_norm);
 }
 
+// -ls: an outer sync after `step` skipped on every replica (a pseudo-gradient not finite):
+// "s:STEP outer_skip", and "outer_sync_skipped": 1 in the step's record.
+static void logger_log_outer_skip(Logger* l, int step) {
+    if (!l->on) { return; }
+    logger_line(l, "s:%d outer_skip\n", step);
+    logger_field(l, step, "outer_sync_skipped", 1.0);
+}
+
 // The checkpoint of `step` could not be written (llmc/train_loop.h): "s:STEP ckpt:failed", and
 // "checkpoint_failed": 1 in the step's record.
 static void logger_log_ckpt_failed(Logger* l, int step) {

@@ -58,6 +58,25 @@ __global__ void outer_update_kernel(float* __restrict__ outer, float* __restrict
     }
 }
 
+// flag[0] = 1 where any of x[0..n) is not finite, else 0: one block, a fixed reduction (no atomics).
+__global__ void outer_nonfinite_kernel(float* flag, const float* __restrict__ x, size_t n) {
+    __shared__ int any[OUTER_THREADS];
+    int t = threadIdx.x, bad = 0;
+    for (size_t i = t; i < n; i += OUTER_THREADS) { bad |= !isfinite(x[i]); }
+    any[t] = bad;
+    __syncthreads();
+    for (int s = OUTER_THREADS / 2; s > 0; s >>= 1) {
+        if (t < s) { any[t] |= any[t + s]; }
+        __syncthreads();
+    }
+    if (t == 0) { flag[0] = any[0] ? 1.0f : 0.0f; }
+}
+
+static void outer_nonfinite(float* flag, const float* x, size_t n, cudaStream_t stream) {
+    outer_nonfinite_kernel<<<1, OUTER_THREADS, 0, stream>>>(flag, x, n);
+    cudaLaunchCheck();
+}
+
 // The launches (stream 0), one span of n elements each; master may be NULL.
 static void outer_local(float* dst, const float* master, const floatX* params, size_t n) {
     if (n == 0) { return; }

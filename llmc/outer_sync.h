@@ -241,6 +241,10 @@ static OuterExchangeBuffers outer_exchange_buffers(const OuterConfig* o, int R, 
     return b;
 }
 
+// The finiteness flag of a sync: one float all-reduced over every rank (a ring of W slots) before the
+// exchange, so that every replica skips a sync whose pseudo-gradients are not finite somewhere.
+static size_t outer_sync_flag_bytes(int W) { return 2 * (size_t)(W - 1) * 4; }
+
 static size_t outer_sync_shard_bytes(int zero_stage, int S) {
     return zero_stage == 0 ? 0 : 2 * (size_t)(S - 1) * 4;
 }

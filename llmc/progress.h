@@ -77,7 +77,8 @@ static void progress_accounting(const Mesh* mesh, int zero_stage, const MemoryBy
     if (comm->sync_every) {
         int H = comm->sync_every;
         printf("communication per outer sync (every %d steps): %zu bytes sent per rank across replicas, %zu inside "
-               "the replica; a step without a sync sends %zu\n", H, comm->sync_replica, comm->sync_inner,
+               "the replica and in the finiteness flag over every rank; a step without a sync sends %zu\n", H,
+               comm->sync_replica, comm->sync_inner,
                comm->step_no_sync);
         if (comm->fragments > 1) {
             printf("streaming fragments (-lf %d): the outer sync above is the sum of the fragments' syncs of a "

@@ -3,6 +3,11 @@
 // optimizer state untouched), and so does, with -sz Z, a loss more than Z standard deviations
 // above the mean of the last -sw applied steps (a spike). The run stops with an error after -sk
 // consecutive skipped steps. Skipped steps do not count as AdamW steps (its t = step - skipped).
+// Under -ls between syncs each replica steps on its own gradient, so a non-finite gradient norm
+// (the loss, averaged over every rank, finite) skips that replica's update only, and its line says
+// so. An outer sync whose pseudo-gradients are not finite on some replica is skipped on every
+// replica (the data-parallel layer decides it from one all-reduced flag); -sk outer syncs skipped in
+// a row stop the run too.
 #ifndef LLMC_STEP_GUARD_H
 #define LLMC_STEP_GUARD_H
 
@@ -17,6 +22,7 @@ typedef struct {
     int window;          // -sw
     int skipped;         // steps skipped so far
     int consecutive;     // of them, in a row up to now
+    int sync_consecutive; // -ls: outer syncs skipped in a row up to now
     int count;           // applied losses in history (at most window)
     float history[LOSS_HISTORY_MAX];
 } StepGuard;
@@ -34,6 +40,7 @@ static void step_guard_init(StepGuard* g, int max_consecutive, float spike_z, in
 static void step_guard_restore(StepGuard* g, const TrainState* s) {
     g->skipped = s->skipped;
     g->consecutive = s->consecutive_skips;
+    g->sync_consecutive = s->consecutive_sync_skips;
     int n = s->loss_count < g->window ? s->loss_count : g->window;
     memcpy(g->history, s->loss_history + (s->loss_count - n), n * sizeof(float));
     g->count = n;
@@ -42,6 +49,7 @@ static void step_guard_restore(StepGuard* g, const TrainState* s) {
 static void step_guard_save(const StepGuard* g, TrainState* s) {
     s->skipped = g->skipped;
     s->consecutive_skips = g->consecutive;
+    s->consecutive_sync_skips = g->sync_consecutive;
     s->loss_count = g->count;
     memcpy(s->loss_history, g->history, g->count * sizeof(float));
 }
@@ -58,8 +66,10 @@ static double step_guard_z(const StepGuard* g, float loss) {
 }
 
 // The verdict for step `step` (1-based) from the all-reduced loss and gradient norm; stops the
-// run after max_consecutive skips in a row. print: rank 0 says why a step is skipped.
-static StepVerdict step_guard_judge(StepGuard* g, int step, float loss, float norm, int print) {
+// run after max_consecutive skips in a row. alone: under -ls between syncs, where the norm is the
+// replica's own (mesh: whose); the line saying why goes to stdout from rank 0, or where only this
+// replica skips from the replica's first rank.
+static StepVerdict step_guard_judge(StepGuard* g, int step, float loss, float norm, int alone, const Mesh* mesh) {
     StepVerdict v = STEP_APPLY;
     double z = 0.0;
     if (!isfinite(loss) || !isfinite(norm)) {
@@ -80,19 +90,48 @@ static StepVerdict step_guard_judge(StepGuard* g, int step, float loss, float no
     }
     g->skipped++;
     g->consecutive++;
-    char why[160];
+    int own = alone && v == STEP_SKIP_NONFINITE && isfinite(loss); // this replica's gradient alone
+    char why[160], where[96];
     if (v == STEP_SKIP_NONFINITE) { snprintf(why, sizeof(why), "loss %g, grad norm %g: not finite", loss, norm); }
     else { snprintf(why, sizeof(why), "loss %g is %.1f standard deviations above the last %d steps (-sz %g)", loss, z, g->count, g->spike_z); }
-    if (print) {
-        printf("step %d: update skipped on every rank (%s); %d in a row, %d in all\n", step, why, g->consecutive,
+    if (own) {
+        snprintf(where, sizeof(where), "on replica %d (its own gradient: between -ls syncs each replica steps alone)",
+                 mesh->replicate_idx);
+    } else {
+        snprintf(where, sizeof(where), "on every rank");
+    }
+    if (own ? mesh->shard_idx == 0 : mesh->rank == 0) {
+        printf("step %d: update skipped %s (%s); %d in a row, %d in all\n", step, where, why, g->consecutive,
                g->skipped);
         fflush(stdout);
     }
     if (g->max_consecutive > 0 && g->consecutive >= g->max_consecutive) {
-        fail("step %d: %d consecutive steps skipped (-sk %d), the last with %s; stopping", step, g->consecutive,
-             g->max_consecutive, why);
+        fail("step %d: %d consecutive steps skipped %s (-sk %d), the last with %s; stopping", step, g->consecutive,
+             own ? where : "", g->max_consecutive, why);
     }
     return v;
+}
+
+// -ls: the outer sync of fragment f (of F) after `step` was applied (or started), or skipped on
+// every replica (applied 0: a pseudo-gradient not finite). Rank 0 (print) says so; -sk skipped syncs
+// in a row stop the run.
+static void step_guard_outer(StepGuard* g, int step, int f, int F, int applied, int print) {
+    if (applied) {
+        g->sync_consecutive = 0;
+        return;
+    }
+    g->sync_consecutive++;
+    char which[48] = "";
+    if (F > 1) { snprintf(which, sizeof(which), " of fragment %d", f); }
+    if (print) {
+        printf("step %d: outer sync%s skipped on every replica (a replica's pseudo-gradient is not finite): the outer "
+               "state and the residuals stay as they were; %d in a row\n", step, which, g->sync_consecutive);
+        fflush(stdout);
+    }
+    if (g->max_consecutive > 0 && g->sync_consecutive >= g->max_consecutive) {
+        fail("step %d: %d outer syncs in a row skipped (-sk %d): a replica's pseudo-gradient is not finite; stopping",
+             step, g->sync_consecutive, g->max_consecutive);
+    }
 }
 
 #endif

@@ -98,6 +98,7 @@ typedef struct {
     int preempted;            // the run stopped on a signal (llmc/preempt.h)
     const OuterConfig* outer; // the replica sync's settings (args->outer; every 0: synchronous)
     int outer_ready;          // the outer state holds the outer parameters (from step -lss on)
+    int outer_skipped;        // the step after which an outer sync was last skipped (-1: none)
     float last_pg_norm;       // the pseudo-gradient norm of the last outer sync
     int* outer_inflight;      // -lo: the step each fragment's exchange started after, or -1
     int ckpt_failures;        // checkpoints in a row that could not be written (-nf)
@@ -145,7 +146,7 @@ static TrainState run_train_state(const TrainRun* r, int step) {
         s.has_local = 1;
         s.has_outer = r->outer_ready;
         s.has_pending = run_outer_pending(r);
-        s.in_agreement = s.in_agreement && !s.has_pending;
+        s.in_agreement = s.in_agreement && !s.has_pending && r->outer_skipped != step; // a skip leaves them apart
     }
     s.has_residual = outer_has_residual(r->outer);
     return s;
@@ -190,6 +191,7 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     const OuterConfig* outer = &a->outer;
     r->outer = outer;
     r->outer_ready = 0;
+    r->outer_skipped = -1;
     r->last_pg_norm = -1.0f;
     if (outer->fragments > r->config.num_layers) {
         fail("-lf %d: more fragments than the model's %d layers", outer->fragments, r->config.num_layers);
@@ -293,7 +295,13 @@ static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, int t) {
         OuterCall now = {outer_config_at(r->outer, t), f, r->outer->overlap > 0 && !last ? OUTER_START : OUTER_BLOCKING,
                          last, t};
         float part = 0.0f;
-        ops->dp.outer_step(ops->dp.ctx, &now, &part);
+        int done = ops->dp.outer_step(ops->dp.ctx, &now, &part); // 0: skipped on every replica
+        step_guard_outer(&r->guard, t, f, F, done, r->rank == 0);
+        if (!done) {
+            r->outer_skipped = t;
+            logger_log_outer_skip(&r->logger, t);
+            continue;
+        }
         sq += part;
         if (now.phase == OUTER_START) {
             r->outer_inflight[f] = t;
@@ -508,7 +516,7 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     float votes = 0.0f;
     *loss = ops->agree(ctx, fault_loss_factor(&run_fault, step + 1, r->rank), preempt_requested(), &votes);
     *stop = votes > 0.0f;
-    StepVerdict verdict = step_guard_judge(&r->guard, step + 1, *loss, *norm, r->rank == 0);
+    StepVerdict verdict = step_guard_judge(&r->guard, step + 1, *loss, *norm, outer_active(r->outer, step + 1), r->mesh);
     r->adamw.lr = schedule_lr(&r->schedule, step);
     if (verdict == STEP_APPLY) {
         ops->dp.update(ops->dp.ctx, &r->adamw, clip_scale(*norm, a->grad_clip), step + 1 - r->guard.skipped);

@@ -4,9 +4,10 @@
 //   fp32  4 bytes a value, exact.
 //   bf16  2 bytes a value: the fp32 bits rounded to nearest even on bit 16 (NaN stays NaN).
 //   int8  blocks of WIRE_BLOCK values from the run's start (the last one may be shorter): one fp32
-//         scale per block, s = absmax / 127 (fp32 division; NaNs left out of the absmax), then a
-//         signed byte per value, q = rint(x / s) clamped to [-127, 127] (nearest, ties to even;
-//         q = 0 where s = 0).
+//         scale per block, s = absmax / 127 (fp32 division; NaNs left out of the absmax, a block of
+//         NaNs has s = 0), then a signed byte per value, q = rint(x / s) clamped to [-127, 127]
+//         (nearest, ties to even; an infinite quotient clamps), q = 0 where s = 0 and where x / s is
+//         NaN (x a NaN, or x and s infinite). Both trainers encode every value so, bit for bit.
 //         Decoded: q * s.
 //   int4  the same with 7 for 127: levels -7..7, two values a byte (even index in the low nibble,
 //         two's complement nibbles).
@@ -85,12 +86,14 @@ static float wire_block_scale(const float* x, size_t n, int levels) {
     return amax / (float)levels;
 }
 
-// q[0..n) = rint(x / scale) clamped to [-levels, levels]; all 0 where scale is 0.
+// q[0..n) = rint(x / scale) clamped to [-levels, levels]; 0 where x / scale is NaN; all 0 where
+// scale is 0.
 static void wire_block_codes(const float* __restrict x, size_t n, float scale, int levels, int8_t* __restrict q) {
     if (scale == 0.0f) { memset(q, 0, n); return; }
     float top = (float)levels;
     for (size_t i = 0; i < n; i++) {
         float v = rintf(x[i] / scale);
+        v = v != v ? 0.0f : v;
         v = v > top ? top : v;
         v = v < -top ? -top : v;
         q[i] = (int8_t)(int)v;

@@ -68,7 +68,7 @@ __global__ void wire_int_kernel(float* x, size_t n, uint8_t* out, size_t bytes, 
     size_t b = blockIdx.x, i = b * WIRE_BLOCK + t;
     float* xs = x + (size_t)blockIdx.y * n;
     float v = i < n ? xs[i] : 0.0f;
-    amax[t] = fabsf(v);
+    amax[t] = v == v ? fabsf(v) : 0.0f; // NaNs left out (a block of them: scale 0), as the CPU does
     __syncthreads();
     for (int s = WIRE_BLOCK / 2; s > 0; s >>= 1) { // a maximum: the same whatever the order
         if (t < s) { amax[t] = fmaxf(amax[t], amax[t + s]); }
@@ -79,7 +79,7 @@ __global__ void wire_int_kernel(float* x, size_t n, uint8_t* out, size_t bytes, 
     int q = 0;
     if (scale != 0.0f) {
         float r = rintf(__fdiv_rn(v, scale));
-        q = (int)fminf(fmaxf(r, -levels), levels);
+        q = r != r ? 0 : (int)fminf(fmaxf(r, -levels), levels); // a NaN quotient: 0 (llmc/wire_format.h)
     }
     codes[t] = q;
     __syncthreads();
@@ -297,7 +297,8 @@ __global__ void wire_topk_kernel(float* x, size_t n, uint8_t* out, size_t bytes,
         } else {
             float scale = scales[p / WIRE_BLOCK];
             int q = 0;
-            if (scale != 0.0f) { q = (int)fminf(fmaxf(rintf(__fdiv_rn(v, scale)), -levels), levels); }
+            float r = scale != 0.0f ? rintf(__fdiv_rn(v, scale)) : 0.0f;
+            if (r == r) { q = (int)fminf(fmaxf(r, -levels), levels); } // a NaN quotient: 0
             dec = __fmul_rn((float)q, scale);
             if (ov && f == WIRE_INT8) { ov[4 * nb + p] = (uint8_t)(int8_t)q; }
             vals[p] = (float)q; // int4: the pair's byte below

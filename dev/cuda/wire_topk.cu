@@ -4,6 +4,10 @@
 // from a few levels so that many magnitudes tie (the lower index must win), zeros and signs mixed.
 // Checked: each slice's encoding (bytes), the residual left in place, the decoding (decoded values,
 // 0 where not kept) and an owner's fp32 sum over R replicas in replica order (wire_spec_decode_sum).
+// And the shared vector of the formats' edge cases (special_values: NaN, infinities, -0, denormals,
+// exact rounding ties, a block of NaNs, a block of denormals) in every format, dense and top-k: the
+// encodings bit for bit, the residuals, decodings and sums equal or both NaN (a NaN's bits are the
+// hardware's: x86 and a GPU make different ones).
 //   dev/cuda_emu/emucc -O1 -o wire_topk dev/cuda/wire_topk.cu && ./wire_topk
 #include "common.cuh"
 #include "../../llmc/wire_kernels.cuh"
@@ -22,11 +26,47 @@ static float* tied_values(size_t count) {
     return x;
 }
 
-// One case: returns 1 when the encodings, residuals, decodings and sums equal the CPU's.
-static int check_case(size_t n, int f, float density, int mult) {
+// The edge cases of the formats, blocks of WIRE_BLOCK values (a slice of n = 6 blocks and 37):
+// block 0 exact ties of int8's and int4's levels (k + 1/2 steps of a power-of-two scale) with +0 and
+// -0; block 1 one NaN among normal values; block 2 +inf among them; block 3 only NaNs; block 4 only
+// denormals and -0; block 5 -inf, a NaN, a denormal and ties; then normal values. Slice s of the
+// count / n is the vector times (-1)^s.
+#define SPECIAL_N (6 * WIRE_BLOCK + 37)
+static float* special_values(size_t count) {
+    float* x = (float*)malloc_check(count * sizeof(float));
+    const float s = ldexpf(1.0f, -10), tiny = ldexpf(1.0f, -140);
+    for (size_t i = 0; i < count; i++) {
+        size_t j = i % SPECIAL_N, b = j / WIRE_BLOCK, k = j % WIRE_BLOCK;
+        float sign = (i / SPECIAL_N) % 2 ? -1.0f : 1.0f, v;
+        float tie = ((float)(k % 14) - 6.5f) * s * (k % 3 == 0 ? 1.0f : 18.0f); // int4's and int8's half steps
+        switch (b) {
+        case 0: v = k == 0 ? 127.0f * s * 18.0f : k == 1 ? 0.0f : k == 2 ? -0.0f : tie; break;
+        case 1: v = k == 5 ? NAN : tie; break;
+        case 2: v = k == 9 ? INFINITY : tie; break;
+        case 3: v = NAN; break;
+        case 4: v = k % 5 == 0 ? -0.0f : tiny * (float)(k % 23) * (k % 2 ? -1.0f : 1.0f); break;
+        case 5: v = k == 0 ? -INFINITY : k == 1 ? NAN : k == 2 ? tiny : tie; break;
+        default: v = (rng_uniform(&dev_rng) * 2.0f - 1.0f) * 0.25f;
+        }
+        x[i] = sign * v;
+    }
+    return x;
+}
+
+// Equal bits, or both NaN (x86 and a GPU make NaNs of different bits).
+static int values_equal(const float* a, const float* b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(a + i, b + i, 4) != 0 && !(a[i] != a[i] && b[i] != b[i])) { return 0; }
+    }
+    return 1;
+}
+
+// One case: returns 1 when the encodings, residuals, decodings and sums equal the CPU's (special:
+// the edge-case vector instead of tied values, n = SPECIAL_N).
+static int check_case(size_t n, int f, float density, int mult, int special) {
     WireSpec w = {f, density, mult};
     size_t sb = wire_spec_bytes(&w, n);
-    float* x = tied_values((size_t)R * R * n); // replica r's R slices at r * R * n
+    float* x = special ? special_values((size_t)R * R * n) : tied_values((size_t)R * R * n); // replica r's R slices at r * R * n
     uint8_t* want = (uint8_t*)malloc_check((size_t)R * R * sb);
     float* want_res = (float*)malloc_check((size_t)R * R * n * sizeof(float));
     float* want_dec = (float*)malloc_check((size_t)R * R * n * sizeof(float));
@@ -61,14 +101,15 @@ static int check_case(size_t n, int f, float density, int mult) {
     cudaCheck(cudaMemcpy(got, d_enc, (size_t)R * R * sb, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(got_x, d_x, all, cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(got_sum, d_sum, (size_t)R * n * sizeof(float), cudaMemcpyDeviceToHost));
-    int enc_ok = bits_equal(got, want, (size_t)R * R * sb), res_ok = bits_equal(got_x, want_res, all);
-    int sum_ok = bits_equal(got_sum, want_sum, (size_t)R * n * sizeof(float));
+    int enc_ok = bits_equal(got, want, (size_t)R * R * sb), res_ok = values_equal(got_x, want_res, (size_t)R * R * n);
+    int sum_ok = values_equal(got_sum, want_sum, (size_t)R * n);
     wire_spec_decode_sum(&w, d_x, d_enc, n, R * R, 1, 0); // each encoding decoded: 0 where not kept
     cudaCheck(cudaMemcpy(got_x, d_x, all, cudaMemcpyDeviceToHost));
-    int dec_ok = bits_equal(got_x, want_dec, all);
+    int dec_ok = values_equal(got_x, want_dec, (size_t)R * R * n);
     int ok = enc_ok && res_ok && sum_ok && dec_ok;
-    printf("%-4s %s n %-6zu -rk %-6g mult %d: %zu bytes a slice; encoding %s, residual %s, decoding %s, sum %s\n",
-           ok ? "ok" : "FAIL", wire_format_names[f], n, density, mult, sb, enc_ok ? "equal" : "DIFFERS",
+    printf("%-4s %s%s n %-6zu -rk %-6g mult %d: %zu bytes a slice; encoding %s, residual %s, decoding %s, sum %s\n",
+           ok ? "ok" : "FAIL", wire_format_names[f], special ? " (NaN, inf, -0, denormals, ties)" : "", n, density,
+           mult, sb, enc_ok ? "equal" : "DIFFERS",
            res_ok ? "equal" : "DIFFERS", dec_ok ? "equal" : "DIFFERS", sum_ok ? "equal" : "DIFFERS");
     cudaCheck(cudaFree(d_x));
     cudaCheck(cudaFree(d_sum));
@@ -87,9 +128,14 @@ int main(void) {
         for (int li = 0; li < 4; li++) {
             for (int di = 0; di < 4; di++) {
                 if ((li + di + f) % 2 != 0 && lengths[li] > 4096) { continue; } // half the long cases: time
-                failures += !check_case(lengths[li], f, densities[di], 1 + (di + f) % R);
+                failures += !check_case(lengths[li], f, densities[di], 1 + (di + f) % R, 0);
             }
         }
+    }
+    for (int f = WIRE_BF16; f < WIRE_FORMATS; f++) { // the edge-case vector, dense and top-k
+        failures += !check_case(SPECIAL_N, f, 0.0f, 1, 1);
+        failures += !check_case(SPECIAL_N, f, 0.25f, 1, 1); // keeps every NaN and infinity and more
+        failures += !check_case(SPECIAL_N, f, 0.25f, R, 1);
     }
     if (failures) { printf("FAIL %d cases\n", failures); }
     return failures ? 1 : 0;

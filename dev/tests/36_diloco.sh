@@ -28,5 +28,10 @@ check diloco_fragments /usr/bin/python3 dev/test_diloco.py fragments
 # -lo's goal, by the trainer's link-wait counter: with the link (-rb) at half a step per exchange,
 # -lo 1 waits at most a tenth of what blocking -lo 0 is held (at least 0.75 of the link time); 6-15 s.
 check diloco_overlap_link /usr/bin/python3 dev/test_diloco.py overlap
+# the replica sync's guards: a NaN or an infinity in one replica's pseudo-gradients skips that sync on
+# every replica (one all-reduced flag; the residuals and the outer state kept, -sk counts skipped syncs,
+# -lo decides at the start), and between syncs a replica's own non-finite gradient skips its update
+# alone, which its line says (dev/test_diloco.py guards; about 10 s)
+check diloco_guards /usr/bin/python3 dev/test_diloco.py guards
 # the runs above against dev/tests/golden/diloco.txt: losses, records, model and state files bit for bit
 check diloco_golden /usr/bin/python3 dev/test_golden.py check diloco

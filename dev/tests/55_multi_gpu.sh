@@ -55,9 +55,10 @@ check_bg multi_gpu_diloco_wire_replicas /usr/bin/python3 dev/test_multi_gpu.py d
 # resumed bit for bit (about 55 s).
 check_bg multi_gpu_sync_wire /usr/bin/python3 dev/test_multi_gpu.py sync_wire
 # -rk's kernels (llmc/wire_kernels.cuh) standalone under --check: every format, slices of 1 to 2
-# chunks and a bit, values with planted magnitude ties, against llmc/wire_format.h bit for bit
-# (encodings, residuals, decodings, an owner's sum over 2 replicas); and a planted bug, a copy
-# whose tie rule keeps one tied value too few, that must fail.
+# chunks and a bit, values with planted magnitude ties, and the shared vector of edge cases (NaN,
+# infinities, -0, denormals, exact ties, blocks of NaNs and of denormals), dense and top-k, against
+# llmc/wire_format.h bit for bit (encodings, residuals, decodings, an owner's sum over 2 replicas); and
+# a planted bug, a copy whose tie rule keeps one tied value too few, that must fail.
 wire_topk_kernels() {
     local d=build/multi_gpu/topk_mutant
     make -s -f dev/gpu.mk build/gpu/dev_cuda_wire_topk || return 1
@@ -72,6 +73,10 @@ wire_topk_kernels() {
     echo "the wrong tie rule: $(grep -c ^FAIL $d/out.txt) failing cases (caught)"
 }
 check_bg multi_gpu_wire_topk_kernels wire_topk_kernels
+# the replica sync's guards on the GPU trainer (dev/test_diloco.py guards: a non-finite pseudo-gradient
+# skips the sync on every replica, residual and outer state kept; a replica's own non-finite gradient
+# skips its update alone and says so), about 3 minutes
+check_bg multi_gpu_guards /usr/bin/python3 dev/test_diloco.py guards build/gpu/train_gpt2emu_fp32
 check_wait
 # the 8 x 4 mesh: 32 emulated GPUs (ZeRO 1; ZeRO 2 with -ls 2 -rq int8) against the CPU trainer (about 50 s)
 check multi_gpu_mesh_8x4 /usr/bin/python3 dev/test_multi_gpu.py mesh84
