@@ -603,7 +603,6 @@ int main(int argc, char** argv) {
     TrainRun run;
     float* params = run_load_model(&run, &args, world, rank);
     GpuTrainer gpu;
-    if (args.outer.link_mbps > 0.0f) { fail("-rb %g: the modelled link is train_gpt2cpu's only", args.outer.link_mbps); }
     int grad_layers = grad_layers_for_stage(zero, run.config.num_layers);
     gpt2_build(&gpu.model, &run.config, params, args.B, args.T, args.recompute, grad_layers,
                zero == 0 ? (size_t)world : 1);
@@ -650,7 +649,14 @@ int main(int argc, char** argv) {
         op_events_init(side ? "the communication stream (reduce-scatters, all-reduces, all-gathers)" : NULL);
         op_profile.peak_unknown = args.peak_tflops <= 0.0f; // the default peak is a datasheet's, not this device's
     }
+    double train_start = now_seconds();
     run_train(&run, &ops, &gpu);
+    if (args.outer.link_mbps > 0.0f && rank == 0) { // the time stream 0 waited on replica exchanges (-rb)
+        double total = now_seconds() - train_start, *waited = gpu.dp.link.waited;
+        printf("modelled link (-rb %g MB/s): rank 0 waited %.1f ms for it in %.1f ms of training (%.2f%%), and %.1f ms "
+               "after the last step (every fragment lands)\n", args.outer.link_mbps, waited[0] * 1e3, total * 1e3,
+               100.0 * waited[0] / total, waited[1] * 1e3);
+    }
     op_events_free();
 
     run_free(&run);

@@ -118,7 +118,7 @@ typedef struct {
     float* outer_msg;
     float* crc_buf;
     float* flag;               // -ls: a sync's finiteness flag, world floats (the ring's padding)
-    cudaEvent_t* exchanged;
+    CommEvent* exchanged;
     // -rq/-rk (llmc/wire_kernels.cuh; NULL without): this rank's encoded message and every replica's
     uint8_t* wire_send;
     uint8_t* wire_recv;
@@ -136,7 +136,7 @@ static void dev_dp_init(DeviceDP* dp, ncclComm_t world, int rank, int world_size
     DpPlan* p = &dp->plan;
     dp_plan_init(p, c, world_size, rank, dp_shard, zero_stage, outer);
     const Mesh* mesh = &p->mesh;
-    device_link_init(&dp->link, world, mesh, c->num_layers);
+    device_link_init(&dp->link, world, mesh, c->num_layers, outer->link_mbps);
     dp->params = params;
     dp->grads = grads;
     dp->grads_elements = grads_elements;
@@ -166,8 +166,8 @@ static void dev_dp_init(DeviceDP* dp, ncclComm_t world, int rank, int world_size
         dp->crc_buf = (float*)device_alloc(2 * (size_t)R * sizeof(float));
         dp->flag = (float*)device_alloc(mesh->world * sizeof(float));
         if (zero_stage == 0) { dp->outer_msg = (float*)device_alloc(p->owned_padded * sizeof(float)); }
-        dp->exchanged = (cudaEvent_t*)malloc_check(F * sizeof(cudaEvent_t));
-        for (int f = 0; f < F; f++) { cudaCheck(cudaEventCreateWithFlags(&dp->exchanged[f], cudaEventDisableTiming)); }
+        dp->exchanged = (CommEvent*)malloc_check(F * sizeof(CommEvent));
+        for (int f = 0; f < F; f++) { comm_event_create(&dp->exchanged[f]); }
         if (outer->overlap > 0) { // -lo: the held sums and local values (not in the memory line)
             dp->st.held = (float*)device_alloc(p->held_off[F] * sizeof(float));
             dp->st.snap = (float*)device_alloc(p->owned * sizeof(float));
@@ -207,7 +207,7 @@ static void dev_dp_free(DeviceDP* dp) {
                     dp->st.snap, dp->flag};
     for (int i = 0; i < 15; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
     device_adamw_free(&dp->opt);
-    for (int f = 0; dp->exchanged && f < dp->plan.num_fragments; f++) { cudaCheck(cudaEventDestroy(dp->exchanged[f])); }
+    for (int f = 0; dp->exchanged && f < dp->plan.num_fragments; f++) { cudaCheck(cudaEventDestroy(dp->exchanged[f].ev)); }
     free(dp->exchanged);
     free(dp->unit_grads);
     device_link_free(&dp->link, dp->plan.layout.num_layers);
@@ -288,24 +288,24 @@ static void dev_dp_all_gather_units(DeviceDP* dp, int fragment) {
                                       cudaMemcpyDeviceToDevice, cs));
             pad += unit->slice * S;
         }
-        cudaCheck(cudaEventRecord(dp->link.params_ready[layer + 1], cs));
+        device_link_record(&dp->link, &dp->link.params_ready[layer + 1]);
     }
     op_span_end(span, 0.0, ring_bytes((double)gathered * S * sizeof(floatX), S, 0));
-    cudaCheck(cudaEventRecord(dp->link.comm_done, cs));
+    device_link_record(&dp->link, &dp->link.comm_done);
 }
 
 // The forward's hook (ParamsWaitFn): stream 0 waits for layer's gathered weights.
 static void dev_dp_params_wait(void* ctx, int layer) {
     DeviceDP* dp = (DeviceDP*)ctx;
     if (dp->plan.zero_stage != 0) {
-        OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->link.params_ready[layer + 1], 0)));
+        OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.params_ready[layer + 1]));
     }
 }
 
 // Before a micro-step's backward writes gradients: stream 0 waits for the reductions still
 // reading (and, in stage 2, clearing) them. The forward before it overlaps them.
 static void dev_dp_backward_begin(DeviceDP* dp) {
-    OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->link.comm_done, 0)));
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.comm_done));
 }
 
 // Backward's hook: the layer's reduce-scatters go onto the communication stream when this stage
@@ -327,14 +327,14 @@ static void dev_dp_grads_ready(DeviceDP* dp, int layer) {
     int S = p->mesh.dp_shard;
     op_span_end(span, 0.0, ring_bytes((double)slices * S * sizeof(floatX), S, 0));
     if (p->zero_stage == 2 && layer >= 0) {
-        cudaCheck(cudaEventRecord(dp->link.slot_free[layer % dp->grad_slots], cs));
+        device_link_record(&dp->link, &dp->link.slot_free[layer % dp->grad_slots]);
         // the next layer down reuses the slot of the layer above this one
         if (layer > 0) {
             OP_SPAN(OP_COMM, 0, 0.0, 0.0,
-                    cudaCheck(cudaStreamWaitEvent(0, dp->link.slot_free[(layer - 1) % dp->grad_slots], 0)));
+                    device_link_wait(&dp->link, &dp->link.slot_free[(layer - 1) % dp->grad_slots]));
         }
     }
-    cudaCheck(cudaEventRecord(dp->link.comm_done, cs));
+    device_link_record(&dp->link, &dp->link.comm_done);
 }
 
 static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs);
@@ -371,8 +371,8 @@ static void dev_dp_compressed_gradients(DeviceDP* dp) {
     } else {
         scale(dp->shard_grads, p->owned, inv, cs);
     }
-    cudaCheck(cudaEventRecord(dp->link.comm_done, cs));
-    OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->link.comm_done, 0)));
+    device_link_record(&dp->link, &dp->link.comm_done);
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.comm_done));
 }
 
 // After the last micro-step: the reduction finished across ranks and averaged over the world (or,
@@ -411,8 +411,8 @@ static void dev_dp_finish_gradients(DeviceDP* dp) {
     }
     scale(dp->shard_grads, p->layout.shard_elements, 1.0f / (float)(dp->replica_reduce ? W : S), cs);
     op_span_end(span, 0.0, bytes);
-    cudaCheck(cudaEventRecord(dp->link.comm_done, cs));
-    OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->link.comm_done, 0)));
+    device_link_record(&dp->link, &dp->link.comm_done);
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.comm_done));
 }
 
 // The squared norm in dp->norm[0] of `n` values of x (stages 1, 2: summed over the shard group),
@@ -603,6 +603,7 @@ static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, si
     int span = op_span_begin(OP_COMM, cs);
     if (dense) {
         ncclCheck(ncclAllReduce(dst, dst, slice * R, ncclFloat, ncclSum, dp->link.replica, cs));
+        device_link_carry(&dp->link, ring_bytes((double)slice * R * sizeof(float), R, 1));
         op_span_end(span, 0.0, ring_bytes((double)slice * R * sizeof(float), R, 1));
     } else {
         WireSpec owner = *w;
@@ -622,9 +623,10 @@ static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, si
         wire_spec_encode_slices(&owner, mine, slice, 1, recv + me * obytes, 0, cs);
         ncclCheck(ncclAllGather(recv + me * obytes, recv, obytes, ncclUint8, dp->link.replica, cs));
         wire_spec_decode_sum(&owner, dst, recv, slice, R, 1, cs);
+        device_link_carry(&dp->link, (double)(R - 1) * (double)(bytes + obytes));
         op_span_end(span, 0.0, (double)(R - 1) * (double)(bytes + obytes));
     }
-    cudaCheck(cudaEventRecord(dp->link.comm_done, cs));
+    device_link_record(&dp->link, &dp->link.comm_done);
 }
 
 // The spec of an exchange under c (fp32, dense, where -rqs has not switched yet).
@@ -690,7 +692,7 @@ static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* 
     cudaStream_t cs = dp->link.comm_stream;
     device_link_order_on_comm(&dp->link);
     dev_dp_wire_exchange(dp, &w, dst, slice, cs);
-    cudaCheck(cudaEventRecord(dp->exchanged[f], cs));
+    device_link_record(&dp->link, &dp->exchanged[f]);
     return 1;
 }
 
@@ -703,7 +705,7 @@ static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* 
 static float dev_dp_fragment_apply(DeviceDP* dp, const OuterCall* call, float* sum, const float* snap) {
     const DpPlan* p = &dp->plan;
     int R = p->mesh.dp_replicate, S = p->mesh.dp_shard, f = call->fragment;
-    OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->exchanged[f], 0)));
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->exchanged[f]));
     device_link_comm_wait(&dp->link); // the parameters' last all-gather
     float inv_R = 1.0f / (float)R;
     for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
@@ -737,6 +739,7 @@ static int dev_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
     const DpPlan* p = &dp->plan;
     int f = call->fragment;
     *sq = 0.0f;
+    if (call->last) { dp->link.after_last = 1; } // -rb: waits from here on count after the last step
     if (call->phase == OUTER_BLOCKING) {
         float* buf = p->zero_stage == 0 ? dp->outer_msg : dp->shard_grads;
         if (!dev_dp_fragment_exchange(dp, call, buf, NULL)) { return 0; }

@@ -208,7 +208,7 @@ check_bg multi_gpu_checked_detects_missing_stream_wait multi_gpu_checked_stream_
 # not wait for a layer's event must be reported by --check as reading what the all-gather writes.
 multi_gpu_checked_allgather_mutant() {
     checked_mutant build/multi_gpu/checked_allgather_mutant \
-        '        OP_SPAN(OP_COMM, 0, 0.0, 0.0, cudaCheck(cudaStreamWaitEvent(0, dp->link.params_ready\[layer + 1\], 0)));' 1 &&
+        '        OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(\&dp->link, \&dp->link.params_ready\[layer + 1\]));' 1 &&
         grep -q "write by ncclAllGather" build/multi_gpu/checked_allgather_mutant/report.txt
 }
 check_bg multi_gpu_checked_detects_missing_allgather_wait multi_gpu_checked_allgather_mutant
