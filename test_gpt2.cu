@@ -28,6 +28,7 @@
 #endif
 #define TEST_STEPS 10
 
+#ifndef ENABLE_FP32
 // The BF16 logits bound, which grows with the model (docs/gpu.md, "The logits bound in BF16"): every
 // weight and every stored activation is rounded to bf16 (unit roundoff u = 2^-8), each rounding a
 // relative error of standard deviation u / sqrt(3); a logit's error is about that times rms(logits)
@@ -45,6 +46,7 @@ static float bf16_logits_tol(const DebugState* s, int L, int V) {
            2.0 * expect, rms, L, N);
     return (float)(2.0 * expect);
 }
+#endif
 
 // The norm of the (single-process) gradient, as the trainer's stage 0 computes it.
 static float gpt2_grad_norm(GPT2* m) { return global_norm(m->grads_memory, m->num_parameters, m->acts_grad.norm); }
