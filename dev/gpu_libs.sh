@@ -16,9 +16,9 @@
 #   bash dev/gpu_libs.sh ldflags DIR LIB...   nvcc flags to link those found outside the toolkit: an
 #                                             unversioned link to each made in DIR, -L DIR, and an
 #                                             rpath to the site-packages folders
-#   bash dev/gpu_libs.sh ldpath LIB...        LD_LIBRARY_PATH to run them: the site-packages folders
-#                                             used, then the inherited LD_LIBRARY_PATH less any compat
-#                                             or stubs folder
+#   bash dev/gpu_libs.sh ldpath LIB...        LD_LIBRARY_PATH to run them: the toolkit and
+#                                             site-packages folders used, then the inherited
+#                                             LD_LIBRARY_PATH less any compat or stubs folder
 #
 # LIB is cublasLt, nccl, cudnn or nvrtc. Environment (the tests use it): GPU_LIBS_PYTHONS, the
 # Pythons asked for site-packages in order (default "python3 /usr/bin/python3": the one on PATH
@@ -182,7 +182,7 @@ case "$cmd" in
         echo "${out[*]-}" ;;
     ldflags)
         [ $# -ge 1 ] || die "ldflags: name the folder for the unversioned links"
-        mkdir -p "$1" && dir=$(cd "$1" && pwd) || die "cannot create $1"
+        if ! mkdir -p "$1" || ! dir=$(cd "$1" && pwd); then die "cannot create $1"; fi
         shift
         out=() rp=()
         for lib in "$@"; do
@@ -203,7 +203,7 @@ case "$cmd" in
         dirs=()
         for lib in "$@"; do
             locate "$lib" >/dev/null || continue
-            case "$WHERE" in toolkit | ldconfig) continue ;; esac
+            [ "$WHERE" = ldconfig ] && continue  # the loader knows these already
             d=$(dirname "$FILE")
             case " ${dirs[*]-} " in *" $d "*) ;; *) dirs+=("$d") ;; esac
         done
