@@ -69,17 +69,26 @@ libs_env() {
     export LD_LIBRARY_PATH=$p
 }
 
-# A copy of the sources in DEST (tracked and untracked files that git does not ignore; without
-# git, everything but build outputs, data and the report folder).
+# A copy of the sources of the current folder (the repository's root) in DEST: the tracked files
+# and the untracked ones git does not ignore; where this folder is no git checkout's top, all but
+# build outputs, data and the report folder (OUT).
 copy_tree() {
     local dest=$1
     mkdir -p "$dest" || return 1
-    if git rev-parse --git-dir > /dev/null 2>&1; then
+    if [ "$(git rev-parse --show-toplevel 2> /dev/null)" = "$(pwd -P)" ]; then
         git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$dest" 2> /dev/null
-        [ -f "$dest/Makefile" ]
     else
-        tar --exclude=./build --exclude=./data --exclude="./${OUT#"$ROOT"/}" -cf - . | tar -C "$dest" -xf -
+        tar --exclude=./build --exclude=./data --exclude="./${OUT#"$(pwd)"/}" -cf - . | tar -C "$dest" -xf -
     fi
+    [ -f "$dest/Makefile" ] && [ -f "$dest/dev/gpu.mk" ]
+}
+
+# build_variant NAME MAKE-ARGS...: train_gpt2 and test_gpt2 for this GPU only, in OUT/build/NAME
+build_variant() {
+    local name=$1
+    shift
+    copy_tree "$OUT/build/$name" || return 1
+    cd "$OUT/build/$name" && make -j3 train_gpt2 test_gpt2 NVCC_ARCH=-arch=native "$@"
 }
 
 # phase NAME MAX_S CMD...: CMD within min(MAX_S, what is left of the budget) seconds, its output
@@ -245,14 +254,8 @@ else
     # ---- 1. builds (CPU), each variant in its own copy of the sources, in parallel
     B16=$OUT/build/bf16 BCU=$OUT/build/cudnn
     FE=$ROOT/build/cudnn_frontend/include
-    build_variant() {  # build_variant NAME MAKE-ARGS...
-        local name=$1
-        shift
-        copy_tree "$OUT/build/$name" || return 1
-        cd "$OUT/build/$name" && make -j3 train_gpt2 test_gpt2 NVCC_ARCH=-arch=native "$@"
-    }
     export -f build_variant copy_tree
-    export OUT
+    export OUT ROOT
     BUILD_T0=$(date +%s)
     phase build_bf16 300 build_variant bf16 USE_CUDNN=0 &
     pid_b16=$!

@@ -182,7 +182,7 @@ case "$cmd" in
         echo "${out[*]-}" ;;
     ldflags)
         [ $# -ge 1 ] || die "ldflags: name the folder for the unversioned links"
-        if ! mkdir -p "$1" || ! dir=$(cd "$1" && pwd); then die "cannot create $1"; fi
+        dir=$1  # made, and made absolute, when a link is needed
         shift
         out=() rp=()
         for lib in "$@"; do
@@ -191,6 +191,9 @@ case "$cmd" in
                 continue
             fi
             [ "$WHERE" = toolkit ] && continue
+            if [ ${#out[@]} -eq 0 ]; then
+                if ! mkdir -p "$dir" || ! dir=$(cd "$dir" && pwd); then die "cannot create $dir"; fi
+            fi
             ln -sfn "$FILE" "$dir/lib$lib.so" || die "cannot link $dir/lib$lib.so"
             [ ${#out[@]} -eq 0 ] && out+=("-L$dir")
             if [ "$WHERE" != ldconfig ]; then

@@ -340,3 +340,27 @@ check bare_sanitizer_split bare_sanitizer_split
 check bare_first_run_report bare_first_run_report
 check bare_first_run_model_only bare_first_run_model_only
 check bare_first_run_shell bare_first_run_shell
+
+# The script's build phase, make dry-running (-n): its copies of the sources (from git here, with an
+# untracked file; by tar in a folder that is no checkout's top) hold what make needs, and make there
+# builds for -arch=native, the cuDNN variant with the frontend given by an absolute path.
+bare_first_run_build_phase() {
+    local out=$BARE/phase nogit=$BARE/nogit n
+    rm -rf $out $nogit && mkdir -p $out || return 1
+    touch bare_untracked_probe.txt
+    n=$(FIRST_RUN_SOURCE_ONLY=1 OUT=$(cd $out && pwd) bash -c ". dev/gpu_first_run.sh &&
+        build_variant cudnn -n USE_CUDNN=1 CUDNN_FRONTEND_INC=$(pwd)/build/cudnn_frontend/include" 2>&1); local rc=$?
+    rm -f bare_untracked_probe.txt
+    [ $rc -eq 0 ] || { echo "$n"; return 1; }
+    echo "$n" | grep -E "^nvcc" | cut -c1-150
+    [ -f $out/build/cudnn/bare_untracked_probe.txt ] && [ -f $out/build/cudnn/dev/gpu_libs.sh ] &&
+        [ ! -e $out/build/cudnn/build ] || { echo "the git copy is wrong"; return 1; }
+    echo "$n" | grep -q -- "-arch=native .*-DENABLE_CUDNN -c -o build/gpu/obj/train_gpt2_BF16_cudnn1_" &&
+        echo "$n" | grep -q -- "-isystem $(pwd)/build/cudnn_frontend/include" || { echo "not the cuDNN build for this GPU"; return 1; }
+    # without git: a copy of that copy, made by tar
+    cp -r $out/build/cudnn $nogit && mkdir -p $nogit/build/junk $nogit/rep && touch $nogit/rep/x || return 1
+    (cd $nogit && FIRST_RUN_SOURCE_ONLY=1 OUT=$(pwd)/rep bash -c '. dev/gpu_first_run.sh && copy_tree ../nogit_copy') || return 1
+    [ -f $BARE/nogit_copy/dev/gpu.mk ] && [ ! -e $BARE/nogit_copy/build ] && [ ! -e $BARE/nogit_copy/rep ] &&
+        echo "tar copy: ok"
+}
+check bare_first_run_build_phase bare_first_run_build_phase
