@@ -170,6 +170,8 @@ sanitize() {
 
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
+# nvcc and the tools beside it where the toolkit is installed but not on PATH
+if ! command -v nvcc > /dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then PATH=$PATH:/usr/local/cuda/bin; fi
 OUT="" MODEL_ONLY=0 LLMC="" LLMC_ARGS="" STEPS=10 BUDGET=480
 usage="usage: bash dev/gpu_first_run.sh [--out DIR] [--llmc PATH] [--llmc-args 'ARGS'] [--steps N] [--budget SECONDS] [--model-only]"
 while [ $# -gt 0 ]; do
@@ -243,6 +245,8 @@ else
     libs_env > "$LOGS/libs_env.log" 2>&1
     [ -s "$LOGS/libs_env.log" ] && record env "LD_LIBRARY_PATH notes" "$(tr '\n' ' ' < "$LOGS/libs_env.log")"
     record env LD_LIBRARY_PATH "${LD_LIBRARY_PATH:-}"
+    # the driver library the loader will take (a compat one there fails every CUDA program, error 803)
+    record env "libcuda.so.1" "$({ ldconfig -p 2> /dev/null || /sbin/ldconfig -p 2> /dev/null; } | grep -m1 'libcuda.so.1 ' | sed 's/.*=> //')"
     for tool in compute-sanitizer ncu nsys; do
         command -v $tool > /dev/null 2>&1 || record env "$tool" "not on PATH"
     done

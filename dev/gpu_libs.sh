@@ -15,7 +15,7 @@
 #                                             toolkit (-isystem: searched after the toolkit's own)
 #   bash dev/gpu_libs.sh ldflags DIR LIB...   nvcc flags to link those found outside the toolkit: an
 #                                             unversioned link to each made in DIR, -L DIR, and an
-#                                             rpath to the site-packages folders
+#                                             rpath (DT_RPATH) to the site-packages folders
 #   bash dev/gpu_libs.sh ldpath LIB...        LD_LIBRARY_PATH to run them: the toolkit and
 #                                             site-packages folders used, then the inherited
 #                                             LD_LIBRARY_PATH less any compat or stubs folder
@@ -201,6 +201,9 @@ case "$cmd" in
             fi
         done
         for d in "${rp[@]+"${rp[@]}"}"; do out+=("-Xlinker" "-rpath,$d"); done
+        # an old-style DT_RPATH: it also serves the libraries' own dlopen()s (cuDNN opens its
+        # sub-libraries, NVRTC its builtins), where a DT_RUNPATH would serve the binary's needs only
+        [ ${#rp[@]} -gt 0 ] && out+=("-Xlinker" "--disable-new-dtags")
         echo "${out[*]-}" ;;
     ldpath)
         dirs=()

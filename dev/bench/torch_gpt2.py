@@ -236,8 +236,12 @@ def main():
 
     plan = [("compile" if use_compile else "eager", B) for B in Bs] + [("eager", B) for B in eager_Bs if use_compile]
     compiled = torch.compile(model) if use_compile else None
-    runs = []
-    for mode, B in plan:
+    runs, compile_error = [], None
+    while plan:
+        mode, B = plan.pop(0)
+        if mode == "compile" and compile_error:  # it failed once: every B would fail the same way
+            runs.append({"mode": mode, "B": B, "T": a.T, "median_ms": None, "error": "not tried: " + compile_error})
+            continue
         step = make_step(compiled if mode == "compile" else model)
         try:
             ms, loss = time_steps(model, step, tokens, B, a.T, a.steps, device)
@@ -245,6 +249,10 @@ def main():
             msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             print("torch_gpt2: %s B %d: FAILED: %s" % (mode, B, msg), flush=True)
             runs.append({"mode": mode, "B": B, "T": a.T, "median_ms": None, "error": msg})
+            if mode == "compile" and "out of memory" not in msg.lower():
+                compile_error = msg  # then eager at every B instead
+                plan = [(m, b) for m, b in plan if m == "compile"] + [("eager", b) for b in Bs if ("eager", b) not in plan]\
+                    + [(m, b) for m, b in plan if m == "eager"]
             opt.zero_grad(set_to_none=True)
             if device.type == "cuda":
                 torch.cuda.empty_cache()

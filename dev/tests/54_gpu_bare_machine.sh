@@ -43,7 +43,7 @@ bare_libs_check() {
     out=$("${env[@]}" bash $script cflags cublasLt nccl) && echo "cflags: $out" &&
         [ "$out" = "-isystem $a/site/nvidia/cu13/include -isystem $a/site/nvidia/nccl/include" ] || return 1
     out=$("${env[@]}" bash $script ldflags $t/links cublasLt nccl) && echo "ldflags: $out" &&
-        [ "$out" = "-L$a/links -Xlinker -rpath,$a/site/nvidia/cu13/lib -Xlinker -rpath,$a/site/nvidia/nccl/lib" ] &&
+        [ "$out" = "-L$a/links -Xlinker -rpath,$a/site/nvidia/cu13/lib -Xlinker -rpath,$a/site/nvidia/nccl/lib -Xlinker --disable-new-dtags" ] &&
         [ "$(readlink $t/links/libcublasLt.so)" = "$a/site/nvidia/cu13/lib/libcublasLt.so.13" ] || return 1
     out=$("${env[@]}" LD_LIBRARY_PATH="/usr/local/cuda/compat:/opt/x:/usr/local/cuda/lib64/stubs" bash $script ldpath \
         cublasLt nccl cudnn 2>/dev/null) && echo "ldpath: $out" &&
@@ -120,13 +120,15 @@ bare_nompi_build() {
         grep -q -- "-DENABLE_CUDNN" $BARE/build.out && [ -x $src/train_gpt2 ]
 }
 
-# The binary: its libraries resolve into the site-packages tree (rpath), no Open MPI linked; -pi mpi
+# The binary: its libraries resolve into the site-packages tree (a DT_RPATH, which the libraries'
+# own dlopen()s use too), no Open MPI linked; -pi mpi
 # refused in one line; without -pi (one process, -pi fs by default) it runs to the GPU check.
 bare_nompi_binary() {
     local bin=$BARE/src/train_gpt2 site out rc lib
     site=$(cd $BARE/site && pwd)
     [ -x $bin ] || { echo "$bin missing (bare_nompi_build failed)"; return 1; }
     readelf -d $bin | grep -E "NEEDED|RUNPATH|RPATH"
+    readelf -d $bin | grep -q "(RPATH).*$site/nvidia/cudnn/lib" || { echo "no DT_RPATH to the site tree"; return 1; }
     ! readelf -d $bin | grep -q "libmpi" || { echo "Open MPI is linked"; return 1; }
     out=$(env -u LD_LIBRARY_PATH ldd $bin) || return 1
     for lib in libcublasLt.so libnccl.so libcudnn.so; do
@@ -225,6 +227,33 @@ for r in d["runs"]:
     print("%s B %d: %s ms, loss %.3f (ln %d = %.3f)" % (r["mode"], r["B"], r["median_ms"], r["loss"], V, math.log(V)))
     ok &= r["median_ms"] is not None and r["median_ms"] > 0 and abs(r["loss"] - math.log(V)) < 0.6
 sys.exit(0 if ok else 1)
+PY
+}
+
+# Where torch.compile fails (a machine without Python's headers, say), our PyTorch GPT-2 says why
+# once, does not try the other B compiled, and times every B eager instead: a torch.compile that
+# raises, put in front of this CPU PyTorch.
+bare_torch_gpt2_compile_fallback() {
+    /usr/bin/python3 - --B 4,2 --T 32 --layers 1 --channels 32 --heads 2 --vocab 257 --steps 5 --eager-B 2 \
+        --json $BARE/fallback.json <<'PY'
+import runpy, sys, torch
+torch.__version__ = "2.9.0"
+def failing_compile(model):
+    def run(*args, **kwargs):
+        raise RuntimeError("planted: Python.h: No such file or directory")
+    return run
+torch.compile = failing_compile
+sys.argv = ["torch_gpt2.py"] + sys.argv[1:]
+runpy.run_path("dev/bench/torch_gpt2.py", run_name="__main__")
+PY
+    [ $? -eq 1 ] || { echo "want exit 1 (a run failed)"; return 1; }
+    /usr/bin/python3 - $BARE/fallback.json <<'PY'
+import json, sys
+runs = [(r["mode"], r["B"], r["median_ms"] is not None, r.get("error", "")[:40]) for r in json.load(open(sys.argv[1]))["runs"]]
+print(runs)
+want = [("compile", 4, False, "planted: Python.h: No such file or direc"),
+        ("compile", 2, False, "not tried: planted: Python.h: No such fi"), ("eager", 4, True, ""), ("eager", 2, True, "")]
+sys.exit(0 if runs == want else 1)
 PY
 }
 
@@ -336,6 +365,7 @@ check bare_first_run_python_choice bare_first_run_python_choice
 check bare_first_run_python_choice_planted bare_first_run_python_choice_planted
 check bare_first_run_ldpath bare_first_run_ldpath
 check bare_torch_gpt2_cpu bare_torch_gpt2_cpu
+check bare_torch_gpt2_compile_fallback bare_torch_gpt2_compile_fallback
 check bare_sanitizer_split bare_sanitizer_split
 check bare_first_run_report bare_first_run_report
 check bare_first_run_model_only bare_first_run_model_only
