@@ -9,8 +9,9 @@
 # peer dev/bench/torch_gpt2.py on this CPU PyTorch at a tiny size; the sanitizer report split; the
 # report writer on made-up results, with and without an H200 entry in the model. No emulated run of
 # the no-MPI trainer: the emulator's NCCL runs over Open MPI (dev/cuda_emu/include/emu_nccl.h).
-# Cost on the shared 2-core machine: about 40 s, most of it one nvcc compile of train_gpt2.cu for
-# sm_90 (the cuDNN glue object is reused from 51_gpu_cudnn.sh when it is there, else +70 s).
+# Cost on the shared 2-core machine: about 50 s, most of it nvcc compiling train_gpt2.cu and
+# test_gpt2.cu for sm_90 (the cuDNN glue object is reused from 51_gpu_cudnn.sh when it is there,
+# else +70 s).
 BARE=build/test_tmp/gpu_bare
 mkdir -p $BARE
 
@@ -102,7 +103,7 @@ bare_real_site() {
     ls -l $s/*/lib
 }
 
-# `make train_gpt2` in a copy of the sources where mpicc is missing (GPU_MPICC=) and the libraries
+# `make train_gpt2 test_gpt2` in a copy of the sources where mpicc is missing (GPU_MPICC=) and the libraries
 # are only in that site-packages tree (GPU_LIBS_SYSTEM_DIRS empty): nvcc for sm_90, with cuDNN by
 # default (the frontend headers and the tree's libcudnn).
 bare_nompi_build() {
@@ -113,11 +114,11 @@ bare_nompi_build() {
     cp -p Makefile train_gpt2.cu test_gpt2.cu $src/ && cp -p dev/gpu.mk dev/gpu_libs.sh $src/dev/ && cp -rp llmc $src/ || return 1
     [ -f build/gpu/cudnn_att.o ] && cp -p build/gpu/cudnn_att.o $src/build/gpu/ # 51_gpu_cudnn.sh's (70 s of one core)
     (cd $src && env GPU_LIBS_SYSTEM_DIRS= PYTHONPATH=$(cd .. && pwd)/site GPU_LIBS_PYTHONS=python3 \
-        make train_gpt2 GPU_MPICC= NVCC_ARCH=-arch=sm_90 CUDNN_FRONTEND_INC=$fe) \
+        make -j2 train_gpt2 test_gpt2 GPU_MPICC= NVCC_ARCH=-arch=sm_90 CUDNN_FRONTEND_INC=$fe) \
         > $BARE/build.out 2>&1 || { tail -30 $BARE/build.out; return 1; }
     cat $BARE/build.out
     grep -q "note: no Open MPI (mpicc)" $BARE/build.out && grep -q -- "-DNO_MPI" $BARE/build.out &&
-        grep -q -- "-DENABLE_CUDNN" $BARE/build.out && [ -x $src/train_gpt2 ]
+        grep -q -- "-DENABLE_CUDNN" $BARE/build.out && [ -x $src/train_gpt2 ] && [ -x $src/test_gpt2 ]
 }
 
 # The binary: its libraries resolve into the site-packages tree (a DT_RPATH, which the libraries'
@@ -141,6 +142,9 @@ bare_nompi_binary() {
     out=$($bin -x 1 2>&1); rc=$?
     echo "$out (exit $rc)"
     [ $rc -eq 1 ] && [ "$out" = "error: no CUDA GPU found; use ./train_gpt2cpu for CPU training" ] || return 1
+    out=$($BARE/src/test_gpt2 2>&1); rc=$?
+    echo "test_gpt2: $out (exit $rc)"
+    [ $rc -eq 1 ] && [ "$out" = "error: no CUDA GPU found; use ./test_gpt2cpu for the CPU test" ] || return 1
     out=$($bin -h | grep -- "-pi ") && echo "$out" && echo "$out" | grep -q 'default "fs"'
 }
 
