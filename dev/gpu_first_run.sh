@@ -35,10 +35,14 @@ set -u
 
 FR_T0=${FR_T0:-$(date +%s)}
 say() { echo "[$(( $(date +%s) - FR_T0 ))s] $*"; }
-# record SECTION NAME STATUS [VALUE]: one row of results.tsv, echoed
+# record SECTION NAME STATUS [VALUE]: one row of results.tsv (tabs and newlines in VALUE made
+# spaces and " / "), echoed
 record() {
-    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >> "$RES"
-    say "$1 | $2 | $3 | ${4:-}"
+    local v=${4:-}
+    v=${v//$'\t'/ }
+    v=${v//$'\n'/ \/ }
+    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$v" >> "$RES"
+    say "$1 | $2 | $3 | $v"
 }
 
 # The first Python of FIRST_RUN_PYTHONS (default: python3 on PATH, then /usr/bin/python3) that
