@@ -30,7 +30,9 @@
 # from the inherited LD_LIBRARY_PATH); that Python is the first of python3 on PATH and
 # /usr/bin/python3 that imports torch. --model-only writes the report with the model's figures only
 # (no GPU needed). Without a GPU it stops at once, exit 1. Exit 1 when a build, test or check failed.
-# The report goes to build/gpu_first_run/HOST_TIME/ unless --out.
+# The report goes to build/gpu_first_run/HOST_TIME/ unless --out (a few hundred kB: logs, profiles,
+# ncu's CSV); the source copies, binaries, data and runs to build/gpu_first_run/work (emptied first;
+# FIRST_RUN_WORK elsewhere).
 set -u
 
 FR_T0=${FR_T0:-$(date +%s)}
@@ -87,12 +89,12 @@ copy_tree() {
     [ -f "$dest/Makefile" ] && [ -f "$dest/dev/gpu.mk" ]
 }
 
-# build_variant NAME MAKE-ARGS...: train_gpt2 and test_gpt2 for this GPU only, in OUT/build/NAME
+# build_variant NAME MAKE-ARGS...: train_gpt2 and test_gpt2 for this GPU only, in WORK/build/NAME
 build_variant() {
     local name=$1
     shift
-    copy_tree "$OUT/build/$name" || return 1
-    cd "$OUT/build/$name" && make -j3 train_gpt2 test_gpt2 NVCC_ARCH=-arch=native "$@"
+    copy_tree "$WORK/build/$name" || return 1
+    cd "$WORK/build/$name" && make -j3 train_gpt2 test_gpt2 NVCC_ARCH=-arch=native "$@"
 }
 
 # phase NAME MAX_S CMD...: CMD within min(MAX_S, what is left of the budget) seconds, its output
@@ -141,7 +143,7 @@ time_run() {
     local name=$1 bin=$2 B=$3 dir ms rc
     shift 3
     if [ ! -x "$bin" ]; then record time "$name" "skipped: not built"; return 1; fi
-    dir=$OUT/runs/${name// /_}
+    dir=$WORK/runs/${name// /_}
     rm -rf "$dir"
     phase "run_${name// /_}" 60 "$bin" -e d12 -i "$DATA/train.bin" -b "$B" -t 1024 -x "$STEPS" -v 0 -s 0 -o "$dir" "$@"
     rc=$?
@@ -218,8 +220,17 @@ mkdir -p "$OUT" || { echo "gpu_first_run.sh: error: --out $OUT: cannot create it
 OUT=$(cd "$OUT" && pwd)
 RES=$OUT/results.tsv   # section <TAB> name <TAB> status <TAB> value or detail
 LOGS=$OUT/logs
-DATA=$OUT/data
-mkdir -p "$LOGS" "$DATA" "$OUT/profiles" "$OUT/runs"
+# the bulky part (source copies, binaries, data, run folders, ncu's reports) apart from the report,
+# so that DIR stays small enough to carry back from a lent machine
+WORK=${FIRST_RUN_WORK:-$ROOT/build/gpu_first_run/work}
+if [ -d "$WORK" ] && [ ! -f "$WORK/.gpu_first_run_work" ] && [ -n "$(ls -A "$WORK")" ]; then
+    echo "gpu_first_run.sh: error: FIRST_RUN_WORK $WORK: a folder this script did not make, not empty" >&2; exit 1
+fi
+rm -rf "$WORK"
+DATA=$WORK/data
+if ! mkdir -p "$LOGS" "$DATA" "$OUT/profiles" "$WORK/runs" || ! touch "$WORK/.gpu_first_run_work"; then
+    echo "gpu_first_run.sh: error: cannot create $WORK" >&2; exit 1
+fi
 : > "$RES"
 DEADLINE=$(( FR_T0 + BUDGET - 20 ))   # 20 s kept for the report
 PIDS=()  # the background phases: ended with the script (their timeouts end what they started)
@@ -260,10 +271,10 @@ else
         '$PY' dev/data/tiny_shard.py '$DATA/val.bin' --ntok 200000 --vocab 50257 --seed 2" || record check data FAIL logs/data.log
 
     # ---- 1. builds (CPU), each variant in its own copy of the sources, in parallel
-    B16=$OUT/build/bf16 BCU=$OUT/build/cudnn
+    B16=$WORK/build/bf16 BCU=$WORK/build/cudnn
     FE=$ROOT/build/cudnn_frontend/include
     export -f build_variant copy_tree
-    export OUT ROOT
+    export OUT ROOT WORK
     BUILD_T0=$(date +%s)
     phase build_bf16 300 build_variant bf16 USE_CUDNN=0 &
     pid_b16=$!
@@ -287,7 +298,7 @@ else
     else
         record time "PyTorch" "skipped: no Python here imports torch"
     fi
-    REF=$OUT/ref
+    REF=$WORK/ref
     pid_ref=""
     if [ $HAVE_TORCH = 0 ]; then
         mkdir -p "$REF"
@@ -352,8 +363,9 @@ else
             [ $at = cudnn ] && bin=$CU
             [ -x "$bin" ] || { record check "op profile -at $at B $B" "skipped: not built"; continue; }
             name="op_${at}_B$B"
-            rm -rf "$OUT/runs/$name"
-            phase "$name" 60 "$bin" -e d12 -i "$DATA/train.bin" -b $B -t 1024 -x "$STEPS" -v 0 -s 0 -at $at -op 1 -o "$OUT/runs/$name"
+            rm -rf "$WORK/runs/$name"
+            phase "$name" 60 "$bin" -e d12 -i "$DATA/train.bin" -b $B -t 1024 -x "$STEPS" -v 0 -s 0 -at $at -op 1 -o "$WORK/runs/$name"
+            rm -f "$WORK/runs/$name/model_final.bin"
             rc=$?
             op_table "$LOGS/$name.log" > "$OUT/profiles/$name.txt"
             if [ $rc -eq 0 ] && [ -s "$OUT/profiles/$name.txt" ]; then record check "op profile -at $at B $B" pass "profiles/$name.txt"
@@ -366,7 +378,7 @@ else
         for B in 8 16 32 64; do
             name="llmc_B$B"
             # shellcheck disable=SC2086  # --llmc-args: several words
-            (cd "$OUT" && phase "$name" 60 "$LLMC" -e d12 -i "$DATA/train.bin" -j "$DATA/val.bin" -b $B -t 1024 \
+            (cd "$WORK" && phase "$name" 60 "$LLMC" -e d12 -i "$DATA/train.bin" -j "$DATA/val.bin" -b $B -t 1024 \
                 -x "$STEPS" -v 100000 -m 1 -s 0 $LLMC_ARGS)
             rc=$?
             ms=$("$PY" - "$LOGS/$name.log" <<'PY'
@@ -387,12 +399,12 @@ PY
             bin=$B16/train_gpt2 rx="regex:.*attention_(forward|backward).*"
             [ $at = cudnn ] && bin=$CU rx="regex:.*(sdpa|fmha|flash|fprop|bprop|cudnn).*"
             [ -x "$bin" ] || { record check "ncu -at $at" "skipped: not built"; continue; }
-            rm -f "$OUT/ncu_$at.ncu-rep"
+            rm -f "$WORK/ncu_$at.ncu-rep"
             phase "ncu_$at" 120 ncu --clock-control none --section LaunchStats --section Occupancy --section SpeedOfLight \
-                -k "$rx" -c 40 -o "$OUT/ncu_$at" "$bin" -e d12 -i "$DATA/train.bin" -b 8 -t 1024 -x 1 -v 0 -s 0 -at $at
+                -k "$rx" -c 40 -o "$WORK/ncu_$at" "$bin" -e d12 -i "$DATA/train.bin" -b 8 -t 1024 -x 1 -v 0 -s 0 -at $at
             rc=$?
-            if [ -f "$OUT/ncu_$at.ncu-rep" ]; then
-                ncu --import "$OUT/ncu_$at.ncu-rep" --csv --page details > "$OUT/ncu_$at.csv" 2>> "$LOGS/ncu_$at.log"
+            if [ -f "$WORK/ncu_$at.ncu-rep" ]; then
+                ncu --import "$WORK/ncu_$at.ncu-rep" --csv --page details > "$OUT/ncu_$at.csv" 2>> "$LOGS/ncu_$at.log"
                 record check "ncu -at $at" "$(why $rc)" "ncu_$at.csv"
             else
                 record check "ncu -at $at" "$(why $rc)" "$(grep -m1 -i 'error' "$LOGS/ncu_$at.log" | cut -c1-160) (logs/ncu_$at.log)"

@@ -341,10 +341,19 @@ sys.exit(0 if all(f['card']=='NVIDIA H200' and f['date'] for f in m) and len(m) 
         grep -qF "with H100 constants (the model has no constants for NVIDIA H200: H100's)" $o/REPORT.md
 }
 
-# --model-only through the script itself: the modelled columns are gpu_model.py's own figures.
+# --model-only through the script itself: the modelled columns are gpu_model.py's own figures. And
+# it will not empty a work folder it did not make.
 bare_first_run_model_only() {
-    rm -rf $BARE/model_only
-    bash dev/gpu_first_run.sh --model-only --out $BARE/model_only > $BARE/model_only.out 2>&1 || { cat $BARE/model_only.out; return 1; }
+    local out rc
+    rm -rf $BARE/model_only $BARE/work && mkdir -p $BARE/work/keep && touch $BARE/work/keep/file || return 1
+    out=$(FIRST_RUN_WORK=$BARE/work bash dev/gpu_first_run.sh --model-only --out $BARE/model_only 2>&1); rc=$?
+    echo "$out (exit $rc)"
+    [ $rc -eq 1 ] && echo "$out" | grep -q "error: FIRST_RUN_WORK $BARE/work: a folder this script did not make" &&
+        [ -f $BARE/work/keep/file ] || return 1
+    rm -rf $BARE/work
+    FIRST_RUN_WORK=$BARE/work bash dev/gpu_first_run.sh --model-only --out $BARE/model_only > $BARE/model_only.out 2>&1 ||
+        { cat $BARE/model_only.out; return 1; }
+    [ -f $BARE/work/.gpu_first_run_work ] || { echo "no work folder marker"; return 1; }
     cat $BARE/model_only/REPORT.md
     python3 - $BARE/model_only <<'PY'
 import json, sys
@@ -382,7 +391,7 @@ bare_first_run_build_phase() {
     local out=$BARE/phase nogit=$BARE/nogit n
     rm -rf $out $nogit && mkdir -p $out || return 1
     touch bare_untracked_probe.txt
-    n=$(FIRST_RUN_SOURCE_ONLY=1 OUT=$(cd $out && pwd) bash -c ". dev/gpu_first_run.sh &&
+    n=$(FIRST_RUN_SOURCE_ONLY=1 OUT=$(cd $out && pwd) WORK=$(cd $out && pwd) bash -c ". dev/gpu_first_run.sh &&
         build_variant cudnn -n USE_CUDNN=1 CUDNN_FRONTEND_INC=$(pwd)/build/cudnn_frontend/include" 2>&1); local rc=$?
     rm -f bare_untracked_probe.txt
     [ $rc -eq 0 ] || { echo "$n"; return 1; }
