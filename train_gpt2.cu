@@ -1607,6 +1607,7 @@ static const TrainerOps gpu_trainer_ops = {gpu_begin_step, gpu_micro_step, gpu_r
 int main(int argc, char** argv) {
     TrainArgs args;
     args_parse(&args, argc, argv, 1);
+    process_method_check(args.init_method);
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
         fail("no CUDA GPU found; use ./train_gpt2cpu for CPU training");
