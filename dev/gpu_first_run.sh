@@ -7,7 +7,8 @@
 #      meanwhile, on the GPU, dev/bench/torch_gpt2.py (our PyTorch GPT-2 124M: bf16 autocast, SDPA,
 #      fused AdamW, torch.compile) times B 64, 32, 16, 8 and eager B 64 and 8, and the PyTorch
 #      reference files for test_gpt2 are written on the CPU (train_gpt2.py);
-#   2. test_gpt2 BF16 against that reference, -at ours and -at cudnn;
+#   2. test_gpt2 BF16 against that reference, -at ours and -at cudnn, and at GPT-2 124M's geometry
+#      (d12, B 4, T 64, one batch: the logits bound that grows with the model);
 #   3. GPT-2 124M steps at T 1024, B 8, 16, 32, 64, -at ours and -at cudnn (median of steps 4..N of
 #      metrics.jsonl), then -ge 1 against -ge 0 at B 64, then the -op 1 profiles at B 8 and B 64;
 #   4. llm.c's train_gpt2cu at the same shapes, with --llmc PATH (a binary built from llm.c's source);
@@ -309,7 +310,10 @@ else
         fi
         phase reference 150 "$PY" train_gpt2.py --model d2 --channels 128 --heads 2 --vocab 257 --max-seq 128 --seed 2 \
             --write-model "$REF/model.bin" --write-model-bf16 "$REF/model_bf16.bin" --data "$VAL" --B 2 --T 80 \
-            --write-state "$REF/state.bin" --steps 10 --write-losses "$REF/losses.txt" &
+            --write-state "$REF/state.bin" --steps 10 --write-losses "$REF/losses.txt" &&
+            phase reference_124m 120 "$PY" train_gpt2.py --model d12 --seed 2 --write-model "$REF/d12.bin" \
+                --data "$DATA/train.bin" --B 4 --T 64 --write-state "$REF/d12_state.bin" --steps 1 \
+                --write-losses "$REF/d12_losses.txt" &
         pid_ref=$!
         PIDS+=("$pid_ref")
     else
@@ -347,6 +351,13 @@ else
         if [ -x "$BCU/test_gpt2" ]; then
             phase test_gpt2_bf16_cudnn 90 "$BCU/test_gpt2" "${TARGS[@]}" -at cudnn; rc=$?
             record check test_gpt2_bf16_cudnn "$(why $rc)" "$(grep -c '^FAIL' "$LOGS/test_gpt2_bf16_cudnn.log") FAIL lines (logs/test_gpt2_bf16_cudnn.log)"
+        fi
+        # GPT-2 124M's geometry, one batch (-k 0): the BF16 logits bound that grows with the model
+        # (docs/gpu.md, "The logits bound in BF16"), every gradient, our fa2 kernels at head size 64
+        if [ -x "$B16/test_gpt2" ] && [ -f "$REF/d12_losses.txt" ]; then
+            phase test_gpt2_bf16_124m 60 "$B16/test_gpt2" "$REF/d12.bin" "$REF/d12_state.bin" "$REF/d12_losses.txt" \
+                "$DATA/train.bin" -k 0 -at ours; rc=$?
+            record check test_gpt2_bf16_124m "$(why $rc)" "$(grep -E '^(ok|FAIL) +logits' "$LOGS/test_gpt2_bf16_124m.log")"
         fi
     fi
 
