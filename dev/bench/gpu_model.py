@@ -1383,8 +1383,8 @@ def geometry_rows(size, B, T=1024, gpu="H200", at="ours", ge=0, code="head"):
 
 
 def wave_failures(gpu="H200", sizes=("124M", "1558M"), Bs=WAVE_B, ats=("ours", "cudnn"), code="head", exceptions=None):
-    """[(size, B, at, kernel entry, grid, working blocks, resident per SM, waves, kernel share)] of
-    every hot kernel below one wave, exceptions left out."""
+    """[(size, B, at, kernel entry, grid, working blocks, resident per SM, waves, kernel share, kernel)]
+    of every hot kernel below one wave, exceptions left out."""
     exceptions = WAVE_EXCEPTIONS if exceptions is None else exceptions
     out = []
     for size in sizes:
@@ -1394,7 +1394,8 @@ def wave_failures(gpu="H200", sizes=("124M", "1558M"), Bs=WAVE_B, ats=("ours", "
                 for k, t, share, kshare in rows:
                     g = k.geom
                     if kshare > HOT_SHARE and g.waves(gpu) < 1 and g.kernel not in exceptions:
-                        out.append((size, B, at, k.name, g.grid, g.work_blocks, g.resident(gpu), g.waves(gpu), kshare))
+                        out.append((size, B, at, k.name, g.grid, g.work_blocks, g.resident(gpu), g.waves(gpu), kshare,
+                                    g.kernel))
     return out
 
 
@@ -1425,7 +1426,7 @@ def print_geometry(sizes=("124M", "1558M"), Bs=WAVE_B, gpu="H200", at="ours", co
 
 def check_waves(gpu="H200"):
     bad = wave_failures(gpu)
-    for size, B, at, name, grid, blocks, res, waves, share in bad:
+    for size, B, at, name, grid, blocks, res, waves, share, _ in bad:
         print("FAIL %s B %d -at %s: %s: %d blocks (grid %s), %d per SM x %d SMs: %.2f waves, kernel %.1f%% of the "
               "step" % (size, B, at, name, blocks, " x ".join(str(x) for x in grid), res, GPUS[gpu]["sms"], waves,
                         100 * share))
