@@ -78,6 +78,12 @@ static void download_floatX(float* dst, const floatX* src, size_t n) {
 // of their own: they sit at the start of the logits buffer, which is dead while they live (proj in
 // the forward's layers before the logits are computed; d4C and dqkv, never live at once, in
 // backward's layers after the dlogits are consumed); logits rows are max(Vp, 4C) wide for them.
+// backward's column-sum scratch: the bias gradients' chunk sums (OC up to 4C) and the LayerNorm
+// backward's block sums of dweight and dbias, never live at once.
+static size_t backward_partial_floats(size_t BT, size_t C) {
+    size_t bias = colsum_partial_floats(BT, 4 * C), ln = layernorm_backward_partial_floats(BT, C);
+    return bias > ln ? bias : ln;
+}
 #define ACTIVATIONS(X)                                                                              \
     GPT2_ACTIVATIONS(X, floatX, (Vp > 4 * C ? Vp : 4 * C))                                          \
     X(lse, float, LAYERS, B * NH * T)         /* (L, B, NH, T) attention log-sum-exp per row */     \
@@ -87,7 +93,7 @@ static void download_floatX(float* dst, const floatX* src, size_t n) {
 #define ACTIVATION_GRADS(X)                                                                         \
     GPT2_ACTIVATION_GRADS(X, floatX, IN_LOGITS)                                                     \
     X(att_delta, float, ONE, B * NH * T)      /* (B, NH, T) attention backward's rowsum(dout out) */ \
-    X(partial, float, ONE, colsum_chunks((int)BT) * 4 * C) /* column-sum chunks */                  \
+    X(partial, float, ONE, backward_partial_floats(BT, C)) /* bias and LayerNorm partial sums */    \
     X(norm, float, ONE, NORM_BLOCKS + 1)      /* the grad norm's block sums */
 DEFINE_ACTIVATION_STRUCTS
 

@@ -196,6 +196,10 @@ build/gpu/dev_cuda_adamw: dev/cuda/adamw.cu dev/cuda/common.cuh dev/cuda/copies.
 build/gpu/dev_cuda_%: dev/cuda/%.cu dev/cuda/common.cuh dev/cuda/copies.cuh $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -DENABLE_FP32 -o $@ $<
+# the column sums' plant: colsum_finish adding its lanes by atomicAdd (dev/tests/52_dev_cuda.sh)
+build/gpu/dev_cuda_layernorm_unordered: dev/cuda/layernorm.cu dev/cuda/common.cuh dev/cuda/copies.cuh $(GPU_SOURCES) $(GPU_EMU_DEPS)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -DENABLE_FP32 -DCOLSUM_PLANT_UNORDERED -o $@ $<
 dev-cuda-emu: $(DEV_CUDA_EMU)
 	@for f in $(DEV_CUDA_EMU); do echo "== $$f"; $$f || exit 1; done
 .PHONY: gpu-nvcc-link dev-cuda-emu

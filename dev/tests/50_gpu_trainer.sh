@@ -256,13 +256,18 @@ gpu_train_smoke() {
     grep -q "s:3 tel:" $GPU_TMP/smoke/main.log && [ -s $GPU_TMP/smoke/model_final.bin ]
 }
 
-# The model's arithmetic test must catch planted arithmetic errors, each in a copy of gpu_model.py:
-# the key pass counted with 3 tile matmuls (the "5 in all" error), the diagonal tiles counted whole,
-# the fp32 score stride taken as 72 (other bank conflicts), AdamW's v read but not written.
+# The model's test (arithmetic, launch geometry, the H200 fit) must catch planted errors, each in a
+# copy of gpu_model.py: the key pass counted with 3 tile matmuls (the "5 in all" error), the diagonal
+# tiles counted whole, the fp32 score stride taken as 72 (other bank conflicts), AdamW's v read but
+# not written; waves ignored (every launch as if it filled the GPU: the fit's layernorm row at B 8
+# fails); the LayerNorm backward's grid mirrored as 188c81d's one block per 256 rows (the wave check
+# fails: 32 blocks at 124M B 8).
 gpu_model_catches_planted() {
     local d=$GPU_TMP/model_mutant m
     for m in 's/"per_j": {"HMMA": 32,/"per_j": {"HMMA": 24,/' 's/(w + 1 if kb == qb else 4)/4/' \
-             's/^ATT_LDB, ATT_LDF = 72, 68/ATT_LDB, ATT_LDF = 72, 72/' 's/(X + 2 \* F + 2 \* F + 2 \* F + X)/(X + 2 * F + 2 * F + F + X)/'; do
+             's/^ATT_LDB, ATT_LDF = 72, 68/ATT_LDB, ATT_LDF = 72, 72/' 's/(X + 2 \* F + 2 \* F + 2 \* F + X)/(X + 2 * F + 2 * F + F + X)/' \
+             's/k = -(-n \/\/ S)/k = n \/ S/; s/return max((t_mem \*\* 2 + t_issue \*\* 2) \*\* 0.5, ln.trips \* L_MEM + t_issue)/return (t_mem ** 2 + t_issue ** 2) ** 0.5/' \
+             's/G = max(1, min(wave, -(-BT \/\/ teams), 1024))/G = -(-BT \/\/ 256)/'; do
         rm -rf $d && mkdir -p $d && sed "$m" dev/bench/gpu_model.py > $d/gpu_model.py || return 1
         cmp -s dev/bench/gpu_model.py $d/gpu_model.py && { echo "mutation not applied: $m"; return 1; }
         if GPU_MODEL_DIR=$d python3 dev/bench/test_gpu_model.py > $d/out.txt; then
@@ -300,6 +305,21 @@ gpu_model_sass_catches_planted() {
 }
 check gpu_model_sass_counts python3 dev/bench/gpu_model.py --check-sass $GPU_CUBIN
 check gpu_model_sass_catches_planted gpu_model_sass_catches_planted
+# The model's launch table (LAUNCH_SASS: registers and shared memory per kernel from the ptxas log,
+# loop and path lengths from the cubin) against this build, and a copy whose LayerNorm backward has
+# 56 registers (3 blocks per SM: other waves) must fail it.
+GPU_LAUNCH="build/gpu/ptxas_train_gpt2_BF16.log build/gpu/keep_train_gpt2_BF16/train_gpt2.compute_90.cubin"
+gpu_model_launch_catches_planted() {
+    local d=$GPU_TMP/model_launch_mutant
+    rm -rf $d && mkdir -p $d &&
+        sed 's/"key": "_Z25layernorm_backward_kernelILb1E", "regs": 64,/"key": "_Z25layernorm_backward_kernelILb1E", "regs": 56,/' \
+            dev/bench/gpu_model.py > $d/gpu_model.py && ! cmp -s dev/bench/gpu_model.py $d/gpu_model.py ||
+        { echo "mutation not applied"; return 1; }
+    if python3 $d/gpu_model.py --check-launch $GPU_LAUNCH > $d/out.txt; then echo "planted registers NOT caught"; return 1; fi
+    grep FAIL $d/out.txt
+}
+check gpu_model_launch_table python3 dev/bench/gpu_model.py --check-launch $GPU_LAUNCH
+check gpu_model_launch_catches_planted gpu_model_launch_catches_planted
 check gpu_nvcc_link make -s -f dev/gpu.mk gpu-nvcc-link
 check gpu_no_gpu_message gpu_no_gpu_message
 check gpu_reference gpu_reference
