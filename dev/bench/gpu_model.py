@@ -95,9 +95,10 @@ T_SYNC = 2 * T_LAUNCH  # a host synchronisation drains the queue: 2 launches' wo
 # same value is ASSUMED on H100 and A100.
 L_MEM = 0.48e-6
 # The host's work at the start of each step while the GPU waits (the step's last host wait, the loss,
-# has drained it): the token staging copy and the encoder backward's buckets (llmc/encoder.cuh,
-# encoder_buckets_prepare: a count over the vocabulary and a qsort of the distinct tokens, before the
-# first forward launch). MEASURED on this repository's 2-core build machine (gcc -O2, the same code, random
+# has drained it), as measured (188c81d): the token staging copy and the encoder backward's buckets
+# (llmc/encoder.cuh, encoder_buckets_prepare: a count over the vocabulary and a qsort of the distinct
+# tokens, then before the first forward launch; since issue 34 after the last, hidden behind the
+# forward). MEASURED on this repository's 2-core build machine (gcc -O2, the same code, random
 # tokens, best of 7): 0.32 ms at B T 8192 (7552 buckets) to 2.22 ms at 65536 (36567 buckets), fitted
 # as 34 us + 33.4 ns per token; ASSUMED the same on a GPU machine's host (not measured there).
 HOST_PREP_S, HOST_PREP_S_PER_TOKEN = 34e-6, 33.4e-9
@@ -355,6 +356,22 @@ FA2_SASS = {
         "regs": 168, "smem": 40960,
         "loop": {"HMMA": 64, "LDSM": 36, "LDGSTS": 8, "STS": 0, "STS.128": 8, "LDS": 0, "instr": 652},
         "per_kb": None},
+    # issue 34: the backward as two passes, one block per 64-row tile each (the dq pass: 3 tile
+    # matmuls per pair, 4 ldmatrix.x4 of Q and 4 of dout on its first key tile; the dk/dv pass: 4, 8
+    # of K and V on its first query tile); "block": what a block adds outside its tile loop (static
+    # instructions, the dq pass's delta of its 64 rows among them)
+    "attention_backward_fa2_dq_kernel": {
+        "regs": 175, "smem": 49152 + 256,
+        "loop": {"HMMA": 96, "LDSM": 56, "LDGSTS": 8, "STS": 0, "STS.128": 8, "LDS": 2, "instr": 791},
+        "per_kb": None, "block_instr": 705},
+    "attention_backward_fa2_dkv_kernel": {
+        "regs": 244, "smem": 50176,
+        "loop": {"HMMA": 128, "LDSM": 72, "LDGSTS": 8, "STS": 2, "STS.128": 8, "LDS": 40, "instr": 919},
+        "per_kb": None, "block_instr": 553},
+}
+# The one-kernel backward the H200 measured (188c81d; one block per (b, h), dq running sums in dqkv),
+# its counts as FA2_SASS held them then: what explain_gap's SASS-ceiling rows model
+FA2_SASS_188 = {
     "attention_backward_fa2_kernel": {
         "regs": 241, "smem": 58368,
         "loop": {"HMMA": 160, "LDSM": 92, "LDGSTS": 8, "STS": 18, "STS.128": 8, "LDS": 40, "instr": 1436},
@@ -369,9 +386,10 @@ FA2_INSTANCE = "ILi64E"  # the kernels are templates on the head size: the GPT-2
 FA2_WAVEFRONTS = {"LDSM": 4, "LDGSTS": 4, "STS": 1, "STS.128": 4, "LDS": 1}
 # The emulator's bank conflicts (emucc --check: the "cuda_emu banks:" lines of build/gpu/
 # attention_emu_check --fa2-quick, dev/tests/53_attention_fa2.sh): worst n-way over each kernel's
-# ldmatrix and shared-store sites (37 sites over head sizes 32, 64 and 128, all 1-way; 4- or 8-way
+# ldmatrix and shared-store sites (45 sites over head sizes 32, 64 and 128, all 1-way; 4- or 8-way
 # without the swizzle). --check-banks recounts them from such a file.
-FA2_BANKS = {"attention_forward_fa2_kernel": 1.0, "attention_backward_fa2_kernel": 1.0}
+FA2_BANKS = {"attention_forward_fa2_kernel": 1.0, "attention_backward_fa2_dq_kernel": 1.0,
+             "attention_backward_fa2_dkv_kernel": 1.0}
 
 
 def fa2_pairs(B, NH, T):
@@ -388,6 +406,10 @@ def fa2_hbm_bytes(kind, B, NH, T, C, gpu):
     pair: an upper bound) miss L2 in the proportion by which the resident blocks' sums exceed it."""
     if kind == "fwd":
         return X * B * T * 3 * C + X * B * T * C + F * B * NH * T
+    if kind == "dq":  # qkv, dout, out (delta) read; lse read, delta written; dq written
+        return X * B * T * (3 + 1 + 1 + 1) * C + 2 * F * B * NH * T
+    if kind == "dkv":  # qkv, dout, lse and delta read; dk and dv written
+        return X * B * T * (3 + 1 + 2) * C + 2 * F * B * NH * T
     pairs, _ = fa2_pairs(B, NH, T)
     g = GPUS[gpu]
     resident = min(B * NH, blocks_per_sm("attention_backward_fa2_kernel", g) * g["sms"])
@@ -404,18 +426,18 @@ def fa2_kernel(kind, kern, B, T, C, NH, gpu_key):
     ceil(B NH / SMs) of them (ASSUMPTION: one block alone drives an SM as fast as two). cp.async
     double buffering is taken to hide the tile loads (ASSUMPTION; two or more blocks per SM)."""
     g = GPUS[gpu_key]
-    k = FA2_SASS[kern]
+    k = FA2_SASS[kern] if kern in FA2_SASS else FA2_SASS_188[kern]
     pairs, kblocks = fa2_pairs(B, NH, T)
-    per_kb = k["per_kb"] or {}
+    per_kb = k["per_kb"] or {"instr": k.get("block_instr", 0)}
     n = {op: ATT_WARPS * (pairs * k["loop"][op] + kblocks * per_kb.get(op, 0)) for op in FA2_OPS}
-    wavefronts = sum(n[op] * w * (FA2_BANKS[kern] if op in ("LDSM", "STS") else 1.0)
+    wavefronts = sum(n[op] * w * (FA2_BANKS.get(kern, 1.0) if op in ("LDSM", "STS") else 1.0)
                      for op, w in FA2_WAVEFRONTS.items())
     sm_clk = g["sms"] * g["clock"]
     pipes = {"tensor": n["HMMA"] * HMMA_FLOP / (g["hmma_flop_clk_sm"] * sm_clk), "shared memory": wavefronts / sm_clk,
              "issue": n["instr"] / (ISSUE_PER_CLK_SM * sm_clk),
              "HBM": fa2_hbm_bytes(kind, B, NH, T, C, gpu_key) / (g["bw"] * BW_EFF)}
-    blocks = B * NH if kind == "bwd" else kblocks
-    util = 1.0 if kind == "fwd" else (blocks / g["sms"]) / -(-blocks // g["sms"])
+    blocks = B * NH if kind == "bwd" else kblocks  # "bwd": the one-kernel backward (B NH blocks, all alike)
+    util = 1.0 if kind != "bwd" else (blocks / g["sms"]) / -(-blocks // g["sms"])
     bound = max(pipes, key=pipes.get)
     t = pipes[bound] / util
     flops = n["HMMA"] * HMMA_FLOP
@@ -628,8 +650,9 @@ LAUNCH_SASS = {
                                         "loops128": [439]},
     "colsum_finish_kernel": {"key": "_Z20colsum_finish_kernel", "regs": 32, "smem": 2048, "loop": 69},
     "bias_backward_kernel": {"key": "_Z20bias_backward_kernel", "regs": 34, "smem": 8192, "loops128": [97, 32]},
-    "gelu_forward_kernel": {"key": "_Z19gelu_forward_kernel", "regs": 32, "smem": 0, "vec": 264},
+    "gelu_forward_kernel": {"key": "_Z19gelu_forward_kernel", "regs": 31, "smem": 0, "vec": 264},
     "gelu_backward_inplace_kernel": {"key": "_Z28gelu_backward_inplace_kernel", "regs": 32, "smem": 0, "vec": 339},
+    "gelu_backward_rebuild_kernel": {"key": "_Z28gelu_backward_rebuild_kernel", "regs": 32, "smem": 0, "vec": 366},
     "fused_classifier_kernel": {"key": "_Z23fused_classifier_kernel", "regs": 32, "smem": 256, "loops128": [246, 192]},
     "loss_accumulate_kernel": {"key": "_Z22loss_accumulate_kernel", "regs": 16, "smem": 128, "loop": 6},
     "encoder_backward_wte_kernel": {"key": "_Z27encoder_backward_wte_kernel", "regs": 32, "smem": 0, "loops128": [121]},
@@ -992,9 +1015,33 @@ FA2_LAUNCHES = {
     # llmc/attention_fa2.cuh, attention_forward_fa2: dim3 grid(ceil_div_u(T, FA2_TILE), NH, B), FA2_THREADS
     "attention_forward_fa2_kernel": ("fwd", "attention forward (ours, mma.sync)",
                                      lambda B, NH, T: (-(-T // ATT_TILE), NH, B)),
-    # llmc/attention_fa2_backward.cuh, FA2_BWD_LAUNCH: dim3(NH, B), FA2_THREADS
-    "attention_backward_fa2_kernel": ("bwd", "attention backward (ours, mma.sync)", lambda B, NH, T: (NH, B)),
+    # llmc/attention_fa2_backward.cuh, FA2_BWD_LAUNCH: the dq pass, then the dk/dv pass, each on
+    # dim3 grid(ceil_div_u(T, FA2_TILE), NH, B), FA2_THREADS
+    "attention_backward_fa2_dq_kernel": ("dq", "attention backward dq pass (ours, mma.sync)",
+                                         lambda B, NH, T: (-(-T // ATT_TILE), NH, B)),
+    "attention_backward_fa2_dkv_kernel": ("dkv", "attention backward dk/dv pass (ours, mma.sync)",
+                                          lambda B, NH, T: (-(-T // ATT_TILE), NH, B)),
 }
+# The new kernels have not run on a GPU: they are modelled at the measured forward's rates (their
+# loops have its shape: tiles by cp.async, mma.sync from ldmatrix, no global traffic but the tiles;
+# an ASSUMPTION until a GPU times them), per block its tiles x its loop plus its own instructions,
+# dispatched heaviest first as the grids are: the dq pass's x = 0 is the last query tile (nq tiles),
+# the dk/dv pass's x = 0 the first key tile (nq tiles).
+FA2_RATES_FROM = {"attention_backward_fa2_dq_kernel": "attention_forward_fa2_kernel",
+                  "attention_backward_fa2_dkv_kernel": "attention_forward_fa2_kernel"}
+
+
+def fa2_borrowed_time(kern, B, NH, T, gpu):
+    """One launch of a two-pass backward kernel by fa2_schedule, at the rates FA2_RATES_FROM names."""
+    k, r = FA2_SASS[kern], FA2_AS_MEASURED[FA2_RATES_FROM[kern]]
+    g = GPUS[gpu]
+    nq = -(-T // ATT_TILE)
+    works = [(nq - x) * k["loop"]["instr"] + k["block_instr"] for _ in range(B * NH) for x in range(nq)]
+    slots = resident_blocks(k["regs"], k["smem"], 32 * ATT_WARPS, g)
+    key = (kern, B, NH, T, gpu, r["rate1"], r["beta"], slots)
+    if key not in _FA2_TIMES:
+        _FA2_TIMES[key] = fa2_schedule(works, slots, g["sms"], r["rate1"], r["beta"])
+    return _FA2_TIMES[key]
 
 
 def attention_kernels(B, T, C, NH, gpu, at, code="head"):
@@ -1015,7 +1062,7 @@ def attention_kernels(B, T, C, NH, gpu, at, code="head"):
             pairs, _ = fa2_pairs(B, NH, T)
             flops = (2 if kind == "fwd" else 5) * 2.0 * ATT_TILE ** 3 * pairs
             t = fa2_measured_time(kern, B, NH, T, gpu if gpu in FA2_MEASURED_GPUS else "H200")
-            if not FEATURES["measured"] and kern in FA2_SASS:  # explain_gap's first rows: the SASS ceiling
+            if not FEATURES["measured"] and (kern in FA2_SASS or kern in FA2_SASS_188):  # explain_gap: SASS ceilings
                 t = fa2_kernel(kind, kern, B, T, C, NH, gpu)[0]
             d = {"bound": "latency (measured rates)", "flops": flops, "ceiling_tflops": flops / t / 1e12,
                  "wavefronts_per_hmma": 0.0, "instr_per_hmma": 0.0, "blocks_per_sm": blocks_per_sm(kern, g)}
@@ -1031,11 +1078,16 @@ def attention_kernels(B, T, C, NH, gpu, at, code="head"):
             if kern in FA2_AS_MEASURED and gpu in FA2_MEASURED_GPUS and FEATURES["measured"]:
                 t = fa2_measured_time(kern, B, NH, T, gpu)
                 d = dict(d, bound="latency (measured rates)", ceiling_tflops=d["flops"] / t / 1e12)
+            elif kern in FA2_RATES_FROM and gpu in FA2_MEASURED_GPUS and FEATURES["measured"]:
+                t = max(t, fa2_borrowed_time(kern, B, NH, T, gpu))
+                d = dict(d, bound="latency (the forward's measured rates)", ceiling_tflops=d["flops"] / t / 1e12)
             out.append(Kernel(nm, 1, flops=d["flops"], bytes_=fa2_hbm_bytes(kind, B, NH, T, C, gpu), how="ours", fixed_s=t,
                               phase=kind, detail=d, geom=Launch(kern, grid(B, NH, T), 32 * ATT_WARPS,
                                                                 "llmc/attention_fa2*.cuh (FA2_LAUNCHES)",
                                                                 dyn_smem=0),
                               family="attention forward" if kind == "fwd" else "attention backward"))
+        for k in out:
+            k.phase = "fwd" if k.phase == "fwd" else "bwd"
         return [k for k in out if k.phase == "fwd"], [k for k in out if k.phase != "fwd"]
     for kind, kern, nm in (("fwd", "attention_forward_flash_kernel", "attention forward (wmma, flash)"),
                            ("query", "attention_backward_query_flash_kernel", "attention backward query pass (wmma)"),
@@ -1256,15 +1308,21 @@ def step_kernels(size, B, T, gpu="H100", at="ours", ge=0, accum=1, code="head"):
            matmul_w("matmul logits backward dwte", BT, C, VP, phase="bwd"),
            Kernel("memset dresidual", 1, bytes_=X * BT * C, phase="bwd")]
     bwd += ln_backward("layernorm backward (lnf)", BT, C, gpu, code)
-    lb = [stream("gelu forward (recompute, -r 1)", 1, 2 * X * BT * 4 * C, gelu_launch(BT * 4 * C, "gelu_forward_kernel", code),
-                 "gelu", "bwd")]
+    # -r 1 rebuilds GELU's output: with -ge 1 by gelu_forward first; with -ge 0, since issue 34, in the
+    # gradient's own pass (gelu_backward_rebuild, below; 188c81d: gelu_forward first there too)
+    rebuild = not ge and code != "188c81d"
+    lb = [] if rebuild else [stream("gelu forward (recompute, -r 1)", 1, 2 * X * BT * 4 * C,
+                                    gelu_launch(BT * 4 * C, "gelu_forward_kernel", code), "gelu", "bwd")]
     if ge:
         lb.append(matmul("matmul fc proj backward dinp (dGELU epilogue)", BT, C, 4 * C, aux_read=True, phase="bwd"))
     else:
         lb.append(matmul("matmul fc proj backward dinp", BT, C, 4 * C, phase="bwd"))
+    if rebuild:  # train_gpt2.cu fc_gelu_backward: d4C's matmul, GELU's gradient and output in one pass, dweight
+        lb.append(stream("gelu backward, GELU rebuilt (ours, -ge 0 -r 1)", 1, 4 * X * BT * 4 * C,
+                         gelu_launch(BT * 4 * C, "gelu_backward_rebuild_kernel", code), "gelu", "bwd"))
     lb.append(matmul_w("matmul fc proj backward dweight", BT, 4 * C, C, phase="bwd"))
     lb += bias_backward("bias backward (fc proj)", BT, C, gpu, code)
-    if not ge:  # train_gpt2.cu fc_gelu_backward: our GELU gradient after the matmul's span, its own (gelu)
+    if not ge and not rebuild:  # 188c81d fc_gelu_backward: our GELU gradient after the matmul's span, its own (gelu)
         lb.append(stream("gelu backward (ours, -ge 0)", 1, 3 * X * BT * 4 * C,
                          gelu_launch(BT * 4 * C, "gelu_backward_inplace_kernel", code), "gelu", "bwd"))
     lb.append(matmul("matmul fc backward dinp", BT, 4 * C, C, phase="bwd"))
@@ -1286,8 +1344,10 @@ def step_kernels(size, B, T, gpu="H100", at="ours", ge=0, accum=1, code="head"):
     bwd.append(stream("encoder backward (wpe)", 1, X * BT * C + 2 * X * T * C, wpe, "other", "bwd"))
     micro = fwd + bwd
     micro.append(Kernel("wait per micro-step", 0, syncs=1, phase="bwd"))
-    ks = [Kernel("host: step preparation (token staging, token buckets)", 0, how="host",
-                 fixed_s=(HOST_PREP_S + HOST_PREP_S_PER_TOKEN * BT) if FEATURES["host"] else 0.0, phase="fwd")]
+    # since issue 34 the buckets are built after the forward's launches, while the GPU runs them (the
+    # forward is far longer than the host's work at every B here): nothing of it stays on the GPU's path
+    prep = (HOST_PREP_S + HOST_PREP_S_PER_TOKEN * BT) if FEATURES["host"] and code == "188c81d" else 0.0
+    ks = [Kernel("host: step preparation (token staging, token buckets)", 0, how="host", fixed_s=prep, phase="fwd")]
     for k in micro:
         for attr in ("launches", "flops", "bytes", "fixed_s", "syncs"):
             setattr(k, attr, getattr(k, attr) * accum)
@@ -1363,9 +1423,6 @@ def summarize(size, B, T, gpu_key, after=True, accum=1):
 HOT_SHARE = 0.01
 WAVE_B = (8, 16, 32, 64)
 WAVE_EXCEPTIONS = {
-    # one block per (b, h): B NH blocks (96 at 124M B 8, 0.36 waves). Issue 34 item 1 replaces it with a
-    # key-parallel dK/dV kernel and a query-parallel dQ kernel; delete this line with it.
-    "attention_backward_fa2_kernel": "one block per head; being replaced (issue 34 item 1)",
 }
 
 

@@ -68,32 +68,34 @@ for B, NH, T in ((1, 1, 64), (2, 3, 65), (1, 2, 130), (4, 12, 1000), (64, 12, 10
                f + q + k, 12 * C * T * B * T * (9.0 / 12) * (1 + 16.0 / T), rel=1e-9)
 
 # -- the mma.sync kernels (FA2_SASS): per warp and (block, tile) pair, HMMA x 4096 = the pair's tile
-# matmuls (64 x 64 x 64, 4 warps): forward 2 (S, P V), backward 5 (S^T, dP^T, dv, dk, dq); ldmatrix.x4
-# loads one 16 x 16 bf16 operand (512 B): the forward's S needs 16 K fragments per warp, P V 16 of V
-# and the Q fragments 4 (first tile); the backward's S^T and dP^T 16 + 16, dv and dk 16 + 16, dq 16
-# of K and 4 of dS^T, and the K, V fragments 8 (first query tile); cp.async: 2 tiles of 64 x 64 bf16
-# per pair in 16-byte pieces over 128 threads = 8 per thread (the backward adds 4 tiles per key tile)
+# matmuls (64 x 64 x 64, 4 warps): forward 2 (S, P V); the backward's dq pass 3 (S, dP, dq), its dk/dv
+# pass 4 (S^T, dP^T, dv, dk); ldmatrix.x4 loads one 16 x 16 bf16 operand (512 B): the forward's S
+# needs 16 K fragments per warp, P V 16 of V and the Q fragments 4 (first tile); the dq pass 16 of
+# K, 16 of V, 16 of K again (dS K), and 4 + 4 of Q and dout (first tile); the dk/dv pass 16 of Q,
+# 16 of dout, 16 + 16 again (dv, dk), and 4 + 4 of K and V (first tile); cp.async: 2 tiles of
+# 64 x 64 bf16 per pair in 16-byte pieces over 128 threads = 8 per thread
 tile_mm = 2 * 64 * 64 * 64
 for kern, matmuls, ldsm in (("attention_forward_fa2_kernel", 2, 16 + 16 + 4),
-                            ("attention_backward_fa2_kernel", 5, 16 + 16 + 16 + 16 + 16 + 4 + 8)):
+                            ("attention_backward_fa2_dq_kernel", 3, 16 * 3 + 8),
+                            ("attention_backward_fa2_dkv_kernel", 4, 16 * 4 + 8)):
     lp = gm.FA2_SASS[kern]["loop"]
     expect("%s: HMMA per pair x 4 warps = %d tile matmuls" % (kern, matmuls), 4 * lp["HMMA"] * gm.HMMA_FLOP,
            matmuls * tile_mm)
     expect("%s: ldmatrix.x4 per warp and pair" % kern, lp["LDSM"], ldsm)
     expect("%s: cp.async per thread and pair = 2 tiles / 128 threads / 16 B" % kern, lp["LDGSTS"], 2 * 64 * 64 * 2 / 128 / 16)
-expect("backward cp.async per thread and key tile = 4 tiles", gm.FA2_SASS["attention_backward_fa2_kernel"]["per_kb"]["LDGSTS"],
-       4 * 64 * 64 * 2 / 128 / 16)
 for B, NH, T in ((1, 1, 64), (2, 3, 65), (64, 12, 1024), (16, 25, 1024)):
     nb = -(-T // 64)
     pairs = B * NH * nb * (nb + 1) // 2
-    H = gm.GPUS["H100"]
     _, f = gm.fa2_kernel("fwd", "attention_forward_fa2_kernel", B, T, 64 * NH, NH, "H100")
-    _, b = gm.fa2_kernel("bwd", "attention_backward_fa2_kernel", B, T, 64 * NH, NH, "H100")
+    _, q = gm.fa2_kernel("dq", "attention_backward_fa2_dq_kernel", B, T, 64 * NH, NH, "H100")
+    _, k = gm.fa2_kernel("dkv", "attention_backward_fa2_dkv_kernel", B, T, 64 * NH, NH, "H100")
     expect("mma.sync FLOPs B%d NH%d T%d: forward = 2 tile matmuls per pair" % (B, NH, T), f["flops"], 2 * tile_mm * pairs)
-    expect("mma.sync FLOPs B%d NH%d T%d: backward = 5" % (B, NH, T), b["flops"], 5 * tile_mm * pairs)
-# one launch of each by hand, B 1, NH 1, T 64 (one pair, one key tile, 4 warps) on H100: forward
-# wavefronts per warp = 36 LDSM x 4 + 8 cp.async x 4 + 8 zero fills x 4 = 208; backward (loop + per
-# key tile) = 92 x 4 + (8 + 16) x 4 + 18 + (8 + 16) x 4 + 40 = 618
+    expect("mma.sync FLOPs B%d NH%d T%d: backward = 3 + 4" % (B, NH, T), q["flops"] + k["flops"], 7 * tile_mm * pairs)
+    expect("mma.sync backward B%d NH%d T%d: every block of both passes counted (wave utilisation 1)" % (B, NH, T),
+           q["utilisation"] * k["utilisation"], 1.0)
+# one launch of each by hand, B 1, NH 1, T 64 (one pair, one tile, 4 warps) on H100: forward
+# wavefronts per warp = 36 LDSM x 4 + 8 cp.async x 4 + 8 zero fills x 4 = 208; the dq pass (loop):
+# 56 x 4 + 8 x 4 + 8 x 4 + 2 = 290; the dk/dv pass: 72 x 4 + 8 x 4 + 8 x 4 + 2 + 40 = 394
 H = gm.GPUS["H100"]
 sm_clk = 132 * 1.83e9
 _, d = gm.fa2_kernel("fwd", "attention_forward_fa2_kernel", 1, 64, 64, 1, "H100")
@@ -104,24 +106,28 @@ expect("mma.sync forward B1 T64: tensor pipe = 4 x 64 HMMA x 4096 / (2048 x 132 
        4 * 64 * 4096 / (2048.0 * sm_clk))
 expect("mma.sync forward B1 T64: HBM bytes = q, k, v, out (bf16) + lse", gm.fa2_hbm_bytes("fwd", 1, 1, 64, 64, "H100"),
        2 * 64 * 64 * 4 + 4 * 64)
-_, d = gm.fa2_kernel("bwd", "attention_backward_fa2_kernel", 1, 64, 64, 1, "H100")
-expect("mma.sync backward B1 T64: shared-memory pipe = 4 x 618 wavefronts", d["pipes"]["shared memory"], 4 * 618 / sm_clk)
-expect("mma.sync backward B1 T64: one block keeps 1 of 132 SMs busy", d["utilisation"], 1 / 132)
-# blocks per SM by hand: 168 registers x 32 = 5376 per warp, 21504 per block: 3 of 65536
-# (shared 40960 + 1024: 5 of 228 KB); 240 x 32 = 7680, 30720 per block: 2 (58368 + 1024: 3)
+_, d = gm.fa2_kernel("dq", "attention_backward_fa2_dq_kernel", 1, 64, 64, 1, "H100")
+expect("mma.sync dq pass B1 T64: shared-memory pipe = 4 x 290 wavefronts", d["pipes"]["shared memory"], 4 * 290 / sm_clk)
+expect("mma.sync dq pass B1 T64: issue pipe = 4 x (791 + 705) / 4", d["pipes"]["issue"], (791 + 705) / sm_clk)
+_, d = gm.fa2_kernel("dkv", "attention_backward_fa2_dkv_kernel", 1, 64, 64, 1, "H100")
+expect("mma.sync dk/dv pass B1 T64: shared-memory pipe = 4 x 394 wavefronts", d["pipes"]["shared memory"], 4 * 394 / sm_clk)
+expect("mma.sync dq pass B1 T64: HBM bytes = q, k, v, dout, out, dq (bf16) + lse, delta",
+       gm.fa2_hbm_bytes("dq", 1, 1, 64, 64, "H100"), 2 * 64 * 64 * 6 + 4 * 64 * 2)
+expect("mma.sync dk/dv pass B1 T64: HBM bytes = q, k, v, dout, dk, dv (bf16) + lse, delta",
+       gm.fa2_hbm_bytes("dkv", 1, 1, 64, 64, "H100"), 2 * 64 * 64 * 6 + 4 * 64 * 2)
+# blocks per SM by hand: 168 registers x 32 = 5376 per warp, 21504 per block: 3 of 65536 (shared
+# 40960 + 1024: 5 of 228 KB); the dq pass 175 -> 176 x 32 x 4 = 22528: 2 (49408 + 1024: 4); the
+# dk/dv pass 244 x 32 x 4 = 31232: 2 (50176 + 1024: 4)
 expect("mma.sync forward: blocks per SM on H100", gm.blocks_per_sm("attention_forward_fa2_kernel", H), 3)
-expect("mma.sync backward: blocks per SM on H100", gm.blocks_per_sm("attention_backward_fa2_kernel", H), 2)
-expect("mma.sync backward: blocks per SM on A100 (164 KB: 2 of 59392 B)",
-       gm.blocks_per_sm("attention_backward_fa2_kernel", gm.GPUS["A100"]), 2)
-# 124M B 64: 768 blocks of one (b, h) on 132 SMs: 5.82 per SM, the busiest runs 6; dq sums of 264
-# resident blocks x 1024 rows x 256 B = 69.2 MB against 50 MB of L2: 27.7% miss, 2 x 16 KB per pair
-_, d = gm.fa2_kernel("bwd", "attention_backward_fa2_kernel", 64, 1024, 768, 12, "H100")
-expect("mma.sync backward 124M B64: wave utilisation = 768 / 132 / 6", d["utilisation"], 768 / 132 / 6)
-pairs = 64 * 12 * 16 * 17 // 2
-miss = 1 - 50e6 / (264 * 1024 * 256)
-expect("mma.sync backward 124M B64: HBM bytes = 9 B T C bf16 + 3 B NH T fp32 + dq sums missing L2",
-       gm.fa2_hbm_bytes("bwd", 64, 12, 1024, 768, "H100"),
-       2 * 64 * 1024 * 768 * 9 + 4 * 3 * 64 * 12 * 1024 + miss * pairs * 2 * 64 * 64 * 4, rel=1e-9)
+expect("mma.sync dq pass: blocks per SM on H100", gm.blocks_per_sm("attention_backward_fa2_dq_kernel", H), 2)
+expect("mma.sync dk/dv pass: blocks per SM on H100", gm.blocks_per_sm("attention_backward_fa2_dkv_kernel", H), 2)
+# the passes' schedule (fa2_borrowed_time): one head at T 128, 2 tiles each way, each on its own SM at
+# the forward's one-block rate: the heaviest block (2 pairs) alone sets the time
+r = gm.FA2_AS_MEASURED["attention_forward_fa2_kernel"]["rate1"]
+for kern in ("attention_backward_fa2_dq_kernel", "attention_backward_fa2_dkv_kernel"):
+    k = gm.FA2_SASS[kern]
+    expect("%s B1 NH1 T128: the 2-pair block at the forward's rate" % kern, gm.fa2_borrowed_time(kern, 1, 1, 128, "H200"),
+           (2 * k["loop"]["instr"] + k["block_instr"]) / r, rel=1e-9)
 
 for size, (L, C, NH) in gm.MODELS.items():
     N = gm.num_params(L, C)
@@ -136,10 +142,10 @@ for size, (L, C, NH) in gm.MODELS.items():
                 att = sum(k.flops for k in ks if k.name.startswith("attention"))
                 if at == "cudnn":  # FlashAttention's count: forward 2 B T^2 C, backward 2.5 x, per layer
                     expect(tag + ": cuDNN attention FLOPs = 7 B T^2 C L", att, 7.0 * B * T * T * C * L)
-                elif at == "ours":  # mma.sync: 2 + 5 tile matmuls per (b, h) pair of 64-row tiles
+                elif at == "ours":  # mma.sync: 2 + 3 + 4 tile matmuls per (b, h) pair of 64-row tiles
                     nb = -(-T // 64)
-                    expect(tag + ": our attention FLOPs = 7 tile matmuls per pair x L", att,
-                           L * 7 * tile_mm * B * NH * nb * (nb + 1) // 2)
+                    expect(tag + ": our attention FLOPs = 9 tile matmuls per pair x L", att,
+                           L * 9 * tile_mm * B * NH * nb * (nb + 1) // 2)
                 else:
                     expect(tag + ": our attention FLOPs = the executed walk x L", att,
                            L * sum(gm.att_executed_flops(B, NH, T)))
@@ -147,12 +153,14 @@ for size, (L, C, NH) in gm.MODELS.items():
                 expect(tag + ": AdamW bytes = 28 N (grad 2, master 8, m 8, v 8, param 2)", adam.bytes, 28 * N)
                 ln = [k for k in ks if k.name.startswith("layernorm forward")][0]
                 expect(tag + ": layernorm forward bytes = 4 B T C + 8 B T", ln.bytes, 4 * B * T * C + 8 * B * T)
-                # launches counted by hand from train_gpt2.cu: 30 per layer + 15 with the wmma attention
-                # (forward 1, backward 2); the mma.sync and cuDNN backward are one launch each; -ge 0 adds
-                # our GELU forward and backward. Of the 30: 4 bias gradients and 2 LayerNorm backwards of
-                # two launches each (the partial sums, then their fixed-order sum, colsum_finish); of the
-                # 15: the lnf backward's two
-                want = (30 if at == "wmma" else 29) + (0 if ge else 2)
+                # launches counted by hand from train_gpt2.cu: 30 per layer + 15 with our attention
+                # (forward 1, backward 2: the mma.sync passes dq and dk/dv, or the wmma query and key
+                # passes); cuDNN's backward is one launch. -ge 1 recomputes GELU (gelu_forward, -r 1);
+                # -ge 0 adds our GELU forward and, instead of that recompute, the backward pass that
+                # rebuilds GELU beside its gradient: one launch more. Of the 30: 4 bias gradients and 2
+                # LayerNorm backwards of two launches each (the partial sums, then their fixed-order
+                # sum, colsum_finish); of the 15: the lnf backward's two
+                want = (29 if at == "cudnn" else 30) + (0 if ge else 1)
                 expect(tag + ": launches", sum(k.launches for k in ks), want * L + 15)
     expect("%s parameters = VP C + 1024 C + L (12 C^2 + 13 C) + 2 C" % size, N,
            gm.VP * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C)
