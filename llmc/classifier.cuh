@@ -12,36 +12,43 @@
 
 // In: logits (N, Vp), targets (N). Out: losses (N); with write_dlogits, logits become dlogits =
 // (softmax - onehot(target)) * dloss (padded columns 0). Nothing else saved. One block per row:
-// pass 1 reads the row once from HBM (online max and sum, 128 bits at a time); pass 2 reads it
-// again (from L2: a 100 KB row per block) and writes the gradient over it.
+// pass 1 reads the row once from HBM (an online max and sum per thread, one pack of X128 at a time:
+// the pack's max first, so the running sum is rescaled at most once per pack and every lane takes
+// the same path); pass 2 reads it again (from L2: a 100 KB row per block) and writes the gradient
+// over it. Exponentials as exp2 of x log2(e) - max log2(e) (one FMA and one exp2 per element).
 __global__ void __launch_bounds__(CLASSIFIER_THREADS)
     fused_classifier_kernel(floatX* __restrict__ logits, float* __restrict__ losses, const int* __restrict__ targets,
                             float dloss, int write_dlogits, int V, int Vp, bool vec) {
+    const float l2e = 1.4426950408889634f;
     int row = blockIdx.x;
     floatX* x = logits + (size_t)row * Vp;
     int target = targets[row];
     float m = -INFINITY, sum = 0.0f;
     for (int c = threadIdx.x * X128; c < V; c += blockDim.x * X128) {
         Packed128<floatX> p = load_pack(x + c, vec, Vp - c);
-        for (int i = 0; i < X128 && c + i < V; i++) {
-            float v = p.f(i);
-            if (v > m) { sum = sum * expf(m - v) + 1.0f; m = v; }
-            else { sum += expf(v - m); }
+        int n = V - c < X128 ? V - c : X128;
+        float pm = p.f(0);
+        for (int i = 1; i < n; i++) { pm = fmaxf(pm, p.f(i)); }
+        if (pm > m) {
+            sum *= exp2f((m - pm) * l2e); // 0 on the first pack (m = -inf)
+            m = pm;
         }
+        float ml = m * l2e;
+        for (int i = 0; i < n; i++) { sum += exp2f(fmaf(p.f(i), l2e, -ml)); }
     }
     float maxv = block_max(m);
-    float total = block_sum(m == -INFINITY ? 0.0f : sum * expf(m - maxv));
+    float total = block_sum(m == -INFINITY ? 0.0f : sum * exp2f((m - maxv) * l2e));
     float target_logit = to_f(x[target]);
     if (threadIdx.x == 0) { losses[row] = logf(total) + maxv - target_logit; }
     if (!write_dlogits) { return; }
     __syncthreads(); // every thread has read x[target] before it is overwritten
-    float inv = 1.0f / total;
+    float inv = 1.0f / total, maxl = maxv * l2e;
     for (int c = threadIdx.x * X128; c < Vp; c += blockDim.x * X128) {
         Packed128<floatX> p = load_pack(x + c, vec, Vp - c), d;
         for (int i = 0; i < X128; i++) {
             int j = c + i;
             float g = 0.0f;
-            if (j < V) { g = (expf(p.f(i) - maxv) * inv - (j == target ? 1.0f : 0.0f)) * dloss; }
+            if (j < V) { g = (exp2f(fmaf(p.f(i), l2e, -maxl)) * inv - (j == target ? 1.0f : 0.0f)) * dloss; }
             d.v[i] = to_X(g);
         }
         store_pack(x + c, d, vec, Vp - c);
