@@ -653,7 +653,7 @@ LAUNCH_SASS = {
     "gelu_forward_kernel": {"key": "_Z19gelu_forward_kernel", "regs": 31, "smem": 0, "vec": 264},
     "gelu_backward_inplace_kernel": {"key": "_Z28gelu_backward_inplace_kernel", "regs": 32, "smem": 0, "vec": 339},
     "gelu_backward_rebuild_kernel": {"key": "_Z28gelu_backward_rebuild_kernel", "regs": 32, "smem": 0, "vec": 366},
-    "fused_classifier_kernel": {"key": "_Z23fused_classifier_kernel", "regs": 32, "smem": 256, "loops128": [246, 192]},
+    "fused_classifier_kernel": {"key": "_Z23fused_classifier_kernel", "regs": 32, "smem": 256, "loops128": [98, 83]},
     "loss_accumulate_kernel": {"key": "_Z22loss_accumulate_kernel", "regs": 16, "smem": 128, "loop": 6},
     "encoder_backward_wte_kernel": {"key": "_Z27encoder_backward_wte_kernel", "regs": 32, "smem": 0, "loops128": [121]},
     "encoder_backward_wpe_kernel": {"key": "_Z27encoder_backward_wpe_kernel", "regs": 36, "smem": 0, "loops128": [98, 35]},
