@@ -5,6 +5,7 @@
   accounting   printed memory and communication per rank equal closed forms computed here from
                the model shape, and the bytes the ring collectives actually sent
   resume       a 2-rank stage-1 run stopped at step 5 and resumed gives the uninterrupted losses
+  mesh84       the 8 x 4 mesh (32 ranks) trained: ZeRO 1 and 2 against 1 rank, -ls against 8 x 1
   failures     a world that does not fit the mesh, a rank whose data file is missing: the job
                stops within seconds with a message naming the rank
 Each subcommand exits non-zero on any mismatch.
@@ -20,6 +21,9 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_golden  # noqa: E402
+
 TRAINER = os.environ.get("TRAINER", "./train_gpt2cpu")
 DATA = "data/kjv/kjv_val.bin"
 # d2 byte-level model: L 2, C 128, NH 2, V 257 (Vp 384), T_max 64
@@ -33,14 +37,18 @@ L, C, V, VP, TMAX = 2, 128, 257, 384, 64
 
 
 def mpirun(n, args, timeout=120):
+    """Runs TRAINER on n ranks; a good run of a real trainer goes into the goldens' ledger
+    (dev/test_golden.py)."""
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n),
            "-x", "OMP_NUM_THREADS=1", TRAINER] + args
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    test_golden.note(TRAINER, n, args, r.returncode)
+    return r
 
 
-def run_ok(n, args, out_dir):
+def run_ok(n, args, out_dir, timeout=120):
     shutil.rmtree(out_dir, ignore_errors=True)
-    r = mpirun(n, args + ["-o", out_dir])
+    r = mpirun(n, args + ["-o", out_dir], timeout)
     if r.returncode != 0:
         sys.exit(f"run failed ({n} ranks, {' '.join(args)}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     return r.stdout
@@ -79,6 +87,47 @@ def equivalence():
             failures += not ok
             report_case(ok, f"{ranks} ranks", ranks, shard, stage, loss_err, w_err, (LOSS_TOL, WEIGHT_TOL))
     print(f"baseline losses: {[round(base_losses[s], 6) for s in sorted(base_losses)]}")
+    sys.exit(1 if failures else 0)
+
+
+# The 8 x 4 mesh (32 ranks, -ds 4): B 1, T 16, 32 rows per step, 3 steps
+MESH84 = MODEL + ["-i", DATA, "-j", "", "-b", "1", "-t", "16", "-d", "512", "-l", "1e-3", "-c", "0.1", "-s", "0",
+                  "-sf", "1"]
+
+
+def errors_against(d, base_losses, base_w):
+    """(max loss error, max weight error) of run d against a baseline's losses and weights."""
+    losses = train_losses(d + "/main.log")
+    if sorted(losses) != sorted(base_losses):
+        return float("inf"), float("inf")
+    return (max(abs(losses[s] - base_losses[s]) for s in base_losses),
+            float(np.max(np.abs(weights(d + "/model_final.bin") - base_w))))
+
+
+def mesh84():
+    """The 8 x 4 mesh trained: ZeRO 1 and 2 on 32 ranks against 1 rank x grad_accum 32 (the same
+    global batch), and -ls 2 (8 replicas of 4 shards, ZeRO 1) against 8 x 1 (a replica's data and
+    model do not depend on -ds)."""
+    run_ok(1, MESH84 + ["-x", "3", "-z", "0"], "build/dist/m84_base")
+    base_l, base_w = train_losses("build/dist/m84_base/main.log"), weights("build/dist/m84_base/model_final.bin")
+    failures = 0
+    for stage in (1, 2):
+        d = f"build/dist/m84_z{stage}"
+        run_ok(32, MESH84 + ["-x", "3", "-z", str(stage), "-ds", "4"], d)
+        le, we = errors_against(d, base_l, base_w)
+        ok = le <= LOSS_TOL and we <= WEIGHT_TOL
+        failures += not ok
+        print(f"{'ok' if ok else 'FAIL'}  32 ranks, mesh 8x4, ZeRO {stage}: max loss error {le:.2e} (tol "
+              f"{LOSS_TOL:.0e}), max weight error {we:.2e} (tol {WEIGHT_TOL:.0e}) against 1 rank x grad_accum 32")
+    outer = ["-x", "4", "-z", "1", "-ls", "2", "-ol", "0.7", "-om", "0.9"]
+    run_ok(8, MESH84 + outer + ["-ds", "1", "-b", "4"], "build/dist/m84_ls_8x1")
+    run_ok(32, MESH84 + outer + ["-ds", "4"], "build/dist/m84_ls_8x4")
+    le, we = errors_against("build/dist/m84_ls_8x4", train_losses("build/dist/m84_ls_8x1/main.log"),
+                            weights("build/dist/m84_ls_8x1/model_final.bin"))
+    ok = le <= 1e-5 and we <= 1e-5
+    failures += not ok
+    print(f"{'ok' if ok else 'FAIL'}  -ls 2 -ol 0.7 -om 0.9, ZeRO 1: mesh 8x4 (B 1) against 8x1 (B 4): max loss error "
+          f"{le:.2e}, max weight error {we:.2e} (tol 1e-05)")
     sys.exit(1 if failures else 0)
 
 
@@ -210,4 +259,5 @@ def failures():
 
 
 if __name__ == "__main__":
-    {"equivalence": equivalence, "accounting": accounting, "resume": resume, "failures": failures}[sys.argv[1]]()
+    {"equivalence": equivalence, "accounting": accounting, "resume": resume, "failures": failures,
+     "mesh84": mesh84}[sys.argv[1]]()

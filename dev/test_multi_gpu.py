@@ -12,6 +12,8 @@ runs, parsers and independent closed forms, with the emulated trainer as TRAINER
                          dev/gpu_memory.cu reports the trainer's memory line
   startup                -pi mpi, fs and tcp (127.0.0.1) bring up 2 ranks that train 3 steps with
                          the same losses; a rank whose rendezvous never comes stops with its rank
+  mesh84                 the 8 x 4 mesh (32 GPUs): ZeRO 1 against the CPU trainer on 1 rank, ZeRO 2 -ls 2
+                         -rq int8 against the CPU trainer on the same 32 ranks
   failures               a rank without data stops the whole job within seconds, naming the rank
   mutant                 a copy of the trainer whose stage-2 micro-step gradients are not cleared
                          after their reduce-scatter must fail the equivalence
@@ -132,6 +134,31 @@ def stage2_slots():
     print(f"{'ok' if ok else 'FAIL'}  d4, 2 GPUs, ZeRO 2, grad_accum 2: max loss error {le:.2e}, "
           f"max weight error {we:.2e} (tol {TOL['fp32'][0]:.0e}, {TOL['fp32'][1]:.0e})")
     sys.exit(0 if ok else 1)
+
+
+def mesh84():
+    """The 8 x 4 mesh (32 emulated GPUs, -ds 4): ZeRO 1 against the CPU trainer on 1 rank (the same
+    global batch, 3 steps), and ZeRO 2 with -ls 2 -rq int8 against the CPU trainer on the same 32
+    ranks and flags (4 steps)."""
+    td.TRAINER = "./train_gpt2cpu"
+    td.run_ok(1, td.MESH84 + ["-x", "3", "-z", "0"], OUT + "/m84_cpu")
+    base_l, base_w = td.train_losses(OUT + "/m84_cpu/main.log"), td.weights(OUT + "/m84_cpu/model_final.bin")
+    outer = ["-x", "4", "-z", "2", "-ds", "4", "-ls", "2", "-ol", "0.7", "-om", "0.9", "-rq", "int8"]
+    td.run_ok(32, td.MESH84 + outer, OUT + "/m84_ls_cpu")
+    td.TRAINER = FP32
+    td.run_ok(32, td.MESH84 + ["-x", "3", "-z", "1", "-ds", "4"], OUT + "/m84_z1_gpu", timeout=600)
+    td.run_ok(32, td.MESH84 + outer, OUT + "/m84_ls_gpu", timeout=600)
+    failures = 0
+    for d, (bl, bw), what in [("m84_z1_gpu", (base_l, base_w), "ZeRO 1 against the CPU trainer on 1 rank"),
+                              ("m84_ls_gpu", (td.train_losses(OUT + "/m84_ls_cpu/main.log"),
+                                              td.weights(OUT + "/m84_ls_cpu/model_final.bin")),
+                               "ZeRO 2 -ls 2 -rq int8 against the CPU trainer on the same ranks and flags")]:
+        le, we = td.errors_against(f"{OUT}/{d}", bl, bw)
+        ok = le <= TOL["fp32"][0] and we <= TOL["fp32"][1]
+        failures += not ok
+        print(f"{'ok' if ok else 'FAIL'}  fp32, 32 GPUs, mesh 8x4, {what}: max loss error {le:.2e}, max weight error "
+              f"{we:.2e} (tol {TOL['fp32'][0]:.0e})")
+    sys.exit(1 if failures else 0)
 
 
 def val_losses(log_path):
@@ -551,4 +578,4 @@ if __name__ == "__main__":
         {"accounting": accounting, "startup": startup, "failures": failures, "mutant": mutant,
          "stage2_slots": stage2_slots, "resume": resume, "diloco": diloco, "diloco_wire": diloco_wire,
          "diloco_wire_replicas": diloco_wire_replicas, "diloco_wire_resume": diloco_wire_resume,
-         "sync_wire": sync_wire}[cmd]()
+         "sync_wire": sync_wire, "mesh84": mesh84}[cmd]()

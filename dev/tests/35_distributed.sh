@@ -1,9 +1,17 @@
 # Data-parallel checks of the CPU trainer over MPI (sourced by dev/run_tests.sh): the mesh
 # and data split, equivalence of 1/2/4 ranks and every ZeRO stage and mesh shape, memory and
 # communication accounting, resume on 2 ranks, and failing ranks. See dev/test_distributed.py.
+# Every good run lands in the goldens' ledger, compared bit for bit at the end (dev/test_golden.py).
+/usr/bin/python3 dev/test_golden.py reset dist
 check build_test_mesh gcc -O1 -I. -Wall -Wextra -Werror -Wno-unused-function -o build/test_mesh dev/test_mesh.c -lm
 check mesh_and_data_split ./build/test_mesh
 check dist_equivalence /usr/bin/python3 dev/test_distributed.py equivalence
+check dist_mesh_8x4 /usr/bin/python3 dev/test_distributed.py mesh84
 check dist_accounting /usr/bin/python3 dev/test_distributed.py accounting
 check dist_resume_2_ranks_stage1 /usr/bin/python3 dev/test_distributed.py resume
 check dist_failures /usr/bin/python3 dev/test_distributed.py failures
+# the runs above against dev/tests/golden/dist.txt: losses, records, model and state files bit for bit
+check dist_golden /usr/bin/python3 dev/test_golden.py check dist
+# the test of that test: a CPU trainer whose AdamW eps is 1e-4 larger (relative) passes the tolerances
+# above but must differ from the golden
+check dist_golden_catches_a_mutant /usr/bin/python3 dev/test_golden.py mutant

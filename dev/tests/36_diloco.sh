@@ -2,6 +2,8 @@
 # against the PyTorch reference on 2 x 1, 2 x 2 and 4 x 1 meshes and every ZeRO stage, data
 # invariance across -ds, the runs that must equal synchronous training, the bytes and the memory
 # line against closed forms, resumes inside a window, and the refusals. See dev/test_diloco.py.
+# Every good run lands in the goldens' ledger, compared bit for bit at the end (dev/test_golden.py).
+/usr/bin/python3 dev/test_golden.py reset diloco
 check diloco_vs_pytorch /usr/bin/python3 dev/test_diloco.py reference
 check diloco_data_invariance /usr/bin/python3 dev/test_diloco.py invariance
 check diloco_identities /usr/bin/python3 dev/test_diloco.py identity
@@ -26,3 +28,5 @@ check diloco_fragments /usr/bin/python3 dev/test_diloco.py fragments
 # -lo's goal, by the trainer's link-wait counter: with the link (-rb) at half a step per exchange,
 # -lo 1 waits at most a tenth of what blocking -lo 0 is held (at least 0.75 of the link time); 6-15 s.
 check diloco_overlap_link /usr/bin/python3 dev/test_diloco.py overlap
+# the runs above against dev/tests/golden/diloco.txt: losses, records, model and state files bit for bit
+check diloco_golden /usr/bin/python3 dev/test_golden.py check diloco

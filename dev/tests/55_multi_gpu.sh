@@ -5,7 +5,9 @@
 # mpi/fs/tcp start-ups, val loss and a sharded resume, a failing rank, a broken stage 2 that
 # must fail, and -ls (the replicas' outer syncs). See dev/test_multi_gpu.py. The checked builds
 # (emucc --check) prove the stream order of the per-layer reduce-scatters and parameter
-# all-gathers, each with a mutant --check must catch.
+# all-gathers, each with a mutant --check must catch. Every good run lands in the goldens' ledger,
+# compared bit for bit after the last of them (dev/test_golden.py).
+/usr/bin/python3 dev/test_golden.py reset multi_gpu
 check multi_gpu_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/gpu_memory_bf16 &&
     make -s train_gpt2cpu"
 check multi_gpu_equivalence_fp32 /usr/bin/python3 dev/test_multi_gpu.py equivalence fp32
@@ -71,6 +73,10 @@ wire_topk_kernels() {
 }
 check_bg multi_gpu_wire_topk_kernels wire_topk_kernels
 check_wait
+# the 8 x 4 mesh: 32 emulated GPUs (ZeRO 1; ZeRO 2 with -ls 2 -rq int8) against the CPU trainer (about 50 s)
+check multi_gpu_mesh_8x4 /usr/bin/python3 dev/test_multi_gpu.py mesh84
+# the runs above against dev/tests/golden/multi_gpu.txt: losses, records, model and state files bit for bit
+check multi_gpu_golden /usr/bin/python3 dev/test_golden.py check multi_gpu
 
 # -op 1 on the emulated GPU trainer (CUDA events, llmc/op_events.cuh), on 1 rank and on 2 ranks with
 # ZeRO 1: every family, the rows adding up to the step within 5%, the communication stream beside
