@@ -257,15 +257,19 @@ gpu_train_smoke() {
 }
 
 # The model's test (arithmetic, launch geometry, the H200 fit) must catch planted errors, each in a
-# copy of gpu_model.py: the key pass counted with 3 tile matmuls (the "5 in all" error), the diagonal
-# tiles counted whole, the fp32 score stride taken as 72 (other bank conflicts), AdamW's v read but
-# not written; waves ignored (every launch as if it filled the GPU: the fit's layernorm row at B 8
-# fails); the LayerNorm backward's grid mirrored as 188c81d's one block per 256 rows (the wave check
-# fails: 32 blocks at 124M B 8).
+# copy of gpu_model.py: the dq pass's per-block instructions dropped (its delta and set-up), the
+# dk/dv pass's ldmatrix per pair off by 8 (its first tile's K and V fragments not counted), the
+# forward's HBM bytes without lse, the classifier's loops counted once per block instead of once per
+# pack, AdamW's v read but not written; waves ignored (every launch as if it filled the GPU: the
+# fit's layernorm row at B 8 fails); the LayerNorm backward's grid mirrored as 188c81d's one block
+# per 256 rows (the wave check fails: 32 blocks at 124M B 8).
 gpu_model_catches_planted() {
     local d=$GPU_TMP/model_mutant m
-    for m in 's/"per_j": {"HMMA": 32,/"per_j": {"HMMA": 24,/' 's/(w + 1 if kb == qb else 4)/4/' \
-             's/^ATT_LDB, ATT_LDF = 72, 68/ATT_LDB, ATT_LDF = 72, 72/' 's/(X + 2 \* F + 2 \* F + 2 \* F + X)/(X + 2 * F + 2 * F + F + X)/' \
+    for m in 's/"per_kb": None, "block_instr": 705}/"per_kb": None, "block_instr": 0}/' \
+             's/"loop": {"HMMA": 128, "LDSM": 72,/"loop": {"HMMA": 128, "LDSM": 64,/' \
+             's/return X \* B \* T \* 3 \* C + X \* B \* T \* C + F \* B \* NH \* T$/return X * B * T * 3 * C + X * B * T * C/' \
+             's/instr=32 \* it \* sum(L\["loops128"\])/instr=32 * sum(L["loops128"])/' \
+             's/(X + 2 \* F + 2 \* F + 2 \* F + X)/(X + 2 * F + 2 * F + F + X)/' \
              's/k = -(-n \/\/ S)/k = n \/ S/; s/return max((t_mem \*\* 2 + t_issue \*\* 2) \*\* 0.5, ln.trips \* L_MEM + t_issue)/return (t_mem ** 2 + t_issue ** 2) ** 0.5/' \
              's/G = max(1, min(wave, -(-BT \/\/ teams), 1024))/G = -(-BT \/\/ 256)/'; do
         rm -rf $d && mkdir -p $d && sed "$m" dev/bench/gpu_model.py > $d/gpu_model.py || return 1
@@ -293,12 +297,12 @@ check gpu_nvcc_sm80_sm90 make -s -f dev/gpu.mk gpu-nvcc-check
 check gpu_ptxas_report cat build/gpu/ptxas_report.txt
 check gpu_sass_report cat build/gpu/sass_report.txt
 check gpu_sass_rules_catch_planted gpu_sass_rules_catch_planted
-# The model's SASS counts (ATT_SASS) recounted from the cubin gpu_nvcc_sm80_sm90 built, and a copy of
-# the model whose forward reloads one fragment fewer per output block must fail that recount.
+# The model's SASS counts (FA2_SASS) recounted from the cubin gpu_nvcc_sm80_sm90 built, and a copy of
+# the model whose forward leaves out its 4 Q-fragment ldmatrix per tile must fail that recount.
 GPU_CUBIN="build/gpu/keep_train_gpt2_BF16/train_gpt2.compute_90.cubin build/gpu/ptxas_train_gpt2_BF16.log"
 gpu_model_sass_catches_planted() {
     local d=$GPU_TMP/model_sass_mutant
-    rm -rf $d && mkdir -p $d && sed 's/"LD.E fragment": 16 + 4 \* 8,/"LD.E fragment": 16 + 3 * 8,/' dev/bench/gpu_model.py > $d/gpu_model.py &&
+    rm -rf $d && mkdir -p $d && sed 's/"loop": {"HMMA": 64, "LDSM": 36,/"loop": {"HMMA": 64, "LDSM": 32,/' dev/bench/gpu_model.py > $d/gpu_model.py &&
     ! cmp -s dev/bench/gpu_model.py $d/gpu_model.py || { echo "mutation not applied"; return 1; }
     if python3 $d/gpu_model.py --check-sass $GPU_CUBIN > $d/out.txt; then echo "planted count NOT caught"; return 1; fi
     grep FAIL $d/out.txt
