@@ -4,7 +4,7 @@
 # variants), two tests of that test (a perturbed gradient, an off-by-one attention mask), 20 steps
 # against the CPU trainer, checkpoint resume, recomputation, and the kernel tests (also under
 # AddressSanitizer, and the BF16 stochastic rounding and AdamW); the attention kernels against a
-# double reference (tensor-core and fallback versions, and a mask bug they must catch), the
+# double reference (the fa2 and fallback versions, and a mask bug both must catch), the
 # trainer's BF16 tensor-core attention against PyTorch, and the activation memory against llm.c's.
 # The kernel tests and test_gpt2emu are emucc --check builds, also run under the reverse and random
 # schedules (dev/cuda_emu/README.md).
@@ -60,14 +60,14 @@ gpu_attention_mutant_fails() {
     return 0
 }
 
-# The attention kernel test must catch the same mask bug in the tensor-core version.
+# The attention kernel test must catch the same mask bug in the fa2 (tensor-core) and fallback versions.
 gpu_attention_kernels_detect_mask_bug() {
     local dir=$GPU_TMP/att_mutant
     attention_mutant_sources $dir || return 1
     dev/cuda_emu/emucc -O1 -o $dir/attention $dir/dev/cuda/attention.cu || return 1
     if $dir/attention --quick > $dir/out.txt; then echo "the broken mask passed"; return 1; fi
     grep "^FAIL" $dir/out.txt | head -5
-    grep -q "^FAIL.* flash " $dir/out.txt && grep -q "^FAIL.* scalar " $dir/out.txt
+    grep -q "^FAIL.* fa2 " $dir/out.txt && grep -q "^FAIL.* scalar " $dir/out.txt
 }
 
 # Memory (dev/gpu_memory.cu, the trainer's own size table): at GPT-2 124M, B 64, T 1024, -r 1 the
@@ -351,9 +351,9 @@ check_bg gpu_test_gpt2emu_fp32_r0_r2 bash -c "build/gpu/test_gpt2emu_fp32 $GPU_T
     build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 2 -k 0"
 check_bg gpu_test_detects_perturbed_grad bash -c "! build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -p 4 -k 0"
 check_bg gpu_test_detects_attention_mask_bug gpu_attention_mutant_fails
-# the same kernel checks under emucc --check (races, barriers, bounds, alignment, the wmma layout
-# scrambled); T 1024 for the tensor-core version only
-check_bg gpu_attention_kernels_checked build/gpu/attention_emu_check --long-flash-only
+# the same kernel checks under emucc --check (races, barriers, bounds, alignment, cp.async bytes in
+# flight); T 1024 for the fa2 version only
+check_bg gpu_attention_kernels_checked build/gpu/attention_emu_check --long-fa2
 check_bg gpu_attention_kernels_bf16 build/gpu/attention_emu
 # FP32 (a checked build) and the small BF16 cases again under two more schedules
 check_bg gpu_attention_kernels_fp32_checked_reverse env EMU_SCHED=reverse build/gpu/attention_emu_fp32 --quick
