@@ -150,7 +150,7 @@ build/gpu/train_gpt2emu_bf16_check: $(GPU_SOURCES) $(GPU_EMU_DEPS)
 build/gpu/gpu_memory_bf16: dev/gpu_memory.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ dev/gpu_memory.cu -lnccl
-# the attention kernels (dev/cuda/attention.cu): BF16 (tensor-core and fallback versions), FP32
+# the attention kernels (dev/cuda/attention.cu): BF16 (the fa2 and fallback versions), FP32
 build/gpu/attention_emu: dev/cuda/attention.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ dev/cuda/attention.cu

@@ -13,7 +13,6 @@ ran (--code 188c81d). Each kernel's time comes from its own kind of evidence:
   round trips on a block's critical path (L_MEM) (launch_time);
 - our mma.sync attention kernels: on H200 and H100 their rates as measured there, scheduled block by
   block over the SMs (FA2_AS_MEASURED, fa2_schedule); elsewhere their SASS pipe ceilings (FA2_SASS);
-- the wmma attention kernels (--at wmma): their SASS pipe ceilings (ATT_SASS);
 - cuDNN attention (-at cudnn): measured (H200) or published cuDNN SDPA throughput (CUDNN_ATT);
 - cuBLASLt matmuls: FLOPs over the dense peak times a GEMM efficiency (GEMM_EFF);
 - the host's preparation of each step, while the GPU waits (HOST_PREP_S).
@@ -29,7 +28,7 @@ MEASURED_H200 (fit_rows, --fit).
     python3 dev/bench/gpu_model.py --summary        # 124M and 1558M, all attention paths, H200, H100, A100
     python3 dev/bench/gpu_model.py --llmc           # against llm.c's published runs (A100, H100)
     python3 dev/bench/gpu_model.py --json          # the figures dev/gpu_first_run.sh compares with
-    python3 dev/bench/gpu_model.py --check-sass CUBIN [PTXAS_LOG]   # ATT_SASS, FA2_SASS against the SASS
+    python3 dev/bench/gpu_model.py --check-sass CUBIN [PTXAS_LOG]   # FA2_SASS against the SASS
     python3 dev/bench/gpu_model.py --check-launch PTXAS_LOG [CUBIN]  # LAUNCH_SASS against ptxas and the SASS
 """
 import argparse
@@ -48,7 +47,7 @@ GPUS = {
              "smem_sm": 228 * 1024, "regs_sm": 65536, "warps_sm": 64, "blocks_sm": 32,
              # L2: 50 MB (NVIDIA H100 Tensor Core GPU Architecture whitepaper, H100 SXM5)
              "l2": 50e6,
-             # mma.sync (HMMA, what wmma compiles to) is taken at the Ampere per-SM rate, 2048 dense
+             # mma.sync (HMMA) is taken at the Ampere per-SM rate, 2048 dense
              # FLOP per clock, half of what wgmma reaches: an ASSUMPTION, consistent with
              # FlashAttention-2 (mma.sync) reaching about 35% of the H100 peak (FlashAttention-3
              # paper, arXiv 2407.08608, abstract) where it reaches 50-73% on A100 (FlashAttention-2
@@ -78,12 +77,8 @@ GPUS = {
 # Guide, "Shared Memory" of compute capability 5.x and later: successive 32-bit words in successive
 # banks, each bank 32 bits per clock). Issue: 4 schedulers per SM, one warp instruction each per clock
 # (NVIDIA Hopper and Ampere whitepapers, SM diagrams: four processing blocks per SM).
-SMEM_WAVEFRONT_B = 128
 ISSUE_PER_CLK_SM = 4
 HMMA_FLOP = 2 * 16 * 8 * 16  # HMMA.16816: one m16n8k16 multiply-accumulate
-# Global-load latency a block waits out at each tile (the loads are synchronous, then __syncthreads):
-# 1000 clocks, an ASSUMPTION of the order of HBM latency; it only matters where few blocks share an SM.
-LOAD_LATENCY_CLK = 1000
 # Cost of one kernel launch on the GPU's timeline: 5 us. NVIDIA's CUDA Graphs blog (developer.nvidia.com
 # /blog/cuda-graphs): per-kernel launch overheads of a few microseconds.
 T_LAUNCH = 5e-6
@@ -171,177 +166,9 @@ def model_flops_per_token(size, T):
 
 
 # ---------------------------------------------------------------------------------------------
-# Shared-memory wavefronts of one warp-wide access, from the byte address of each lane: the
-# accesses are served in phases of 128 bytes (32 lanes of 4 bytes, 16 of 8, 8 of 16); within a
-# phase a bank serves one 4-byte word per wavefront, lanes reading the same word share it.
-def smem_wavefronts(byte_addrs, width):
-    per_phase = max(1, SMEM_WAVEFRONT_B // max(width, 4))
-    total = 0
-    for p in range(0, len(byte_addrs), per_phase):
-        banks = {}
-        for a in byte_addrs[p:p + per_phase]:
-            for w in range(a // 4, (a + max(width, 4) - 1) // 4 + 1):
-                banks.setdefault(w % 32, set()).add(w)
-        total += max(len(s) for s in banks.values())
-    return total
-
-
-ATT_LDB, ATT_LDF = 72, 68  # llmc/attention.cuh: bf16 tile row stride, fp32 scratch row stride
-
-
-def att_access_costs():
-    """Wavefronts per instruction of each shared-memory access kind of the attention kernels, from
-    the addresses the code computes (lane = 2 r + half owns row r of a warp's 16; wmma fragments:
-    lane = 4 g + t holds row g, column pair t). The wmma fragment loads are generic LD.E in the SASS
-    (the pointers lost the shared address space) and are served by shared memory like LDS. MOVM (a
-    warp-wide transpose of a row-major B fragment) is taken as one wavefront of the same pipe: an
-    ASSUMPTION, no public figure gives its cost; without it the ceilings rise by 10-16%."""
-    lanes = range(32)
-    score_lds = [4 * ((l // 2) * ATT_LDF + 2 * 0 + l % 2) for l in lanes]          # sS[r*68 + 2i + half]
-    p_sts16 = [2 * ((l // 2) * ATT_LDB + 2 * 0 + l % 2) for l in lanes]            # sP[r*72 + 2i + half]
-    acc_sts64 = [4 * ((l // 4) * ATT_LDF + 2 * (l % 4)) for l in lanes]            # wmma store, ldm 68
-    frag_ld32 = [2 * ((l // 4) * ATT_LDB + 2 * (l % 4)) for l in lanes]            # wmma load, ldm 72
-    tile_sts128 = [2 * ((l // 8) * ATT_LDB + (l % 8) * 8) for l in lanes]          # att_load_tile
-    bcast_lds = [4 * (2 * 0 + l % 2) for l in lanes]                               # sL[c], sD[c] (key pass)
-    return {"LDS score": smem_wavefronts(score_lds, 4), "STS.U16 P/dS": smem_wavefronts(p_sts16, 2),
-            "STS.64 accumulator": smem_wavefronts(acc_sts64, 8), "LD.E fragment": smem_wavefronts(frag_ld32, 4),
-            "MOVM": 1, "STS.128 tile": smem_wavefronts(tile_sts128, 16), "LDS lse/delta": smem_wavefronts(bcast_lds, 4)}
-
-
-# Per warp and visited tile of each kernel, from its sm_90 SASS (nvdisasm of build/gpu/keep_train_gpt2_
-# BF16/train_gpt2.compute_90.cubin, `make gpu-nvcc-check`): instruction counts split into a part per
-# 16-wide sub-tile j the warp multiplies ("per_j") and a part per tile ("fixed"). Read from the loop
-# bodies: the Q K^T loop (16 LD.E, 8 HMMA, 4 STS.64 per j), the forward's P V loops (per j and
-# output block: 8 LD.E, 4 MOVM, 2 HMMA; the P fragment reloaded for each of the 4 blocks), the
-# backward's dS K / P^T dout / dS^T Q loops (per j: 20 LD.E, 16 MOVM, 8 HMMA), the softmax code
-# (LDS of the fp32 scores, STS.U16 of P or dS), the tile loads (8 STS.128 per thread for two tiles).
-# "instr" is the issued instructions: the outer loop body of the SASS, its inner loops at their trip
-# counts (an upper estimate: the remainder paths of unrolled loops are counted once).
-ATT_SASS = {
-    "attention_forward_flash_kernel": {
-        "regs": 128, "smem": 45056, "launch_bounds_min_blocks": 4,
-        "per_j": {"HMMA": 16, "LD.E fragment": 16 + 4 * 8, "MOVM": 4 * 4, "STS.64 accumulator": 4},
-        "fixed": {"LDS score": 3 * 32, "STS.U16 P/dS": 32, "STS.64 accumulator": 4 * 4, "STS.128 tile": 8},
-        "instr_per_j": 45 + 83, "instr_fixed": 2269 - 4 * (45 + 83),
-        "hbm": "reads Q once, K and V once per query block at or below the diagonal; writes out and lse"},
-    "attention_backward_query_flash_kernel": {
-        "regs": 160, "smem": 45056, "launch_bounds_min_blocks": 1,
-        "per_j": {"HMMA": 24, "LD.E fragment": 16 + 16 + 20, "MOVM": 16, "STS.64 accumulator": 8},
-        "fixed": {"LDS score": 2 * 32, "STS.U16 P/dS": 32, "STS.128 tile": 8},
-        "instr_per_j": 41 + 41 + 53, "instr_fixed": 1762 - 4 * (41 + 41 + 53),
-        "hbm": "reads Q, dout, out once, K and V once per query block; writes dq and delta"},
-    "attention_backward_key_flash_kernel": {
-        "regs": 168, "smem": 54784, "launch_bounds_min_blocks": 1,
-        "per_j": {"HMMA": 32, "LD.E fragment": 16 + 16 + 20 + 20, "MOVM": 32, "STS.64 accumulator": 8},
-        "fixed": {"LDS score": 2 * 32, "LDS lse/delta": 2 * 32, "STS.U16 P/dS": 2 * 32, "STS.128 tile": 8},
-        "instr_per_j": 41 + 45 + 54.5 + 54.5, "instr_fixed": 2494 - 4 * (41 + 45 + 54.5 + 54.5),
-        "hbm": "reads K and V once, Q, dout, lse, delta once per key block; writes dk and dv"},
-}
-ATT_WARPS, ATT_TILE = 4, 64
-
-
-def resident_blocks(regs, smem, threads, gpu):
-    """Blocks of a kernel resident on one SM at once (the CUDA occupancy calculator's rules for
-    compute capability 8.0 and 9.0): registers are allocated per warp in units of 256 (so per thread
-    in multiples of 8), shared memory per block plus the 1 KB the runtime reserves for each block,
-    at most warps_sm warps (2048 threads) and blocks_sm (32) blocks."""
-    warps = -(-threads // 32)
-    regs_warp = -(-regs * 32 // 256) * 256
-    by_regs = gpu["regs_sm"] // (regs_warp * warps) if regs else gpu["blocks_sm"]
-    by_smem = gpu["smem_sm"] // (smem + 1024)
-    return max(0, min(by_regs, by_smem, gpu["warps_sm"] // warps, gpu.get("blocks_sm", 32)))
-
-
-def blocks_per_sm(kernel, gpu):
-    """Resident blocks of 4 warps of an attention kernel (ATT_SASS, FA2_SASS or FA2_AS_MEASURED)."""
-    k = ATT_SASS.get(kernel) or FA2_SASS.get(kernel) or FA2_AS_MEASURED[kernel]
-    return resident_blocks(k["regs"], k["smem"], 32 * ATT_WARPS, gpu)
-
-
-def att_tile_visits(kind, B, NH, T):
-    """Walks the kernel's loops as the code does (llmc/attention.cuh): returns (warp-tile visits,
-    sub-tiles multiplied). Forward and query pass: warp w of query block qb visits key blocks
-    kb <= qb, multiplying 4 sub-tiles, w + 1 on the diagonal, none when its rows are all padding.
-    Key pass: warp w of key block kb visits query blocks qb >= kb, sub-tiles jlo .. jhi - 1 with
-    jlo = w on the diagonal, jhi = 4 or fewer in the last, partial block."""
-    nb = -(-T // ATT_TILE)
-    visits = subs = 0
-    for qb_or_kb in range(nb):
-        for w in range(ATT_WARPS):
-            if kind == "key":
-                kb = qb_or_kb
-                for qb in range(kb, nb):
-                    jlo = w if qb == kb else 0
-                    jhi = min(4, (T - qb * ATT_TILE + 15) // 16)
-                    visits += 1
-                    subs += max(0, jhi - jlo)
-            else:
-                qb = qb_or_kb
-                active = qb * ATT_TILE + w * 16 < T
-                for kb in range(qb + 1):
-                    visits += 1
-                    subs += 0 if not active else (w + 1 if kb == qb else 4)
-    return visits * B * NH, subs * B * NH
-
-
-def att_executed_flops(B, NH, T):
-    """Tensor-core FLOPs as executed: (forward, backward query pass, backward key pass)."""
-    out = []
-    for kind, kern in (("fwd", "attention_forward_flash_kernel"), ("query", "attention_backward_query_flash_kernel"),
-                       ("key", "attention_backward_key_flash_kernel")):
-        _, subs = att_tile_visits(kind, B, NH, T)
-        out.append(subs * ATT_SASS[kern]["per_j"]["HMMA"] * HMMA_FLOP)
-    return tuple(out)
-
-
-def att_hbm_bytes(kind, B, NH, T, C):
-    """HBM bytes of one launch (one layer): tiles re-read per block from L2 are counted once per
-    visit as the loads are issued (an upper bound on HBM traffic; L2 holds a head's K and V)."""
-    hs = C // NH
-    nb = -(-T // ATT_TILE)
-    tiles = B * NH * nb * (nb + 1) // 2  # (block, tile) pairs visited
-    tile = ATT_TILE * hs * X
-    if kind == "fwd":
-        return B * NH * nb * tile + 2 * tiles * tile + X * B * T * C + F * B * NH * T
-    if kind == "query":
-        return 3 * B * NH * nb * tile + 2 * tiles * tile + X * B * T * C + F * B * NH * T
-    return 2 * B * NH * nb * tile + 2 * tiles * tile + tiles * 2 * F * ATT_TILE + 2 * X * B * T * C
-
-
-def our_attention_kernel(kind, kern, B, T, C, NH, gpu):
-    """(seconds, details) of one launch of one of our attention kernels."""
-    k = ATT_SASS[kern]
-    cost = att_access_costs()
-    visits, subs = att_tile_visits(kind, B, NH, T)
-    wf_j = sum(n * cost[op] for op, n in k["per_j"].items() if op != "HMMA")
-    wf_fixed = sum(n * cost[op] for op, n in k["fixed"].items())
-    wavefronts = subs * wf_j + visits * wf_fixed
-    hmma = subs * k["per_j"]["HMMA"]
-    instr = subs * k["instr_per_j"] + visits * k["instr_fixed"]
-    sm_clk = gpu["sms"] * gpu["clock"]
-    t_smem = wavefronts / sm_clk
-    t_issue = instr / (ISSUE_PER_CLK_SM * sm_clk)
-    t_tc = hmma * HMMA_FLOP / (gpu["hmma_flop_clk_sm"] * sm_clk)
-    t_hbm = att_hbm_bytes(kind, B, NH, T, C) / (gpu["bw"] * BW_EFF)
-    # latency: a block waits LOAD_LATENCY_CLK at each tile; its busy time per tile is its warps'
-    # wavefronts (the binding pipe); n resident blocks hide it when n x busy >= busy + latency
-    n = blocks_per_sm(kern, gpu)
-    busy = ATT_WARPS * (wf_j * 4 + wf_fixed)
-    hide = min(1.0, n * busy / (busy + LOAD_LATENCY_CLK)) if n else 0.0
-    pipes = {"tensor": t_tc, "shared memory": t_smem, "issue": t_issue, "HBM": t_hbm}
-    bound = max(pipes, key=pipes.get)
-    t = pipes[bound] / hide
-    flops = hmma * HMMA_FLOP
-    return t, {"bound": bound, "pipes": pipes, "blocks_per_sm": n, "latency_hidden": hide, "flops": flops,
-               "wavefronts_per_hmma": wavefronts / hmma, "instr_per_hmma": instr / hmma,
-               "ceiling_tflops": flops / t / 1e12}
-
-
-# ---------------------------------------------------------------------------------------------
 # The mma.sync kernels (llmc/attention_fa2.cuh, attention_fa2_backward.cuh): what -at ours runs in
 # BF16 at head size 64 (every GPT-2 size; their head-size-32 and -128 instances are not modelled;
-# --at wmma models the kernels above, which the trainer no longer runs; the FP32 build and other
-# head sizes take the CUDA-core fallback, not modelled). Per warp
+# the FP32 build and other head sizes take the CUDA-core fallback, not modelled). Per warp
 # and (block, tile) pair: static counts of the tile loop's body in the sm_90 SASS (the backward:
 # its inner, query-tile loop; "per_kb": what its outer, key-tile loop adds per key tile), every
 # branch counted as taken (an upper estimate: the forward's 4 Q-fragment LDSM run on its first
@@ -392,10 +219,31 @@ FA2_BANKS = {"attention_forward_fa2_kernel": 1.0, "attention_backward_fa2_dq_ker
              "attention_backward_fa2_dkv_kernel": 1.0}
 
 
+FA2_WARPS, FA2_TILE = 4, 64  # llmc/attention_fa2.cuh: 4 warps per block, 64-row tiles
+
+
+def resident_blocks(regs, smem, threads, gpu):
+    """Blocks of a kernel resident on one SM at once (the CUDA occupancy calculator's rules for
+    compute capability 8.0 and 9.0): registers are allocated per warp in units of 256 (so per thread
+    in multiples of 8), shared memory per block plus the 1 KB the runtime reserves for each block,
+    at most warps_sm warps (2048 threads) and blocks_sm (32) blocks."""
+    warps = -(-threads // 32)
+    regs_warp = -(-regs * 32 // 256) * 256
+    by_regs = gpu["regs_sm"] // (regs_warp * warps) if regs else gpu["blocks_sm"]
+    by_smem = gpu["smem_sm"] // (smem + 1024)
+    return max(0, min(by_regs, by_smem, gpu["warps_sm"] // warps, gpu.get("blocks_sm", 32)))
+
+
+def blocks_per_sm(kernel, gpu):
+    """Resident blocks of 4 warps of a mma.sync attention kernel (FA2_SASS or FA2_AS_MEASURED)."""
+    k = FA2_SASS.get(kernel) or FA2_AS_MEASURED[kernel]
+    return resident_blocks(k["regs"], k["smem"], 32 * FA2_WARPS, gpu)
+
+
 def fa2_pairs(B, NH, T):
     """((block, tile) pairs, key tiles) of one launch: per (b, h), nb (nb + 1) / 2 pairs of 64-row
     tiles at or below the diagonal (the diagonal tile computed whole), nb = ceil(T / 64)."""
-    nb = -(-T // ATT_TILE)
+    nb = -(-T // FA2_TILE)
     return B * NH * nb * (nb + 1) // 2, B * NH * nb
 
 
@@ -413,10 +261,10 @@ def fa2_hbm_bytes(kind, B, NH, T, C, gpu):
     pairs, _ = fa2_pairs(B, NH, T)
     g = GPUS[gpu]
     resident = min(B * NH, blocks_per_sm("attention_backward_fa2_kernel", g) * g["sms"])
-    miss = max(0.0, 1.0 - g["l2"] / (resident * T * ATT_TILE * F))
+    miss = max(0.0, 1.0 - g["l2"] / (resident * T * FA2_TILE * F))
     # qkv, dout twice (delta, tiles), out, lse, delta written and read; dqkv written; dq sums
     return (X * B * T * (3 + 2 + 1 + 3) * C + 3 * F * B * NH * T
-            + miss * pairs * 2 * ATT_TILE * ATT_TILE * F)
+            + miss * pairs * 2 * FA2_TILE * FA2_TILE * F)
 
 
 def fa2_kernel(kind, kern, B, T, C, NH, gpu_key):
@@ -429,7 +277,7 @@ def fa2_kernel(kind, kern, B, T, C, NH, gpu_key):
     k = FA2_SASS[kern] if kern in FA2_SASS else FA2_SASS_188[kern]
     pairs, kblocks = fa2_pairs(B, NH, T)
     per_kb = k["per_kb"] or {"instr": k.get("block_instr", 0)}
-    n = {op: ATT_WARPS * (pairs * k["loop"][op] + kblocks * per_kb.get(op, 0)) for op in FA2_OPS}
+    n = {op: FA2_WARPS * (pairs * k["loop"][op] + kblocks * per_kb.get(op, 0)) for op in FA2_OPS}
     wavefronts = sum(n[op] * w * (FA2_BANKS.get(kern, 1.0) if op in ("LDSM", "STS") else 1.0)
                      for op, w in FA2_WAVEFRONTS.items())
     sm_clk = g["sms"] * g["clock"]
@@ -447,14 +295,10 @@ def fa2_kernel(kind, kern, B, T, C, NH, gpu_key):
 
 
 # ---------------------------------------------------------------------------------------------
-# ATT_SASS against the SASS itself (make test: gpu_model_sass_counts): the loop bodies of each
-# kernel's nvdisasm listing, recounted. A kernel change that moves these counts fails the check
-# until ATT_SASS is updated.
-ATT_MATMULS = {  # per sub-tile j: (score-like matmuls: S or dP, product matmuls through MOVM)
-    "attention_forward_flash_kernel": (1, 1), "attention_backward_query_flash_kernel": (2, 1),
-    "attention_backward_key_flash_kernel": (2, 2)}
-
-
+# FA2_SASS against the SASS itself (make test: gpu_model_sass_counts on train_gpt2.cu's cubin,
+# attention_fa2_sass on dev/cuda/check_attention_fa2_sass.sh's): the loop bodies of each kernel's
+# nvdisasm listing, recounted. A kernel change that moves these counts fails the check until
+# FA2_SASS is updated.
 def sass_listing(text, kernel, skip_never=False):
     """The instructions [(opcode, operands)] of the first kernel whose .text section name contains
     `kernel` in an nvdisasm listing, and the loops among them: [(first, end)] index ranges, one per
@@ -479,55 +323,6 @@ def sass_listing(text, kernel, skip_never=False):
         if o.startswith("BRA") and m and m.group(1) in labels and labels[m.group(1)] <= k:
             loops.append((labels[m.group(1)], k + 1))
     return ins, loops
-
-
-def sass_loops(text, kernel):
-    """[(body opcode counts, length)] of every loop (a backward branch) of the kernel in an
-    nvdisasm listing, innermost first by length."""
-    import collections
-    ins, spans = sass_listing(text, kernel)
-    loops = [(collections.Counter(x[0] for x in ins[a:b]), b - a) for a, b in spans]
-    return sorted(loops, key=lambda x: x[1])
-
-
-def sass_recount(text, kernel):
-    """The ATT_SASS entries recounted from the SASS: per_j LD.E / MOVM / STS.64 / HMMA from the
-    inner matmul loops, fixed LDS and STS.U16 from the outer tile loop, and the instructions per
-    full tile (outer body + inner bodies at their extra trips: 4 for the per-j loops, 4 / j-unroll
-    for the product loops)."""
-    loops = sass_loops(text, kernel)
-    outer = max((l for l in loops if l[0]["BAR.SYNC.DEFER_BLOCKING"]), key=lambda l: l[1])
-    inner = [l for l in loops if l[0]["HMMA.16816.F32.BF16"] and l[1] < 200]
-    ns, npv = ATT_MATMULS[kernel]
-    scores = [l for l in inner if not l[0]["MOVM.16.MT88"]]
-    prods = [l for l in inner if l[0]["MOVM.16.MT88"]]
-    if not scores or not prods:
-        raise ValueError("%s: no score or product loop found in the SASS" % kernel)
-
-    def per_hmma(group, opc):
-        return sum(l[0][opc] for l in group) / sum(l[0]["HMMA.16816.F32.BF16"] for l in group)
-    got = {"per_j HMMA": 8 * (ns + npv),
-           "per_j LD.E fragment": 8 * ns * per_hmma(scores, "LD.E") + 8 * npv * per_hmma(prods, "LD.E"),
-           "per_j MOVM": 8 * npv * per_hmma(prods, "MOVM.16.MT88"),
-           "per_j STS.64 accumulator": 8 * ns * per_hmma(scores, "STS.64"),
-           "fixed LDS": outer[0]["LDS"], "fixed STS.U16": outer[0]["STS.U16"],
-           "fixed STS.64 accumulator": outer[0]["STS.64"] - sum(l[0]["STS.64"] for l in scores + prods)}
-    instr = outer[1]
-    for c, n in scores:
-        instr += 3 * n
-    for c, n in prods:
-        j_per_body = c["HMMA.16816.F32.BF16"] / 8 if kernel != "attention_forward_flash_kernel" else \
-            c["HMMA.16816.F32.BF16"] / 2
-        instr += (4 / j_per_body - 1) * n
-    got["instructions per full tile"] = instr
-    k = ATT_SASS[kernel]
-    want = {"per_j HMMA": k["per_j"]["HMMA"], "per_j LD.E fragment": k["per_j"]["LD.E fragment"],
-            "per_j MOVM": k["per_j"]["MOVM"], "per_j STS.64 accumulator": k["per_j"]["STS.64 accumulator"],
-            "fixed LDS": k["fixed"].get("LDS score", 0) + k["fixed"].get("LDS lse/delta", 0),
-            "fixed STS.U16": k["fixed"]["STS.U16 P/dS"],
-            "fixed STS.64 accumulator": k["fixed"].get("STS.64 accumulator", 0),
-            "instructions per full tile": 4 * k["instr_per_j"] + k["instr_fixed"]}
-    return got, want
 
 
 def fa2_op(opcode):
@@ -579,7 +374,7 @@ def check_banks(path):
 
 
 def check_sass(cubin, ptxas_log=None):
-    """Recounts ATT_SASS from the cubin (nvdisasm) and the registers from the ptxas -v log: 0 when
+    """Recounts FA2_SASS from the cubin (nvdisasm) and the registers from the ptxas -v log: 0 when
     every count agrees, 1 otherwise (one line per count)."""
     import os
     import re
@@ -592,13 +387,6 @@ def check_sass(cubin, ptxas_log=None):
     text = subprocess.run([sass_report.find_nvdisasm(None), "-c", cubin], capture_output=True, text=True,
                           check=True).stdout
     bad = 0
-    for kernel in ATT_SASS:
-        got, want = sass_recount(text, kernel)
-        for key in want:
-            ok = abs(got[key] - want[key]) <= 1e-9 * max(1, abs(want[key]))
-            bad += not ok
-            print("%-4s %-40s %-28s SASS %8.1f  model %8.1f" % ("ok" if ok else "FAIL", kernel, key, got[key],
-                                                                  want[key]))
     for kernel, k in FA2_SASS.items():
         got = fa2_sass_recount(text, kernel)
         for part in ("loop", "per_kb"):
@@ -617,8 +405,8 @@ def check_sass(cubin, ptxas_log=None):
             m = re.search(r"Used (\d+) registers", line)
             if m and name:
                 regs[name] = int(m.group(1))
-        for kernel, k in list(ATT_SASS.items()) + list(FA2_SASS.items()):
-            got = [v for n, v in regs.items() if kernel + (FA2_INSTANCE if kernel in FA2_SASS else "") in n]
+        for kernel, k in FA2_SASS.items():
+            got = [v for n, v in regs.items() if kernel + FA2_INSTANCE in n]
             ok = got == [k["regs"]]
             bad += not ok
             print("%-4s %-40s %-28s ptxas %s  model %d" % ("ok" if ok else "FAIL", kernel, "registers (sm_90)", got,
@@ -658,7 +446,9 @@ LAUNCH_SASS = {
     "encoder_backward_wte_kernel": {"key": "_Z27encoder_backward_wte_kernel", "regs": 32, "smem": 0, "loops128": [121]},
     "encoder_backward_wpe_kernel": {"key": "_Z27encoder_backward_wpe_kernel", "regs": 36, "smem": 0, "loops128": [98, 35]},
     "adamw_multi_kernel<bf16>": {"key": "_Z18adamw_multi_kernelI13__nv_bfloat16E", "regs": 64, "smem": 0, "loop": 1110},
-    "sum_of_squares_kernel<bf16>": {"key": "_Z21sum_of_squares_kernelI13__nv_bfloat16E", "regs": 23, "smem": 256,
+    # 144 bytes of static shared memory since the wmma attention left train_gpt2.cu (its 128-byte
+    # aligned extern shared array had ptxas pad every kernel's static shared memory to 128 bytes: 256)
+    "sum_of_squares_kernel<bf16>": {"key": "_Z21sum_of_squares_kernelI13__nv_bfloat16E", "regs": 23, "smem": 144,
                                     "loop": 65},
 }
 # The same of the kernels as the H200 measurements ran them (188c81d; ptxas and nvdisasm of that
@@ -866,7 +656,7 @@ def check_launch(ptxas_log, cubin=None):
 FA2_AS_MEASURED = {
     "attention_forward_fa2_kernel": {"regs": 168, "smem": 40960, "loop_instr": 652, "kb_instr": 0,
                                      "rate1": 4.30e8, "beta": 0.13,
-                                     "grid": lambda B, NH, T: (-(-T // ATT_TILE), NH, B)},
+                                     "grid": lambda B, NH, T: (-(-T // FA2_TILE), NH, B)},
     "attention_backward_fa2_kernel": {"regs": 241, "smem": 58368, "loop_instr": 1436, "kb_instr": 690,
                                       "rate1": 2.02e8, "beta": 0.42, "grid": lambda B, NH, T: (NH, B)},
 }
@@ -938,12 +728,12 @@ def fa2_measured_time(kern, B, NH, T, gpu):
     a head's nq (nq + 1) / 2 pairs over nq key tiles (attention_fa2_backward.cuh, FA2_BWD_LAUNCH)."""
     k = FA2_AS_MEASURED[kern]
     g = GPUS[gpu]
-    nq = -(-T // ATT_TILE)
+    nq = -(-T // FA2_TILE)
     if kern == "attention_forward_fa2_kernel":
         works = [(nq - x) * k["loop_instr"] for _ in range(B * NH) for x in range(nq)]
     else:
         works = [nq * (nq + 1) // 2 * k["loop_instr"] + nq * k["kb_instr"]] * (B * NH)
-    slots = resident_blocks(k["regs"], k["smem"], 32 * ATT_WARPS, g)
+    slots = resident_blocks(k["regs"], k["smem"], 32 * FA2_WARPS, g)
     key = (kern, B, NH, T, gpu, k["rate1"], k["beta"], slots)
     if key not in _FA2_TIMES:
         _FA2_TIMES[key] = fa2_schedule(works, slots, g["sms"], k["rate1"], k["beta"])
@@ -954,7 +744,7 @@ def fa2_measured_time(kern, B, NH, T, gpu):
 class Kernel:
     """One kernel kind of the step: launches, FLOPs, bytes, and how its time is modelled ("gemm",
     "stream" (memory-bound: our kernels with their launch geometry `geom`, launch_time; memsets
-    without), "ours" (mma.sync) and "wmma" with a fixed time from their models, "cudnn" with a
+    without), "ours" (mma.sync) with a fixed time from its model, "cudnn" with a
     measured or published rate, "host": the GPU waiting on the host). family: the trainer's -op 1
     row (llmc/op_profile.h) whose span holds the launch, "other" where none does."""
 
@@ -968,7 +758,7 @@ class Kernel:
         g = GPUS[gpu]
         if self.how == "gemm":
             body = max(self.flops / (g["tc"] * GEMM_EFF[gpu]), self.bytes / (g["bw"] * BW_EFF))
-        elif self.how in ("ours", "wmma", "cudnn", "host"):
+        elif self.how in ("ours", "cudnn", "host"):
             body = self.fixed_s
         elif self.geom is not None:
             body = self.launches * launch_time(self.geom, self.bytes / self.launches, gpu)
@@ -977,7 +767,7 @@ class Kernel:
         return body + self.launches * T_LAUNCH + self.syncs * T_SYNC
 
     def bound(self, gpu):
-        if self.how in ("ours", "wmma"):
+        if self.how == "ours":
             return self.detail["bound"]
         if self.how == "cudnn":
             return "cuDNN rate (%s)" % ("measured" if gpu == "H200" else "published")
@@ -1014,13 +804,13 @@ def cudnn_rates(gpu, T):
 FA2_LAUNCHES = {
     # llmc/attention_fa2.cuh, attention_forward_fa2: dim3 grid(ceil_div_u(T, FA2_TILE), NH, B), FA2_THREADS
     "attention_forward_fa2_kernel": ("fwd", "attention forward (ours, mma.sync)",
-                                     lambda B, NH, T: (-(-T // ATT_TILE), NH, B)),
+                                     lambda B, NH, T: (-(-T // FA2_TILE), NH, B)),
     # llmc/attention_fa2_backward.cuh, FA2_BWD_LAUNCH: the dq pass, then the dk/dv pass, each on
     # dim3 grid(ceil_div_u(T, FA2_TILE), NH, B), FA2_THREADS
     "attention_backward_fa2_dq_kernel": ("dq", "attention backward dq pass (ours, mma.sync)",
-                                         lambda B, NH, T: (-(-T // ATT_TILE), NH, B)),
+                                         lambda B, NH, T: (-(-T // FA2_TILE), NH, B)),
     "attention_backward_fa2_dkv_kernel": ("dkv", "attention backward dk/dv pass (ours, mma.sync)",
-                                          lambda B, NH, T: (-(-T // ATT_TILE), NH, B)),
+                                          lambda B, NH, T: (-(-T // FA2_TILE), NH, B)),
 }
 # The new kernels have not run on a GPU: they are modelled at the measured forward's rates (their
 # loops have its shape: tiles by cp.async, mma.sync from ldmatrix, no global traffic but the tiles;
@@ -1035,9 +825,9 @@ def fa2_borrowed_time(kern, B, NH, T, gpu):
     """One launch of a two-pass backward kernel by fa2_schedule, at the rates FA2_RATES_FROM names."""
     k, r = FA2_SASS[kern], FA2_AS_MEASURED[FA2_RATES_FROM[kern]]
     g = GPUS[gpu]
-    nq = -(-T // ATT_TILE)
+    nq = -(-T // FA2_TILE)
     works = [(nq - x) * k["loop"]["instr"] + k["block_instr"] for _ in range(B * NH) for x in range(nq)]
-    slots = resident_blocks(k["regs"], k["smem"], 32 * ATT_WARPS, g)
+    slots = resident_blocks(k["regs"], k["smem"], 32 * FA2_WARPS, g)
     key = (kern, B, NH, T, gpu, r["rate1"], r["beta"], slots)
     if key not in _FA2_TIMES:
         _FA2_TIMES[key] = fa2_schedule(works, slots, g["sms"], r["rate1"], r["beta"])
@@ -1054,13 +844,14 @@ def attention_kernels(B, T, C, NH, gpu, at, code="head"):
                         phase="fwd", family="attention forward")],
                 [Kernel("attention backward (cuDNN SDPA)", 1, flops=2.5 * causal, how="cudnn",
                         fixed_s=2.5 * causal / (bwd_r * 1e12), phase="bwd", family="attention backward")])
+    # at == "ours": the mma.sync kernels (BF16, head size 64)
     g = GPUS[gpu]
     out = []
-    if at == "ours" and code == "188c81d":
+    if code == "188c81d":
         for kern, k in FA2_AS_MEASURED.items():
             kind = "fwd" if "forward" in kern else "bwd"
             pairs, _ = fa2_pairs(B, NH, T)
-            flops = (2 if kind == "fwd" else 5) * 2.0 * ATT_TILE ** 3 * pairs
+            flops = (2 if kind == "fwd" else 5) * 2.0 * FA2_TILE ** 3 * pairs
             t = fa2_measured_time(kern, B, NH, T, gpu if gpu in FA2_MEASURED_GPUS else "H200")
             if not FEATURES["measured"] and (kern in FA2_SASS or kern in FA2_SASS_188):  # explain_gap: SASS ceilings
                 t = fa2_kernel(kind, kern, B, T, C, NH, gpu)[0]
@@ -1068,35 +859,26 @@ def attention_kernels(B, T, C, NH, gpu, at, code="head"):
                  "wavefronts_per_hmma": 0.0, "instr_per_hmma": 0.0, "blocks_per_sm": blocks_per_sm(kern, g)}
             out.append(Kernel("attention %s (ours, mma.sync)" % ("forward" if kind == "fwd" else "backward"), 1,
                               flops=flops, bytes_=fa2_hbm_bytes(kind, B, NH, T, C, gpu), how="ours", fixed_s=t,
-                              phase=kind, detail=d, geom=Launch(kern, k["grid"](B, NH, T), 32 * ATT_WARPS,
+                              phase=kind, detail=d, geom=Launch(kern, k["grid"](B, NH, T), 32 * FA2_WARPS,
                                                                 "188c81d llmc/attention_fa2*.cuh", code=code),
                               family="attention forward" if kind == "fwd" else "attention backward"))
         return [k for k in out if k.phase == "fwd"], [k for k in out if k.phase != "fwd"]
-    if at == "ours":  # the mma.sync kernels (BF16, head size 64)
-        for kern, (kind, nm, grid) in FA2_LAUNCHES.items():
-            t, d = fa2_kernel(kind, kern, B, T, C, NH, gpu)
-            if kern in FA2_AS_MEASURED and gpu in FA2_MEASURED_GPUS and FEATURES["measured"]:
-                t = fa2_measured_time(kern, B, NH, T, gpu)
-                d = dict(d, bound="latency (measured rates)", ceiling_tflops=d["flops"] / t / 1e12)
-            elif kern in FA2_RATES_FROM and gpu in FA2_MEASURED_GPUS and FEATURES["measured"]:
-                t = max(t, fa2_borrowed_time(kern, B, NH, T, gpu))
-                d = dict(d, bound="latency (the forward's measured rates)", ceiling_tflops=d["flops"] / t / 1e12)
-            out.append(Kernel(nm, 1, flops=d["flops"], bytes_=fa2_hbm_bytes(kind, B, NH, T, C, gpu), how="ours", fixed_s=t,
-                              phase=kind, detail=d, geom=Launch(kern, grid(B, NH, T), 32 * ATT_WARPS,
-                                                                "llmc/attention_fa2*.cuh (FA2_LAUNCHES)",
-                                                                dyn_smem=0),
-                              family="attention forward" if kind == "fwd" else "attention backward"))
-        for k in out:
-            k.phase = "fwd" if k.phase == "fwd" else "bwd"
-        return [k for k in out if k.phase == "fwd"], [k for k in out if k.phase != "fwd"]
-    for kind, kern, nm in (("fwd", "attention_forward_flash_kernel", "attention forward (wmma, flash)"),
-                           ("query", "attention_backward_query_flash_kernel", "attention backward query pass (wmma)"),
-                           ("key", "attention_backward_key_flash_kernel", "attention backward key pass (wmma)")):
-        t, d = our_attention_kernel(kind, kern, B, T, C, NH, g)
-        out.append(Kernel(nm, 1, flops=d["flops"], bytes_=att_hbm_bytes(kind, B, NH, T, C), how="wmma", fixed_s=t,
-                          phase="fwd" if kind == "fwd" else "bwd", detail=d,
+    for kern, (kind, nm, grid) in FA2_LAUNCHES.items():
+        t, d = fa2_kernel(kind, kern, B, T, C, NH, gpu)
+        if kern in FA2_AS_MEASURED and gpu in FA2_MEASURED_GPUS and FEATURES["measured"]:
+            t = fa2_measured_time(kern, B, NH, T, gpu)
+            d = dict(d, bound="latency (measured rates)", ceiling_tflops=d["flops"] / t / 1e12)
+        elif kern in FA2_RATES_FROM and gpu in FA2_MEASURED_GPUS and FEATURES["measured"]:
+            t = max(t, fa2_borrowed_time(kern, B, NH, T, gpu))
+            d = dict(d, bound="latency (the forward's measured rates)", ceiling_tflops=d["flops"] / t / 1e12)
+        out.append(Kernel(nm, 1, flops=d["flops"], bytes_=fa2_hbm_bytes(kind, B, NH, T, C, gpu), how="ours", fixed_s=t,
+                          phase=kind, detail=d, geom=Launch(kern, grid(B, NH, T), 32 * FA2_WARPS,
+                                                            "llmc/attention_fa2*.cuh (FA2_LAUNCHES)",
+                                                            dyn_smem=0),
                           family="attention forward" if kind == "fwd" else "attention backward"))
-    return out[:1], out[1:]
+    for k in out:
+        k.phase = "fwd" if k.phase == "fwd" else "bwd"
+    return [k for k in out if k.phase == "fwd"], [k for k in out if k.phase != "fwd"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1620,12 +1402,12 @@ def per_kernel_table(size, B, T, gpu, at, ge, accum, code="head"):
     print("  step %.2f ms, %.0f tokens/s, MFU %.1f%% (6N + 12LCT over the dense BF16 peak); launches %d, "
           "host syncs %d; longest kernel: %s" % (s["step_s"] * 1e3, s["tokens_per_s"], 100 * s["mfu"], s["launches"],
                                                 s["syncs"], s["bound"]))
-    if at in ("ours", "wmma"):
+    if at == "ours":
         L, C, NH = MODELS[size]
-        print("\n  our attention kernels, one layer (%s):" % ("FA2_SASS; FA2_AS_MEASURED's rates on %s" %
-                                                            ", ".join(FA2_MEASURED_GPUS) if at == "ours" else "ATT_SASS"))
+        print("\n  our attention kernels, one layer (FA2_SASS; FA2_AS_MEASURED's rates on %s):" %
+              ", ".join(FA2_MEASURED_GPUS))
         for k in ks:
-            if k.how == at:
+            if k.how == "ours":
                 d = k.detail
                 print("  %-44s %6.3f ms/layer  %5.0f TFLOP/s executed  bound: %s; %.1f wavefronts and %.1f "
                       "instructions per HMMA; %d blocks/SM" % (k.name.split(" x")[0], k.time(gpu) * 1e3 / L,
@@ -1637,7 +1419,7 @@ def summary_rows():
     rows = []
     for gpu in ("H200", "H100", "A100"):
         for size, B in (("124M", 64), ("1558M", 16)):
-            for at in ("ours", "wmma", "cudnn"):
+            for at in ("ours", "cudnn"):
                 s, _ = summarize_step(size, B, 1024, gpu, at)
                 rows.append((gpu, size, B, at, s))
     return rows
@@ -1681,16 +1463,15 @@ def print_llmc():
 
 def model_json(B_list=(8, 16, 32, 64), T=1024):
     """Figures dev/gpu_first_run.sh compares its measurements with, 124M: dev/cuda/attention.cu's
-    timing shape (B 8, NH 12, T 1024; forward and backward of the fa2 (mma.sync) and flash (wmma)
-    versions) and the step at each B with both attention paths."""
+    timing shape (B 8, NH 12, T 1024; forward and backward of the fa2 (mma.sync) version) and the
+    step at each B with both attention paths."""
     out = {"note": "MODELLED by dev/bench/gpu_model.py, not measured", "T": T, "gpus": {}}
     L, C, NH = MODELS["124M"]
     for gpu in GPUS:
         g = {"attention_ms": {}, "step_ms": {}}
-        for at, name in (("ours", "fa2"), ("wmma", "flash")):
-            fk, bk = attention_kernels(8, T, C, NH, gpu, at)
-            g["attention_ms"][name + " forward"] = fk[0].fixed_s * 1e3
-            g["attention_ms"][name + " backward"] = sum(k.fixed_s for k in bk) * 1e3
+        fk, bk = attention_kernels(8, T, C, NH, gpu, "ours")
+        g["attention_ms"]["fa2 forward"] = fk[0].fixed_s * 1e3
+        g["attention_ms"]["fa2 backward"] = sum(k.fixed_s for k in bk) * 1e3
         for at in ("ours", "cudnn"):
             for B in B_list:
                 s, _ = summarize_step("124M", B, T, gpu, at)
@@ -1705,7 +1486,7 @@ def main():
     p.add_argument("--B", type=int, default=64)
     p.add_argument("--T", type=int, default=1024)
     p.add_argument("--gpu", default="H200", choices=sorted(GPUS))
-    p.add_argument("--at", default="ours", choices=("ours", "wmma", "cudnn"))
+    p.add_argument("--at", default="ours", choices=("ours", "cudnn"))
     p.add_argument("--ge", type=int, default=0, choices=(0, 1))
     p.add_argument("--accum", type=int, default=1)
     p.add_argument("--code", default="head", choices=("head", "188c81d"),
@@ -1719,7 +1500,7 @@ def main():
     p.add_argument("--explain", action="store_true", help="from the H100 model's 107.6 / 108.3 ms to the H200's 155 / 118")
     p.add_argument("--check-banks", metavar="FILE", help="FA2_BANKS against the emulator's 'cuda_emu banks:' lines")
     p.add_argument("--check-sass", nargs="+", metavar=("CUBIN", "PTXAS_LOG"),
-                   help="recount ATT_SASS from the sm_90 cubin (and the registers from the ptxas -v log)")
+                   help="recount FA2_SASS from the sm_90 cubin (and the registers from the ptxas -v log)")
     p.add_argument("--check-launch", nargs="+", metavar=("PTXAS_LOG", "CUBIN"),
                    help="LAUNCH_SASS against a ptxas -v log (registers, shared memory) and the cubin (counts)")
     a = p.parse_args()

@@ -23,50 +23,6 @@ def expect(what, got, want, rel=1e-12):
         failures.append(what)
 
 
-# -- shared-memory wavefronts: the bank rule on patterns whose answer is known
-expect("wavefronts: 32 lanes, consecutive words", gm.smem_wavefronts([4 * l for l in range(32)], 4), 1)
-expect("wavefronts: 32 lanes, stride 32 words (one bank)", gm.smem_wavefronts([128 * l for l in range(32)], 4), 32)
-expect("wavefronts: 32 lanes, one word (broadcast)", gm.smem_wavefronts([0] * 32, 4), 1)
-expect("wavefronts: 128-bit, 512 contiguous bytes", gm.smem_wavefronts([16 * l for l in range(32)], 16), 4)
-expect("wavefronts: 64-bit, stride 2 words", gm.smem_wavefronts([8 * l for l in range(32)], 8), 2)
-# the attention kernels' accesses, by hand: fp32 scores at row stride 68 words: rows r and r + 8
-# differ by 544 words = 17 x 32, the same bank: 2-way; bf16 P at row stride 36 words: 4 r + i,
-# rows r and r + 8 collide: 2-way; 64-bit accumulator stores, half a warp = rows 0-3 x 4 column
-# pairs: words 68 g + 2 t (+1), rows g and g + 1 overlap by 4 banks: 2-way per half, 4 in all;
-# wmma 32-bit fragment loads at 36 words: 4 g + t covers 32 banks once; 128-bit tile rows of 128
-# contiguous bytes per 8 lanes: 4; lse/delta: two words for the warp: 1.
-c = gm.att_access_costs()
-for op, want in (("LDS score", 2), ("STS.U16 P/dS", 2), ("STS.64 accumulator", 4), ("LD.E fragment", 1),
-                 ("STS.128 tile", 4), ("LDS lse/delta", 1)):
-    expect("attention smem access %s: wavefronts" % op, c[op], want)
-
-# -- per warp and sub-tile: HMMA (m16n8k16, 4096 FLOP) = the tile matmuls' FLOPs; LD.E = the wmma
-# fragments loaded (a 16 x 16 bf16 fragment is 512 B, 4 lane-words of 128 B per warp instruction)
-sub = 2 * 16 * 16 * 64  # one 16-row by 16-column sub-tile product over head size 64 (or its transpose)
-for kern, matmuls, frags in (("attention_forward_flash_kernel", 2, 4 + 4 * 2),           # S: 4 K frags; PV: A+B x 4
-                             ("attention_backward_query_flash_kernel", 3, 4 + 4 + 1 + 4),  # S, dP, dS K
-                             ("attention_backward_key_flash_kernel", 4, 4 + 4 + 5 + 5)):   # S^T, dP^T, dv, dk
-    pj = gm.ATT_SASS[kern]["per_j"]
-    expect("%s: HMMA per sub-tile = %d matmuls" % (kern, matmuls), pj["HMMA"] * gm.HMMA_FLOP, matmuls * sub)
-    expect("%s: LD.E bytes per sub-tile = fragments loaded" % kern, pj["LD.E fragment"] * 128, frags * 512)
-
-# -- FLOPs as executed against closed forms. A warp multiplies the 16-row query block a with the
-# 16-key block b when b <= a and a is inside T (padding rows skipped; the key pass's warps of padded
-# keys have no query block at or after theirs): na (na + 1) / 2 pairs per (b, h), na = ceil(T / 16).
-# Forward does 2 matmuls per pair, the query pass 3 (S, dP, dq), the key pass 4 (S, dP, dv, dk).
-for B, NH, T in ((1, 1, 64), (2, 3, 65), (1, 2, 130), (4, 12, 1000), (64, 12, 1024), (16, 25, 1024)):
-    na = -(-T // 16)
-    pairs = B * NH * na * (na + 1) // 2
-    f, q, k = gm.att_executed_flops(B, NH, T)
-    expect("attention FLOPs B%d NH%d T%d: forward = 2 sub-tile matmuls per causal pair" % (B, NH, T), f,
-           2 * sub * pairs)
-    expect("attention FLOPs B%d NH%d T%d: query pass = 3" % (B, NH, T), q, 3 * sub * pairs)
-    expect("attention FLOPs B%d NH%d T%d: key pass = 4" % (B, NH, T), k, 4 * sub * pairs)
-    if T % 16 == 0:  # against PaLM's 12 L C T per token (dense, 2 matmuls x 3): executed = 9/12 (1 + 16/T)
-        C = 64 * NH
-        expect("attention FLOPs B%d T%d: (7 + 2) / 12 of 12 C T per token, (1 + 16/T) for the diagonal" % (B, T),
-               f + q + k, 12 * C * T * B * T * (9.0 / 12) * (1 + 16.0 / T), rel=1e-9)
-
 # -- the mma.sync kernels (FA2_SASS): per warp and (block, tile) pair, HMMA x 4096 = the pair's tile
 # matmuls (64 x 64 x 64, 4 warps): forward 2 (S, P V); the backward's dq pass 3 (S, dP, dq), its dk/dv
 # pass 4 (S^T, dP^T, dv, dk); ldmatrix.x4 loads one 16 x 16 bf16 operand (512 B): the forward's S
@@ -132,7 +88,7 @@ for kern in ("attention_backward_fa2_dq_kernel", "attention_backward_fa2_dkv_ker
 for size, (L, C, NH) in gm.MODELS.items():
     N = gm.num_params(L, C)
     for B, T in ((64, 1024), (4, 64), (16, 1024)):
-        for at in ("ours", "wmma", "cudnn"):
+        for at in ("ours", "cudnn"):
             for ge in (1, 0):
                 ks = gm.step_kernels(size, B, T, "H100", at, ge)
                 tag = "%s B%d T%d -at %s -ge %d" % (size, B, T, at, ge)
@@ -142,24 +98,21 @@ for size, (L, C, NH) in gm.MODELS.items():
                 att = sum(k.flops for k in ks if k.name.startswith("attention"))
                 if at == "cudnn":  # FlashAttention's count: forward 2 B T^2 C, backward 2.5 x, per layer
                     expect(tag + ": cuDNN attention FLOPs = 7 B T^2 C L", att, 7.0 * B * T * T * C * L)
-                elif at == "ours":  # mma.sync: 2 + 3 + 4 tile matmuls per (b, h) pair of 64-row tiles
+                else:  # mma.sync: 2 + 3 + 4 tile matmuls per (b, h) pair of 64-row tiles
                     nb = -(-T // 64)
                     expect(tag + ": our attention FLOPs = 9 tile matmuls per pair x L", att,
                            L * 9 * tile_mm * B * NH * nb * (nb + 1) // 2)
-                else:
-                    expect(tag + ": our attention FLOPs = the executed walk x L", att,
-                           L * sum(gm.att_executed_flops(B, NH, T)))
                 adam = [k for k in ks if k.name.startswith("AdamW")][0]
                 expect(tag + ": AdamW bytes = 28 N (grad 2, master 8, m 8, v 8, param 2)", adam.bytes, 28 * N)
                 ln = [k for k in ks if k.name.startswith("layernorm forward")][0]
                 expect(tag + ": layernorm forward bytes = 4 B T C + 8 B T", ln.bytes, 4 * B * T * C + 8 * B * T)
                 # launches counted by hand from train_gpt2.cu: 30 per layer + 15 with our attention
-                # (forward 1, backward 2: the mma.sync passes dq and dk/dv, or the wmma query and key
-                # passes); cuDNN's backward is one launch. -ge 1 recomputes GELU (gelu_forward, -r 1);
-                # -ge 0 adds our GELU forward and, instead of that recompute, the backward pass that
-                # rebuilds GELU beside its gradient: one launch more. Of the 30: 4 bias gradients and 2
-                # LayerNorm backwards of two launches each (the partial sums, then their fixed-order
-                # sum, colsum_finish); of the 15: the lnf backward's two
+                # (forward 1, backward 2: the mma.sync passes dq and dk/dv); cuDNN's backward is one
+                # launch. -ge 1 recomputes GELU (gelu_forward, -r 1); -ge 0 adds our GELU forward
+                # and, instead of that recompute, the backward pass that rebuilds GELU beside its
+                # gradient: one launch more. Of the 30: 4 bias gradients and 2 LayerNorm backwards of
+                # two launches each (the partial sums, then their fixed-order sum, colsum_finish); of
+                # the 15: the lnf backward's two
                 want = (29 if at == "cudnn" else 30) + (0 if ge else 1)
                 expect(tag + ": launches", sum(k.launches for k in ks), want * L + 15)
     expect("%s parameters = VP C + 1024 C + L (12 C^2 + 13 C) + 2 C" % size, N,
@@ -174,20 +127,6 @@ expect("logits matmul time on H100 = FLOPs / (989.4e12 x 0.70) + launch (s)", k.
 k = gm.Kernel("y", 1, bytes_=1e9)
 expect("1 GB streaming kernel on A100 = 1e9 / (2.039e12 x 0.84) + launch (s)", k.time("A100"),
        1e9 / (2.039e12 * 0.84) + 5e-6)
-# our forward at B 1, NH 1, T 64: warps 0..3 multiply 1..4 sub-tiles (10 in all), 4 tile visits.
-# Per sub-tile: 48 fragment loads + 16 MOVM + 4 accumulator stores x 4 = 80 wavefronts; per visit:
-# 96 score loads x 2 + 32 P stores x 2 + 16 accumulator stores x 4 + 8 tile stores x 4 = 352.
-_, d = gm.our_attention_kernel("fwd", "attention_forward_flash_kernel", 1, 64, 64, 1, gm.GPUS["H100"])
-expect("our forward B1 T64: shared-memory pipe time = 10 x 80 + 4 x 352 wavefronts / (132 x 1.83e9)",
-       d["pipes"]["shared memory"], (10 * 80 + 4 * 352) / (132 * 1.83e9))
-expect("our forward B1 T64: tensor pipe = 160 HMMA x 4096 / (2048 x 132 x 1.83e9)", d["pipes"]["tensor"],
-       160 * 4096 / (2048.0 * 132 * 1.83e9))
-# blocks per SM on H100, by hand: registers are allocated per warp: 128 x 32 = 4096, 4 warps = 16384
-# -> 4 blocks of 65536; shared memory 45056 + 1024 reserved -> 5 of 228 KB; so 4. 160 and 168
-# registers: 65536 / (4 x 5120) = 3.2 and 65536 / (4 x 5376) = 3.05 -> 3.
-for kern, want in (("attention_forward_flash_kernel", 4), ("attention_backward_query_flash_kernel", 3),
-                   ("attention_backward_key_flash_kernel", 3)):
-    expect("%s: blocks per SM on H100" % kern, gm.blocks_per_sm(kern, H), want)
 expect("124M model FLOPs per token at T 1024 (6 N + 12 L C T)", gm.model_flops_per_token("124M", 1024),
        6 * 124475904 + 12 * 12 * 768 * 1024)
 s, _ = gm.summarize_step("124M", 64, 1024, "H100", "cudnn")
@@ -228,6 +167,13 @@ b, _ = gm.bias_backward_launches(BT8, 768, "H200", "188c81d")
 expect("bias backward C 768, B 8 as measured: 3 x 32 blocks", b.blocks, 96)
 expect("gelu forward 124M B 8: blocks", gm.gelu_launch(BT8 * 3072, "gelu_forward_kernel").blocks, 12288)
 expect("classifier 124M B 8: blocks", gm.classifier_launch(BT8, gm.VP).blocks, 8192)
+# a classifier block's work, by hand: 32 warps, each lane Vp / (8 x 1024) packs of 8 logits per pass,
+# each pass's loop body once per pack (LAUNCH_SASS: 98 and 83 instructions); a round trip per
+# iteration of each pass (ceil(50304 / 8192) = 7) and one for the target logit between them
+cl = gm.classifier_launch(BT8, gm.VP)
+expect("classifier 124M: warp instructions per block = 32 x Vp / 8192 x (98 + 83)", cl.instr,
+       32 * (gm.VP / 8192.0) * (98 + 83), rel=1e-9)
+expect("classifier 124M: round trips per block = 2 x 7 + 1", cl.trips, 15)
 fk, bk = gm.attention_kernels(8, 1024, 768, 12, "H200", "ours", "188c81d")  # as measured: these two kernels
 expect("attention forward (mma.sync) 124M B 8: blocks", fk[0].geom.blocks, 1536)
 expect("attention forward (mma.sync) 124M B 8: waves (3 per SM)", fk[0].geom.waves("H200"), 1536 / 396.0)

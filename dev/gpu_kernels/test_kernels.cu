@@ -302,7 +302,7 @@ static void test_attention(int B, int T, int C, int NH) {
     cpu::attention_forward(out, att, qkv, B, T, C, NH);
     float *d_qkv = to_device_f(qkv, BT * 3 * C), *d_out = to_device_f(out, BT * C), *d_lse = to_device_f(qkv, nlse);
     cudaCheck(cudaMemset(d_out, 0, BT * C * sizeof(float)));
-    attention_forward(d_out, d_lse, d_qkv, B, T, C, NH);
+    attention_forward_scalar(d_out, d_lse, d_qkv, B, T, C, NH);
     float* g_out = to_host_f(d_out, BT * C);
     report("attention_forward out", g_out, out, BT * C);
     float* dout = host_random(BT * C, 1.0f);
@@ -310,7 +310,7 @@ static void test_attention(int B, int T, int C, int NH) {
     cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
     float *d_dout = to_device_f(dout, BT * C), *d_dqkv = to_device_f(dqkv, BT * 3 * C), *d_delta = to_device_f(qkv, nlse);
     cudaCheck(cudaMemset(d_dqkv, 0xff, BT * 3 * C * sizeof(float))); // NaN: every element must be written
-    attention_backward(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    attention_backward_scalar(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
     float* g_dqkv = to_host_f(d_dqkv, BT * 3 * C);
     report("attention_backward dqkv", g_dqkv, dqkv, BT * 3 * C);
     free(qkv); free(out); free(att); free(g_out); free(dout); free(dqkv); free(g_dqkv);
