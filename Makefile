@@ -90,14 +90,8 @@ test: deps
 clean:
 	rm -rf build train_gpt2cpu test_gpt2cpu ckpt_tool train_gpt2 test_gpt2 train_gpt2emu test_gpt2emu
 
-# `make` also builds the GPU trainer where nvcc is installed (it needs Open MPI too).
+# `make` also builds the GPU trainer where nvcc is installed: with Open MPI where mpicc is, for one
+# node without it (dev/gpu.mk), with cuDNN attention where cuDNN and its frontend are found.
 ifneq ($(shell command -v $(NVCC) 2>/dev/null),)
-ifeq ($(GPU_MPICC),)
-all: gpu-needs-mpi
-gpu-needs-mpi:
-	@echo "note: nvcc found but no Open MPI (mpicc): train_gpt2 not built; make deps installs it"
-.PHONY: gpu-needs-mpi
-else
 all: train_gpt2
-endif
 endif

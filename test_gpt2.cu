@@ -28,6 +28,7 @@
 #endif
 #define TEST_STEPS 10
 
+#ifndef ENABLE_FP32
 // The BF16 logits bound, which grows with the model (docs/gpu.md, "The logits bound in BF16"): every
 // weight and every stored activation is rounded to bf16 (unit roundoff u = 2^-8), each rounding a
 // relative error of standard deviation u / sqrt(3); a logit's error is about that times rms(logits)

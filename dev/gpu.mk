@@ -1,6 +1,8 @@
 # The CUDA trainer's build (included by the top Makefile).
-#   make train_gpt2 [PRECISION=BF16|FP32] [USE_CUDNN=1]
-#                                              nvcc, sm_80 + sm_90, links cuBLASLt (and cuDNN: -at cudnn)
+#   make train_gpt2 [PRECISION=BF16|FP32] [USE_CUDNN=0|1]
+#                                              nvcc, sm_80 + sm_90, links cuBLASLt, NCCL (and cuDNN:
+#                                              -at cudnn; the default where cuDNN and its frontend are
+#                                              found) and Open MPI where mpicc is (else one node only)
 #   make test_gpt2 [PRECISION=...]             the GPU test
 #   make train_gpt2emu / test_gpt2emu          the same sources through the CUDA emulator (CPU)
 #   make gpu-nvcc-check                        every .cu for sm_80 and sm_90, both precisions, warnings
@@ -19,33 +21,61 @@ else
 $(error PRECISION=$(PRECISION): must be BF16 or FP32)
 endif
 
-# USE_CUDNN=1: cuDNN's SDPA beside our attention (-at cudnn, BF16), through the header-only cuDNN
-# frontend that make deps installs into build/cudnn_frontend (PyPI nvidia-cudnn-frontend). The glue is
-# one translation unit, llmc/cudnn_att.cpp (host code only, so one object serves sm_80 and sm_90).
-USE_CUDNN ?= 0
+NVCC ?= nvcc
+# cuBLASLt, NCCL, cuDNN and NVRTC: from the CUDA toolkit, else ldconfig's cache, else a Python's
+# site-packages (nvidia/*/lib, as PyTorch's wheels install them; never CUDA's compat or stubs
+# folders): dev/gpu_libs.sh, asked once and only when a recipe needs it. What it finds outside the
+# toolkit is linked through unversioned links in build/gpu/libs with an rpath to its folder.
+GPU_LIBS_DIR := build/gpu/libs
+GPU_SITE_CFLAGS = $(eval GPU_SITE_CFLAGS := $(shell bash dev/gpu_libs.sh cflags cublasLt nccl))$(GPU_SITE_CFLAGS)
+GPU_SITE_LDFLAGS = $(eval GPU_SITE_LDFLAGS := $(shell bash dev/gpu_libs.sh ldflags $(GPU_LIBS_DIR) cublasLt nccl))$(GPU_SITE_LDFLAGS)
+CUDNN_SITE_CFLAGS = $(eval CUDNN_SITE_CFLAGS := $(shell bash dev/gpu_libs.sh cflags cudnn nvrtc))$(CUDNN_SITE_CFLAGS)
+CUDNN_SITE_LDFLAGS = $(eval CUDNN_SITE_LDFLAGS := $(shell bash dev/gpu_libs.sh ldflags $(GPU_LIBS_DIR) cudnn nvrtc))$(CUDNN_SITE_LDFLAGS)
+
+# USE_CUDNN=1: cuDNN's SDPA beside our attention (-at cudnn, BF16, then the default), through the
+# header-only cuDNN frontend that make deps installs into build/cudnn_frontend (PyPI
+# nvidia-cudnn-frontend). The glue is one translation unit, llmc/cudnn_att.cpp (host code only, so
+# one object serves sm_80 and sm_90). Unset, it is 1 where nvcc, the frontend's headers and a
+# libcudnn (dev/gpu_libs.sh) are found, else 0 with a one-line note when train_gpt2 builds.
 CUDNN_FRONTEND_INC := build/cudnn_frontend/include
+ifeq ($(origin USE_CUDNN),undefined)
+ifeq ($(wildcard $(CUDNN_FRONTEND_INC)/cudnn_frontend.h),)
+USE_CUDNN := 0
+CUDNN_DEFAULT_WHY := no cuDNN frontend headers ($(CUDNN_FRONTEND_INC)/cudnn_frontend.h; make deps installs them)
+else ifeq ($(shell command -v $(NVCC) 2>/dev/null),)
+USE_CUDNN := 0
+else ifeq ($(shell bash dev/gpu_libs.sh has cudnn >/dev/null 2>&1 && echo 1),1)
+USE_CUDNN := 1
+else
+USE_CUDNN := 0
+CUDNN_DEFAULT_WHY := no libcudnn in the CUDA toolkit, ldconfig's cache or a Python's nvidia/cudnn/lib
+endif
+endif
+CUDNN_NOTE := $(if $(CUDNN_DEFAULT_WHY),@echo "note: USE_CUDNN=0: $(CUDNN_DEFAULT_WHY): train_gpt2 has our attention only")
 CUDNN_ATT_SOURCES := llmc/cudnn_att.cpp llmc/cudnn_att.h
-CUDNN_LIBS := -lcudnn -lnvrtc # the frontend links NVRTC (for its runtime-compiled engines)
+CUDNN_LIBS = -lcudnn -lnvrtc $(CUDNN_SITE_LDFLAGS) # the frontend links NVRTC (for its runtime-compiled engines)
 ifeq ($(USE_CUDNN),1)
 GPU_CUDNN_FLAGS := -DENABLE_CUDNN
 GPU_CUDNN_OBJ := build/gpu/cudnn_att.o
-GPU_CUDNN_LIBS := $(CUDNN_LIBS)
+GPU_CUDNN_LIBS = $(CUDNN_LIBS)
 else ifneq ($(USE_CUDNN),0)
 $(error USE_CUDNN=$(USE_CUDNN): must be 0 or 1)
 endif
 
-NVCC ?= nvcc
 NVCC_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 # Open MPI's include and library directories: asked of mpicc only when an nvcc recipe runs (=, not
-# :=), so parsing this file prints nothing before make deps has installed it.
+# :=), so parsing this file prints nothing before make deps has installed it. Without mpicc (or
+# with make GPU_MPICC=) the trainer is built for one node: -DNO_MPI (llmc/mpi_single.h), started
+# with -pi fs or tcp (the default there: -pi fs, one process without a launcher); -pi mpi is refused.
 GPU_MPICC := $(shell command -v mpicc 2>/dev/null)
-GPU_NEED_MPI = $(if $(GPU_MPICC),,$(error $@ needs Open MPI (mpicc) for its -pi mpi start-up: run make deps))
-GPU_MPI_INC = $(addprefix -I,$(shell $(GPU_MPICC) --showme:incdirs))
-GPU_MPI_LIB = $(addprefix -L,$(shell $(GPU_MPICC) --showme:libdirs))
+GPU_MPI := $(if $(GPU_MPICC),mpi,single)
+GPU_MPI_INC = $(if $(GPU_MPICC),$(addprefix -I,$(shell $(GPU_MPICC) --showme:incdirs)),-DNO_MPI)
+GPU_MPI_LIB = $(if $(GPU_MPICC),$(addprefix -L,$(shell $(GPU_MPICC) --showme:libdirs)) -lmpi)
+GPU_MPI_NOTE := $(if $(GPU_MPICC),,@echo "note: no Open MPI (mpicc): train_gpt2 is built for one node (-pi fs or tcp; -pi mpi refused; make deps installs Open MPI)")
 NVCC_FLAGS = -O3 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation \
-	$(GPU_NEED_MPI) $(GPU_MPI_INC)
-# the multi-GPU trainer links NCCL (the CUDA toolkit's) and Open MPI (-pi mpi start-up)
-GPU_LIBS = -lcublasLt -lnccl $(GPU_MPI_LIB) -lmpi
+	$(GPU_MPI_INC) $(GPU_SITE_CFLAGS)
+# the multi-GPU trainer links NCCL and Open MPI (-pi mpi start-up) where it is there
+GPU_LIBS = -lcublasLt -lnccl $(GPU_SITE_LDFLAGS) $(GPU_MPI_LIB)
 GPU_EMUCC := dev/cuda_emu/emucc
 GPU_EMUCC_FLAGS := -O1 -Xcompiler -Wall,-Wno-unused-function,-Wno-format-truncation
 # the kernel tests and test_gpt2 are checked builds: races, stream order, memory (dev/cuda_emu/README.md)
@@ -57,8 +87,8 @@ GPU_KERNEL_TESTS := $(wildcard dev/gpu_kernels/*.cu)
 DEV_CUDA_FAMILIES := layernorm classifier encoder matmul adamw
 DEV_CUDA_EMU := $(patsubst %,build/gpu/dev_cuda_%,$(DEV_CUDA_FAMILIES))
 
-# A stamp per precision and cuDNN choice: switching either rebuilds the root binaries.
-GPU_STAMP := build/gpu/precision_$(PRECISION)_cudnn$(USE_CUDNN)
+# A stamp per precision, cuDNN and MPI choice: switching one rebuilds the root binaries.
+GPU_STAMP := build/gpu/precision_$(PRECISION)_cudnn$(USE_CUDNN)_$(GPU_MPI)
 $(GPU_STAMP):
 	@mkdir -p build/gpu
 	@rm -f build/gpu/precision_*
@@ -69,15 +99,26 @@ build/gpu/cudnn_att.o: $(CUDNN_ATT_SOURCES)
 	@[ -f $(CUDNN_FRONTEND_INC)/cudnn_frontend.h ] || \
 	  { echo "error: $(CUDNN_FRONTEND_INC)/cudnn_frontend.h missing: run make deps (the cuDNN frontend headers)"; exit 1; }
 	@mkdir -p build/gpu
-	$(NVCC) -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall -isystem $(CUDNN_FRONTEND_INC) -c -o $@ llmc/cudnn_att.cpp
+	$(NVCC) -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall -isystem $(CUDNN_FRONTEND_INC) $(CUDNN_SITE_CFLAGS) \
+	  -c -o $@ llmc/cudnn_att.cpp
 
-train_gpt2: $(GPU_SOURCES) $(GPU_STAMP) $(GPU_CUDNN_OBJ)
-	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) $(GPU_CUDNN_FLAGS) -o $@ train_gpt2.cu $(GPU_CUDNN_OBJ) $(GPU_LIBS) \
-	  $(GPU_CUDNN_LIBS)
+# train_gpt2 and test_gpt2: each compiled to an object per precision, cuDNN and MPI choice, then
+# linked, so that make -j compiles them beside the cuDNN glue
+GPU_TAG := $(PRECISION)_cudnn$(USE_CUDNN)_$(GPU_MPI)
+build/gpu/obj/train_gpt2_$(GPU_TAG).o: $(GPU_SOURCES)
+	$(GPU_MPI_NOTE)
+	$(CUDNN_NOTE)
+	@mkdir -p build/gpu/obj
+	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) $(GPU_CUDNN_FLAGS) -c -o $@ train_gpt2.cu
+build/gpu/obj/test_gpt2_$(GPU_TAG).o: test_gpt2.cu $(GPU_SOURCES)
+	@mkdir -p build/gpu/obj
+	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) $(GPU_CUDNN_FLAGS) -c -o $@ test_gpt2.cu
 
-test_gpt2: test_gpt2.cu $(GPU_SOURCES) $(GPU_STAMP) $(GPU_CUDNN_OBJ)
-	$(NVCC) $(NVCC_FLAGS) $(GPU_PRECISION_FLAGS) $(GPU_CUDNN_FLAGS) -o $@ test_gpt2.cu $(GPU_CUDNN_OBJ) $(GPU_LIBS) \
-	  $(GPU_CUDNN_LIBS)
+train_gpt2: build/gpu/obj/train_gpt2_$(GPU_TAG).o $(GPU_STAMP) $(GPU_CUDNN_OBJ)
+	$(NVCC) $(NVCC_ARCH) -o $@ $< $(GPU_CUDNN_OBJ) $(GPU_LIBS) $(GPU_CUDNN_LIBS)
+
+test_gpt2: build/gpu/obj/test_gpt2_$(GPU_TAG).o $(GPU_STAMP) $(GPU_CUDNN_OBJ)
+	$(NVCC) $(NVCC_ARCH) -o $@ $< $(GPU_CUDNN_OBJ) $(GPU_LIBS) $(GPU_CUDNN_LIBS)
 
 train_gpt2emu: $(GPU_SOURCES) $(GPU_STAMP)
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_PRECISION_FLAGS) -o $@ train_gpt2.cu -lnccl
@@ -109,7 +150,7 @@ build/gpu/train_gpt2emu_bf16_check: $(GPU_SOURCES) $(GPU_EMU_DEPS)
 build/gpu/gpu_memory_bf16: dev/gpu_memory.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ dev/gpu_memory.cu -lnccl
-# the attention kernels (dev/cuda/attention.cu): BF16 (tensor-core and fallback versions), FP32
+# the attention kernels (dev/cuda/attention.cu): BF16 (the fa2 and fallback versions), FP32
 build/gpu/attention_emu: dev/cuda/attention.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) -o $@ dev/cuda/attention.cu
@@ -155,6 +196,10 @@ build/gpu/dev_cuda_adamw: dev/cuda/adamw.cu dev/cuda/common.cuh dev/cuda/copies.
 build/gpu/dev_cuda_%: dev/cuda/%.cu dev/cuda/common.cuh dev/cuda/copies.cuh $(GPU_SOURCES) $(GPU_EMU_DEPS)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -DENABLE_FP32 -o $@ $<
+# the column sums' plant: colsum_finish adding its lanes by atomicAdd (dev/tests/52_dev_cuda.sh)
+build/gpu/dev_cuda_layernorm_unordered: dev/cuda/layernorm.cu dev/cuda/common.cuh dev/cuda/copies.cuh $(GPU_SOURCES) $(GPU_EMU_DEPS)
+	@mkdir -p build/gpu
+	$(GPU_EMUCC) $(GPU_EMUCC_FLAGS) $(GPU_EMU_CHECK) -DENABLE_FP32 -DCOLSUM_PLANT_UNORDERED -o $@ $<
 dev-cuda-emu: $(DEV_CUDA_EMU)
 	@for f in $(DEV_CUDA_EMU); do echo "== $$f"; $$f || exit 1; done
 .PHONY: gpu-nvcc-link dev-cuda-emu

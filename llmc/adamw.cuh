@@ -193,10 +193,10 @@ static void adamw_multi_update(const AdamWMulti* a, floatX* params, float* maste
 // ----------------------------------------------------------------------------
 // The sum of squares, one launch.
 
-#define NORM_BLOCKS 256
+#define NORM_BLOCKS 2048 // the most blocks (the scratch of block sums); the grid fills the GPU once
 #define NORM_THREADS 256
 
-// In: x (n). Out: out[0] = sum of x^2. Scratch: partial (NORM_BLOCKS floats), a counter.
+// In: x (n). Out: out[0] = sum of x^2. Scratch: partial (gridDim.x <= NORM_BLOCKS floats), a counter.
 template <class T>
 __global__ void sum_of_squares_kernel(float* __restrict__ out, float* __restrict__ partial,
                                       unsigned int* __restrict__ counter, const T* __restrict__ x, size_t n) {
@@ -222,7 +222,14 @@ __global__ void sum_of_squares_kernel(float* __restrict__ out, float* __restrict
 template <class T>
 static void sum_of_squares(float* out, const T* x, size_t n, float* scratch) {
     unsigned int* counter = reduction_counters() + MAX_COUNTERS - 2;
-    sum_of_squares_kernel<T><<<NORM_BLOCKS, NORM_THREADS>>>(out, scratch, counter, x, n);
+    // one full wave (256 blocks were 0.24 of one on 132 SMs: a latency-bound grid-stride loop of 2975
+    // trips per thread at 1558M), no more blocks than packs of NORM_THREADS, at most NORM_BLOCKS
+    static unsigned int wave = 0;
+    if (!wave) { wave = wave_blocks(sum_of_squares_kernel<T>, NORM_THREADS, 0); }
+    size_t useful = (n + (size_t)NORM_THREADS * Packed128<T>::N - 1) / ((size_t)NORM_THREADS * Packed128<T>::N);
+    unsigned int blocks = wave < NORM_BLOCKS ? wave : NORM_BLOCKS;
+    if (useful < blocks) { blocks = useful < 1 ? 1 : (unsigned int)useful; }
+    sum_of_squares_kernel<T><<<blocks, NORM_THREADS>>>(out, scratch, counter, x, n);
     cudaLaunchCheck();
 }
 

@@ -197,7 +197,11 @@ static void args_defaults(TrainArgs* a) {
     a->master_weights = 1;
     a->attention = "";
     a->gelu_fusion = 0; // docs/gpu.md: accuracy measured both ways
+#ifdef NO_MPI
+    a->init_method = "fs"; // no Open MPI in this build (llmc/process_info.h)
+#else
     a->init_method = "mpi";
+#endif
     a->init_path = "/tmp";
     a->server_ip = "";
     a->server_port = 12345;

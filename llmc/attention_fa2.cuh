@@ -1,6 +1,6 @@
 // attention_fa2.cuh: the FlashAttention-2-style causal attention forward on mma.sync, ldmatrix and
 // cp.async (llmc/ptx.cuh): BF16 build, head sizes D = 32, 64, 128 (a template parameter). Same
-// interface and outputs as attention_forward_flash (llmc/attention.cuh): qkv (B, T, 3C) in, out
+// interface and outputs as attention_forward_scalar (llmc/attention.cuh): qkv (B, T, 3C) in, out
 // (B, T, C) bf16 and lse (B, NH, T) fp32 (natural log). Other head sizes and the FP32 build keep
 // llmc/attention.cuh's kernels (fa2_head_size_ok says which).
 #ifndef LLMC_ATTENTION_FA2_CUH
@@ -9,6 +9,8 @@
 
 #include "attention.cuh"
 #include "ptx.cuh"
+
+typedef __nv_bfloat16 bf16;
 
 #define FA2_TILE 64                        // query rows per block, keys per K/V tile
 #define FA2_WARPS 4                        // 16 query rows each

@@ -1,5 +1,5 @@
 // attention_fa2_backward.cuh: the backward of llmc/attention_fa2.cuh's forward on mma.sync, ldmatrix
-// and cp.async (BF16, head sizes D = 32, 64, 128). Same interface as attention_backward_flash: dqkv
+// and cp.async (BF16, head sizes D = 32, 64, 128). Same interface as attention_backward_scalar: dqkv
 // (B, T, 3C) written from dout (B, T, C), qkv, out and lse (B, NH, T); delta (B, NH, T) fp32 scratch.
 // Two kernels, each with one block per 64-row tile of every (batch, head), so that a launch has
 // B x NH x ceil(T/64) blocks at every batch size:

@@ -69,7 +69,7 @@ static void attention_forward_select(int cudnn, floatX* out, float* lse, const f
         return;
     }
 #endif
-    attention_forward(out, lse, qkv, B, T, C, NH);
+    attention_forward_scalar(out, lse, qkv, B, T, C, NH);
 }
 
 // delta (B, NH, T) fp32 scratch: our kernels' only (cuDNN keeps its own in its workspace)
@@ -89,7 +89,7 @@ static void attention_backward_select(int cudnn, floatX* dqkv, float* delta, con
         return;
     }
 #endif
-    attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH);
+    attention_backward_scalar(dqkv, delta, dout, qkv, out, lse, B, T, C, NH);
 }
 
 static void attention_select_free(int cudnn) {

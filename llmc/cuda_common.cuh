@@ -1,7 +1,7 @@
 // Shared pieces of the CUDA trainer: the precision switch (floatX is __nv_bfloat16 by default,
 // float with -DENABLE_FP32), error checks, float <-> floatX conversion, stochastic rounding,
 // warp and block reductions, and the deterministic column sums behind every bias and LayerNorm
-// parameter gradient (fixed chunks of rows, then the chunks summed in order: no atomics).
+// parameter gradient (chunks of rows, then the chunks summed in a fixed order: no atomics).
 #ifndef LLMC_CUDA_COMMON_CUH
 #define LLMC_CUDA_COMMON_CUH
 
@@ -191,23 +191,50 @@ __device__ inline bool last_block_done(unsigned int* counter, unsigned int block
 }
 
 // ----------------------------------------------------------------------------
-// Column sums of (N, C) row-major data, one launch (the bias gradients): each thread owns one
-// pack of columns; blocks of 32 packs x COLSUM_ROWS rows write partial sums (chunks, C); the last
-// block of each strip of 32 packs adds the strip's chunks, in chunk order, into the output.
+// Launches that fill the GPU: a grid of at least one full wave (the blocks of the kernel that fit
+// on an SM at once, from cudaOccupancyMaxActiveBlocksPerMultiprocessor, times the SMs), asked once
+// per kernel and device. The grid depends on the device, so the bits of a reduction over it do too;
+// on one device every run sums in the same order.
+static int device_sms(void) {
+    static int sms = 0;
+    if (!sms) {
+        int dev;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        if (sms < 1) { sms = 1; }
+    }
+    return sms;
+}
 
-#define COLSUM_ROWS 256
+template <class K>
+static unsigned int wave_blocks(K kernel, int threads, size_t smem) {
+    int per_sm = 0;
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    return (unsigned int)((per_sm < 1 ? 1 : per_sm) * device_sms());
+}
+
+// ----------------------------------------------------------------------------
+// Column sums of (N, C) row-major data, two launches (the bias gradients): each thread of the first
+// owns one pack of columns of a strip of 32 packs and sums its rows of a chunk of rows; the 8 row
+// lanes of a block are added in lane order into the chunk's partial (chunks, C). The chunks are
+// as many as make the grid (strips x chunks) one full wave of blocks, so that the GPU is full at
+// any N (B 8: 32 chunks of 256 rows were 96 blocks for C 768). The second launch adds each
+// column's chunk partials in a fixed order into the output (colsum_finish_kernel).
+
 #define COLSUM_THREADS_Y 8
+#define COLSUM_MIN_ROWS 8          // rows per chunk at least (one per row lane)
+#define COLSUM_MAX_CHUNKS 1024     // partial (chunks, C) fits colsum_partial_floats
+#define COLSUM_FINISH_Y 16         // row lanes of the finishing launch
 
-static int colsum_chunks(int N) { return (N + COLSUM_ROWS - 1) / COLSUM_ROWS; }
-
-// In: x (N, C). Out: out (C) += column sums of x. Scratch: partial (chunks, C) floats and one
-// counter per strip. Block (32, 8), grid (ceil(C / (32 X128)), chunks). vec: rows are whole packs.
-__global__ void bias_backward_kernel(floatX* __restrict__ out, float* __restrict__ partial,
-                                     unsigned int* __restrict__ counters, const floatX* __restrict__ x, int N, int C,
+// In: x (N, C). Out: partial (gridDim.y, C): the column sums of x over each chunk of rows, chunk k
+// = rows [k N / chunks, (k + 1) N / chunks). Block (32, 8), grid (ceil(C / (32 X128)), chunks).
+// vec: rows are whole packs.
+__global__ void bias_backward_kernel(float* __restrict__ partial, const floatX* __restrict__ x, int N, int C,
                                      bool vec) {
     __shared__ float tile[COLSUM_THREADS_Y][32 * X128];
     int c0 = (blockIdx.x * 32 + threadIdx.x) * X128;
-    int n0 = blockIdx.y * COLSUM_ROWS, n1 = min(n0 + COLSUM_ROWS, N);
+    int chunks = gridDim.y;
+    int n0 = (int)((long long)blockIdx.y * N / chunks), n1 = (int)((long long)(blockIdx.y + 1) * N / chunks);
     float s[X128];
     for (int i = 0; i < X128; i++) { s[i] = 0.0f; }
     if (c0 < C) {
@@ -218,30 +245,82 @@ __global__ void bias_backward_kernel(floatX* __restrict__ out, float* __restrict
     }
     for (int i = 0; i < X128; i++) { tile[threadIdx.y][threadIdx.x * X128 + i] = s[i]; }
     __syncthreads();
-    if (threadIdx.y == 0) { // the 8 row-lanes combined in a fixed order
+    if (threadIdx.y == 0) { // the 8 row lanes combined in a fixed order
         for (int i = 0; i < X128 && c0 + i < C; i++) {
             float t = 0.0f;
             for (int y = 0; y < COLSUM_THREADS_Y; y++) { t += tile[y][threadIdx.x * X128 + i]; }
             partial[(size_t)blockIdx.y * C + c0 + i] = t;
         }
     }
-    if (!last_block_done(&counters[blockIdx.x], gridDim.y)) { return; }
-    if (threadIdx.y == 0) {
-        for (int i = 0; i < X128 && c0 + i < C; i++) {
-            float t = 0.0f;
-            for (int k = 0; k < (int)gridDim.y; k++) { t += partial[(size_t)k * C + c0 + i]; }
-            out[c0 + i] = to_X(to_f(out[c0 + i]) + t);
-        }
+}
+
+// out_y[c] += sum over k < chunks of partial[(y chunks + k) C + c], for y = blockIdx.y (one output per
+// grid row: the LayerNorm backward finishes dweight and dbias in one launch). Row lane ty sums the
+// chunks k = ty, ty + 16, ... in ascending order, then lane 0 adds the 16 lanes' sums in lane order:
+// a fixed order whatever order the blocks run in. Block (32, 16), grid (ceil(C / 32), outputs).
+__global__ void colsum_finish_kernel(floatX* __restrict__ out0, floatX* __restrict__ out1,
+                                     const float* __restrict__ partial, int chunks, int C) {
+    __shared__ float lanes[COLSUM_FINISH_Y][32];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    const float* p = partial + (size_t)blockIdx.y * chunks * C;
+    float t = 0.0f;
+    if (c < C) {
+        for (int k = threadIdx.y; k < chunks; k += COLSUM_FINISH_Y) { t += p[(size_t)k * C + c]; }
+    }
+    lanes[threadIdx.y][threadIdx.x] = t;
+    __syncthreads();
+#ifdef COLSUM_PLANT_UNORDERED
+    // the plant of dev/tests/52_dev_cuda.sh: the lanes' sums added by atomicAdd in whatever order the
+    // threads run (the check that the output bits do not depend on the schedule must fail)
+    __shared__ float unordered[32];
+    if (threadIdx.y == 0) { unordered[threadIdx.x] = 0.0f; }
+    __syncthreads();
+    atomicAdd(&unordered[threadIdx.x], lanes[threadIdx.y][threadIdx.x]);
+    __syncthreads();
+#endif
+    if (threadIdx.y == 0 && c < C) {
+        float sum = 0.0f;
+        for (int y = 0; y < COLSUM_FINISH_Y; y++) { sum += lanes[y][threadIdx.x]; }
+#ifdef COLSUM_PLANT_UNORDERED
+        sum = unordered[threadIdx.x];
+#endif
+        floatX* out = blockIdx.y == 0 ? out0 : out1;
+        out[c] = to_X(to_f(out[c]) + sum);
     }
 }
 
-// dbias (C) += column sums of dout (N, C), one launch. partial: colsum_chunks(N) * C floats.
-static void bias_backward(floatX* dbias, float* partial, const floatX* dout, int N, int C) {
-    dim3 grid(ceil_div_u(C, 32 * X128), colsum_chunks(N));
-    if (grid.x > MAX_COUNTERS) { fail("bias_backward: %d columns exceed %d strips", C, MAX_COUNTERS); }
-    bias_backward_kernel<<<grid, dim3(32, COLSUM_THREADS_Y)>>>(dbias, partial, reduction_counters(), dout, N, C,
-                                                               vec_ok(C, sizeof(floatX), dout));
+// outputs (1 or 2) arrays of C, each += the column sums of its (chunks, C) block of partial.
+static void colsum_finish(floatX* out0, floatX* out1, const float* partial, int chunks, int C) {
+    colsum_finish_kernel<<<dim3(ceil_div_u(C, 32), out1 ? 2 : 1), dim3(32, COLSUM_FINISH_Y)>>>(out0, out1, partial,
+                                                                                           chunks, C);
     cudaLaunchCheck();
+}
+
+// The chunks of bias_backward for N rows of C columns: a full wave of blocks, each chunk at least
+// COLSUM_MIN_ROWS rows, at most COLSUM_MAX_CHUNKS.
+static int colsum_chunks(int N, int C) {
+    static unsigned int wave = 0;
+    if (!wave) { wave = wave_blocks(bias_backward_kernel, 32 * COLSUM_THREADS_Y, 0); }
+    unsigned int strips = ceil_div_u(C, 32 * X128), chunks = ceil_div_u(wave, strips);
+    unsigned int most = ceil_div_u(N, COLSUM_MIN_ROWS);
+    if (chunks > most) { chunks = most; }
+    if (chunks > COLSUM_MAX_CHUNKS) { chunks = COLSUM_MAX_CHUNKS; }
+    return chunks < 1 ? 1 : (int)chunks;
+}
+
+// Scratch floats bias_backward needs for N rows of at most C columns (the bound, whatever the device).
+static size_t colsum_partial_floats(size_t N, size_t C) {
+    size_t chunks = (N + COLSUM_MIN_ROWS - 1) / COLSUM_MIN_ROWS;
+    return (chunks < COLSUM_MAX_CHUNKS ? chunks : COLSUM_MAX_CHUNKS) * C;
+}
+
+// dbias (C) += column sums of dout (N, C): two launches. partial: colsum_partial_floats(N, C) floats.
+static void bias_backward(floatX* dbias, float* partial, const floatX* dout, int N, int C) {
+    int chunks = colsum_chunks(N, C);
+    bias_backward_kernel<<<dim3(ceil_div_u(C, 32 * X128), chunks), dim3(32, COLSUM_THREADS_Y)>>>(
+        partial, dout, N, C, vec_ok(C, sizeof(floatX), dout));
+    cudaLaunchCheck();
+    colsum_finish(dbias, NULL, partial, chunks, C);
 }
 
 static void host_wait_event(cudaEvent_t ev, const char* what) {

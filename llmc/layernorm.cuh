@@ -2,9 +2,10 @@
 // one kernel and one pass over HBM, 128-bit loads and stores (Packed128) where the rows are whole
 // 16-byte packs, statistics in fp32 (two passes over the row held in registers, as the CPU
 // trainer). Forward: one warp per row. Backward: teams of warps per row (each thread one pack of
-// the row), the weight and bias gradients accumulated in the same kernel (per-thread registers,
-// teams combined in a fixed order, block partials added in block order by the last block):
-// deterministic, no atomics on the values.
+// the row) over a contiguous range of rows per block, as many blocks as fill the GPU (one full
+// wave), the weight and bias gradients accumulated in the same kernel (per-thread registers, teams
+// combined in a fixed order into one partial per block), the block partials added in a fixed order
+// by a second launch: deterministic, no atomics on the values.
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH
 
@@ -13,7 +14,7 @@
 #define LN_EPS 1e-5f
 #define LN_BWD_WARPS 16                     // warps per backward block
 #define LN_BWD_MIN_BLOCKS 2                 // backward blocks resident per SM asked of ptxas (<= 64 registers)
-#define LN_BWD_ROWS 256                     // rows per backward block (one partial per block)
+#define LN_BWD_MAX_GRID 1024                // backward blocks at most (the partials' scratch)
 #define LN_MAX_C 2048                       // the forward keeps C / 32 channels per lane in registers
 #define LN_MAX_PACKS (LN_MAX_C / (32 * X128))
 
@@ -96,20 +97,21 @@ static void residual_layernorm_forward(floatX* out, float* mean, float* rstd, fl
 }
 
 // In: dout (N, C), inp (N, C) the LayerNorm's input, weight (C), mean, rstd (N) from the forward.
-// Out: dinp (N, C) += d loss / d inp; dweight, dbias (C) += their gradients. Scratch: partial
-// (2 * blocks, C) floats. Block: LN_BWD_WARPS warps over LN_BWD_ROWS rows, in teams of `team`
-// warps (a power of two, at least the row's packs of 32 X128 channels): warp j of a team owns
-// pack j of every lane (channels 32 X128 j + X128 lane ...), so each thread holds one pack of a
-// row and one pack of dweight and dbias sums in registers. The teams take rows in turn; a row's
-// two sums go warp by warp through shared memory (added in warp order), one barrier per turn.
-// VEC: rows are whole 16-byte packs.
+// Out: dinp (N, C) += d loss / d inp; partial (2 gridDim.x, C): block b's sums of dweight (row b)
+// and dbias (row gridDim.x + b) over its rows, a contiguous range of q rows, q + 1 for b < extra
+// (N = q gridDim.x + extra).
+// Block: LN_BWD_WARPS warps in teams of `team` warps (a power of two, at least the row's packs of
+// 32 X128 channels): warp j of a team owns pack j of every lane (channels 32 X128 j + X128 lane
+// ...), so each thread holds one pack of a row and one pack of dweight and dbias sums in registers.
+// The teams take rows in turn; a row's two sums go warp by warp through shared memory (added in
+// warp order), one barrier per turn. VEC: rows are whole 16-byte packs (every GPT-2 shape); the
+// element-by-element instance (odd C or misaligned rows) is not held to 64 registers, where it spilled.
 template <bool VEC>
-__global__ void __launch_bounds__(32 * LN_BWD_WARPS, LN_BWD_MIN_BLOCKS)
-    layernorm_backward_kernel(floatX* __restrict__ dinp, floatX* __restrict__ dweight, floatX* __restrict__ dbias,
-                              float* __restrict__ partial, unsigned int* __restrict__ counter,
+__global__ void __launch_bounds__(32 * LN_BWD_WARPS, VEC ? LN_BWD_MIN_BLOCKS : 1)
+    layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partial,
                               const floatX* __restrict__ dout, const floatX* __restrict__ inp,
                               const floatX* __restrict__ weight, const float* __restrict__ mean,
-                              const float* __restrict__ rstd, int N, int C, int team) {
+                              const float* __restrict__ rstd, int q, int extra, int C, int team) {
     const bool vec = VEC; // a template parameter: one path per instance keeps it in 64 registers
     __shared__ float sum_w[LN_MAX_C], sum_b[LN_MAX_C];
     __shared__ float row_sums[2][LN_BWD_WARPS][2]; // per warp: its part of a row's two sums, two rows in turn
@@ -118,7 +120,10 @@ __global__ void __launch_bounds__(32 * LN_BWD_WARPS, LN_BWD_MIN_BLOCKS)
     const bool mine = c < C; // this thread owns channels c .. c + X128 - 1 (those below C)
     float acc_w[X128], acc_b[X128];
     for (int i = 0; i < X128; i++) { acc_w[i] = 0.0f; acc_b[i] = 0.0f; }
-    int r0 = blockIdx.x * LN_BWD_ROWS, r1 = min(r0 + LN_BWD_ROWS, N), buf = 0;
+    // this block's rows: q each, the first `extra` blocks one more (q, extra = N / grid, N % grid from
+    // the host: the division here cost the kernel a spill at its 64-register cap)
+    const int bx = blockIdx.x;
+    int r0 = bx * q + min(bx, extra), r1 = r0 + q + (bx < extra ? 1 : 0), buf = 0;
 #pragma unroll 1
     for (int base = r0; base < r1; base += teams, buf ^= 1) { // every thread runs every turn (the barrier)
         int row = base + my_team;
@@ -170,24 +175,11 @@ __global__ void __launch_bounds__(32 * LN_BWD_WARPS, LN_BWD_MIN_BLOCKS)
         }
         __syncthreads();
     }
-    int blocks = gridDim.x;
     for (int k = threadIdx.x; k < C; k += blockDim.x) {
         partial[(size_t)blockIdx.x * C + k] = sum_w[k];
-        partial[(size_t)(blocks + blockIdx.x) * C + k] = sum_b[k];
-    }
-    if (!last_block_done(counter, blocks)) { return; }
-    for (int k = threadIdx.x; k < C; k += blockDim.x) {
-        float tw = 0.0f, tb = 0.0f;
-        for (int j = 0; j < blocks; j++) {
-            tw += partial[(size_t)j * C + k];
-            tb += partial[(size_t)(blocks + j) * C + k];
-        }
-        dweight[k] = to_X(to_f(dweight[k]) + tw);
-        dbias[k] = to_X(to_f(dbias[k]) + tb);
+        partial[(size_t)(gridDim.x + blockIdx.x) * C + k] = sum_b[k];
     }
 }
-
-static int layernorm_backward_blocks(int N) { return (N + LN_BWD_ROWS - 1) / LN_BWD_ROWS; }
 
 // The warps of a backward team for C channels: the smallest power of two covering the row's packs.
 static int layernorm_backward_team(int C) {
@@ -196,23 +188,41 @@ static int layernorm_backward_team(int C) {
     return team;
 }
 
-// dinp += d LayerNorm / d inp; dweight, dbias += their gradients, one launch.
-// partial: 2 * layernorm_backward_blocks(N) * C floats (= 2 * colsum_chunks(N) * C).
+// The backward's blocks for N rows of C channels: one full wave (LN_BWD_MIN_BLOCKS or more per SM),
+// fewer when the rows do not give every team a row, at most LN_BWD_MAX_GRID. B 8, T 1024 on 132
+// SMs: 264 blocks of 31 rows, where 256-row blocks were 32.
+static int layernorm_backward_grid(int N, int C) {
+    static unsigned int wave = 0;
+    if (!wave) { wave = wave_blocks(layernorm_backward_kernel<true>, 32 * LN_BWD_WARPS, 0); }
+    unsigned int teams = LN_BWD_WARPS / layernorm_backward_team(C), most = ceil_div_u(N, teams);
+    unsigned int g = wave < most ? wave : most;
+    if (g > LN_BWD_MAX_GRID) { g = LN_BWD_MAX_GRID; }
+    return g < 1 ? 1 : (int)g;
+}
+
+// Scratch floats layernorm_backward needs for N rows of C channels (the bound, whatever the device).
+static size_t layernorm_backward_partial_floats(size_t N, size_t C) {
+    return 2 * (N < LN_BWD_MAX_GRID ? (N < 1 ? 1 : N) : LN_BWD_MAX_GRID) * C;
+}
+
+// dinp += d LayerNorm / d inp; dweight, dbias += their gradients: the rows in one launch, the
+// blocks' partial sums of dweight and dbias added in a fixed order by a second (colsum_finish).
+// partial: layernorm_backward_partial_floats(N, C) floats.
 static void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* partial, const floatX* dout,
                                const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
                                int N, int C) {
     int team = layernorm_backward_team(C);
     bool vec = vec_ok(C, sizeof(floatX), dinp, dout, inp, weight);
-    unsigned int* counter = reduction_counters() + MAX_COUNTERS - 1;
-    unsigned int blocks = layernorm_backward_blocks(N), threads = 32 * LN_BWD_WARPS;
+    int blocks = layernorm_backward_grid(N, C), threads = 32 * LN_BWD_WARPS, q = N / blocks, extra = N % blocks;
     if (vec) {
-        layernorm_backward_kernel<true><<<blocks, threads>>>(dinp, dweight, dbias, partial, counter, dout, inp, weight,
-                                                             mean, rstd, N, C, team);
+        layernorm_backward_kernel<true><<<blocks, threads>>>(dinp, partial, dout, inp, weight, mean, rstd, q, extra, C,
+                                                             team);
     } else {
-        layernorm_backward_kernel<false><<<blocks, threads>>>(dinp, dweight, dbias, partial, counter, dout, inp, weight,
-                                                              mean, rstd, N, C, team);
+        layernorm_backward_kernel<false><<<blocks, threads>>>(dinp, partial, dout, inp, weight, mean, rstd, q, extra,
+                                                              C, team);
     }
     cudaLaunchCheck();
+    colsum_finish(dweight, dbias, partial, blocks, C);
 }
 
 #endif

@@ -219,7 +219,7 @@ static void matmul_backward_weight(floatX* dweight, floatX* dbias, float* partia
 
 // dinp (N, C) = dout (N, OC) weight (written), times GELU'(gelu_pre) when gelu_pre is given;
 // dweight (OC, C) += dout^T inp; dbias (OC) += column sums of dout (when dbias is given).
-// partial: scratch for the bias sums (colsum_chunks(N) * OC floats).
+// partial: scratch for the bias sums (colsum_partial_floats(N, OC) floats).
 // The GELU gradient is the DGELU epilogue (-ge 1) or our kernel on dinp after the matmul (-ge 0).
 static void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* partial, const floatX* dout,
                             const floatX* inp, const floatX* weight, const floatX* gelu_pre, int N, int C, int OC) {

@@ -1,5 +1,7 @@
 // A single-process stand-in for the few MPI calls the CPU trainer makes, used when it is built
 // without Open MPI (-DNO_MPI, which the Makefile sets when mpicc is missing): a world of one rank.
+// The GPU trainer built so (dev/gpu.mk without mpicc) compiles against it too but never starts MPI:
+// it refuses -pi mpi (llmc/process_info.h) and takes its ranks from -pi fs or tcp.
 // A build without MPI refuses to start as one of several ranks (slurm, a launcher) rather than
 // silently training the same model once per process.
 #ifndef LLMC_MPI_SINGLE_H
@@ -27,6 +29,10 @@ typedef int MPI_Request;
 #define MPI_THREAD_FUNNELED 1
 #define MPI_THREAD_SERIALIZED 2
 #define MPI_THREAD_MULTIPLE 3
+#define MPI_COMM_TYPE_SHARED 0
+#define MPI_INFO_NULL 0
+
+static int mpi_single_started = 0; // MPI_Init was called
 
 static int MPI_Init(int* argc, char*** argv) {
     (void)argc;
@@ -39,6 +45,11 @@ static int MPI_Init(int* argc, char*** argv) {
                  "(make deps) and rebuild", world_vars[i], v);
         }
     }
+    mpi_single_started = 1;
+    return 0;
+}
+static int MPI_Initialized(int* flag) {
+    *flag = mpi_single_started;
     return 0;
 }
 // One process: every thread level is provided (no other rank to talk to).
@@ -73,6 +84,16 @@ static int MPI_Error_string(int code, char* msg, int* len) {
     return 0;
 }
 static int MPI_Barrier(MPI_Comm comm) { (void)comm; return 0; }
+// One rank: the root's buffer is already every rank's.
+static int MPI_Bcast(void* buf, int n, int type, int root, MPI_Comm comm) {
+    (void)buf; (void)n; (void)type; (void)root; (void)comm;
+    return 0;
+}
+static int MPI_Comm_split_type(MPI_Comm comm, int type, int key, int info, MPI_Comm* out) {
+    (void)type; (void)key; (void)info;
+    *out = comm;
+    return 0;
+}
 // One rank: the sum is the rank's own values.
 static int MPI_Allreduce(const void* s, void* r, int n, int type, int op, MPI_Comm comm) {
     (void)op;

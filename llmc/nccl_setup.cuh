@@ -6,7 +6,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <mpi.h>
 #include <nccl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -15,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "cuda_common.cuh"
-#include "process_info.h"
+#include "process_info.h" // <mpi.h>, or llmc/mpi_single.h in a -DNO_MPI build
 #include "watchdog.h"
 
 // Every NCCL call is watched (llmc/watchdog.h): in the emulator's --check builds a collective
@@ -154,7 +153,9 @@ static ncclComm_t nccl_world_init(const ProcessInfo* p, const char* method, cons
     ncclUniqueId id;
     memset(&id, 0, sizeof(id));
     if (p->rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
-    if (strcmp(method, "mpi") == 0) {
+    if (p->world == 1) {
+        // one process: nobody to hand the id to (no file for -pi fs, no port for -pi tcp)
+    } else if (strcmp(method, "mpi") == 0) {
         MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     } else if (strcmp(method, "fs") == 0) {
         nccl_id_via_fs(&id, p->rank, fs_dir);
@@ -164,7 +165,7 @@ static ncclComm_t nccl_world_init(const ProcessInfo* p, const char* method, cons
     }
     ncclComm_t comm = NULL;
     ncclCheck(ncclCommInitRank(&comm, p->world, id, p->rank));
-    if (strcmp(method, "fs") == 0 && p->rank == 0) {
+    if (strcmp(method, "fs") == 0 && p->rank == 0 && p->world > 1) {
         char path[4096];
         nccl_id_path(path, sizeof(path), fs_dir);
         remove(path);

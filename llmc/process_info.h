@@ -1,10 +1,16 @@
 // Which rank this process is and how long it waits for its peers: -pi mpi takes rank, world and
 // local rank (the rank among the processes on this node) from Open MPI; -pi fs and tcp take them
 // from the launcher's environment (slurm's srun, Open MPI's variables, or torchrun-style ones).
+// Built with -DNO_MPI (dev/gpu.mk where mpicc is missing), MPI is llmc/mpi_single.h and -pi mpi is
+// refused at start-up: one node, -pi fs or tcp (or one process, the default there: -pi fs).
 #ifndef LLMC_PROCESS_INFO_H
 #define LLMC_PROCESS_INFO_H
 
+#ifdef NO_MPI
+#include "mpi_single.h"
+#else
 #include <mpi.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include "utils.h"
@@ -33,6 +39,18 @@ static int env_first_int(const char* const* names, int n, int fallback, const ch
         }
     }
     return fallback;
+}
+
+// -pi mpi in a build without Open MPI: one line, before anything starts.
+static void process_method_check(const char* method) {
+#ifdef NO_MPI
+    if (strcmp(method, "mpi") == 0) {
+        fail("-pi mpi: this train_gpt2 was built without Open MPI (mpicc was missing): use -pi fs or -pi tcp on "
+             "one node, or no -pi for one process");
+    }
+#else
+    (void)method;
+#endif
 }
 
 // -pi mpi: ranks from MPI (the local rank = the rank among the processes sharing this node).

@@ -1,22 +1,23 @@
-// dev/cuda/attention.cu: the attention kernels of llmc/attention.cuh, each version against a CPU
-// reference (naive causal attention in double, forward and backward, from the same bf16 inputs),
-// then, where a real GPU is present, a timing loop at GPT-2 shapes.
-//   versions: flash  tensor cores (nvcuda::wmma), BF16 build, head size 64
-//             fa2    llmc/attention_fa2.cuh and attention_fa2_backward.cuh (mma.sync, ldmatrix, cp.async),
+// dev/cuda/attention.cu: our attention kernels, each version against a CPU reference (naive causal
+// attention in double, forward and backward, from the same bf16 inputs), then, where a real GPU is
+// present, a timing loop at GPT-2 shapes.
+//   versions: fa2    llmc/attention_fa2.cuh and attention_fa2_backward.cuh (mma.sync, ldmatrix, cp.async),
 //                    BF16, head sizes 32, 64, 128 (the default run and --fa2: 64 only; --fa2-quick: all three)
-//             scalar the CUDA-core fallback (FP32 build, or other head sizes), one warp per row
+//             scalar llmc/attention.cuh, the CUDA-core fallback (FP32 build, or other head sizes), one
+//                    warp per row
 //             cudnn  cuDNN's SDPA through llmc/cudnn_att.cpp (-DENABLE_CUDNN, BF16; under emucc the
 //                    emulator's frontend, dev/cuda_emu/include/cudnn_frontend.h)
 // Checked per case: out (B, T, C), lse (B, NH, T), dq, dk, dv (the three parts of dqkv) as
 // max |got - ref| / max |ref| against tolerances stated below; every output element written
 // (buffers start as NaN); a second backward bitwise identical to the first. Exits 1 on a failure.
-//   build/gpu/attention_emu [--quick | --long-flash-only | --cudnn | --cudnn-small | --fa2 | --fa2-quick | --fa2-order
+//   build/gpu/attention_emu [--quick | --long-fa2 | --cudnn | --cudnn-small | --fa2 | --fa2-quick | --fa2-order
 //                            | --fa2-order-racy | --fa2-sched | --fa2-tiny | --fa2-case B T NH HS]
 //   (emucc; BF16 unless -DENABLE_FP32)
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o attention dev/cuda/attention.cu && ./attention
-// --quick: the small cases only (no T = 1024); --long-flash-only: T = 1024 for the tensor-core
-// version only (the checked emulator's budget); --cudnn (a -DENABLE_CUDNN build): cuDNN and the
-// tensor-core version on the same inputs at GPT-2 124M's layer shape (B 1, NH 12, T 1024) and an
+// --quick: the small cases only (no T = 1024; fa2 and scalar); --long-fa2: T = 1024 for the fa2
+// version only (the checked emulator's budget; the default run leaves fa2's T 1024 to --fa2 and
+// --long-fa2); --cudnn (a -DENABLE_CUDNN build): cuDNN and the
+// fa2 version on the same inputs at GPT-2 124M's layer shape (B 1, NH 12, T 1024) and an
 // odd T (B 2, NH 12, T 77), each against the reference and against each other, then cuDNN alone on
 // the small cases and head sizes (--cudnn-small: those only). --fa2: the fa2 version alone, at
 // T 1024 (B 1, NH 2; forward only) and T 77 at GPT-2 124M's C 768 (B 2, NH 12). --fa2-quick (the
@@ -260,7 +261,6 @@ static void fa2_racy_backward(floatX* dqkv, float* delta, const floatX* dout, co
 
 static const Version versions[] = {
 #ifndef ENABLE_FP32
-    {"flash", attention_forward_flash, attention_backward_flash, 64},
     {"fa2", attention_forward_fa2, attention_backward_fa2, 64},
 #endif
     {"scalar", attention_forward_scalar, attention_backward_scalar, 0},
@@ -269,6 +269,16 @@ static const Version versions[] = {
 #endif
 };
 #define NUM_VERSIONS (int)(sizeof(versions) / sizeof(versions[0]))
+
+#ifndef ENABLE_FP32 // (the runs that pick a version by name are BF16 only)
+static const Version* version_named(const char* name) {
+    for (int i = 0; i < NUM_VERSIONS; i++) {
+        if (strcmp(versions[i].name, name) == 0) { return &versions[i]; }
+    }
+    fail("no version %s in this build", name);
+    return NULL;
+}
+#endif
 
 // One shape's inputs (random, rounded to floatX) and the double reference's outputs.
 typedef struct {
@@ -364,20 +374,20 @@ static void check_case(const Version* v, int B, int T, int NH, int hs, float a) 
 }
 
 #ifdef ENABLE_CUDNN
-// cuDNN against the tensor-core version on one set of inputs: each against the reference (case_run),
-// then max |cudnn - flash| / max |reference| per tensor, within the same tolerances.
-static void compare_cudnn_flash(int B, int T, int NH, float a) {
-    const Version *flash = &versions[0], *cudnn = &versions[NUM_VERSIONS - 1];
+// cuDNN against the fa2 version on one set of inputs: each against the reference (case_run), then
+// max |cudnn - fa2| / max |fa2| per tensor, within the same tolerances.
+static void compare_cudnn_fa2(int B, int T, int NH, float a) {
+    const Version *fa2 = version_named("fa2"), *cudnn = version_named("cudnn");
     Case k;
     case_make(&k, B, T, NH, 64, a);
     float *o[2], *d[2];
-    case_run(&k, flash, &o[0], &d[0]);
+    case_run(&k, fa2, &o[0], &d[0]);
     case_run(&k, cudnn, &o[1], &d[1]);
-    double* ref = (double*)malloc_check(k.nqkv * sizeof(double)); // flash's outputs, as the "reference"
+    double* ref = (double*)malloc_check(k.nqkv * sizeof(double)); // fa2's outputs, as the "reference"
     for (size_t i = 0; i < k.nout; i++) { ref[i] = o[0][i]; }
     double s_out = rel_error(o[1], ref, k.nout, k.nout, 0, k.nout);
     for (size_t i = 0; i < k.nqkv; i++) { ref[i] = d[0][i]; }
-    printf("B %d NH %d T %d hs 64: cudnn against flash (max |difference| / max |flash|)\n", B, NH, T);
+    printf("B %d NH %d T %d hs 64: cudnn against fa2 (max |difference| / max |fa2|)\n", B, NH, T);
     report("  out", "cudnn", s_out, TOL_OUT);
     const char* part[3] = {"  dq", "  dk", "  dv"};
     for (int p = 0; p < 3; p++) {
@@ -409,7 +419,8 @@ static void time_versions(int B, int T, int NH) {
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
     // flop: one full (T x hs) by (hs x T) matmul per (b, h). Causal attention does half of each:
-    // forward 2 of them (Q K^T, P V), backward 5 useful ones (fa2 runs 5, flash 7: S and dP twice)
+    // forward 2 of them (Q K^T, P V), backward 5 useful ones (fa2's two passes and the fallback's
+    // run 7: S and dP twice)
     double flop = 2.0 * B * NH * (double)T * T * hs;
     printf("timing B %d NH %d T %d hs 64 (mean of 20 after 3 warm-up runs), TFLOP/s counts the useful causal FLOPs\n",
            B, NH, T);
@@ -443,7 +454,7 @@ static int fa2_case_arg(const char* a) {
 
 int main(int argc, char** argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-    int long_flash_only = argc > 1 && strcmp(argv[1], "--long-flash-only") == 0;
+    int long_fa2 = argc > 1 && strcmp(argv[1], "--long-fa2") == 0;
     int cudnn_compare = argc > 1 && strcmp(argv[1], "--cudnn") == 0;
     int fa2_quick = argc > 1 && strcmp(argv[1], "--fa2-quick") == 0;
     int fa2_racy = argc > 1 && strcmp(argv[1], "--fa2-order-racy") == 0;
@@ -472,7 +483,7 @@ int main(int argc, char** argv) {
     int ncases = (int)(sizeof(cases) / sizeof(cases[0]));
 #ifndef ENABLE_FP32
     if (fa2_only) {
-        const Version* v = &versions[1];
+        const Version* v = version_named("fa2");
         static const Version racy = {"fa2racy", attention_forward_fa2, fa2_racy_backward, 64};
         if (fa2_racy) { v = &racy; }
         if (fa2_order) { // 8 key tiles: dq sums of up to 8 terms, whose order shows in the rerun's bits
@@ -516,17 +527,17 @@ int main(int argc, char** argv) {
 #endif
 #ifdef ENABLE_CUDNN
     if (cudnn_compare) {
-        compare_cudnn_flash(1, 1024, 12, 2.0f); // GPT-2 124M's layer: C 768, NH 12, T 1024
-        compare_cudnn_flash(2, 77, 12, 2.0f);   // an odd T: a partial 64-row tile
+        compare_cudnn_fa2(1, 1024, 12, 2.0f); // GPT-2 124M's layer: C 768, NH 12, T 1024
+        compare_cudnn_fa2(2, 77, 12, 2.0f);   // an odd T: a partial 64-row tile
     }
 #endif
     for (int vi = 0; vi < NUM_VERSIONS; vi++) {
         const Version* v = &versions[vi];
         if (cudnn_only && strcmp(v->name, "cudnn") != 0) { continue; }
-        int fa2 = strcmp(v->name, "fa2") == 0; // T 1024 and the checked build: its own run, --fa2
-        if (fa2 && long_flash_only) { continue; }
+        // T 1024: fa2's in the checked build's run (--long-fa2) and --fa2, the others' in the default run
+        int fa2 = strcmp(v->name, "fa2") == 0;
         for (int c = 0; c < ncases; c++) {
-            if (cases[c][2] > 256 && (quick || cudnn_only || fa2 || (long_flash_only && v->only_hs != 64))) { continue; }
+            if (cases[c][2] > 256 && (quick || cudnn_only || fa2 != long_fa2)) { continue; }
             check_case(v, cases[c][0], cases[c][2], cases[c][1], 64, 2.0f);
         }
         check_case(v, 1, 130, 2, 64, 6.0f); // sharp rows: the running max moves across key blocks

@@ -82,6 +82,8 @@ int main(int argc, char** argv) {
     } else {
         run(13, 1000, 1024); // whole packs
         run(5, 257, 300);    // Vp not a multiple of the pack
+        run(3, 50257, 50304); // GPT-2's: 6 whole packs per thread and more, a partial one, padding
+        run(2, 8192, 8448);   // one whole pack per thread, then padding packs only
     }
     return finish("dev/cuda/classifier.cu");
 }

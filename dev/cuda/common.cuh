@@ -80,6 +80,17 @@ static void time_it(const char* what, F launch, double bytes, double flops = 0.0
     cudaCheck(cudaEventDestroy(b));
 }
 
+// One line with a hash (FNV-1a) of the bits of n floatX values on the device: dev/tests/52_dev_cuda.sh
+// requires the same line under every block schedule (a reduction in a fixed order).
+static void print_bits(const char* what, const floatX* d, size_t n) {
+    unsigned char* h = (unsigned char*)malloc_check(n * sizeof(floatX));
+    cudaCheck(cudaMemcpy(h, d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    unsigned long long x = 1469598103934665603ull;
+    for (size_t i = 0; i < n * sizeof(floatX); i++) { x = (x ^ h[i]) * 1099511628211ull; }
+    printf("bits %-44s n %-8zu %016llx\n", what, n, x);
+    free(h);
+}
+
 static int finish(const char* name) {
     printf("%s: %s, %d failures\n", name, dev_failures ? "FAILED" : "passed", dev_failures);
     return dev_failures ? 1 : 0;

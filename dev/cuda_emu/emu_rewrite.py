@@ -9,39 +9,87 @@ and `#pragma unroll` lines become empty lines (g++ would warn about an unknown p
 With check=True (emucc --check) also: each static __shared__ declaration gets a static_assert that it
 fits in 48 KiB, and each kernel (`__global__` definition) starts with a call of ::emu::kernel_entry
 that gives the launcher the kernel's name and its __launch_bounds__ thread limit.
-String and character literals are copied untouched.
+String and character literals are copied untouched (raw strings end at their own delimiter; a quote
+between digits is a C++14 digit separator, not a literal).
 """
 import re
 import sys
 
-CLOSE = {"(": ")", "[": "]", "{": "}"}
+OPENERS, CLOSERS = "([{", ")]}"
 
 
 def skip_literal(src, i):
-    """Index just past the string or char literal starting at src[i]."""
+    """Index just past the string or character literal that starts at src[i] (a quote). A raw string
+    R"delim(...)delim" ends at its own delimiter, whatever quotes it holds."""
     quote = src[i]
+    if quote == '"' and identifier_before(src, i) in ("R", "u8R", "uR", "UR", "LR"):
+        open_ = src.find("(", i)
+        end = src.find(")" + src[i + 1:open_] + '"', open_)
+        if open_ < 0 or end < 0:
+            raise SyntaxError("unterminated raw string literal")
+        return end + len(src[i + 1:open_]) + 2
     i += 1
     while i < len(src) and src[i] != quote:
         i += 2 if src[i] == "\\" else 1
     return i + 1
 
 
-def match_forward(src, i, close):
-    """Index of the `close` text that ends the bracketed region starting at i (brackets nest)."""
+def identifier_before(src, i):
+    """The identifier (or number) that ends just before src[i]."""
+    j = i
+    while j > 0 and (src[j - 1].isalnum() or src[j - 1] == "_"):
+        j -= 1
+    return src[j:i]
+
+
+def is_digit_separator(src, i):
+    """Whether the quote at src[i] separates digits (1'000'000, C++14) instead of starting a literal:
+    the token before it is a number."""
+    j = i
+    while j > 0 and (src[j - 1].isalnum() or src[j - 1] in "_'."):
+        j -= 1
+    return j < i and src[j].isdigit()
+
+
+def scan(src, i):
+    """(index, character, depth) for each character of src from i on that is outside string and
+    character literals; depth counts the brackets ( [ { opened since i and not yet closed, and is given
+    before the character itself opens or closes one (so the closer of an enclosing bracket has depth 0)."""
     depth = 0
     while i < len(src):
         c = src[i]
-        if c in "\"'":
+        if c == '"' or (c == "'" and not is_digit_separator(src, i)):
             i = skip_literal(src, i)
             continue
-        if depth == 0 and src.startswith(close, i):
-            return i
-        if c in CLOSE:
+        yield i, c, depth
+        if c in OPENERS:
             depth += 1
-        elif c in ")]}":
+        elif c in CLOSERS:
             depth -= 1
         i += 1
+
+
+def match_forward(src, i, close):
+    """Index of the `close` text that ends the bracketed region starting at i (brackets nest)."""
+    for k, _, depth in scan(src, i):
+        if depth == 0 and src.startswith(close, k):
+            return k
     raise SyntaxError("unterminated kernel launch")
+
+
+def split_top(text):
+    """text cut at its commas outside brackets, template angle brackets included: `T a[2][3], b` ->
+    ["T a[2][3]", " b"]; `256, f<1, 2>()` -> ["256", " f<1, 2>()"]."""
+    parts, depth, start = [], 0, 0
+    for k, c in enumerate(text):
+        if c in OPENERS + "<":
+            depth += 1
+        elif c in CLOSERS + ">":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:k])
+            start = k + 1
+    return parts + [text[start:]]
 
 
 def kernel_name_start(src, end):
@@ -72,23 +120,35 @@ def kernel_id(name):
     return "::emu::kernel_id([&](auto t_) -> decltype(::emu::kernel_address(t_, %s)) { return ::emu::kernel_address(t_, %s); })" % (name, name)
 
 
-def find_launch(src, i):
-    """Index of the next `<<<` outside string and character literals, or -1."""
-    while i < len(src):
-        if src[i] in "\"'":
-            i = skip_literal(src, i)
-        elif src.startswith("<<<", i):
-            return i
+QUOTE = re.compile("[\"']")
+
+
+def find_text(src, text, i, word=False):
+    """Index of the next `text` at or after i outside string and character literals (with word=True: not
+    inside a longer identifier), or -1."""
+    while True:
+        j = src.find(text, i)
+        if j < 0:
+            return -1
+        q = QUOTE.search(src, i, j)
+        while q:  # skip the literals that start before the match
+            k = q.start()
+            i = k + 1 if src[k] == "'" and is_digit_separator(src, k) else skip_literal(src, k)
+            if i > j:
+                break  # the match was inside a literal: look again after it
+            q = QUOTE.search(src, i, j)
         else:
-            i += 1
-    return -1
+            end = j + len(text)
+            if not word or (identifier_before(src, j) == "" and not (end < len(src) and (src[end].isalnum() or src[end] == "_"))):
+                return j
+            i = end
 
 
 def rewrite_launches(src):
     out = []
     pos = 0
     while True:
-        i = find_launch(src, pos)
+        i = find_text(src, "<<<", pos)
         if i < 0:
             break
         start = kernel_name_start(src, i)
@@ -124,45 +184,11 @@ def rewrite_extern_shared(m):
     return "%s* %s = (%s*)::emu::dynamic_smem();%s" % (ctype, m.group(2), ctype, newlines)
 
 
-def find_token(src, tok, i):
-    """Index of the next identifier `tok` outside string and character literals, or -1."""
-    while True:
-        j = src.find(tok, i)
-        if j < 0:
-            return -1
-        k = i
-        while k < j:  # skip literals between i and j
-            if src[k] in "\"'":
-                k = skip_literal(src, k)
-                if k > j:
-                    break
-            else:
-                k += 1
-        if k > j:
-            i = k
-            continue
-        before = src[j - 1] if j > 0 else " "
-        after = src[j + len(tok)] if j + len(tok) < len(src) else " "
-        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
-            return j
-        i = j + len(tok)
-
-
 def end_of_statement(src, i):
     """Index of the `;` or `{` that ends the declaration starting at i (outside brackets), and which."""
-    depth = 0
-    while i < len(src):
-        c = src[i]
-        if c in "\"'":
-            i = skip_literal(src, i)
-            continue
-        if c in "([":
-            depth += 1
-        elif c in ")]":
-            depth -= 1
-        elif depth == 0 and c in ";{":
-            return i, c
-        i += 1
+    for k, c, depth in scan(src, i):
+        if depth == 0 and c in ";{":
+            return k, c
     raise SyntaxError("unterminated declaration")
 
 
@@ -171,47 +197,47 @@ SMEM_LIMIT = 48 * 1024
 
 def declarator_names(decl):
     """Variable names declared by `T a[2][3], b[4]` (the text after __shared__, before the `;`)."""
-    parts, depth, cur = [], 0, ""
-    for c in decl:
-        if c in "([<{":
-            depth += 1
-        elif c in ")]>}":
-            depth -= 1
-        if c == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += c
-    parts.append(cur)
     names = []
-    for part in parts:
-        part = ALIGN.sub("", part.split("=")[0]).split("[")[0]
-        ids = re.findall(r"[A-Za-z_]\w*", part)
+    for part in split_top(decl):
+        ids = re.findall(r"[A-Za-z_]\w*", ALIGN.sub("", part.split("=")[0]).split("[")[0])
         if ids:
             names.append(ids[-1])
     return names
 
 
-def rewrite_shared_checked(src):
-    """--check: __shared__ -> static, and a static_assert that each declaration fits in 48 KiB."""
+def rewrite_shared(src, check):
+    """__shared__ -> static; with check, a static_assert after each declaration that it fits in 48 KiB."""
     out, pos = [], 0
     while True:
-        i = find_token(src, "__shared__", pos)
+        i = find_text(src, "__shared__", pos, word=True)
         if i < 0:
             break
-        end, kind = end_of_statement(src, i)
         out.append(src[pos:i] + "static")
-        decl = src[i + len("__shared__"):end]
-        out.append(decl)
+        pos = i + len("__shared__")
+        if not check:
+            continue
+        end, kind = end_of_statement(src, pos)
+        names = declarator_names(src[pos:end]) if kind == ";" else []
+        out.append(src[pos:end])
         pos = end
-        if kind == ";":
-            names = declarator_names(decl)
-            if names:
-                total = " + ".join("sizeof(%s)" % n for n in names)
-                out.append('; static_assert(%s <= %d, "emucc --check: static __shared__ %s uses more than 48 KiB '
-                           '(nvcc/ptxas refuse it: too much shared data)")' % (total, SMEM_LIMIT, ", ".join(names)))
+        if names:
+            out.append('; static_assert(%s <= %d, "emucc --check: static __shared__ %s uses more than 48 KiB '
+                       '(nvcc/ptxas refuse it: too much shared data)")'
+                       % (" + ".join("sizeof(%s)" % n for n in names), SMEM_LIMIT, ", ".join(names)))
     out.append(src[pos:])
     return "".join(out)
+
+
+def cut_launch_bounds(text):
+    """text without its first __launch_bounds__(...) (its newlines kept), and the bound's first
+    argument as an int expression ("0" when there is none)."""
+    lb = find_text(text, "__launch_bounds__", 0, word=True)
+    if lb < 0:
+        return text, "0"
+    open_ = text.index("(", lb)
+    close = match_forward(text, open_ + 1, ")")
+    bound = "(int)(%s)" % split_top(text[open_ + 1:close])[0].strip()
+    return text[:lb] + "\n" * text[lb:close + 1].count("\n") + text[close + 1:], bound
 
 
 def rewrite_kernels_checked(src):
@@ -219,55 +245,30 @@ def rewrite_kernels_checked(src):
     `if (::emu::kernel_entry(max_threads, __func__)) return;` (the launcher's probe for its bound and name)."""
     out, pos = [], 0
     while True:
-        i = find_token(src, "__global__", pos)
+        i = find_text(src, "__global__", pos, word=True)
         if i < 0:
             break
         end, kind = end_of_statement(src, i)
-        head = src[i + len("__global__"):end]
-        bound = "0"
-        lb = find_token(head, "__launch_bounds__", 0)
-        if lb >= 0:
-            open_ = head.index("(", lb)
-            close = match_forward(head, open_ + 1, ")")
-            args = head[open_ + 1:close]
-            depth, first = 0, ""
-            for c in args:
-                if c in "([<":
-                    depth += 1
-                elif c in ")]>":
-                    depth -= 1
-                if c == "," and depth == 0:
-                    break
-                first += c
-            bound = "(int)(%s)" % first.strip()
-            head = head[:lb] + " " * 0 + head[close + 1:]
+        head, bound = cut_launch_bounds(src[i + len("__global__"):end])
         out.append(src[pos:i] + head)
-        if kind == "{":
-            out.append("{ if (::emu::kernel_entry(%s, __func__)) return;" % bound)
-        else:
-            out.append(";")
+        out.append("{ if (::emu::kernel_entry(%s, __func__)) return;" % bound if kind == "{" else ";")
         pos = end + 1
     out.append(src[pos:])
     src = "".join(out)
     # bounds on declarations without a body elsewhere, or written before __global__
     while True:
-        lb = find_token(src, "__launch_bounds__", 0)
-        if lb < 0:
-            break
-        open_ = src.index("(", lb)
-        close = match_forward(src, open_ + 1, ")")
-        src = src[:lb] + "\n" * src[lb:close + 1].count("\n") + src[close + 1:]
-    return src
+        cut, bound = cut_launch_bounds(src)
+        if bound == "0":
+            return src
+        src = cut
 
 
 def rewrite(src, check=False):
     src = re.sub(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b.*$", "", src, flags=re.M)
     src = EXTERN_SHARED.sub(rewrite_extern_shared, src)
+    src = rewrite_shared(src, check)
     if check:
-        src = rewrite_shared_checked(src)
         src = rewrite_kernels_checked(src)
-    else:
-        src = re.sub(r"\b__shared__\b", "static", src)
     return rewrite_launches(src)
 
 

@@ -260,7 +260,7 @@ static void test_layernorm(int N, int C) {
     float *dout = host_random(n, 1.0f), *dinp = host_random(n, 0.1f), *dw = host_random(C, 0.1f), *db = host_random(C, 0.1f);
     float *d_dout = to_device_f(dout, n), *d_dinp = to_device_f(dinp, n), *d_dw = to_device_f(dw, C), *d_db = to_device_f(db, C);
     float* d_partial;
-    cudaCheck(cudaMalloc((void**)&d_partial, 2 * (size_t)colsum_chunks(N) * C * sizeof(float)));
+    cudaCheck(cudaMalloc((void**)&d_partial, layernorm_backward_partial_floats(N, C) * sizeof(float)));
     cpu::layernorm_backward(dinp, dw, db, dout, res, w, mean, rstd, N, C);
     layernorm_backward(d_dinp, d_dw, d_db, d_partial, d_dout, d_res, d_w, d_mean, d_rstd, N, C);
     float *g_dinp = to_host_f(d_dinp, n), *g_dw = to_host_f(d_dw, C), *g_db = to_host_f(d_db, C);
@@ -302,7 +302,7 @@ static void test_attention(int B, int T, int C, int NH) {
     cpu::attention_forward(out, att, qkv, B, T, C, NH);
     float *d_qkv = to_device_f(qkv, BT * 3 * C), *d_out = to_device_f(out, BT * C), *d_lse = to_device_f(qkv, nlse);
     cudaCheck(cudaMemset(d_out, 0, BT * C * sizeof(float)));
-    attention_forward(d_out, d_lse, d_qkv, B, T, C, NH);
+    attention_forward_scalar(d_out, d_lse, d_qkv, B, T, C, NH);
     float* g_out = to_host_f(d_out, BT * C);
     report("attention_forward out", g_out, out, BT * C);
     float* dout = host_random(BT * C, 1.0f);
@@ -310,7 +310,7 @@ static void test_attention(int B, int T, int C, int NH) {
     cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
     float *d_dout = to_device_f(dout, BT * C), *d_dqkv = to_device_f(dqkv, BT * 3 * C), *d_delta = to_device_f(qkv, nlse);
     cudaCheck(cudaMemset(d_dqkv, 0xff, BT * 3 * C * sizeof(float))); // NaN: every element must be written
-    attention_backward(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    attention_backward_scalar(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
     float* g_dqkv = to_host_f(d_dqkv, BT * 3 * C);
     report("attention_backward dqkv", g_dqkv, dqkv, BT * 3 * C);
     free(qkv); free(out); free(att); free(g_out); free(dout); free(dqkv); free(g_dqkv);
@@ -371,7 +371,7 @@ static void test_matmul(int N, int C, int OC, int ge) {
     float *d_dout = to_device_f(dout, (size_t)N * OC), *d_dinp = to_device_f(dinp, (size_t)N * C);
     float *d_dw = to_device_f(dw, (size_t)OC * C), *d_db = to_device_f(db, OC), *d_gpre = to_device_f(pre, (size_t)N * C);
     float* d_partial;
-    cudaCheck(cudaMalloc((void**)&d_partial, (size_t)colsum_chunks(N) * OC * sizeof(float)));
+    cudaCheck(cudaMalloc((void**)&d_partial, colsum_partial_floats(N, OC) * sizeof(float)));
     cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
     for (size_t i = 0; i < (size_t)N * C; i++) { dinp[i] = (float)(dinp[i] * cpu::gelu_grad(pre[i])); }
     matmul_backward(d_dinp, d_dw, d_db, d_partial, d_dout, d_inp, d_w, d_gpre, N, C, OC);

@@ -4,7 +4,7 @@
 # variants), two tests of that test (a perturbed gradient, an off-by-one attention mask), 20 steps
 # against the CPU trainer, checkpoint resume, recomputation, and the kernel tests (also under
 # AddressSanitizer, and the BF16 stochastic rounding and AdamW); the attention kernels against a
-# double reference (tensor-core and fallback versions, and a mask bug they must catch), the
+# double reference (the fa2 and fallback versions, and a mask bug both must catch), the
 # trainer's BF16 tensor-core attention against PyTorch, and the activation memory against llm.c's.
 # The kernel tests and test_gpt2emu are emucc --check builds, also run under the reverse and random
 # schedules (dev/cuda_emu/README.md).
@@ -60,14 +60,14 @@ gpu_attention_mutant_fails() {
     return 0
 }
 
-# The attention kernel test must catch the same mask bug in the tensor-core version.
+# The attention kernel test must catch the same mask bug in the fa2 (tensor-core) and fallback versions.
 gpu_attention_kernels_detect_mask_bug() {
     local dir=$GPU_TMP/att_mutant
     attention_mutant_sources $dir || return 1
     dev/cuda_emu/emucc -O1 -o $dir/attention $dir/dev/cuda/attention.cu || return 1
     if $dir/attention --quick > $dir/out.txt; then echo "the broken mask passed"; return 1; fi
     grep "^FAIL" $dir/out.txt | head -5
-    grep -q "^FAIL.* flash " $dir/out.txt && grep -q "^FAIL.* scalar " $dir/out.txt
+    grep -q "^FAIL.* fa2 " $dir/out.txt && grep -q "^FAIL.* scalar " $dir/out.txt
 }
 
 # Memory (dev/gpu_memory.cu, the trainer's own size table): at GPT-2 124M, B 64, T 1024, -r 1 the
@@ -256,13 +256,22 @@ gpu_train_smoke() {
     grep -q "s:3 tel:" $GPU_TMP/smoke/main.log && [ -s $GPU_TMP/smoke/model_final.bin ]
 }
 
-# The model's arithmetic test must catch planted arithmetic errors, each in a copy of gpu_model.py:
-# the key pass counted with 3 tile matmuls (the "5 in all" error), the diagonal tiles counted whole,
-# the fp32 score stride taken as 72 (other bank conflicts), AdamW's v read but not written.
+# The model's test (arithmetic, launch geometry, the H200 fit) must catch planted errors, each in a
+# copy of gpu_model.py: the dq pass's per-block instructions dropped (its delta and set-up), the
+# dk/dv pass's ldmatrix per pair off by 8 (its first tile's K and V fragments not counted), the
+# forward's HBM bytes without lse, the classifier's loops counted once per block instead of once per
+# pack, AdamW's v read but not written; waves ignored (every launch as if it filled the GPU: the
+# fit's layernorm row at B 8 fails); the LayerNorm backward's grid mirrored as 188c81d's one block
+# per 256 rows (the wave check fails: 32 blocks at 124M B 8).
 gpu_model_catches_planted() {
     local d=$GPU_TMP/model_mutant m
-    for m in 's/"per_j": {"HMMA": 32,/"per_j": {"HMMA": 24,/' 's/(w + 1 if kb == qb else 4)/4/' \
-             's/^ATT_LDB, ATT_LDF = 72, 68/ATT_LDB, ATT_LDF = 72, 72/' 's/(X + 2 \* F + 2 \* F + 2 \* F + X)/(X + 2 * F + 2 * F + F + X)/'; do
+    for m in 's/"per_kb": None, "block_instr": 705}/"per_kb": None, "block_instr": 0}/' \
+             's/"loop": {"HMMA": 128, "LDSM": 72,/"loop": {"HMMA": 128, "LDSM": 64,/' \
+             's/return X \* B \* T \* 3 \* C + X \* B \* T \* C + F \* B \* NH \* T$/return X * B * T * 3 * C + X * B * T * C/' \
+             's/instr=32 \* it \* sum(L\["loops128"\])/instr=32 * sum(L["loops128"])/' \
+             's/(X + 2 \* F + 2 \* F + 2 \* F + X)/(X + 2 * F + 2 * F + F + X)/' \
+             's/k = -(-n \/\/ S)/k = n \/ S/; s/return max((t_mem \*\* 2 + t_issue \*\* 2) \*\* 0.5, ln.trips \* L_MEM + t_issue)/return (t_mem ** 2 + t_issue ** 2) ** 0.5/' \
+             's/G = max(1, min(wave, -(-BT \/\/ teams), 1024))/G = -(-BT \/\/ 256)/'; do
         rm -rf $d && mkdir -p $d && sed "$m" dev/bench/gpu_model.py > $d/gpu_model.py || return 1
         cmp -s dev/bench/gpu_model.py $d/gpu_model.py && { echo "mutation not applied: $m"; return 1; }
         if GPU_MODEL_DIR=$d python3 dev/bench/test_gpu_model.py > $d/out.txt; then
@@ -288,18 +297,33 @@ check gpu_nvcc_sm80_sm90 make -s -f dev/gpu.mk gpu-nvcc-check
 check gpu_ptxas_report cat build/gpu/ptxas_report.txt
 check gpu_sass_report cat build/gpu/sass_report.txt
 check gpu_sass_rules_catch_planted gpu_sass_rules_catch_planted
-# The model's SASS counts (ATT_SASS) recounted from the cubin gpu_nvcc_sm80_sm90 built, and a copy of
-# the model whose forward reloads one fragment fewer per output block must fail that recount.
+# The model's SASS counts (FA2_SASS) recounted from the cubin gpu_nvcc_sm80_sm90 built, and a copy of
+# the model whose forward leaves out its 4 Q-fragment ldmatrix per tile must fail that recount.
 GPU_CUBIN="build/gpu/keep_train_gpt2_BF16/train_gpt2.compute_90.cubin build/gpu/ptxas_train_gpt2_BF16.log"
 gpu_model_sass_catches_planted() {
     local d=$GPU_TMP/model_sass_mutant
-    rm -rf $d && mkdir -p $d && sed 's/"LD.E fragment": 16 + 4 \* 8,/"LD.E fragment": 16 + 3 * 8,/' dev/bench/gpu_model.py > $d/gpu_model.py &&
+    rm -rf $d && mkdir -p $d && sed 's/"loop": {"HMMA": 64, "LDSM": 36,/"loop": {"HMMA": 64, "LDSM": 32,/' dev/bench/gpu_model.py > $d/gpu_model.py &&
     ! cmp -s dev/bench/gpu_model.py $d/gpu_model.py || { echo "mutation not applied"; return 1; }
     if python3 $d/gpu_model.py --check-sass $GPU_CUBIN > $d/out.txt; then echo "planted count NOT caught"; return 1; fi
     grep FAIL $d/out.txt
 }
 check gpu_model_sass_counts python3 dev/bench/gpu_model.py --check-sass $GPU_CUBIN
 check gpu_model_sass_catches_planted gpu_model_sass_catches_planted
+# The model's launch table (LAUNCH_SASS: registers and shared memory per kernel from the ptxas log,
+# loop and path lengths from the cubin) against this build, and a copy whose LayerNorm backward has
+# 56 registers (3 blocks per SM: other waves) must fail it.
+GPU_LAUNCH="build/gpu/ptxas_train_gpt2_BF16.log build/gpu/keep_train_gpt2_BF16/train_gpt2.compute_90.cubin"
+gpu_model_launch_catches_planted() {
+    local d=$GPU_TMP/model_launch_mutant
+    rm -rf $d && mkdir -p $d &&
+        sed 's/"key": "_Z25layernorm_backward_kernelILb1E", "regs": 64,/"key": "_Z25layernorm_backward_kernelILb1E", "regs": 56,/' \
+            dev/bench/gpu_model.py > $d/gpu_model.py && ! cmp -s dev/bench/gpu_model.py $d/gpu_model.py ||
+        { echo "mutation not applied"; return 1; }
+    if python3 $d/gpu_model.py --check-launch $GPU_LAUNCH > $d/out.txt; then echo "planted registers NOT caught"; return 1; fi
+    grep FAIL $d/out.txt
+}
+check gpu_model_launch_table python3 dev/bench/gpu_model.py --check-launch $GPU_LAUNCH
+check gpu_model_launch_catches_planted gpu_model_launch_catches_planted
 check gpu_nvcc_link make -s -f dev/gpu.mk gpu-nvcc-link
 check gpu_no_gpu_message gpu_no_gpu_message
 check gpu_reference gpu_reference
@@ -327,9 +351,9 @@ check_bg gpu_test_gpt2emu_fp32_r0_r2 bash -c "build/gpu/test_gpt2emu_fp32 $GPU_T
     build/gpu/test_gpt2emu_fp32 $GPU_TEST_ARGS -r 2 -k 0"
 check_bg gpu_test_detects_perturbed_grad bash -c "! build/gpu/test_gpt2emu_bf16 $GPU_TEST_ARGS -p 4 -k 0"
 check_bg gpu_test_detects_attention_mask_bug gpu_attention_mutant_fails
-# the same kernel checks under emucc --check (races, barriers, bounds, alignment, the wmma layout
-# scrambled); T 1024 for the tensor-core version only
-check_bg gpu_attention_kernels_checked build/gpu/attention_emu_check --long-flash-only
+# the same kernel checks under emucc --check (races, barriers, bounds, alignment, cp.async bytes in
+# flight); T 1024 for the fa2 version only
+check_bg gpu_attention_kernels_checked build/gpu/attention_emu_check --long-fa2
 check_bg gpu_attention_kernels_bf16 build/gpu/attention_emu
 # FP32 (a checked build) and the small BF16 cases again under two more schedules
 check_bg gpu_attention_kernels_fp32_checked_reverse env EMU_SCHED=reverse build/gpu/attention_emu_fp32 --quick

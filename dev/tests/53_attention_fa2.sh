@@ -14,7 +14,7 @@ mkdir -p $FA2_TMP
 # sites over the head sizes 32, 64, 128).
 fa2_checked_banks() {
     build/gpu/attention_emu_check --fa2-quick 2> $FA2_TMP/banks.txt || { cat $FA2_TMP/banks.txt; return 1; }
-    grep "banks: kernel attention_[a-z_]*fa2_kernel" $FA2_TMP/banks.txt | tee $FA2_TMP/fa2_banks.txt
+    grep -E "banks: kernel attention_[a-z_]*fa2_(dq_|dkv_)?kernel" $FA2_TMP/banks.txt | tee $FA2_TMP/fa2_banks.txt
     [ "$(grep -c ', 1-way worst' $FA2_TMP/fa2_banks.txt)" -eq 45 ] && [ "$(wc -l < $FA2_TMP/fa2_banks.txt)" -eq 45 ] &&
         /usr/bin/python3 dev/bench/gpu_model.py --check-banks $FA2_TMP/banks.txt
 }
@@ -102,8 +102,9 @@ fa2_trainer_hs() {
 }
 check_bg attention_fa2_trainer_hs128_hs32 fa2_trainer_hs
 # The SASS check; the performance model's mma.sync counts (dev/bench/gpu_model.py FA2_SASS) against
-# that SASS, and two planted model errors (the backward with 4 tile matmuls; no wave quantisation of
-# its one-block-per-head grid), each caught by test_gpu_model.py, the first by the SASS recount too;
+# that SASS, and two planted model errors (the dq pass with 2 tile matmuls; every block of the two
+# passes given the same work, the heaviest-first order lost), each caught by test_gpu_model.py, the
+# first by the SASS recount too;
 # the SASS check's own plants, built for sm_80 only from a patched copy: 8 blocks per SM (64
 # registers) must spill in the forward, and a local array in the head-size-128 dk/dv pass must fail
 # it there (past the 32 bytes that pass may spill on sm_80).
@@ -113,7 +114,7 @@ fa2_sass() {
     /usr/bin/python3 dev/bench/gpu_model.py --check-sass build/gpu/fa2_sass/attention_sm90.cubin \
         build/gpu/fa2_sass/ptxas_sm90.log > $FA2_TMP/model_sass.txt || { grep -v "^ok" $FA2_TMP/model_sass.txt; return 1; }
     echo "model counts against the SASS: $(grep -c "^ok" $FA2_TMP/model_sass.txt) agree"
-    for m in 's/"loop": {"HMMA": 160,/"loop": {"HMMA": 128,/' 's/blocks \/ g\["sms"\]) \/ -(-blocks \/\/ g\["sms"\])/1.0)/'; do
+    for m in 's/"loop": {"HMMA": 96,/"loop": {"HMMA": 64,/' 's/works = \[(nq - x) \* k\["loop"\]\["instr"\]/works = [(nq + 1) \/ 2 * k["loop"]["instr"]/'; do
         rm -rf $d && mkdir -p $d && sed "$m" dev/bench/gpu_model.py > $d/gpu_model.py || return 1
         cmp -s dev/bench/gpu_model.py $d/gpu_model.py && { echo "mutation not applied: $m"; return 1; }
         if GPU_MODEL_DIR=$d /usr/bin/python3 dev/bench/test_gpu_model.py > $d/out.txt; then echo "NOT caught: $m"; return 1; fi

@@ -42,6 +42,14 @@ class LaunchRewrite(unittest.TestCase):
         src = 'printf("k<<<1,1>>>() %s", "x\\"<<<");'
         self.assertEqual(rewrite(src), src)
 
+    def test_raw_string_with_quotes_is_untouched(self):
+        src = 'asm(R"x(mov "a <<<)x"); k<<<1, 1>>>(a);'
+        self.assertEqual(rewrite(src), 'asm(R"x(mov "a <<<)x"); ' + launch("k", "1, 1", "a") + ";")
+
+    def test_digit_separators_are_not_character_literals(self):
+        src = "int n = 1'000'000; k<<<n / 0x1'00, 32>>>(a);"
+        self.assertEqual(rewrite(src), "int n = 1'000'000; " + launch("k", "n / 0x1'00, 32", "a") + ";")
+
     def test_launch_without_arguments_is_an_error(self):
         with self.assertRaises(SyntaxError):
             rewrite("k<<<1, 1>>>;")
@@ -61,6 +69,11 @@ class SharedRewrite(unittest.TestCase):
     def test_static_shared(self):
         self.assertEqual(rewrite("__shared__ float tile[32][33];"), "static float tile[32][33];")
 
+    def test_shared_in_a_string_literal_is_untouched(self):
+        src = 'puts("__shared__ x"); __shared__ int y;'
+        self.assertEqual(rewrite(src), 'puts("__shared__ x"); static int y;')
+        self.assertTrue(rewrite(src, check=True).startswith('puts("__shared__ x"); static int y; static_assert'))
+
     def test_pragma_unroll_becomes_an_empty_line(self):
         self.assertEqual(rewrite("#pragma unroll 4\nfor (;;) {}\n#pragma once"), "\nfor (;;) {}\n#pragma once")
 
@@ -78,6 +91,13 @@ class CheckedRewrite(unittest.TestCase):
         self.assertNotIn("__launch_bounds__", out)
         self.assertNotIn("__global__", out)
         self.assertEqual(out.count("\n"), 1)
+
+    def test_launch_bounds_over_two_lines_keep_line_count(self):
+        src = "__global__ void __launch_bounds__(f<1, 2>(),\n 2) k(int* x) {\n}\nint after;"
+        out = rewrite(src, check=True)
+        self.assertIn("if (::emu::kernel_entry((int)(f<1, 2>()), __func__)) return;", out)
+        self.assertEqual(out.count("\n"), src.count("\n"))
+        self.assertTrue(out.endswith("}\nint after;"))
 
     def test_kernel_declaration_keeps_no_probe(self):
         self.assertEqual(rewrite('extern "C" __global__ void k(int n);', check=True), 'extern "C"  void k(int n);')
