@@ -262,9 +262,9 @@ def cmd_resume():
         r = subprocess.run([gpu, "-e", "d2", "-V", "257", "-sl", "64", "-t", "32", "-b", "2", "-x", "3", "-i",
                             "data/kjv/kjv_val.bin", "-j", "", "-ls", "3", "-rb", "100"],
                            capture_output=True, text=True, timeout=60)
-        line = next((l for l in r.stderr.splitlines() if "error" in l), "")
-        report(r.returncode != 0 and "-rb 100: the modelled link is train_gpt2cpu's only" in line,
-               f"refused by the GPU trainer: -rb 100: {line[:120]}")
+        line = next((l for l in r.stdout.splitlines() if "modelled link" in l), "")
+        report(r.returncode == 0 and "modelled link (-rb 100" in line,
+               f"the GPU trainer models the link too (-rb 100, one rank): exit {r.returncode}, {line[:120]}")
     other = [x if x != "int8" else "int4" for x in args]
     _, r = dl.resumed(4, other, full, 4, "wf_res_refused", ok=False)
     line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "")
