@@ -141,70 +141,28 @@ static const ArgSpec arg_specs[] = {
 #define NUM_ARG_SPECS ((int)(sizeof(arg_specs) / sizeof(arg_specs[0])))
 
 static void args_defaults(TrainArgs* a) {
-    memset(a, 0, sizeof(*a));
-    a->train_pattern = "data/kjv/kjv_train.bin";
-    a->val_pattern = "data/kjv/kjv_val.bin";
-    a->model = "d12";
-    a->log_dir = "";
-    a->tokenizer = "";
-    a->vocab_size = 0;
-    a->max_seq_len = 1024;
-    a->B = 4;
-    a->T = 256;
-    a->total_batch = 0;
-    a->max_steps = -1;
-    a->lr = 3e-4f;
-    a->warmup = 0;
-    a->final_fraction = 1.0f;
-    a->schedule = "cosine";
-    a->weight_decay = 0.0f;
-    a->grad_clip = 1.0f;
-    a->val_every = 20;
-    a->val_batches = 20;
-    a->sample_every = 20;
-    a->gen_tokens = 64;
-    a->checkpoint_every = 0;
-    a->resume = 0;
-    a->keep_checkpoints = 0;
-    a->max_ckpt_failures = 3;
-    a->overfit = 0;
-    a->zero_stage = 0;
-    a->dp_shard = 0;
-    a->seed = 1337;
-    a->shuffle = 1;
-    a->max_skips = 10;
-    a->spike_z = 0.0f;
-    a->spike_window = 50;
-    a->peer_wait = 45.0f;
-    a->fault = "";
-    a->hellaswag = 0;
+    memset(a, 0, sizeof(*a)); // every default not set below is 0
+    // data, model, logs
+    a->train_pattern = "data/kjv/kjv_train.bin"; a->val_pattern = "data/kjv/kjv_val.bin";
+    a->model = "d12"; a->max_seq_len = 1024; a->log_dir = ""; a->tokenizer = "";
+    // batch, schedule, optimizer
+    a->B = 4; a->T = 256; a->max_steps = -1;
+    a->lr = 3e-4f; a->final_fraction = 1.0f; a->schedule = "cosine"; a->grad_clip = 1.0f;
+    // evaluation, sampling, checkpoints
+    a->val_every = 20; a->val_batches = 20; a->sample_every = 20; a->gen_tokens = 64; a->max_ckpt_failures = 3;
     a->hellaswag_path = "data/hellaswag/hellaswag_val.bin";
-    a->hellaswag_examples = 0;
-    a->peak_tflops = 0.0f;
-    a->op_profile = 0;
-    a->outer.every = 0;
-    a->outer.lr = 1.0f;       // plain averaging: docs/distributed.md's table says why
-    a->outer.momentum = 0.0f;
-    a->outer.start = 0;
-    a->outer.fragments = 1;
-    a->outer.overlap = 0;
-    a->outer.link_mbps = 0.0f;
-    a->wire_name = "fp32";
-    a->outer.feedback = 1;
-    a->outer.wire_start = 0;
-    a->outer.topk = 0.0f;
-    a->recompute = 1;
-    a->master_weights = 1;
-    a->attention = "";
-    a->gelu_fusion = 0; // docs/gpu.md: accuracy measured both ways
+    // data parallelism, guards, faults
+    a->seed = 1337; a->shuffle = 1; a->max_skips = 10; a->spike_window = 50; a->peer_wait = 45.0f; a->fault = "";
+    // the replica sync: plain averaging (-ol 1 -om 0; docs/distributed.md's table says why), fp32, feedback on
+    a->outer.lr = 1.0f; a->outer.fragments = 1; a->outer.feedback = 1; a->wire_name = "fp32";
+    // the GPU trainer (-ge 0: docs/gpu.md measured accuracy both ways)
+    a->recompute = 1; a->master_weights = 1; a->attention = "";
 #ifdef NO_MPI
     a->init_method = "fs"; // no Open MPI in this build (llmc/process_info.h)
 #else
     a->init_method = "mpi";
 #endif
-    a->init_path = "/tmp";
-    a->server_ip = "";
-    a->server_port = 12345;
+    a->init_path = "/tmp"; a->server_ip = ""; a->server_port = 12345;
 }
 
 static void args_print_help(const char* program, int gpu) {

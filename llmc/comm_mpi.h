@@ -56,43 +56,38 @@ static int comm_sendrecv(const void* send, int n, MPI_Datatype type, int to, voi
     return rc;
 }
 
+// Sends n elements of `type` (size bytes each) to group rank `to` while receiving as many from group
+// rank `from`, in pieces MPI's int counts can hold, watched and counted; tag: 7 for the rings, 8 for
+// the pairwise exchanges (plus the group's); what: the exchange's name in an error.
+static void comm_exchange(CommGroup* g, const void* send, int to, void* recv, int from, size_t n, MPI_Datatype type,
+                          size_t size, int tag, const char* what) {
+    const size_t max_chunk = ((size_t)1 << 30) / size;
+    for (size_t done = 0; done < n; done += max_chunk) {
+        int k = (int)(n - done < max_chunk ? n - done : max_chunk);
+        if (!comm_on_worker) { watchdog_arm(what); }
+        int rc = comm_sendrecv((const char*)send + done * size, k, type, to, (char*)recv + done * size, from,
+                               tag + g->tag, g->comm);
+        if (!comm_on_worker) { watchdog_disarm(); }
+        if (rc != MPI_SUCCESS) {
+            char msg[MPI_MAX_ERROR_STRING];
+            int len = 0;
+            MPI_Error_string(rc, msg, &len);
+            fail("step %d: MPI error in %s (%s): a peer has died?", (int)preempt_step, what, msg);
+        }
+    }
+    comm_bytes_sent += n * size;
+}
+
 // Sends count floats to the right neighbour while receiving count floats from the left one.
 static void ring_exchange(CommGroup* g, const float* send, float* recv, size_t count) {
     int right = (g->rank + 1) % g->size, left = (g->rank + g->size - 1) % g->size;
-    const size_t max_chunk = (size_t)1 << 28;
-    for (size_t done = 0; done < count; done += max_chunk) {
-        int n = (int)(count - done < max_chunk ? count - done : max_chunk);
-        if (!comm_on_worker) { watchdog_arm("a ring exchange"); }
-        int rc = comm_sendrecv(send + done, n, MPI_FLOAT, right, recv + done, left, 7 + g->tag, g->comm);
-        if (!comm_on_worker) { watchdog_disarm(); }
-        if (rc != MPI_SUCCESS) {
-            char msg[MPI_MAX_ERROR_STRING];
-            int len = 0;
-            MPI_Error_string(rc, msg, &len);
-            fail("step %d: MPI error in a ring exchange (%s): a peer has died?", (int)preempt_step, msg);
-        }
-    }
-    comm_bytes_sent += count * sizeof(float);
+    comm_exchange(g, send, right, recv, left, count, MPI_FLOAT, sizeof(float), 7, "a ring exchange");
 }
 
 // Sends `bytes` bytes to group rank `to` while receiving `bytes` bytes from group rank `from`: the
-// pairwise exchanges of the compressed replica link (train_gpt2.c, llmc/wire_format.h).
+// pairwise exchanges of the compressed replica link (llmc/dp_host.h, llmc/wire_format.h).
 static void pair_exchange_bytes(CommGroup* g, const void* send, int to, void* recv, int from, size_t bytes) {
-    const size_t max_chunk = (size_t)1 << 30;
-    for (size_t done = 0; done < bytes; done += max_chunk) {
-        int n = (int)(bytes - done < max_chunk ? bytes - done : max_chunk);
-        if (!comm_on_worker) { watchdog_arm("a pairwise exchange"); }
-        int rc = comm_sendrecv((const char*)send + done, n, MPI_BYTE, to, (char*)recv + done, from, 8 + g->tag,
-                               g->comm);
-        if (!comm_on_worker) { watchdog_disarm(); }
-        if (rc != MPI_SUCCESS) {
-            char msg[MPI_MAX_ERROR_STRING];
-            int len = 0;
-            MPI_Error_string(rc, msg, &len);
-            fail("step %d: MPI error in a pairwise exchange (%s): a peer has died?", (int)preempt_step, msg);
-        }
-    }
-    comm_bytes_sent += bytes;
+    comm_exchange(g, send, to, recv, from, bytes, MPI_BYTE, 1, 8, "a pairwise exchange");
 }
 
 static size_t ring_slot(int i, int size) { return (size_t)(((i % size) + size) % size); }

@@ -59,12 +59,22 @@ std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const c
                         .set_stride(stride));
 }
 
-std::shared_ptr<fe::graph::Graph> new_graph() {
-    auto g = std::make_shared<fe::graph::Graph>();
-    g->set_io_data_type(fe::DataType_t::BFLOAT16)
+// A graph over our qkv layout (BF16 in and out, fp32 inside) and its inputs Q, K, V.
+struct QkvGraph {
+    std::shared_ptr<fe::graph::Graph> g;
+    std::shared_ptr<fe::graph::Tensor_attributes> Q, K, V;
+};
+
+QkvGraph new_graph(const Shape& s) {
+    QkvGraph q;
+    q.g = std::make_shared<fe::graph::Graph>();
+    q.g->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
-    return g;
+    q.Q = input(*q.g, "Q", UID_Q, s, qkv_stride(s));
+    q.K = input(*q.g, "K", UID_K, s, qkv_stride(s));
+    q.V = input(*q.g, "V", UID_V, s, qkv_stride(s));
+    return q;
 }
 
 // validate, lower, pick a plan (heuristics mode A), build it; grows the workspace to its need.
@@ -95,10 +105,7 @@ const char* finish(fe::graph::Graph& g, const char* which) {
 
 // Forward: O = softmax(scale Q K^T, causal) V and the stats (log-sum-exp) per query row.
 const char* build_forward(const Shape& s, std::shared_ptr<fe::graph::Graph>& out) {
-    auto g = new_graph();
-    auto Q = input(*g, "Q", UID_Q, s, qkv_stride(s));
-    auto K = input(*g, "K", UID_K, s, qkv_stride(s));
-    auto V = input(*g, "V", UID_V, s, qkv_stride(s));
+    auto [g, Q, K, V] = new_graph(s);
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("attention_forward")
                     .set_generate_stats(true)
@@ -115,10 +122,7 @@ const char* build_forward(const Shape& s, std::shared_ptr<fe::graph::Graph>& out
 
 // Backward: dQ, dK, dV from Q, K, V, O, dO and the forward's stats.
 const char* build_backward(const Shape& s, std::shared_ptr<fe::graph::Graph>& out) {
-    auto g = new_graph();
-    auto Q = input(*g, "Q", UID_Q, s, qkv_stride(s));
-    auto K = input(*g, "K", UID_K, s, qkv_stride(s));
-    auto V = input(*g, "V", UID_V, s, qkv_stride(s));
+    auto [g, Q, K, V] = new_graph(s);
     auto O = input(*g, "O", UID_O, s, out_stride(s));
     auto dO = input(*g, "dO", UID_DO, s, out_stride(s));
     auto stats = g->tensor(fe::graph::Tensor_attributes().set_name("stats").set_uid(UID_STATS)

@@ -415,17 +415,18 @@ static void dev_dp_finish_gradients(DeviceDP* dp) {
     OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.comm_done));
 }
 
-// The squared norm in dp->norm[0] of `n` values of x (stages 1, 2: summed over the shard group),
-// read back with one host wait.
-static float dev_dp_squared_norm(DeviceDP* dp, const float* x, size_t n, const char* what) {
+// dp->norm[0], a rank's partial squared norm, summed over the shard group (stream 0, an all-reduce
+// after the communication stream's work: the order of collectives).
+static void dev_dp_norm_over_shard(DeviceDP* dp) {
     int S = dp->plan.mesh.dp_shard;
-    sum_of_squares(dp->norm, x, n, dp->norm + S);
-    if (dp->plan.zero_stage != 0) {
-        int span = op_span_begin(OP_COMM, 0);
-        device_link_order_on_main(&dp->link);
-        if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->link.shard, 0)); }
-        op_span_end(span, 0.0, ring_bytes((double)S * sizeof(float), S, 1));
-    }
+    int span = op_span_begin(OP_COMM, 0);
+    device_link_order_on_main(&dp->link);
+    if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->link.shard, 0)); }
+    op_span_end(span, 0.0, ring_bytes((double)S * sizeof(float), S, 1));
+}
+
+// dp->norm[0] read back once stream 0 has reached here (one host wait, named `what` in a timeout).
+static float dev_dp_norm_read(DeviceDP* dp, const char* what) {
     wait_device(0, dp->link.host_event, what);
     float sq;
     cudaCheck(cudaMemcpy(&sq, dp->norm, sizeof(float), cudaMemcpyDeviceToHost));
@@ -444,15 +445,9 @@ static float dev_dp_grad_norm(DeviceDP* dp) {
     } else {
         OP_SPAN(OP_GRAD_NORM, 0, 0.0, (double)p->layout.shard_elements * sizeof(float),
                 sum_of_squares(dp->norm, dp->shard_grads, p->layout.shard_elements, dp->norm + S));
-        int span = op_span_begin(OP_COMM, 0);
-        device_link_order_on_main(&dp->link);
-        if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->link.shard, 0)); }
-        op_span_end(span, 0.0, ring_bytes((double)S * sizeof(float), S, 1));
+        dev_dp_norm_over_shard(dp);
     }
-    wait_device(0, dp->link.host_event, "the gradient norm");
-    float sq;
-    cudaCheck(cudaMemcpy(&sq, dp->norm, sizeof(float), cudaMemcpyDeviceToHost));
-    return sqrtf(sq);
+    return sqrtf(dev_dp_norm_read(dp, "the gradient norm"));
 }
 
 // -op 1's bytes of an AdamW update with gradients of grad_size bytes: the parameters (floatX), m, v
@@ -716,16 +711,10 @@ static float dev_dp_fragment_apply(DeviceDP* dp, const OuterCall* call, float* s
     }
     sum_of_squares(dp->norm, sum, dp_frag_padded(p, f), dp->norm + S);
     if (p->zero_stage != 0) {
-        int span = op_span_begin(OP_COMM, 0);
-        device_link_order_on_main(&dp->link);
-        if (S > 1) { ncclCheck(ncclAllReduce(dp->norm, dp->norm, S, ncclFloat, ncclSum, dp->link.shard, 0)); }
-        op_span_end(span, 0.0, ring_bytes((double)S * sizeof(float), S, 1));
+        dev_dp_norm_over_shard(dp);
         dev_dp_all_gather_units(dp, p->num_fragments > 1 ? f : -1);
     }
-    wait_device(0, dp->link.host_event, "the outer sync");
-    float sq;
-    cudaCheck(cudaMemcpy(&sq, dp->norm, sizeof(float), cudaMemcpyDeviceToHost));
-    return sq;
+    return dev_dp_norm_read(dp, "the outer sync");
 }
 
 // The outer step of fragment call->fragment in phase call->phase (llmc/outer_sync.h): OUTER_BLOCKING

@@ -346,18 +346,30 @@ static void wire_topk_geometry(const WireSpec* w, size_t n, size_t* chunks, size
     *chunk_bytes = 2 * *k_full + wire_bytes(w->format, *k_full);
 }
 
+// The top-k launches' grid (chunks of a slice x S slices) and sizes of slices of n values under w.
+typedef struct {
+    dim3 grid;
+    size_t bytes, chunk_bytes, k_full, k_last;
+} WireTopkLaunch;
+
+static WireTopkLaunch wire_topk_launch(const WireSpec* w, size_t n, int S) {
+    WireTopkLaunch l;
+    size_t chunks;
+    wire_topk_geometry(w, n, &chunks, &l.k_full, &l.k_last, &l.chunk_bytes);
+    l.grid = dim3((unsigned int)chunks, (unsigned int)S);
+    l.bytes = wire_spec_bytes(w, n);
+    return l;
+}
+
 // The launches for any WireSpec (a dense fp32 spec excepted: that is an all-reduce): x, R slices of
 // n values; out, R * wire_spec_bytes(w, n) bytes.
 static void wire_spec_slices(const WireSpec* w, float* x, size_t n, int R, uint8_t* out, int leave,
                              cudaStream_t stream) {
     if (w->density == 0.0f) { wire_slices(w->format, x, n, R, out, leave, stream); return; }
     if (n == 0) { return; }
-    size_t chunks, k_full, k_last, chunk_bytes;
-    wire_topk_geometry(w, n, &chunks, &k_full, &k_last, &chunk_bytes);
-    dim3 grid((unsigned int)chunks, (unsigned int)R);
-    size_t bytes = wire_spec_bytes(w, n);
-    int f = w->format;
-    wire_topk_kernel<<<grid, WIRE_TOPK_THREADS, 0, stream>>>(x, n, out, bytes, chunk_bytes, f, k_full, k_last, leave);
+    WireTopkLaunch l = wire_topk_launch(w, n, R);
+    wire_topk_kernel<<<l.grid, WIRE_TOPK_THREADS, 0, stream>>>(x, n, out, l.bytes, l.chunk_bytes, w->format, l.k_full,
+                                                               l.k_last, leave);
     cudaLaunchCheck();
 }
 
@@ -372,13 +384,9 @@ static void wire_spec_decode_sum(const WireSpec* w, float* dst, const uint8_t* i
                                  cudaStream_t stream) {
     if (w->density == 0.0f) { wire_decode_sum(w->format, dst, in, n, S, T, stream); return; }
     if (n == 0) { return; }
-    size_t chunks, k_full, k_last, chunk_bytes;
-    wire_topk_geometry(w, n, &chunks, &k_full, &k_last, &chunk_bytes);
-    dim3 grid((unsigned int)chunks, (unsigned int)S);
-    size_t bytes = wire_spec_bytes(w, n);
-    int f = w->format;
-    wire_topk_sum_kernel<<<grid, WIRE_TOPK_THREADS, 0, stream>>>(dst, in, n, S, T, bytes, chunk_bytes, f, k_full,
-                                                                 k_last);
+    WireTopkLaunch l = wire_topk_launch(w, n, S);
+    wire_topk_sum_kernel<<<l.grid, WIRE_TOPK_THREADS, 0, stream>>>(dst, in, n, S, T, l.bytes, l.chunk_bytes, w->format,
+                                                                   l.k_full, l.k_last);
     cudaLaunchCheck();
 }
 

@@ -30,35 +30,24 @@ import sys
 
 OUT = "build/bench/diloco"
 # name, replicas, -ls, -ol, -om, -lss[, further flags: the replica link's format]
-CONFIGS = [
-    ("sync", 2, 0, 0.7, 0.9, 0),
-    ("R2 H5 0.7/0.9", 2, 5, 0.7, 0.9, 0),
-    ("R2 H20 0.7/0.9", 2, 20, 0.7, 0.9, 0),
-    ("R2 H100 0.7/0.9", 2, 100, 0.7, 0.9, 0),
-    ("R2 H5 avg 1.0/0", 2, 5, 1.0, 0.0, 0),
-    ("R2 H20 avg 1.0/0", 2, 20, 1.0, 0.0, 0),
-    ("R2 H100 avg 1.0/0", 2, 100, 1.0, 0.0, 0),
-    ("R2 H20 0.7/0.9 -lss 100", 2, 20, 0.7, 0.9, 100),
-    ("R2 H20 0.7/0.5", 2, 20, 0.7, 0.5, 0),
-    ("R4 H20 0.7/0.9", 4, 20, 0.7, 0.9, 0),
-    ("R4 H20 avg 1.0/0", 4, 20, 1.0, 0.0, 0),
-    ("R4 H20 0.7/0.9 -lss 100", 4, 20, 0.7, 0.9, 100),
-    ("R2 H20 avg -rq int8", 2, 20, 1.0, 0.0, 0, ["-rq", "int8"]),
-    ("R2 H20 avg -rq int4", 2, 20, 1.0, 0.0, 0, ["-rq", "int4"]),
-    ("R2 H20 avg -rq int4 -ref 0", 2, 20, 1.0, 0.0, 0, ["-rq", "int4", "-ref", "0"]),
-    ("R2 H20 avg -rq int4 -rk 0.02", 2, 20, 1.0, 0.0, 0, ["-rq", "int4", "-rk", "0.02"]),
-    ("sync -rq int8", 2, 0, 0.7, 0.9, 0, ["-rq", "int8"]),
-    ("R2 H20 avg -rq bf16", 2, 20, 1.0, 0.0, 0, ["-rq", "bf16"]),
-    ("R2 H20 avg -rq int8 -ref 0", 2, 20, 1.0, 0.0, 0, ["-rq", "int8", "-ref", "0"]),
-    ("R2 H20 avg -rq int8 -rk 0.01", 2, 20, 1.0, 0.0, 0, ["-rq", "int8", "-rk", "0.01"]),
-    ("R2 H20 avg -rq int8 -rqs 200", 2, 20, 1.0, 0.0, 0, ["-rq", "int8", "-rqs", "200"]),
-    ("R2 H20 avg -lf 1", 2, 20, 1.0, 0.0, 0, ["-lf", "1"]),
-    ("R2 H20 avg -lf 4", 2, 20, 1.0, 0.0, 0, ["-lf", "4"]),
-    ("R2 H20 avg -lf 4 -lo 1", 2, 20, 1.0, 0.0, 0, ["-lf", "4", "-lo", "1"]),
-    ("R2 H20 avg -lf 4 -lo 1 -rq int8", 2, 20, 1.0, 0.0, 0, ["-lf", "4", "-lo", "1", "-rq", "int8"]),
-    ("R2 H100 avg -rq int8", 2, 100, 1.0, 0.0, 0, ["-rq", "int8"]),
-    ("R2 H100 avg -rq int4 -rk 0.02", 2, 100, 1.0, 0.0, 0, ["-rq", "int4", "-rk", "0.02"]),
-]
+
+
+def avg(flags, H=20):
+    """2 replicas averaged every H steps (-ol 1 -om 0) with further flags, named by them."""
+    return (f"R2 H{H} avg {flags}", 2, H, 1.0, 0.0, 0, flags.split())
+
+
+CONFIGS = ([("sync", 2, 0, 0.7, 0.9, 0)] +
+           [(f"R2 H{h} 0.7/0.9", 2, h, 0.7, 0.9, 0) for h in (5, 20, 100)] +
+           [(f"R2 H{h} avg 1.0/0", 2, h, 1.0, 0.0, 0) for h in (5, 20, 100)] +
+           [("R2 H20 0.7/0.9 -lss 100", 2, 20, 0.7, 0.9, 100), ("R2 H20 0.7/0.5", 2, 20, 0.7, 0.5, 0),
+            ("R4 H20 0.7/0.9", 4, 20, 0.7, 0.9, 0), ("R4 H20 avg 1.0/0", 4, 20, 1.0, 0.0, 0),
+            ("R4 H20 0.7/0.9 -lss 100", 4, 20, 0.7, 0.9, 100)] +
+           [avg(f) for f in ("-rq int8", "-rq int4", "-rq int4 -ref 0", "-rq int4 -rk 0.02")] +
+           [("sync -rq int8", 2, 0, 0.7, 0.9, 0, ["-rq", "int8"])] +
+           [avg(f) for f in ("-rq bf16", "-rq int8 -ref 0", "-rq int8 -rk 0.01", "-rq int8 -rqs 200", "-lf 1", "-lf 4",
+                             "-lf 4 -lo 1", "-lf 4 -lo 1 -rq int8")] +
+           [avg(f, 100) for f in ("-rq int8", "-rq int4 -rk 0.02")])
 ROWS, T = 4, 64
 # The throttled-link runs: the configurations whose step time -rb changes (-ref 0 sends int8's bytes,
 # -rqs 200 fp32's in these short runs, -lf 1 is -ls itself; -ls 100 would need 100-step windows).

@@ -373,19 +373,24 @@ def check_banks(path):
     return 1 if bad else 0
 
 
-def check_sass(cubin, ptxas_log=None):
-    """Recounts FA2_SASS from the cubin (nvdisasm) and the registers from the ptxas -v log: 0 when
-    every count agrees, 1 otherwise (one line per count)."""
+def sass_text(cubin):
+    """nvdisasm's SASS listing of cubin (sass_report.py of dev/gpu_kernels, beside this file or under
+    the current directory when the model is a copy elsewhere, finds nvdisasm)."""
     import os
-    import re
     import subprocess
-    # dev/gpu_kernels beside this file, or under the current directory (a copy of the model elsewhere)
     for d in (os.path.join(os.getcwd(), "dev", "gpu_kernels"),
               os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu_kernels")):
         sys.path.insert(0, d)
     import sass_report
-    text = subprocess.run([sass_report.find_nvdisasm(None), "-c", cubin], capture_output=True, text=True,
+    return subprocess.run([sass_report.find_nvdisasm(None), "-c", cubin], capture_output=True, text=True,
                           check=True).stdout
+
+
+def check_sass(cubin, ptxas_log=None):
+    """Recounts FA2_SASS from the cubin (nvdisasm) and the registers from the ptxas -v log: 0 when
+    every count agrees, 1 otherwise (one line per count)."""
+    import re
+    text = sass_text(cubin)
     bad = 0
     for kernel, k in FA2_SASS.items():
         got = fa2_sass_recount(text, kernel)
@@ -610,14 +615,7 @@ def check_launch(ptxas_log, cubin=None):
     res = ptxas_resources(ptxas_log)
     text = None
     if cubin:
-        import os
-        import subprocess
-        for d in (os.path.join(os.getcwd(), "dev", "gpu_kernels"),
-                  os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu_kernels")):
-            sys.path.insert(0, d)
-        import sass_report
-        text = subprocess.run([sass_report.find_nvdisasm(None), "-c", cubin], capture_output=True, text=True,
-                              check=True).stdout
+        text = sass_text(cubin)
     bad = 0
     for name, k in LAUNCH_SASS.items():
         hits = [n for n in res if n.startswith(k["key"])]

@@ -5,11 +5,13 @@
 /usr/bin/python3 dev/test_golden.py reset dist
 check build_test_mesh gcc -O1 -I. -Wall -Wextra -Werror -Wno-unused-function -o build/test_mesh dev/test_mesh.c -lm
 check mesh_and_data_split ./build/test_mesh
-check dist_equivalence /usr/bin/python3 dev/test_distributed.py equivalence
-check dist_mesh_8x4 /usr/bin/python3 dev/test_distributed.py mesh84
-check dist_accounting /usr/bin/python3 dev/test_distributed.py accounting
-check dist_resume_2_ranks_stage1 /usr/bin/python3 dev/test_distributed.py resume
-check dist_failures /usr/bin/python3 dev/test_distributed.py failures
+# each subcommand of dev/test_distributed.py, one check: equivalence (1/2/4 ranks, every stage and mesh),
+# mesh84 (32 ranks), accounting (memory and bytes), resume (2 ranks, ZeRO 1), failures (refusals, a rank
+# without data)
+for sub in equivalence:dist_equivalence mesh84:dist_mesh_8x4 accounting:dist_accounting \
+    resume:dist_resume_2_ranks_stage1 failures:dist_failures; do
+    check ${sub#*:} /usr/bin/python3 dev/test_distributed.py ${sub%%:*}
+done
 # the runs above against dev/tests/golden/dist.txt: losses, records, model and state files bit for bit
 check dist_golden /usr/bin/python3 dev/test_golden.py check dist
 # the test of that test: a CPU trainer whose AdamW eps is 1e-4 larger (relative) passes the tolerances

@@ -33,14 +33,15 @@ gpu_reference_hs64() {
 
 gpu_have_device() { nvidia-smi -L >/dev/null 2>&1; }
 
-# Without a GPU the nvcc-built trainer says so in one line and exits 1.
-gpu_no_gpu_message() {
+# Without a GPU an nvcc-built trainer (BINARY) says so in one line and exits 1 (51_gpu_cudnn.sh too).
+gpu_binary_no_gpu_message() {
     if gpu_have_device; then echo "a GPU is present: nothing to check"; return 0; fi
     local out rc
-    out=$(build/gpu/train_gpt2_linked -x 1 2>&1); rc=$?
+    out=$($1 -x 1 2>&1); rc=$?
     echo "$out (exit $rc)"
     [ $rc -eq 1 ] && [ "$out" = "error: no CUDA GPU found; use ./train_gpt2cpu for CPU training" ]
 }
+gpu_no_gpu_message() { gpu_binary_no_gpu_message build/gpu/train_gpt2_linked; }
 
 # The test of the test: train_gpt2.cu with the causal mask one key too wide (att_visible in
 # llmc/attention.cuh, used by every attention kernel) must fail test_gpt2.

@@ -90,13 +90,7 @@ gpu_cudnn_refused_without() {
 }
 
 # The nvcc-built trainer with cuDNN linked runs up to the GPU check (its libraries load).
-gpu_cudnn_no_gpu_message() {
-    if gpu_have_device; then echo "a GPU is present: nothing to check"; return 0; fi
-    local out rc
-    out=$(build/gpu/train_gpt2_cudnn -x 1 2>&1); rc=$?
-    echo "$out (exit $rc)"
-    [ $rc -eq 1 ] && [ "$out" = "error: no CUDA GPU found; use ./train_gpt2cpu for CPU training" ]
-}
+gpu_cudnn_no_gpu_message() { gpu_binary_no_gpu_message build/gpu/train_gpt2_cudnn; }
 
 check gpu_cudnn_emu_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/attention_emu_cudnn build/gpu/test_gpt2emu_bf16_cudnn \
     build/gpu/train_gpt2emu_bf16_cudnn build/gpu/train_gpt2emu_bf16 && make -s -f dev/cuda_emu/emu.mk build/cuda_emu/test_cudnn_frontend"

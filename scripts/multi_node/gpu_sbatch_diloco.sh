@@ -30,9 +30,12 @@ set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
 RENDEZVOUS_DIR=${RENDEZVOUS_DIR:-$PWD/.nccl_rendezvous}
 mkdir -p "$RENDEZVOUS_DIR"
-srun --mpi=none ./train_gpt2 -pi fs -pf "$RENDEZVOUS_DIR" \
-    -i "data/fineweb10B/fineweb_train_*.bin" -j "data/fineweb10B/fineweb_val_*.bin" \
-    -tk data/gpt2_tokenizer.bin -e d24 -b 16 -t 1024 -d 524288 \
-    -x 18865 -l 3e-4 -u 700 -q 0.0 -c 0.1 -v 250 -m 20 -s 20000 -g 144 \
-    -z 1 -ds 8 -ls 50 -lss 1000 -r 1 -w 1 -n 2000 -y 1 -nk 3 -o log_gpt2_350M_diloco
-if [ ! -f log_gpt2_350M_diloco/model_final.bin ]; then scontrol requeue "$SLURM_JOB_ID"; fi
+LOG=log_gpt2_350M_diloco
+FLAGS=(-pi fs -pf "$RENDEZVOUS_DIR"                          # start-up without MPI, as gpu_sbatch_fs.sh
+       -i "data/fineweb10B/fineweb_train_*.bin" -j "data/fineweb10B/fineweb_val_*.bin" -tk data/gpt2_tokenizer.bin
+       -e d24 -b 16 -t 1024 -d 524288 -x 18865                # 350M, 524288 tokens per step over 32 GPUs
+       -l 3e-4 -u 700 -q 0.0 -c 0.1 -v 250 -m 20 -s 20000 -g 144
+       -z 1 -ds 8 -ls 50 -lss 1000                             # a node a replica, synced every 50 steps after 1000
+       -r 1 -w 1 -n 2000 -y 1 -nk 3 -o "$LOG")
+srun --mpi=none ./train_gpt2 "${FLAGS[@]}"
+if [ ! -f "$LOG/model_final.bin" ]; then scontrol requeue "$SLURM_JOB_ID"; fi

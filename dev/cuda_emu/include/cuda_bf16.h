@@ -3,84 +3,10 @@
 // rounded back, as the device operators do.
 #ifndef EMU_CUDA_BF16_H
 #define EMU_CUDA_BF16_H
-#include "emu_cuda.h"
+#include "emu_16bit.h"
 
-namespace emu {
-inline unsigned short f32_to_bf16_rn(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;  // NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
-}
-inline unsigned short f32_to_bf16_rz(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
-    return (unsigned short)(u >> 16);
-}
-// double -> bf16 rounded once (to nearest even): through float rounded to odd, which keeps the
-// information a second rounding needs (float has 16 more mantissa bits than bf16)
-inline unsigned short f64_to_bf16_rn(double d) {
-    if (d != d) return 0x7fff;
-    float f = (float)d;
-    if ((double)f != d && std::isfinite(d)) {
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        if (std::fabs((double)f) > std::fabs(d)) u -= 1;  // toward zero, then make the last bit odd
-        u |= 1u;
-        memcpy(&f, &u, 4);
-    }
-    return f32_to_bf16_rn(f);
-}
-inline float bf16_to_f32(unsigned short h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-}
-
-struct __nv_bfloat16_raw { unsigned short x; };
-
-struct __align__(2) __nv_bfloat16 {
-    unsigned short __x;
-    __nv_bfloat16() = default;
-    __nv_bfloat16(__nv_bfloat16_raw r) : __x(r.x) {}
-    __nv_bfloat16(float f) : __x(emu::f32_to_bf16_rn(f)) {}
-    __nv_bfloat16(double d) : __x(emu::f64_to_bf16_rn(d)) {}
-    __nv_bfloat16(int i) : __x(emu::f32_to_bf16_rn((float)i)) {}
-    __nv_bfloat16(unsigned int i) : __x(emu::f32_to_bf16_rn((float)i)) {}
-    __nv_bfloat16(long long i) : __x(emu::f32_to_bf16_rn((float)i)) {}
-    __nv_bfloat16(unsigned long long i) : __x(emu::f32_to_bf16_rn((float)i)) {}
-    operator float() const { return emu::bf16_to_f32(__x); }
-    operator __nv_bfloat16_raw() const { return __nv_bfloat16_raw{__x}; }
-    __nv_bfloat16& operator=(float f) { __x = emu::f32_to_bf16_rn(f); return *this; }
-    __nv_bfloat16& operator=(double d) { __x = emu::f64_to_bf16_rn(d); return *this; }
-    __nv_bfloat16& operator+=(__nv_bfloat16 o) { return *this = (float)*this + (float)o; }
-    __nv_bfloat16& operator-=(__nv_bfloat16 o) { return *this = (float)*this - (float)o; }
-    __nv_bfloat16& operator*=(__nv_bfloat16 o) { return *this = (float)*this * (float)o; }
-    __nv_bfloat16& operator/=(__nv_bfloat16 o) { return *this = (float)*this / (float)o; }
-};
-typedef __nv_bfloat16 nv_bfloat16;
-
-struct __align__(4) __nv_bfloat162 {
-    __nv_bfloat16 x, y;
-    __nv_bfloat162() = default;
-    __nv_bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) : x(a), y(b) {}
-};
-typedef __nv_bfloat162 nv_bfloat162;
-
-#define EMU_BF16_BINOP(op) \
-    inline __nv_bfloat16 operator op(__nv_bfloat16 a, __nv_bfloat16 b) { return __nv_bfloat16((float)a op (float)b); } \
-    inline __nv_bfloat162 operator op(__nv_bfloat162 a, __nv_bfloat162 b) { return __nv_bfloat162(a.x op b.x, a.y op b.y); }
-EMU_BF16_BINOP(+) EMU_BF16_BINOP(-) EMU_BF16_BINOP(*) EMU_BF16_BINOP(/)
-#undef EMU_BF16_BINOP
-#define EMU_BF16_CMP(op) inline bool operator op(__nv_bfloat16 a, __nv_bfloat16 b) { return (float)a op (float)b; }
-EMU_BF16_CMP(==) EMU_BF16_CMP(!=) EMU_BF16_CMP(<) EMU_BF16_CMP(<=) EMU_BF16_CMP(>) EMU_BF16_CMP(>=)
-#undef EMU_BF16_CMP
-inline __nv_bfloat16 operator-(__nv_bfloat16 a) { __nv_bfloat16 r = a; r.__x ^= 0x8000; return r; }
-inline __nv_bfloat16 operator+(__nv_bfloat16 a) { return a; }
+EMU_16BIT(__nv_bfloat16, nv_bfloat16, __nv_bfloat16_raw, __nv_bfloat162, nv_bfloat162, emu::f32_to_bf16_rn, emu::f64_to_bf16_rn,
+          emu::bf16_to_f32)
 
 // conversions
 inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }

@@ -7,14 +7,19 @@
 
 static int g_failures = 0;
 
-#define CUDA_CHECK(call)                                                                        \
+// A call whose result is not `success` ends the program naming it and the library's text for it.
+#define CALL_CHECK(type, call, success, text)                                                    \
     do {                                                                                        \
-        cudaError_t e_ = (call);                                                                \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+        type e_ = (call);                                                                       \
+        if (e_ != (success)) {                                                                  \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, text(e_));             \
             exit(1);                                                                            \
         }                                                                                       \
     } while (0)
+#define CUDA_CHECK(call) CALL_CHECK(cudaError_t, call, cudaSuccess, cudaGetErrorString)
+#ifdef NCCL_MAJOR // the NCCL programs (nccl.h included first)
+#define NCCL_CHECK(call) CALL_CHECK(ncclResult_t, call, ncclSuccess, ncclGetErrorString)
+#endif
 
 // Record a failure (and print it) when cond is false.
 #define EXPECT(cond, ...)                                                   \

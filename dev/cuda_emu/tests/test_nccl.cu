@@ -11,15 +11,6 @@
 #include <unistd.h>
 #include "check.h"
 
-#define NCCL_CHECK(call)                                                                      \
-    do {                                                                                      \
-        ncclResult_t r_ = (call);                                                             \
-        if (r_ != ncclSuccess) {                                                              \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
-
 static int rank_, nranks;
 
 // Small integers: every partial sum is exact in fp32 and bf16, so any reduction order agrees.

@@ -11,12 +11,6 @@
 #include <vector>
 #include "check.h"
 
-#define NCCL_CHECK(call)                                                                       \
-    do {                                                                                       \
-        ncclResult_t r_ = (call);                                                              \
-        if (r_ != ncclSuccess) { fprintf(stderr, "%s: %s\n", #call, ncclGetErrorString(r_)); exit(1); } \
-    } while (0)
-
 // y[i] = 2 x[i] for i < n
 __global__ void twice(const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -176,23 +176,35 @@ __global__ void mma_from_ldmatrix(const uint16_t* A, const uint16_t* B, float* D
     for (int i = 0; i < 4; i++) D[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = d[i];
 }
 
-static void test_mma_from_ldmatrix() {
-    std::vector<float> A(256), B(128), C;
-    std::vector<uint16_t> Ab(256), Bb(128);
-    for (int i = 0; i < 256; i++) { A[i] = exact_val(); Ab[i] = bits_bf16(A[i]); }
-    for (int i = 0; i < 128; i++) { B[i] = exact_val(); Bb[i] = bits_bf16(B[i]); }
+// A (m x k) and B (k x n), row-major and bf16-exact, go to the device as bf16; launch(dA, dB, dD) writes
+// D (m x n, fp32), which must match ref_mm (bit for bit with exact inputs)
+template <typename Launch>
+static void check_bf16_mm(const char* what, const std::vector<float>& A, const std::vector<float>& B, int m, int n,
+                          int k, bool exact, Launch launch) {
+    std::vector<uint16_t> Ab(A.size()), Bb(B.size());
+    for (size_t i = 0; i < A.size(); i++) Ab[i] = bits_bf16(A[i]);
+    for (size_t i = 0; i < B.size(); i++) Bb[i] = bits_bf16(B[i]);
     uint16_t *dA, *dB;
     float* dD;
-    CUDA_CHECK(cudaMalloc(&dA, 512)); CUDA_CHECK(cudaMalloc(&dB, 256)); CUDA_CHECK(cudaMalloc(&dD, 512));
-    CUDA_CHECK(cudaMemcpy(dA, Ab.data(), 512, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(dB, Bb.data(), 256, cudaMemcpyHostToDevice));
-    mma_from_ldmatrix<<<1, 32>>>(dA, dB, dD);
-    std::vector<float> D(128);
-    CUDA_CHECK(cudaMemcpy(D.data(), dD, 512, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMalloc(&dA, 2 * A.size())); CUDA_CHECK(cudaMalloc(&dB, 2 * B.size()));
+    CUDA_CHECK(cudaMalloc(&dD, 4 * (size_t)m * n));
+    CUDA_CHECK(cudaMemcpy(dA, Ab.data(), 2 * A.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dB, Bb.data(), 2 * B.size(), cudaMemcpyHostToDevice));
+    launch(dA, dB, dD);
+    std::vector<float> got((size_t)m * n), C;
+    CUDA_CHECK(cudaMemcpy(got.data(), dD, 4 * (size_t)m * n, cudaMemcpyDeviceToHost));
     std::vector<double> want, abssum;
-    ref_mm(A, B, C, 16, 8, 16, want, abssum);
-    compare("mma m16n8k16 bf16 from ldmatrix.x4 / .x2.trans, exact inputs", D, want, abssum, true);
+    ref_mm(A, B, C, m, n, k, want, abssum);
+    compare(what, got, want, abssum, exact);
     cudaFree(dA); cudaFree(dB); cudaFree(dD);
+}
+
+static void test_mma_from_ldmatrix() {
+    std::vector<float> A(256), B(128);
+    for (int i = 0; i < 256; i++) A[i] = exact_val();
+    for (int i = 0; i < 128; i++) B[i] = exact_val();
+    check_bf16_mm("mma m16n8k16 bf16 from ldmatrix.x4 / .x2.trans, exact inputs", A, B, 16, 8, 16, true,
+                  [](uint16_t* dA, uint16_t* dB, float* dD) { mma_from_ldmatrix<<<1, 32>>>(dA, dB, dD); });
 }
 
 // ---- 64x64x64: C (fp32, row-major) = A (64x64 bf16 row-major) B (64x64 bf16 row-major, k x n) ----
@@ -233,25 +245,14 @@ __global__ void matmul64(const uint16_t* A, const uint16_t* B, float* C) {
 }
 
 static void test_matmul64(bool exact) {
-    std::vector<float> A(4096), B(4096), C;
-    std::vector<uint16_t> Ab(4096), Bb(4096);
+    std::vector<float> A(4096), B(4096);
     for (int i = 0; i < 4096; i++) {
-        A[i] = exact ? exact_val() : random_bf16(); Ab[i] = bits_bf16(A[i]);
-        B[i] = exact ? exact_val() : random_bf16(); Bb[i] = bits_bf16(B[i]);
+        A[i] = exact ? exact_val() : random_bf16();
+        B[i] = exact ? exact_val() : random_bf16();
     }
-    uint16_t *dA, *dB;
-    float* dC;
-    CUDA_CHECK(cudaMalloc(&dA, 8192)); CUDA_CHECK(cudaMalloc(&dB, 8192)); CUDA_CHECK(cudaMalloc(&dC, 16384));
-    CUDA_CHECK(cudaMemcpy(dA, Ab.data(), 8192, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(dB, Bb.data(), 8192, cudaMemcpyHostToDevice));
-    matmul64<<<1, 128>>>(dA, dB, dC);
-    std::vector<float> got(4096);
-    CUDA_CHECK(cudaMemcpy(got.data(), dC, 16384, cudaMemcpyDeviceToHost));
-    std::vector<double> want, abssum;
-    ref_mm(A, B, C, 64, 64, 64, want, abssum);
-    compare(exact ? "matmul 64x64x64 (cp.async, ldmatrix, mma), exact inputs"
-                  : "matmul 64x64x64 (cp.async, ldmatrix, mma), random bf16 inputs", got, want, abssum, exact);
-    cudaFree(dA); cudaFree(dB); cudaFree(dC);
+    check_bf16_mm(exact ? "matmul 64x64x64 (cp.async, ldmatrix, mma), exact inputs"
+                        : "matmul 64x64x64 (cp.async, ldmatrix, mma), random bf16 inputs", A, B, 64, 64, 64, exact,
+                  [](uint16_t* dA, uint16_t* dB, float* dC) { matmul64<<<1, 128>>>(dA, dB, dC); });
 }
 
 int main() {

@@ -4,21 +4,11 @@
 // copy blocks forever, with no deadline. Fixed: the host first polls an event recorded after the
 // work (cudaEventQuery with a deadline, and ncclCommGetAsyncError), then copies.
 #include <chrono>
-#include <cstdio>
-#include <cuda_runtime.h>
-#include <mpi.h>
-#include <nccl.h>
-#define NK(call) do { if ((call) != ncclSuccess) { printf("NCCL error at %d\n", __LINE__); return 1; } } while (0)
+#include "world.h"
 int main(int argc, char** argv) {
-    MPI_Init(&argc, &argv);
     int rank, world;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    ncclUniqueId id;
-    if (rank == 0) ncclGetUniqueId(&id);
-    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclComm_t comm;
-    NK(ncclCommInitRank(&comm, world, id, rank));
+    NK(strict_world(&argc, &argv, &rank, &world, &comm));
     float *x, host[4] = {1, 2, 3, 4};
     cudaMalloc(&x, sizeof(host));
     cudaMemcpy(x, host, sizeof(host), cudaMemcpyHostToDevice);

@@ -29,10 +29,10 @@ int main() {
     LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t t = CUBLAS_OP_T;
     LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
-    cublasLtMatrixLayout_t la, lb, ld;
-    LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, k, m, k));
-    LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k));
-    LT(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m));
+    cublasLtMatrixLayout_t lay[3];  // W (k x m, used transposed), X (k x n), D (m x n); column-major, packed
+    const int rows[3] = {k, k, m}, cols[3] = {m, n, n};
+    for (int i = 0; i < 3; i++) LT(cublasLtMatrixLayoutCreate(&lay[i], CUDA_R_32F, rows[i], cols[i], rows[i]));
+    cublasLtMatrixLayout_t la = lay[0], lb = lay[1], ld = lay[2];
     cublasLtMatmulPreference_t pref;
     LT(cublasLtMatmulPreferenceCreate(&pref));
 #ifdef FIXED

@@ -4,22 +4,11 @@
 // all-reduce of the barrier on stream 0 is issued after it with nothing ordering the two. NCCL
 // kernels block, so two communicators' collectives that overlap can deadlock across ranks.
 // Fixed: stream 0 waits for the communication stream's last event before the world collective.
-#include <cstdio>
-#include <cuda_runtime.h>
-#include <mpi.h>
-#include <nccl.h>
-#define CK(call) do { if ((call) != cudaSuccess) { printf("CUDA error at %d\n", __LINE__); return 1; } } while (0)
-#define NK(call) do { if ((call) != ncclSuccess) { printf("NCCL error at %d\n", __LINE__); return 1; } } while (0)
+#include "world.h"
 int main(int argc, char** argv) {
-    MPI_Init(&argc, &argv);
     int rank, world;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    ncclUniqueId id;
-    if (rank == 0) ncclGetUniqueId(&id);
-    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclComm_t world_comm, shard;
-    NK(ncclCommInitRank(&world_comm, world, id, rank));
+    NK(strict_world(&argc, &argv, &rank, &world, &world_comm));
     NK(ncclCommSplit(world_comm, 0, rank, &shard, NULL));
     cudaStream_t comm_stream;
     cudaEvent_t comm_done;
