@@ -23,10 +23,11 @@ runs, parsers and independent closed forms, with the emulated trainer as TRAINER
                          and with an outer sync equal the closed forms; BF16 on 2 x 1 ZeRO 1 within
                          the BF16 loss tolerance; a ZeRO-1 checkpoint in the middle of a window
                          resumed repeats the uninterrupted steps and final weights bit for bit
-  diloco_wire            -ls with -rq int8 (error feedback), -lf 2 and -lf 2 -lo 1 -rq int8 on a 2 x 2
-                         mesh: losses over 3 windows and final weights equal the CPU trainer's (same
-                         ranks, same flags) within 1e-4, the replica bytes the start-up line prints
-                         equal to the CPU's and to those the emulated NCCL sent
+  diloco_wire            -ls with -rq int8 (error feedback), -lf 2, -lf 2 -lo 1 -rq int8, -lo 2 and -lf 2
+                         -lo 2 -rq int8 (exchanges in two chunks) on a 2 x 2 mesh: losses over 3
+                         windows and final weights equal the CPU trainer's (same ranks, same flags)
+                         within 1e-4, the replica bytes the start-up line prints equal to the CPU's
+                         and to those the emulated NCCL sent
   diloco_wire_replicas   -rq int8 on 4 x 1 (ZeRO 1) and 3 x 1 (ZeRO 0, uneven slices): losses and final
                          weights equal the CPU trainer's within 1e-4, the replica bytes line equal to
                          the CPU's and to those the emulated NCCL sent
@@ -384,7 +385,9 @@ def diloco():
 # -rq, -lf, -lo on the GPU (llmc/wire_kernels.cuh): the cases of diloco_wire, 9 steps (3 windows of -ls 3)
 WIRE = DILOCO[:-6] + ["-ls", "3", "-ol", "0.7", "-om", "0.9", "-x", "9"]
 WIRE_CASES = [("-rq int8 (-ref 1)", ["-rq", "int8"], 1), ("-lf 2", ["-lf", "2"], 0),
-              ("-lf 2 -lo 1 -rq int8", ["-lf", "2", "-lo", "1", "-rq", "int8"], 1)]
+              ("-lf 2 -lo 1 -rq int8", ["-lf", "2", "-lo", "1", "-rq", "int8"], 1),
+              # -lo 2: each exchange in two chunks over two steps (fp32 ranges; int8 phases)
+              ("-lo 2", ["-lo", "2"], 2), ("-lf 2 -lo 2 -rq int8", ["-lf", "2", "-lo", "2", "-rq", "int8"], 1)]
 
 
 def wire_line(stdout):

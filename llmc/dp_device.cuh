@@ -93,6 +93,20 @@ static void device_adamw_tensors(DeviceAdamW* o, const size_t* sizes) {
     o->table_built = 1;
 }
 
+// One fragment's exchange over the replicas, issued on the communication stream in `total` chunks
+// (-lo tau: tau, one at the start of each of the tau steps after the one it starts after; else 1,
+// at once): its packed messages dst (R slices of `slice`), its format w and wire buffers; `next`
+// chunks are issued. Its completion is the fragment's own event (DeviceDP.exchanged[f]).
+typedef struct {
+    int next, total;
+    float* dst;
+    size_t slice;
+    WireSpec w;
+    uint8_t* send;
+    uint8_t* recv;
+    float* tmp;  // -lo tau >= 2, dense fp32: R ranges of a chunk side by side (R * ceil(slice / tau) floats)
+} DevExchange;
+
 typedef struct {
     DpPlan plan;
     DeviceLink link;           // communicators, the communication stream, the order of collectives
@@ -120,8 +134,11 @@ typedef struct {
     float* flag;               // -ls: a sync's finiteness flag, world floats (the ring's padding)
     CommEvent* exchanged;
     // -rq/-rk (llmc/wire_kernels.cuh; NULL without): this rank's encoded message and every replica's
+    // (-lo: one pair per fragment, wire_bytes apart; exchanges of several fragments may be in flight)
     uint8_t* wire_send;
     uint8_t* wire_recv;
+    size_t wire_send_bytes, wire_recv_bytes;
+    DevExchange* xch;          // -ls: each fragment's exchange, issued in chunks (dev_dp_issue_chunk)
 } DeviceDP;
 
 // The plan and buffers of rank `rank` of the world communicator `world` for model c, -ds dp_shard,
@@ -183,9 +200,18 @@ static void dev_dp_init(DeviceDP* dp, ncclComm_t world, int rank, int world_size
         WireSpec owner = w;
         owner.mult = R;
         size_t sent = wire_spec_bytes(&w, slice), gathered = wire_spec_bytes(&owner, slice);
-        dp->wire_send = (uint8_t*)device_alloc(R * sent);
-        dp->wire_recv = (uint8_t*)device_alloc(R * (sent > gathered ? sent : gathered));
+        int copies = outer->every > 0 && outer->overlap > 0 ? F : 1;
+        dp->wire_send_bytes = R * sent;
+        dp->wire_recv_bytes = R * (sent > gathered ? sent : gathered);
+        dp->wire_send = (uint8_t*)device_alloc(copies * dp->wire_send_bytes);
+        dp->wire_recv = (uint8_t*)device_alloc(copies * dp->wire_recv_bytes);
         if (outer->feedback) { dp->st.residual = (float*)device_alloc(p->owned * sizeof(float)); }
+    }
+    if (outer->every > 0) {
+        dp->xch = (DevExchange*)calloc_check(F, sizeof(DevExchange));
+        for (int f = 0; outer->overlap > 1 && f < F; f++) {
+            dp->xch[f].tmp = (float*)device_alloc(R * ceil_div(dp_frag_slice(p, f), outer->overlap) * sizeof(float));
+        }
     }
 }
 
@@ -209,6 +235,8 @@ static void dev_dp_free(DeviceDP* dp) {
     device_adamw_free(&dp->opt);
     for (int f = 0; dp->exchanged && f < dp->plan.num_fragments; f++) { cudaCheck(cudaEventDestroy(dp->exchanged[f].ev)); }
     free(dp->exchanged);
+    for (int f = 0; dp->xch && f < dp->plan.num_fragments; f++) { if (dp->xch[f].tmp) { cudaCheck(cudaFree(dp->xch[f].tmp)); } }
+    free(dp->xch);
     free(dp->unit_grads);
     device_link_free(&dp->link, dp->plan.layout.num_layers);
     dp_plan_free(&dp->plan);
@@ -302,10 +330,11 @@ static void dev_dp_params_wait(void* ctx, int layer) {
     }
 }
 
-// Before a micro-step's backward writes gradients: stream 0 waits for the reductions still
-// reading (and, in stage 2, clearing) them. The forward before it overlaps them.
+// Before a micro-step's backward writes gradients: stream 0 waits for the shard group's reductions
+// still reading (and, in stage 2, clearing) them, and for nothing else of the communication stream
+// (not for a replica exchange in flight). The forward before it overlaps them.
 static void dev_dp_backward_begin(DeviceDP* dp) {
-    OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.comm_done));
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.reduced));
 }
 
 // Backward's hook: the layer's reduce-scatters go onto the communication stream when this stage
@@ -326,6 +355,7 @@ static void dev_dp_grads_ready(DeviceDP* dp, int layer) {
     }
     int S = p->mesh.dp_shard;
     op_span_end(span, 0.0, ring_bytes((double)slices * S * sizeof(floatX), S, 0));
+    device_link_record(&dp->link, &dp->link.reduced);
     if (p->zero_stage == 2 && layer >= 0) {
         device_link_record(&dp->link, &dp->link.slot_free[layer % dp->grad_slots]);
         // the next layer down reuses the slot of the layer above this one
@@ -337,7 +367,8 @@ static void dev_dp_grads_ready(DeviceDP* dp, int layer) {
     device_link_record(&dp->link, &dp->link.comm_done);
 }
 
-static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs);
+static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs,
+                                 uint8_t* send, uint8_t* recv);
 
 // -ls 0 with -rq/-rk, the CPU trainer's host_dp_replica_sum_gradient: the owned gradient summed over
 // the shard group (ZeRO 0: an all-reduce on stream 0, then copied as fp32 into outer_msg; stages 1,
@@ -364,7 +395,7 @@ static void dev_dp_compressed_gradients(DeviceDP* dp) {
     if (dp->st.residual) {
         cudaCheck(cudaMemcpyAsync(dp->st.residual, msg, p->owned * sizeof(float), cudaMemcpyDeviceToDevice, cs));
     }
-    dev_dp_wire_exchange(dp, &w, msg, padded / R, cs);
+    dev_dp_wire_exchange(dp, &w, msg, padded / R, cs, dp->wire_send, dp->wire_recv);
     float inv = 1.0f / (float)p->mesh.world;
     if (p->zero_stage == 0) {
         wire_gradient_back(dp->grads, msg, p->owned, inv, cs);
@@ -374,6 +405,11 @@ static void dev_dp_compressed_gradients(DeviceDP* dp) {
     device_link_record(&dp->link, &dp->link.comm_done);
     OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.comm_done));
 }
+
+// The loop's settings of the next step (llmc/dp_ops.h): whether its gradients are averaged over every
+// rank (1) or the replica's shard group (-ls between syncs), and (-ls 0) the link's format.
+static void dev_dp_set_gradient_wire(void* ctx, const OuterConfig* c) { ((DeviceDP*)ctx)->grad_wire = *c; }
+static void dev_dp_set_replica_reduce(void* ctx, int every_step) { ((DeviceDP*)ctx)->replica_reduce = every_step; }
 
 // After the last micro-step: the reduction finished across ranks and averaged over the world (or,
 // with -ls between syncs, over the replica's shard group: the replicas keep their own gradients;
@@ -450,6 +486,12 @@ static float dev_dp_grad_norm(DeviceDP* dp) {
     return sqrtf(dev_dp_norm_read(dp, "the gradient norm"));
 }
 
+// After the last micro-step (llmc/dp_ops.h): the reduction finished, the norm of the averaged gradient.
+static float dev_dp_reduce_gradients(void* ctx) {
+    dev_dp_finish_gradients((DeviceDP*)ctx);
+    return dev_dp_grad_norm((DeviceDP*)ctx);
+}
+
 // -op 1's bytes of an AdamW update with gradients of grad_size bytes: the parameters (floatX), m, v
 // (and master weights) read and written, the gradients read.
 static double dev_dp_adamw_bytes(const DeviceDP* dp, size_t grad_size) {
@@ -461,7 +503,7 @@ static double dev_dp_adamw_bytes(const DeviceDP* dp, size_t grad_size) {
 // AdamW (t = 1-based step) on what this rank owns (one launch, stream 0; every tensor in ZeRO 0,
 // this rank's slice of every unit in stages 1, 2, each slice drawing the stochastic-rounding bits its
 // whole tensor would), then (stages 1, 2) the parameter all-gathers on the communication stream.
-static void dev_dp_optimizer_step(void* ctx, const AdamWConfig* h, float grad_scale, int t) {
+static void dev_dp_update(void* ctx, const AdamWConfig* h, float grad_scale, int t) {
     DeviceDP* dp = (DeviceDP*)ctx;
     uint32_t seed = dp->seed;
     const DpPlan* p = &dp->plan;
@@ -490,7 +532,10 @@ static void dev_dp_optimizer_step(void* ctx, const AdamWConfig* h, float grad_sc
     dev_dp_all_gather_units(dp, -1);
 }
 
+static void dev_dp_pump(DeviceDP* dp);
+
 static void dev_dp_begin_step(DeviceDP* dp) {
+    dev_dp_pump(dp); // -lo: the exchanges in flight move on, before the step's own collectives
     if (dp->shard_grads) {
         size_t n = round_up(dp->plan.layout.shard_elements, dp->plan.mesh.dp_replicate);
         cudaCheck(cudaMemsetAsync(dp->shard_grads, 0, n * sizeof(float), 0));
@@ -590,8 +635,10 @@ static void dev_dp_outer_init(void* ctx) {
 // replica order 0..R-1 and encodes that sum (the owner's spec: -rk keeps R times the values) into
 // its place of wire_recv; the owners' encodings are all-gathered and every replica (the owner too)
 // decodes all R. Bytes per rank: (R-1) slices in w and (R-1) in the owner's spec, the CPU's closed
-// form; wire_recv: R slices of the larger.
-static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs) {
+// form; wire_recv: R slices of the larger. The -ls 0 path (dev_dp_compressed_gradients) and one
+// chunk of a fragment's exchange (dev_dp_issue_chunk). send, recv: the wire buffers.
+static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs,
+                                 uint8_t* send, uint8_t* recv) {
     const Mesh* mesh = &dp->plan.mesh;
     int R = mesh->dp_replicate, me = mesh->replicate_idx, dense = w->format == WIRE_FP32 && w->density == 0.0f;
     if (dense && R == 1) { return; }
@@ -604,7 +651,6 @@ static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, si
         WireSpec owner = *w;
         owner.mult = R;
         size_t bytes = wire_spec_bytes(w, slice), obytes = wire_spec_bytes(&owner, slice);
-        uint8_t *send = dp->wire_send, *recv = dp->wire_recv;
         ncclCheck(ncclGroupStart());
         for (int j = 0; j < R; j++) {
             if (j == me) { continue; }
@@ -622,6 +668,95 @@ static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, si
         op_span_end(span, 0.0, (double)(R - 1) * (double)(bytes + obytes));
     }
     device_link_record(&dp->link, &dp->link.comm_done);
+}
+
+// Byte (or element) range [*a, *b) of chunk c of n over `total`.
+static void dev_dp_chunk_range(size_t total, int c, int n, size_t* a, size_t* b) {
+    *a = total * (size_t)c / (size_t)n;
+    *b = total * (size_t)(c + 1) / (size_t)n;
+}
+
+// The next chunk of fragment f's exchange on the communication stream, after it waits for stream 0's
+// work so far (the order of collectives, llmc/dp_device_link.cuh); the last one records the
+// fragment's event. One chunk: the whole exchange (dev_dp_wire_exchange). n > 1 chunks move the
+// same bytes in pieces: dense fp32, chunk c all-reduces the c-th range of every slice, the R ranges
+// side by side (so that each slice's range is the ring's chunk it was in the whole all-reduce, and
+// every element is summed in the same order); a format, the first ceil(n/2) chunks move
+// ranges of each slice's encoding to its owner, and the others (the first after the owner's decoded
+// sum and its encoding) ranges of the owners' encodings to every replica, the last decoding them all.
+static void dev_dp_issue_chunk(DeviceDP* dp, int f) {
+    DevExchange* x = &dp->xch[f];
+    cudaStream_t cs = dp->link.comm_stream;
+    int c = x->next++, n = x->total;
+    device_link_order_on_comm(&dp->link);
+    const Mesh* mesh = &dp->plan.mesh;
+    int R = mesh->dp_replicate, me = mesh->replicate_idx, dense = x->w.format == WIRE_FP32 && x->w.density == 0.0f;
+    if (n == 1 || R == 1) {
+        dev_dp_wire_exchange(dp, &x->w, x->dst, x->slice, cs, x->send, x->recv);
+    } else if (dense) { // the same range of each slice side by side: slice j's stays the ring's j-th
+        size_t a, b;
+        dev_dp_chunk_range(x->slice, c, n, &a, &b);
+        size_t len = b - a;
+        for (int j = 0; j < R; j++) {
+            cudaCheck(cudaMemcpyAsync(x->tmp + j * len, x->dst + j * x->slice + a, len * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, cs));
+        }
+        int span = op_span_begin(OP_COMM, cs);
+        ncclCheck(ncclAllReduce(x->tmp, x->tmp, len * R, ncclFloat, ncclSum, dp->link.replica, cs));
+        for (int j = 0; j < R; j++) {
+            cudaCheck(cudaMemcpyAsync(x->dst + j * x->slice + a, x->tmp + j * len, len * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, cs));
+        }
+        double moved = ring_bytes((double)len * R * sizeof(float), R, 1);
+        device_link_carry(&dp->link, moved);
+        op_span_end(span, 0.0, moved);
+        device_link_record(&dp->link, &dp->link.comm_done);
+    } else {
+        WireSpec owner = x->w;
+        owner.mult = R;
+        size_t bytes = wire_spec_bytes(&x->w, x->slice), obytes = wire_spec_bytes(&owner, x->slice), a, b;
+        int first = (n + 1) / 2, phase2 = c >= first;
+        size_t len = phase2 ? obytes : bytes;
+        dev_dp_chunk_range(len, phase2 ? c - first : c, phase2 ? n - first : first, &a, &b);
+        uint8_t *send = x->send, *recv = x->recv;
+        float* mine = x->dst + (size_t)me * x->slice;
+        if (c == first) { // the owner's sum of the R encodings of its slice, encoded in the owner's spec
+            cudaCheck(cudaMemcpyAsync(recv + me * bytes, send + me * bytes, bytes, cudaMemcpyDeviceToDevice, cs));
+            wire_spec_decode_sum(&x->w, mine, recv, x->slice, 1, R, cs);
+            wire_spec_encode_slices(&owner, mine, x->slice, 1, recv + me * obytes, 0, cs);
+        }
+        int span = op_span_begin(OP_COMM, cs);
+        ncclCheck(ncclGroupStart());
+        for (int j = 0; j < R; j++) {
+            if (j == me) { continue; }
+            const uint8_t* out = phase2 ? recv + me * obytes + a : send + j * bytes + a;
+            uint8_t* in = phase2 ? recv + j * obytes + a : recv + j * bytes + a;
+            ncclCheck(ncclSend(out, b - a, ncclUint8, j, dp->link.replica, cs));
+            ncclCheck(ncclRecv(in, b - a, ncclUint8, j, dp->link.replica, cs));
+        }
+        ncclCheck(ncclGroupEnd());
+        device_link_carry(&dp->link, (double)(R - 1) * (double)(b - a));
+        op_span_end(span, 0.0, (double)(R - 1) * (double)(b - a));
+        if (c == n - 1) { wire_spec_decode_sum(&owner, x->dst, recv, x->slice, R, 1, cs); }
+        device_link_record(&dp->link, &dp->link.comm_done);
+    }
+    if (x->next == n) { device_link_record(&dp->link, &dp->exchanged[f]); }
+}
+
+// -lo: at the start of a step, the next chunk of every fragment's exchange in flight, in fragment
+// order on every rank (the order of collectives).
+static void dev_dp_pump(DeviceDP* dp) {
+    for (int f = 0; dp->xch && f < dp->plan.num_fragments; f++) {
+        if (dp->xch[f].next < dp->xch[f].total) { dev_dp_issue_chunk(dp, f); }
+    }
+}
+
+// Every chunk of fragment f's exchange not yet issued (f < 0: of every fragment, in order), now:
+// before its result is applied early (the last step) or a checkpoint holds it.
+static void dev_dp_drain(DeviceDP* dp, int f) {
+    for (int g = 0; dp->xch && g < dp->plan.num_fragments; g++) {
+        while ((f < 0 || g == f) && dp->xch[g].next < dp->xch[g].total) { dev_dp_issue_chunk(dp, g); }
+    }
 }
 
 // The spec of an exchange under c (fp32, dense, where -rqs has not switched yet).
@@ -649,19 +784,20 @@ static int dev_dp_messages_finite(DeviceDP* dp, const float* x, size_t n) {
 
 // Fragment call->fragment's exchange (the whole model without -lf), the CPU trainer's: each owned
 // element's outer_message (plus its residual with -rq/-rk and feedback) packed into dst (the fragment's
-// owned elements in owned order, zero-padded to R slices), then the sum over the replicas into dst
-// (dev_dp_wire_exchange). -rq/-rk: every slice encoded on stream 0 (llmc/wire_kernels.cuh; the residual
-// keeps what that lost). snap (-lo): receives the fragment's owned local values. Stream 0 first
-// waits for every collective issued (the parameters' all-gather, an earlier exchange still reading
-// wire_send); the collectives and the sum run on the communication stream, which records comm_done and
-// the fragment's `exchanged` event.
-static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* dst, float* snap) {
+// owned elements in owned order, zero-padded to R slices) on stream 0, after it waits for the
+// parameters' last all-gather; snap (-lo) receives the fragment's owned local values. Unless the
+// finiteness flag says skip (returns 0), the communication stream then encodes every slice
+// (-rq/-rk, llmc/wire_kernels.cuh; the residual keeps what that lost) and sums them over the replicas
+// into dst in `chunks` chunks (dev_dp_issue_chunk): blocking (snap NULL) at once, with -lo one at the
+// start of each of the next `chunks` steps (dev_dp_pump); the last records the fragment's event.
+// Nothing of stream 0 waits for the exchange but the apply (dev_dp_fragment_apply).
+static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* dst, float* snap, int chunks) {
     const DpPlan* p = &dp->plan;
-    int R = p->mesh.dp_replicate, f = call->fragment;
+    int R = p->mesh.dp_replicate, f = call->fragment, L = p->layout.num_layers;
     WireSpec w = dev_dp_wire_spec(&call->c);
     size_t padded = dp_frag_padded(p, f), slice = padded / R;
     const float* res = outer_compressed(&call->c) ? dp->st.residual : NULL;
-    device_link_comm_wait(&dp->link);
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.params_ready[L])); // the last all-gather
     cudaCheck(cudaMemsetAsync(dst, 0, padded * sizeof(float), 0));
     for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
         const DpRun* r = &p->runs[i];
@@ -676,18 +812,26 @@ static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* 
     bad_value = bad;
     if (bad != 0.0f) { cudaCheck(cudaMemcpyAsync(dst, &bad_value, sizeof(float), cudaMemcpyHostToDevice, 0)); }
     if (!dev_dp_messages_finite(dp, dst, padded)) { return 0; }
-    if (outer_compressed(&call->c)) {
-        wire_spec_encode_slices(&w, dst, slice, R, dp->wire_send, res != NULL, 0);
+    cudaStream_t cs = dp->link.comm_stream;
+    int copy = p->outer->overlap > 0 ? f : 0; // -lo: the fragment's own wire buffers
+    DevExchange* x = &dp->xch[f];
+    x->next = 0;
+    x->total = chunks;
+    x->dst = dst;
+    x->slice = slice;
+    x->w = w;
+    x->send = dp->wire_send ? dp->wire_send + copy * dp->wire_send_bytes : NULL;
+    x->recv = dp->wire_recv ? dp->wire_recv + copy * dp->wire_recv_bytes : NULL;
+    if (outer_compressed(&call->c)) { // encoded on the communication stream, after stream 0's messages
+        device_link_order_on_comm(&dp->link);
+        wire_spec_encode_slices(&w, dst, slice, R, x->send, res != NULL, cs);
         for (int i = p->frag_runs[f]; res && i < p->frag_runs[f + 1]; i++) { // the residual back in owned order
             const DpRun* r = &p->runs[i];
             cudaCheck(cudaMemcpyAsync(dp->st.residual + r->owned, dst + r->packed, r->count * sizeof(float),
-                                      cudaMemcpyDeviceToDevice, 0));
+                                      cudaMemcpyDeviceToDevice, cs));
         }
     }
-    cudaStream_t cs = dp->link.comm_stream;
-    device_link_order_on_comm(&dp->link);
-    dev_dp_wire_exchange(dp, &w, dst, slice, cs);
-    device_link_record(&dp->link, &dp->exchanged[f]);
+    if (!snap) { dev_dp_issue_chunk(dp, f); } // blocking: now; -lo: from the next step's start (dev_dp_pump)
     return 1;
 }
 
@@ -699,9 +843,10 @@ static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* 
 // the squared norm (one host wait).
 static float dev_dp_fragment_apply(DeviceDP* dp, const OuterCall* call, float* sum, const float* snap) {
     const DpPlan* p = &dp->plan;
-    int R = p->mesh.dp_replicate, S = p->mesh.dp_shard, f = call->fragment;
+    int R = p->mesh.dp_replicate, S = p->mesh.dp_shard, f = call->fragment, L = p->layout.num_layers;
+    dev_dp_drain(dp, f); // the last step applies what is in flight early
     OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->exchanged[f]));
-    device_link_comm_wait(&dp->link); // the parameters' last all-gather
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.params_ready[L])); // the last all-gather
     float inv_R = 1.0f / (float)R;
     for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
         const DpRun* r = &p->runs[i];
@@ -731,12 +876,12 @@ static int dev_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
     if (call->last) { dp->link.after_last = 1; } // -rb: waits from here on count after the last step
     if (call->phase == OUTER_BLOCKING) {
         float* buf = p->zero_stage == 0 ? dp->outer_msg : dp->shard_grads;
-        if (!dev_dp_fragment_exchange(dp, call, buf, NULL)) { return 0; }
+        if (!dev_dp_fragment_exchange(dp, call, buf, NULL, 1)) { return 0; }
         *sq = dev_dp_fragment_apply(dp, call, buf, NULL);
         return 1;
     }
     float* held = dp->st.held + p->held_off[f];
-    if (call->phase == OUTER_START) { return dev_dp_fragment_exchange(dp, call, held, dp->st.snap); }
+    if (call->phase == OUTER_START) { return dev_dp_fragment_exchange(dp, call, held, dp->st.snap, p->outer->overlap); }
     *sq = dev_dp_fragment_apply(dp, call, held, dp->st.snap);
     return 1;
 }
@@ -795,7 +940,8 @@ static void dev_dp_write_state(void* ctx, const char* path, const TrainState* s)
         cudaCheck(cudaMemcpy(h.outer, dp->st.outer, n * sizeof(float), cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(h.momentum, dp->st.momentum, n * sizeof(float), cudaMemcpyDeviceToHost));
     }
-    if (s->has_pending) { // every exchange landed first (the communication stream)
+    if (s->has_pending) { // every exchange landed first (all its chunks issued, the communication stream)
+        dev_dp_drain(dp, -1);
         device_link_host_wait(&dp->link, "the -lo exchanges in flight");
         size_t total = p->held_off[p->num_fragments];
         float* packed = (float*)malloc_check(total * sizeof(float));
@@ -853,22 +999,12 @@ static void dev_dp_read_state(void* ctx, const char* dir, int step, const StateT
     free(host);
 }
 
-// After the last micro-step: the reduction finished, the norm of the averaged gradient.
-static float dev_dp_reduce_gradients(void* ctx) {
-    dev_dp_finish_gradients((DeviceDP*)ctx);
-    return dev_dp_grad_norm((DeviceDP*)ctx);
-}
-
-static void dev_dp_set_replica_reduce(void* ctx, int every_step) { ((DeviceDP*)ctx)->replica_reduce = every_step; }
-
-static void dev_dp_set_gradient_wire(void* ctx, const OuterConfig* c) { ((DeviceDP*)ctx)->grad_wire = *c; }
-
 // The training loop's view of this layer (llmc/dp_ops.h).
 static DataParallelOps dev_dp_ops(DeviceDP* dp) {
     DataParallelOps ops = {
         .ctx = dp,
         .reduce_gradients = dev_dp_reduce_gradients,
-        .update = dev_dp_optimizer_step,
+        .update = dev_dp_update,
         .write_state = dev_dp_write_state,
         .read_state = dev_dp_read_state,
         .set_replica_reduce = dev_dp_set_replica_reduce,

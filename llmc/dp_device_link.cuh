@@ -10,10 +10,11 @@
 // recorded after every collective the communication stream runs. docs/distributed.md, "The order
 // of collectives".
 // The modelled link (-rb MB/s, tests): the replica exchanges' bytes occupy the communication stream
-// for bytes / bandwidth from when it could start them (host clock; the emulator completes every
-// operation at once), each event recorded on that stream carries when the modelled stream reaches
-// it, and stream 0's waits on such an event sleep until then: `waited` counts that time, the time
-// stream 0 waits on replica exchanges (before / after the last step's syncs).
+// for bytes / bandwidth from when it could start them (host clock, the host first catching up with
+// stream 0; the emulator's collectives take no time of their own), each event recorded on that
+// stream carries when the modelled stream reaches it, and stream 0's waits on such an event sleep
+// until then: `waited` counts that time, the time stream 0 waits on replica exchanges (before /
+// after the last step's syncs).
 #ifndef LLMC_DP_DEVICE_LINK_CUH
 #define LLMC_DP_DEVICE_LINK_CUH
 
@@ -42,6 +43,7 @@ typedef struct {
     cudaEvent_t host_event;    // for wait_device
     cudaEvent_t update_done;   // stream 0: the optimizer wrote this rank's slices
     CommEvent comm_done;       // communication stream: every collective and reduction queued so far
+    CommEvent reduced;         // communication stream: the shard group's reductions queued so far (backward waits)
     CommEvent slot_free[2];    // communication stream, stage 2: a layer slot was reduced and cleared
     CommEvent* params_ready;   // L + 1, communication stream: [0] wte, wpe, lnfw, lnfb, [1 + l] layer l gathered
     float mbps;                // -rb: the modelled link's bandwidth in MB/s (0: off)
@@ -64,6 +66,7 @@ static void device_link_init(DeviceLink* k, ncclComm_t world, const Mesh* mesh, 
     cudaEvent_t* events[] = {&k->order, &k->host_event, &k->update_done};
     for (int i = 0; i < 3; i++) { cudaCheck(cudaEventCreateWithFlags(events[i], cudaEventDisableTiming)); }
     comm_event_create(&k->comm_done);
+    comm_event_create(&k->reduced);
     comm_event_create(&k->slot_free[0]);
     comm_event_create(&k->slot_free[1]);
     k->params_ready = (CommEvent*)malloc_check((num_layers + 1) * sizeof(CommEvent));
@@ -71,9 +74,9 @@ static void device_link_init(DeviceLink* k, ncclComm_t world, const Mesh* mesh, 
 }
 
 static void device_link_free(DeviceLink* k, int num_layers) {
-    cudaEvent_t events[] = {k->order, k->host_event, k->update_done, k->comm_done.ev, k->slot_free[0].ev,
+    cudaEvent_t events[] = {k->order, k->host_event, k->update_done, k->comm_done.ev, k->reduced.ev, k->slot_free[0].ev,
                             k->slot_free[1].ev};
-    for (int i = 0; i < 6; i++) { cudaCheck(cudaEventDestroy(events[i])); }
+    for (int i = 0; i < 7; i++) { cudaCheck(cudaEventDestroy(events[i])); }
     for (int i = 0; i <= num_layers; i++) { cudaCheck(cudaEventDestroy(k->params_ready[i].ev)); }
     free(k->params_ready);
     cudaCheck(cudaStreamDestroy(k->comm_stream));
@@ -81,9 +84,15 @@ static void device_link_free(DeviceLink* k, int num_layers) {
     ncclCheck(ncclCommDestroy(k->replica));
 }
 
-// -rb: the communication stream's next `bytes` cross the modelled link (from when it could start them).
+// -rb: the host catches up with stream 0 (the emulator runs queued stream work when the host waits
+// for it; a GPU runs ahead of the host): from here on the host clock is stream 0's.
+static void device_link_catch_up(DeviceLink* k) { wait_device(0, k->host_event, "stream 0 (the modelled link, -rb)"); }
+
+// -rb: the communication stream's next `bytes` cross the modelled link, from when it could start
+// them (after stream 0's work so far, which it waits for: the order of collectives).
 static void device_link_carry(DeviceLink* k, double bytes) {
     if (k->mbps <= 0.0f) { return; }
+    device_link_catch_up(k);
     double now = now_seconds(), start = k->busy_until > now ? k->busy_until : now;
     k->busy_until = start + bytes / ((double)k->mbps * 1e6);
 }
@@ -94,16 +103,20 @@ static void device_link_record(DeviceLink* k, CommEvent* e) {
     e->ready = k->busy_until;
 }
 
-// Stream 0 waits for e; with -rb until the modelled link lets it pass, the time counted in waited.
+// Stream 0 waits for e; with -rb, once stream 0 has reached this point, until the modelled link lets
+// it pass, the time counted in waited.
 static void device_link_wait(DeviceLink* k, const CommEvent* e) {
-    cudaCheck(cudaStreamWaitEvent(0, e->ev, 0));
-    double now = now_seconds();
-    if (k->mbps > 0.0f && e->ready > now) {
-        double s = e->ready - now;
-        struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-        nanosleep(&ts, NULL);
-        k->waited[k->after_last] += now_seconds() - now;
+    if (k->mbps > 0.0f && e->ready > 0.0) {
+        device_link_catch_up(k);
+        double now = now_seconds();
+        if (e->ready > now) {
+            double s = e->ready - now;
+            struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+            nanosleep(&ts, NULL);
+            k->waited[k->after_last] += now_seconds() - now;
+        }
     }
+    cudaCheck(cudaStreamWaitEvent(0, e->ev, 0));
 }
 
 // Before a collective on stream 0: stream 0 waits for the communication stream's collectives.

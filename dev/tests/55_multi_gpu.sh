@@ -78,6 +78,10 @@ check_bg multi_gpu_wire_topk_kernels wire_topk_kernels
 # skips its update alone and says so), about 3 minutes
 check_bg multi_gpu_guards /usr/bin/python3 dev/test_diloco.py guards build/gpu/train_gpt2emu_fp32
 check_wait
+# -lo tau hides tau steps on the GPU (fix (a) of issue 35), judged by the trainer's counter of the time
+# stream 0 waits on replica exchanges under a modelled link (-rb): -lo 1 at most a tenth of blocking
+# -lo 0's with the exchange at half a step, -lo 2 likewise at one and a half (about 2 minutes)
+check diloco_overlap_link_gpu /usr/bin/python3 dev/test_diloco.py overlap build/gpu/train_gpt2emu_fp32
 # the 8 x 4 mesh: 32 emulated GPUs (ZeRO 1; ZeRO 2 with -ls 2 -rq int8) against the CPU trainer (about 50 s)
 check multi_gpu_mesh_8x4 /usr/bin/python3 dev/test_multi_gpu.py mesh84
 # the runs above against dev/tests/golden/multi_gpu.txt: losses, records, model and state files bit for bit
@@ -161,10 +165,11 @@ check multi_gpu_checked_fp32_bf16_1_2_ranks multi_gpu_checked
 # -ls through the checked FP32 build (the outer sync's kernels, its all-reduce on the communication
 # stream, the CRC all-gather, a resume inside a window): 2 x 1 ZeRO 1 under reverse and 2 x 2 ZeRO 2
 # under random:4, each run to step 4 with a checkpoint at step 3 and resumed from it: no --check
-# report, and the resumed steps equal the uninterrupted ones.
+# report, and the resumed steps equal the uninterrupted ones (multi_gpu_checked_diloco NP DS Z SCHED
+# [OUTER_FLAGS [DIR_SUFFIX]]).
 multi_gpu_checked_diloco() {
-    local np=$1 ds=$2 z=$3 sched=$4 d=$MGC_DIR/diloco_np$1_z$3
-    local flags="$MGC_FLAGS -x 4 -z $z -ds $ds -ls 2 -ol 0.7 -om 0.9 -n 3"
+    local np=$1 ds=$2 z=$3 sched=$4 outer=${5:-"-ls 2"} d=$MGC_DIR/diloco_np$1_z$3${6:-}
+    local flags="$MGC_FLAGS -x 4 -z $z -ds $ds $outer -ol 0.7 -om 0.9 -n 3"
     rm -rf $d $d.part && mkdir -p $d.part
     EMU_SCHED=$sched eval mpirun --allow-run-as-root --oversubscribe -np $np -x EMU_SCHED \
         build/gpu/train_gpt2emu_fp32_check $flags -o $d > $d.out 2>&1 || { tail -20 $d.out; return 1; }
@@ -177,6 +182,9 @@ multi_gpu_checked_diloco() {
 }
 check_bg multi_gpu_checked_diloco_2x1_reverse multi_gpu_checked_diloco 2 1 1 reverse
 check_bg multi_gpu_checked_diloco_2x2_random multi_gpu_checked_diloco 4 2 2 random:4
+# -lo 2's chunks (two steps per exchange, fragments in flight, int8 phases) and a checkpoint at step 3
+# with an exchange in flight (its chunks issued at once), resumed
+check_bg multi_gpu_checked_diloco_lo2_random multi_gpu_checked_diloco 2 1 1 random:4 "-ls 3 -lf 2 -lo 2 -rq int8" _lo2
 check_wait
 
 # A checked 2-rank run of train_gpt2.cu with one line of the data-parallel layer
