@@ -106,8 +106,8 @@ static StepVerdict step_guard_judge(StepGuard* g, int step, float loss, float no
         fflush(stdout);
     }
     if (g->max_consecutive > 0 && g->consecutive >= g->max_consecutive) {
-        fail("step %d: %d consecutive steps skipped %s (-sk %d), the last with %s; stopping", step, g->consecutive,
-             own ? where : "", g->max_consecutive, why);
+        fail("step %d: %d consecutive steps skipped%s%s (-sk %d), the last with %s; stopping", step, g->consecutive,
+             own ? " " : "", own ? where : "", g->max_consecutive, why);
     }
     return v;
 }
