@@ -17,7 +17,7 @@
 // --quick: the small cases only (no T = 1024; fa2 and scalar); --long-fa2: T = 1024 for the fa2
 // version only (the checked emulator's budget; the default run leaves fa2's T 1024 to --fa2 and
 // --long-fa2); --cudnn (a -DENABLE_CUDNN build): cuDNN and the
-// fa2 version on the same inputs at GPT-2 124M's layer shape (B 1, NH 12, T 1024) and an
+// fa2 version on the same inputs at GPT-2 124M's layer width (B 1, NH 12, C 768) at T 512 and an
 // odd T (B 2, NH 12, T 77), each against the reference and against each other, then cuDNN alone on
 // the small cases and head sizes (--cudnn-small: those only). --fa2: the fa2 version alone, at
 // T 1024 (B 1, NH 2; forward only) and T 77 at GPT-2 124M's C 768 (B 2, NH 12). --fa2-quick (the
@@ -527,7 +527,7 @@ int main(int argc, char** argv) {
 #endif
 #ifdef ENABLE_CUDNN
     if (cudnn_compare) {
-        compare_cudnn_fa2(1, 1024, 12, 2.0f); // GPT-2 124M's layer: C 768, NH 12, T 1024
+        compare_cudnn_fa2(1, 512, 12, 2.0f); // GPT-2 124M's layer: C 768, NH 12 (T 512: emulated time)
         compare_cudnn_fa2(2, 77, 12, 2.0f);   // an odd T: a partial 64-row tile
     }
 #endif

@@ -264,22 +264,33 @@ gpu_train_smoke() {
 # pack, AdamW's v read but not written; waves ignored (every launch as if it filled the GPU: the
 # fit's layernorm row at B 8 fails); the LayerNorm backward's grid mirrored as 188c81d's one block
 # per 256 rows (the wave check fails: 32 blocks at 124M B 8).
+# gpu_model_mutant N SED: test_gpu_model.py must fail on a copy of the model changed by SED.
+gpu_model_mutant() {
+    local d=$GPU_TMP/model_mutant_$1
+    rm -rf $d && mkdir -p $d && sed "$2" dev/bench/gpu_model.py > $d/gpu_model.py || return 1
+    cmp -s dev/bench/gpu_model.py $d/gpu_model.py && { echo "mutation not applied: $2"; return 1; }
+    if GPU_MODEL_DIR=$d python3 dev/bench/test_gpu_model.py > $d/out.txt; then
+        echo "planted error NOT caught: $2"; return 1
+    fi
+    echo "caught: $2 ($(grep -c '^FAIL' $d/out.txt) checks failed, first: $(grep -m1 '^FAIL' $d/out.txt | cut -c1-90))"
+}
+
+# the mutants in two halves side by side (one core each)
 gpu_model_catches_planted() {
-    local d=$GPU_TMP/model_mutant m
-    for m in 's/"per_kb": None, "block_instr": 705}/"per_kb": None, "block_instr": 0}/' \
-             's/"loop": {"HMMA": 128, "LDSM": 72,/"loop": {"HMMA": 128, "LDSM": 64,/' \
-             's/return X \* B \* T \* 3 \* C + X \* B \* T \* C + F \* B \* NH \* T$/return X * B * T * 3 * C + X * B * T * C/' \
-             's/instr=32 \* it \* sum(L\["loops128"\])/instr=32 * sum(L["loops128"])/' \
-             's/(X + 2 \* F + 2 \* F + 2 \* F + X)/(X + 2 * F + 2 * F + F + X)/' \
-             's/k = -(-n \/\/ S)/k = n \/ S/; s/return max((t_mem \*\* 2 + t_issue \*\* 2) \*\* 0.5, ln.trips \* L_MEM + t_issue)/return (t_mem ** 2 + t_issue ** 2) ** 0.5/' \
-             's/G = max(1, min(wave, -(-BT \/\/ teams), 1024))/G = -(-BT \/\/ 256)/'; do
-        rm -rf $d && mkdir -p $d && sed "$m" dev/bench/gpu_model.py > $d/gpu_model.py || return 1
-        cmp -s dev/bench/gpu_model.py $d/gpu_model.py && { echo "mutation not applied: $m"; return 1; }
-        if GPU_MODEL_DIR=$d python3 dev/bench/test_gpu_model.py > $d/out.txt; then
-            echo "planted error NOT caught: $m"; return 1
-        fi
-        echo "caught: $m ($(grep -c '^FAIL' $d/out.txt) checks failed, first: $(grep -m1 '^FAIL' $d/out.txt | cut -c1-90))"
+    local muts=('s/"per_kb": None, "block_instr": 705}/"per_kb": None, "block_instr": 0}/'
+                's/"loop": {"HMMA": 128, "LDSM": 72,/"loop": {"HMMA": 128, "LDSM": 64,/'
+                's/return X \* B \* T \* 3 \* C + X \* B \* T \* C + F \* B \* NH \* T$/return X * B * T * 3 * C + X * B * T * C/'
+                's/instr=32 \* it \* sum(L\["loops128"\])/instr=32 * sum(L["loops128"])/'
+                's/(X + 2 \* F + 2 \* F + 2 \* F + X)/(X + 2 * F + 2 * F + F + X)/'
+                's/k = -(-n \/\/ S)/k = n \/ S/; s/return max((t_mem \*\* 2 + t_issue \*\* 2) \*\* 0.5, ln.trips \* L_MEM + t_issue)/return (t_mem ** 2 + t_issue ** 2) ** 0.5/'
+                's/G = max(1, min(wave, -(-BT \/\/ teams), 1024))/G = -(-BT \/\/ 256)/') half pids=() rc=0
+    for half in 0 1; do
+        (for ((i = half; i < ${#muts[@]}; i += 2)); do gpu_model_mutant $i "${muts[$i]}" || exit 1; done) \
+            > $GPU_TMP/model_mutants_$half.log 2>&1 &
+        pids+=($!)
     done
+    for half in 0 1; do wait ${pids[$half]} || rc=1; cat $GPU_TMP/model_mutants_$half.log; done
+    return $rc
 }
 
 # Without a GPU, dev/gpu_first_run.sh stops at once with one line and exit 1 (nothing built).

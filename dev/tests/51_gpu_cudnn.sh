@@ -2,7 +2,7 @@
 # 50_gpu_trainer.sh, whose head-size-64 reference model $GREF64 and emulated builds it reuses; alone:
 # TESTS=51_gpu_cudnn dev/run_tests.sh): the glue with the real frontend headers through nvcc, linked
 # as make USE_CUDNN=1 train_gpt2 links it; through the emulator's frontend, cuDNN against our
-# tensor-core kernels and a double reference at GPT-2 124M's layer shape and an odd T, test_gpt2
+# tensor-core kernels and a double reference at GPT-2 124M's layer width (T 512) and an odd T, test_gpt2
 # -at cudnn against PyTorch (a checked build), training steps at T 77 with -at cudnn, -at ours and
 # the CPU trainer (the test model, and one layer of 124M's width); a planted wrong stride in the
 # glue caught; -at cudnn refused where the build has no cuDNN; the emulated frontend's own numbers
