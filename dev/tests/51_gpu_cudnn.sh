@@ -94,8 +94,8 @@ gpu_cudnn_no_gpu_message() { gpu_binary_no_gpu_message build/gpu/train_gpt2_cudn
 
 check gpu_cudnn_emu_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/attention_emu_cudnn build/gpu/test_gpt2emu_bf16_cudnn \
     build/gpu/train_gpt2emu_bf16_cudnn build/gpu/train_gpt2emu_bf16 && make -s -f dev/cuda_emu/emu.mk build/cuda_emu/test_cudnn_frontend"
-# nvcc (one core) beside the emulated checks
-check_bg gpu_cudnn_nvcc_build make -s -f dev/gpu.mk build/gpu/train_gpt2_cudnn build/gpu/attention_cudnn
+# nvcc beside the emulated checks (the glue first, then the two programs at once)
+check_bg gpu_cudnn_nvcc_build make -s -j2 -f dev/gpu.mk build/gpu/train_gpt2_cudnn build/gpu/attention_cudnn
 check_bg gpu_cudnn_emulated_frontend build/cuda_emu/test_cudnn_frontend
 check_bg gpu_cudnn_test_gpt2emu_bf16 build/gpu/test_gpt2emu_bf16_cudnn $GPU_TEST64_ARGS -at cudnn -k 0
 check_bg gpu_cudnn_attention_124M_odd_T build/gpu/attention_emu_cudnn --cudnn
