@@ -587,13 +587,13 @@ int main(int argc, char** argv) {
     if (args.peak_tflops == 0.0f) { ops.peak_tflops = cpu_measured_peak_tflops(peak_source, sizeof(peak_source)); }
     ops.peak_source = peak_source;
     const DpPlan* plan = &cpu.dp.plan;
-    run_prepare(&run, &plan->mesh, zero, plan->owned, 0, &ops);
+    run_prepare(&run, plan, 0, &ops);
 
     MemoryBytes mem = memory_bytes_per_rank(&plan->layout, zero, plan->num_parameters, 4, 4, 0, 1,
                                             args.outer.every > 0);
     mem.activations = cpu.model.activation_bytes;
     host_dp_memory(&cpu.dp, &mem);
-    CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters, 4, 4,
+    CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters, 4, 4, 0,
                                          &args.outer);
     char extra[128];
     snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank | matmul tile %dx%d of %d-bit vectors\n",

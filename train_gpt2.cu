@@ -634,14 +634,14 @@ int main(int argc, char** argv) {
     const DpPlan* plan = &gpu.dp.plan;
     TrainerOps ops = gpu_trainer_ops;
     ops.dp = dev_dp_ops(&gpu.dp);
-    run_prepare(&run, &plan->mesh, zero, plan->owned, gpu.dp.opt.master != NULL, &ops);
+    run_prepare(&run, plan, gpu.dp.opt.master != NULL, &ops);
 
     MemoryBytes mem = memory_bytes_per_rank(&plan->layout, zero, plan->num_parameters, sizeof(floatX), sizeof(floatX),
                                             gpu.dp.opt.master != NULL, grad_layers, args.outer.every > 0);
     mem.activations = gpu.model.activation_bytes;
     dev_dp_memory(&gpu.dp, &mem);
     CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters,
-                                         sizeof(floatX), sizeof(floatX), &args.outer);
+                                         sizeof(floatX), sizeof(floatX), gpu.dp.opt.master ? 4 : 0, &args.outer);
     char extra[640];
     snprintf(extra, sizeof(extra),
              "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU %s\n"

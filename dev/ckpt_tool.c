@@ -55,6 +55,10 @@ static void info_one(const char* dir, int step) {
            s.B, s.T, s.total_batch);
     printf("  optimizer: %llu elements per rank, fp32 master weights: %s\n", (unsigned long long)s.owned,
            s.has_master ? "yes" : "no");
+    if (s.sync_stage != s.zero_stage) {
+        printf("  replica sync: %llu elements per rank (its ZeRO-%d slices)\n", (unsigned long long)s.sync_owned,
+               s.sync_stage);
+    }
     printf("  position: step %d, data epoch %d file %d row %ld, skipped steps %d (%d in a row), spike window %d\n",
            s.step, s.epoch, s.file_pos, s.row_pos, s.skipped, s.consecutive_skips, s.loss_count);
     const OuterConfig* o = &s.outer;
@@ -94,7 +98,9 @@ static void export_model(const char* dir, int step, const char* out) {
     const char* source = "its model file";
     if (s.has_master) {
         size_t n = gpt2_num_parameters(&c);
-        StateTarget t = {0, 1, 1, 0, s.B, s.T, s.total_batch, n, 1, &c, &s.outer, s.has_residual};
+        StateTarget t = {.rank = 0, .world = 1, .dp_shard = 1, .zero_stage = 0, .B = s.B, .T = s.T,
+                         .total_batch = s.total_batch, .owned = n, .has_master = 1, .sync_stage = 0, .sync_owned = n,
+                         .config = &c, .outer = &s.outer, .has_residual = s.has_residual};
         float* m = (float*)malloc_check(n * sizeof(float));
         float* v = (float*)malloc_check(n * sizeof(float));
         state_load_resharded(dir, step, &t, &s, m, v, params);

@@ -181,7 +181,10 @@ def cmd_accounting():
         R, ga = world // shard, ROWS // (B * world)
         _, r = run(world, ["-x", "6", "-ls", "3", "-ds", str(shard), "-z", str(stage)], f"acc_{world}_{shard}_{stage}")
         got = counts(r.stdout)
-        owned = n if stage == 0 else sum(math.ceil(u / shard) for u in units)
+        # the replica sync's elements: AdamW's, but with ZeRO 0 over a shard group of 2 or more the
+        # ZeRO-1 slices (each rank keeps and sends 1/S of the outer state, then all-gathers the parameters)
+        sync_stage = 1 if stage == 0 and shard > 1 else stage
+        owned = n if sync_stage == 0 else sum(math.ceil(u / shard) for u in units)
         rs = sum((shard - 1) * math.ceil(u / shard) for u in units)
         if stage == 0:
             plain = ar(n, shard) * 4 + ar(1, world) * 4
@@ -192,7 +195,7 @@ def cmd_accounting():
         # inside the replica: the all-gather and the norm (ZeRO 1, 2), and every sync's finiteness flag
         # (one float all-reduced over every rank)
         want = {"outer_mem": 8 * owned, "sync_replica": ar(owned, R) * 4 + (R - 1) * 8,
-                "sync_inner": (0 if stage == 0 else ar(1, shard) * 4 + rs * 4) + ar(1, world) * 4, "no_sync": plain,
+                "sync_inner": (0 if sync_stage == 0 else ar(1, shard) * 4 + rs * 4) + ar(1, world) * 4, "no_sync": plain,
                 "sync_training": sync_training, "measured_plain": plain}
         want["measured_sync"] = plain + want["sync_replica"] + want["sync_inner"]
         bad = [k for k in want if got[k] != want[k]]
@@ -202,6 +205,12 @@ def cmd_accounting():
                         f"{got['measured_plain']} / {got['measured_sync']} bytes in a step without / with a sync; "
                         f"across replicas {per_step:.0f} per step vs {got['sync_training']} synchronous"
                         + (f"  MISMATCH {bad}: want {want}" if bad else ""))
+        if stage == 0 and shard > 1:
+            whole = ar(n, R) * 4
+            report(got["sync_replica"] - (R - 1) * 8 == ar(owned, R) * 4 <= whole // shard + 4 * shard * len(units),
+                   f"{R} x {shard} ZeRO 0: each of the replica's {shard} ranks sends {got['sync_replica'] - (R - 1) * 8} "
+                   f"bytes of outer-sync values per sync, its 1/{shard} of the {whole} one rank would send for the "
+                   f"whole model (and keeps 1/{shard} of the outer state)")
         if stage != 0:
             report(got["sync_replica"] - (R - 1) * 8 == got["sync_training"],
                    f"{R} x {shard} ZeRO {stage}: an outer sync sends the bytes of one synchronous step's replica "
@@ -268,6 +277,40 @@ def cmd_resume():
         _, r = resumed(world, a, src, step, "res_refused", ok=False)
         line = next((l for l in r.stderr.splitlines() if l.startswith("error")), "")
         report(r.returncode != 0 and re.search(pat, line), f"refused: {what}: {line[:160]}")
+    zero0_resumes()
+
+
+def state_sizes(d, step, world):
+    return [os.path.getsize(f"{d}/state_{step:08d}_{r:05d}.bin") for r in range(world)]
+
+
+def zero0_resumes():
+    """ZeRO 0 with -ls on 2 x 2: the outer state, the residual and the local parameters of a state
+    file are the rank's ZeRO-1 slices (the file's size says so); a checkpoint inside a window resumes
+    bit for bit; a sync-step checkpoint resumes on ZeRO 1 (AdamW's arrays re-cut) and a 2 x 1 ZeRO 0
+    one (whole outer state per rank) on 2 x 2 ZeRO 0 (the outer state re-cut into slices)."""
+    units = td.unit_sizes()
+    n, half = sum(units), sum(math.ceil(u / 2) for u in units)
+    args = ["-x", str(STEPS), "-ls", str(H), "-ds", "2", "-z", "0", "-rq", "int8"] + NESTEROV + ["-n", "3"]
+    full, _ = run(4, args, "res_z0_full")
+    want = 1024 + 4 * (2 * n + 4 * half)  # m, v whole; local, outer, momentum, residual: the slices
+    sizes = state_sizes(full, 6, 4)
+    report(sizes == [want] * 4, f"2 x 2 ZeRO 0 -ls {H} -rq int8: state files of {sizes[0]} bytes (m, v of {n} "
+                                f"elements, local, outer, momentum and residual of the rank's {half}; want {want})")
+    part, _ = resumed(4, args, full, 6, "res_z0_part")
+    report(bitwise_tail(full, part, 7, STEPS), f"2 x 2 ZeRO 0 -ls {H} -rq int8: checkpoint 6 (inside a window) resumed: "
+                                               f"steps 7-{STEPS} and model_final.bin bit for bit")
+    for what, src_world, src, dst in [("2 x 2 ZeRO 0 on 2 x 2 ZeRO 1", 4, ["-ds", "2", "-z", "0"], ["-ds", "2", "-z", "1"]),
+                                      ("2 x 2 ZeRO 1 on 2 x 2 ZeRO 0", 4, ["-ds", "2", "-z", "1"], ["-ds", "2", "-z", "0"]),
+                                      ("2 x 1 ZeRO 0 on 2 x 2 ZeRO 0", 2, ["-ds", "1", "-z", "0"], ["-ds", "2", "-z", "0"])]:
+        base = ["-x", str(STEPS), "-ls", str(H)] + NESTEROV + ["-n", "4"]
+        tag = "_".join(src[1::2] + dst[1::2])
+        whole, _ = run(src_world, base + src, f"res_z0_src_{tag}")
+        part, _ = resumed(4, base + dst, whole, 8, f"res_z0_dst_{tag}")
+        tail = {s: l for s, l in td.train_losses(whole + "/main.log").items() if s > 8}
+        le, we = errors(part, tail, td.weights(whole + "/model_final.bin"))
+        report(le <= 1e-5 and we <= 1e-5, f"sync-step checkpoint 8 of {what}: max loss error {le:.2e}, max weight "
+                                          f"error {we:.2e} against the uninterrupted run (tol 1e-5)")
 
 
 def cmd_refusals():

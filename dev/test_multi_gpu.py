@@ -320,21 +320,40 @@ def outer_bytes(stdout):
             "measured_sync": int(m.group(2))}
 
 
+def state_master(path):
+    """The fp32 master weights of a state file (llmc/ckpt_state_file.h: the 1024-byte header, then m,
+    v and the master weights of `owned` elements each)."""
+    raw = open(path, "rb").read()
+    owned = int(np.frombuffer(raw[72:80], dtype="<u8")[0])
+    assert np.frombuffer(raw[64:68], dtype="<i4")[0] == 1, f"{path}: no master weights"
+    return np.frombuffer(raw, dtype="<f4", count=owned, offset=1024 + 8 * owned)
+
+
 def diloco():
     failures = 0
     # the CPU trainer and the emulated GPU trainers on the same ranks and flags, 12 steps: syncs
     # after steps 4, 8 and 12
     args = DILOCO + ["-x", "12"]
     cpu = {}
-    for ranks, shard, stage in [(4, 2, 1), (2, 1, 0), (2, 1, 1)]:
+    for ranks, shard, stage in [(4, 2, 1), (4, 2, 0), (2, 1, 1)]:
         td.TRAINER = "./train_gpt2cpu"
         d = f"{OUT}/diloco_cpu_r{ranks}_s{shard}_z{stage}"
         td.run_ok(ranks, args + ["-z", str(stage), "-ds", str(shard)], d)
         cpu[(ranks, shard, stage)] = td.train_losses(d + "/main.log"), model_weights(d + "/model_final.bin")
-    for prec, ranks, shard, stage in [("fp32", 4, 2, 1), ("fp32", 2, 1, 0), ("bf16", 2, 1, 1)]:
+    # ZeRO 0 on 2 x 2: the outer state and the exchange sharded over the replica's two ranks, the
+    # parameters (BF16: and the fp32 master weights) all-gathered after each sync
+    for prec, ranks, shard, stage in [("fp32", 4, 2, 1), ("fp32", 4, 2, 0), ("bf16", 2, 1, 1), ("bf16", 4, 2, 0)]:
         td.TRAINER = FP32 if prec == "fp32" else BF16
         d = f"{OUT}/diloco_{prec}_r{ranks}_s{shard}_z{stage}"
-        out = td.run_ok(ranks, args + ["-z", str(stage), "-ds", str(shard)], d)
+        ckpt = ["-n", "8"] if prec == "bf16" and stage == 0 else []
+        out = td.run_ok(ranks, args + ["-z", str(stage), "-ds", str(shard)] + ckpt, d)
+        if ckpt: # after the sync of step 8 the replica's two ranks hold the same master weights, bit for bit
+            same = [np.array_equal(*(state_master(f"{d}/state_00000008_{r:05d}.bin") for r in (q, q + 1)))
+                    for q in (0, 2)]
+            failures += not all(same)
+            print(f"{'ok' if all(same) else 'FAIL'}  bf16 -ls 4 mesh 2x2 ZeRO 0: the fp32 master weights of each "
+                  f"replica's two ranks after the sync of step 8 {'bitwise equal' if all(same) else 'DIFFER'} "
+                  f"(replicas 0, 1: {same})")
         base_losses, base_w = cpu[(ranks, shard, stage)]
         losses, w = td.train_losses(d + "/main.log"), model_weights(d + "/model_final.bin")
         le = max(abs(losses[s] - base_losses[s]) for s in base_losses) if sorted(losses) == sorted(base_losses) \

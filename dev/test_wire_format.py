@@ -156,7 +156,7 @@ def cmd_reference(trainer=None):
         td.TRAINER = trainer
     R = 2
     for fmt, feedback, start, stage, topk in CASES:
-        shards = 0 if stage == 0 else 2
+        shards = 2  # -ls on 2 x 2: the sync's elements are each rank's slices, ZeRO 0 included
         ref_l, ref_w = reference(fmt, feedback, start, shards, topk)
         args = ["-x", str(STEPS), "-ls", str(H), "-ds", "2", "-z", str(stage), "-rq", fmt, "-ref", str(feedback),
                 "-rqs", str(start), "-rk", str(topk)] + dl.NESTEROV
@@ -178,7 +178,7 @@ def cmd_reference(trainer=None):
                f"{tol:.0e}), max weight error {we:.2e}, {100 * beyond:.2f}% of weights beyond {tol:.0e}, median "
                f"{median:.1e} (tol 1e-6), against train_gpt2.py over 3 windows")
         no_sync, with_sync, line_replica, line_inner = measured(r.stdout)
-        slice_ = math.ceil(owned_elements(stage, 2) / R)
+        slice_ = math.ceil(owned_elements(max(stage, 1), 2) / R)
         want = (R - 1) * (closed_form_bytes(fmt, slice_, topk) + closed_form_bytes(fmt, slice_, topk, R)) + (R - 1) * 8
         fp32 = 2 * (R - 1) * closed_form_bytes("fp32", slice_) + (R - 1) * 8
         report(with_sync - no_sync - line_inner == want == line_replica,

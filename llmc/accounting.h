@@ -40,19 +40,22 @@ typedef struct {
 } CommBytes;
 
 // Bytes each rank sends per optimizer step. grad_bytes: bytes per gradient element on the
-// wire (4 for fp32, 2 for bf16); param_bytes likewise for the parameter all-gather. outer: -ls
-// (NULL or every 0: synchronous training).
+// wire (4 for fp32, 2 for bf16); param_bytes likewise for the parameter all-gather; master_bytes
+// 4 where fp32 master weights sit beside the parameters (a ZeRO 0 replica sync all-gathers them
+// too), else 0. outer: -ls (NULL or every 0: synchronous training).
 static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int zero_stage, int grad_accum,
                                      size_t num_parameters, size_t grad_bytes, size_t param_bytes,
-                                     const OuterConfig* outer) {
+                                     size_t master_bytes, const OuterConfig* outer) {
     CommBytes b;
     memset(&b, 0, sizeof(b));
     int S = m->dp_shard, R = m->dp_replicate, W = m->world;
     int local = outer && outer->every > 0; // the replicas do not reduce gradients every step
     int wire = outer && outer->every == 0 && outer_compressed(outer) && R > 1; // -ls 0 with -rq/-rk
     b.scalars = ring_all_reduce_elements(1, W) * 4; // the step's loss, over all ranks
-    size_t owned = zero_stage == 0 ? num_parameters : s->shard_elements;
-    size_t replica_grads = 0;
+    int sync_stage = sync_stage_of(zero_stage, local, S);
+    size_t owned = sync_stage == 0 ? num_parameters : s->shard_elements; // the replica sync's elements
+    size_t replica_grads = 0, all_gather = 0;
+    for (int u = 0; u < s->num_units; u++) { all_gather += ring_all_gather_elements(s->units[u].slice, S); }
     if (zero_stage == 0) {
         b.grad_reduce = ring_all_reduce_elements(num_parameters, local || wire ? S : W) * grad_bytes;
         // the part of the world all-reduce that a shard-group all-reduce would not send
@@ -60,16 +63,13 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
                         grad_bytes;
         b.replica = wire ? outer_wire_bytes(num_parameters, outer, R) : 0;
     } else {
-        size_t rs = 0, ag = 0;
-        for (int u = 0; u < s->num_units; u++) {
-            rs += ring_reduce_scatter_elements(s->units[u].slice, S);
-            ag += ring_all_gather_elements(s->units[u].slice, S);
-        }
+        size_t rs = 0;
+        for (int u = 0; u < s->num_units; u++) { rs += ring_reduce_scatter_elements(s->units[u].slice, S); }
         int reduce_scatters = zero_stage == 1 ? 1 : grad_accum;
         b.grad_reduce = rs * reduce_scatters * grad_bytes;
         replica_grads = ring_all_reduce_elements(s->shard_elements, R) * 4; // fp32 shard accumulator
         b.replica = local ? 0 : wire ? outer_wire_bytes(s->shard_elements, outer, R) : replica_grads;
-        b.param_gather = ag * param_bytes;
+        b.param_gather = all_gather * param_bytes;
         b.scalars += ring_all_reduce_elements(1, S) * 4;                // squared norm over the shard group
     }
     b.total = b.grad_reduce + b.replica + b.param_gather + b.scalars;
@@ -86,7 +86,7 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
         OuterConfig late = outer_config_at(outer, outer->wire_start + 1);
         int F = outer_num_fragments(outer);
         for (int f = 0; f < F; f++) {
-            size_t n = F == 1 ? owned : outer_fragment_owned(s, zero_stage, F, f);
+            size_t n = F == 1 ? owned : outer_fragment_owned(s, sync_stage, F, f);
             size_t bytes = outer_sync_replica_bytes(n, &late, R);
             b.sync_replica += bytes;
             b.sync_replica_fp32 += outer_sync_replica_bytes(n, &fp32, R);
@@ -95,9 +95,11 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
         b.fragments = F;
         b.wire = outer->wire;
         b.topk = outer->topk;
-        // the synced slices all-gathered again (each fragment its own units), a norm scalar per fragment,
-        // and each fragment sync's finiteness flag, all-reduced over every rank before its exchange
-        b.sync_inner = F * (outer_sync_shard_bytes(zero_stage, S) + outer_sync_flag_bytes(W)) + b.param_gather;
+        // the synced slices all-gathered again (each fragment its own units; a sharded ZeRO 0 sync also
+        // the master weights), a norm scalar per fragment, and each fragment sync's finiteness flag,
+        // all-reduced over every rank before its exchange
+        size_t gathered = sync_stage == zero_stage ? b.param_gather : all_gather * (param_bytes + master_bytes);
+        b.sync_inner = F * (outer_sync_shard_bytes(sync_stage, S) + outer_sync_flag_bytes(W)) + gathered;
         b.replica_sync_training = replica_grads;
         b.replica = (b.sync_replica + H / 2) / H;
         b.scalars += (b.sync_inner + H / 2) / H;
@@ -108,7 +110,7 @@ static CommBytes comm_bytes_per_step(const ShardLayout* s, const Mesh* m, int ze
 
 typedef struct {
     size_t params, grads, optimizer, activations;
-    size_t outer; // -ls: the outer parameters and momentum (fp32, sharded like the AdamW state)
+    size_t outer; // -ls: the outer parameters and momentum (fp32, the replica sync's elements: llmc/mesh.h's sync_stage_of)
     size_t residual; // -rq with error feedback: the residual (fp32, one per owned element)
     size_t wire; // -rq/-rk (the CPU trainer): the trainer thread's exchange buffers, kept from start-up
     // -lo (the CPU trainer's exchanges in flight): overlap = the sum of the owned local snapshots,
@@ -121,13 +123,14 @@ typedef struct {
 // set), gradients, and optimizer state (fp32 m and v) for the chosen stage. Stage 2 keeps
 // layer_slots layers of full gradients (1 on the CPU; 2 on the GPU, where one layer is being
 // reduced while the next is computed). outer_state: -ls keeps the outer parameters and momentum
-// (8 bytes per owned element). Activations are the trainer's own count.
+// (8 bytes per element of the replica sync). Activations are the trainer's own count.
 static MemoryBytes memory_bytes_per_rank(const ShardLayout* s, int zero_stage, size_t num_parameters,
                                          size_t param_bytes, size_t grad_bytes, int master, int layer_slots,
                                          int outer_state) {
     MemoryBytes mb = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     size_t owned = zero_stage == 0 ? num_parameters : s->shard_elements;
-    mb.outer = outer_state ? 2 * owned * 4 : 0;
+    size_t sync_owned = sync_stage_of(zero_stage, outer_state, s->S) == 0 ? num_parameters : s->shard_elements;
+    mb.outer = outer_state ? 2 * sync_owned * 4 : 0;
     mb.params = num_parameters * param_bytes + (master ? owned * 4 : 0);
     mb.optimizer = 2 * owned * 4;
     if (zero_stage == 0) {

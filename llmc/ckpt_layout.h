@@ -1,6 +1,7 @@
 // Loading a checkpoint's state onto this run's layout (docs/checkpoints.md): the rank's own file
-// when world size, -ds and -z are the checkpoint's (exact), else the old shards re-cut unit by unit
-// into the elements this rank owns now (any world size, -ds, -z and -b with the same -t and -d),
+// when world size, -ds and -z (and the replica sync's layout) are the checkpoint's (exact), else the
+// old shards re-cut unit by unit, AdamW's arrays and the sync's each by its own layout, into the
+// elements this rank owns now (any world size, -ds, -z and -b with the same -t and -d),
 // from the rank's own replica under -ls or with a residual. The -ls rules are checked first
 // (llmc/ckpt_outer_rules.h).
 #ifndef LLMC_CKPT_LAYOUT_H
@@ -12,13 +13,14 @@
 
 // The files of a checkpoint written on another layout, opened as needed: shard s of the old
 // layout is old rank replica * old dp_shard + s (replica 0 but with -ls, where each replica reads
-// its own); a ZeRO-0 checkpoint holds everything in the replica's first rank's file.
+// its own); arrays in a ZeRO-0 layout (stage 0) are all in the replica's first rank's file.
 typedef struct {
     const char* dir;
     int step;
     int replica;
+    int stage;            // the old layout of the arrays being read: AdamW's or the sync's (TrainState)
     TrainState old;       // rank 0's header: the old layout
-    ShardLayout layout;   // the old shard layout (ZeRO 1, 2)
+    ShardLayout layout;   // the old shard layout (stages 1, 2)
     FILE** files;         // per old shard
 } OldShards;
 
@@ -26,13 +28,13 @@ static const char* state_array_names[STATE_ARRAYS] = {"m", "v", "master weights"
                                                       "outer parameters", "outer momentum", "residual",
                                                       "-lo local snapshots", "-lo held sums"};
 
-// Reads elements [e0, e0 + n) of unit u (or, for a ZeRO-0 checkpoint, of the flat parameters
-// from unit u's offset) into each non-NULL dst array (advanced past them).
+// Reads elements [e0, e0 + n) of unit u (or, from a ZeRO-0 layout, of the flat parameters from
+// unit u's offset) into each non-NULL dst array (advanced past them).
 static void old_shards_read(OldShards* o, const ShardUnit* unit, int u, size_t e0, size_t n, float** dst) {
     while (n > 0) {
         int s = 0;
         size_t pos = unit->offset + e0, take = n;
-        if (o->old.zero_stage != 0) {
+        if (o->stage != 0) {
             const ShardUnit* ou = &o->layout.units[u];
             s = (int)(e0 / ou->slice);
             size_t within = e0 - (size_t)s * ou->slice;
@@ -45,8 +47,7 @@ static void old_shards_read(OldShards* o, const ShardUnit* unit, int u, size_t e
         FILE* f = o->files[s];
         for (int k = 0; k < STATE_ARRAYS; k++) {
             if (dst[k] == NULL) { continue; }
-            int slot = state_array_slot(&o->old, k);
-            long at = 1024 + (long)(((uint64_t)slot * o->old.owned + pos) * sizeof(float));
+            long at = 1024 + (long)(((uint64_t)state_array_at(&o->old, k) + pos) * sizeof(float));
             if (fseek(f, at, SEEK_SET) != 0) { fail("%s: seek to %ld failed", path, at); }
             fread_check(dst[k], sizeof(float), take, f, path, state_array_names[k]);
             dst[k] += take;
@@ -56,32 +57,37 @@ static void old_shards_read(OldShards* o, const ShardUnit* unit, int u, size_t e
     }
 }
 
-// Re-cuts the state of a checkpoint written with another world size, -ds or -z for this rank:
-// for every unit, the elements this rank owns (all of them in ZeRO 0), read from the old shard
-// that holds each piece, into every array both the checkpoint and `arrays` have (the others are
-// zeroed). Padding elements stay 0. replica: whose files to read (-ls; else 0).
-static void state_load_resharded_arrays(const char* dir, int step, const StateTarget* t, const TrainState* old,
-                                        int replica, const StateArrays* arrays) {
+// The arrays k in [k0, k1) (one group: AdamW's or the sync's, llmc/ckpt_state_file.h) re-cut from
+// the old layout old_stage to this rank's new_stage (new_owned elements): for every unit, the
+// elements this rank owns (all of them in stage 0), read from the old shard that holds each piece,
+// into every array both the checkpoint and `arrays` have (the others are zeroed). Padding stays 0.
+static void state_reshard_group(const char* dir, int step, const StateTarget* t, const TrainState* old, int replica,
+                                const StateArrays* arrays, int k0, int k1, int old_stage, int new_stage,
+                                size_t new_owned) {
+    int any = 0;
+    for (int k = k0; k < k1; k++) { any |= arrays->a[k] != NULL; }
+    if (!any) { return; }
     OldShards o;
     o.dir = dir;
     o.step = step;
     o.replica = replica;
+    o.stage = old_stage;
     o.old = *old;
-    int old_files = old->zero_stage == 0 ? 1 : old->dp_shard;
+    int old_files = old_stage == 0 ? 1 : old->dp_shard;
     o.files = (FILE**)calloc_check(old_files, sizeof(FILE*));
-    shard_layout_init(&o.layout, t->config, old->zero_stage == 0 ? 1 : old->dp_shard);
+    shard_layout_init(&o.layout, t->config, old_stage == 0 ? 1 : old->dp_shard);
     ShardLayout now;
-    shard_layout_init(&now, t->config, t->zero_stage == 0 ? 1 : t->dp_shard);
+    shard_layout_init(&now, t->config, new_stage == 0 ? 1 : t->dp_shard);
     int shard_idx = t->rank % t->dp_shard;
-    float* base[STATE_ARRAYS];
-    for (int k = 0; k < STATE_ARRAYS; k++) {
-        base[k] = state_array_slot(old, k) >= 0 ? arrays->a[k] : NULL;
-        if (arrays->a[k]) { memset(arrays->a[k], 0, t->owned * sizeof(float)); }
+    float* base[STATE_ARRAYS] = {NULL};
+    for (int k = k0; k < k1; k++) {
+        base[k] = state_array_at(old, k) >= 0 ? arrays->a[k] : NULL;
+        if (arrays->a[k]) { memset(arrays->a[k], 0, new_owned * sizeof(float)); }
     }
     for (int u = 0; u < now.num_units; u++) {
         const ShardUnit* unit = &now.units[u];
         size_t first = 0, count = unit->size, at = unit->offset;
-        if (t->zero_stage != 0) {
+        if (new_stage != 0) {
             count = unit_owned(unit, shard_idx, &first);
             at = unit->shard_offset;
         }
@@ -96,6 +102,17 @@ static void state_load_resharded_arrays(const char* dir, int step, const StateTa
     free(o.files);
     shard_layout_free(&o.layout);
     shard_layout_free(&now);
+}
+
+// Re-cuts the state of a checkpoint written with another world size, -ds or -z (or sync layout)
+// for this rank: AdamW's arrays and the sync's, each group from its old layout to its new one.
+// replica: whose files to read (-ls; else 0).
+static void state_load_resharded_arrays(const char* dir, int step, const StateTarget* t, const TrainState* old,
+                                        int replica, const StateArrays* arrays) {
+    state_reshard_group(dir, step, t, old, replica, arrays, STATE_M, STATE_LOCAL, old->zero_stage, t->zero_stage,
+                        t->owned);
+    state_reshard_group(dir, step, t, old, replica, arrays, STATE_LOCAL, STATE_ARRAYS, old->sync_stage,
+                        t->sync_stage, t->sync_owned);
 }
 
 // m, v (and master, when both the checkpoint and the target keep them) re-cut from replica 0.
@@ -122,8 +139,11 @@ static void state_load_arrays(const char* dir, int step, const StateTarget* t, T
         fail("%s: written with -t %d -d %d; a resume needs the same sequence length and tokens per step (this run: "
              "-t %d -d %d)", path, out->T, out->total_batch, t->T, t->total_batch);
     }
-    int same = out->world == t->world && out->dp_shard == t->dp_shard && out->zero_stage == t->zero_stage;
-    state_check_outer(path, out, t, same);
+    // the same mesh and stage read the rank's own file, unless the sync's arrays changed layout (a
+    // ZeRO 0 -ls checkpoint from before they were sharded: re-cut inside the replica, exact)
+    int nominal = out->world == t->world && out->dp_shard == t->dp_shard && out->zero_stage == t->zero_stage;
+    int same = nominal && out->sync_stage == t->sync_stage;
+    state_check_outer(path, out, t, nominal);
     if (!same) {
         int replica = out->outer.every > 0 || out->has_residual ? t->rank / t->dp_shard : 0;
         state_load_resharded_arrays(dir, step, t, out, replica, arrays);
@@ -131,15 +151,16 @@ static void state_load_arrays(const char* dir, int step, const StateTarget* t, T
         checkpoint_path(path, sizeof(path), dir, "state", step, t->rank);
         f = fopen_check(path, "rb");
         if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
-        if (out->owned != t->owned) {
-            fail("%s: holds %llu optimizer elements, this run %llu", path, (unsigned long long)out->owned,
-                 (unsigned long long)t->owned);
+        if (out->owned != t->owned || out->sync_owned != t->sync_owned) {
+            fail("%s: holds %llu optimizer and %llu replica-sync elements, this run %llu and %llu", path,
+                 (unsigned long long)out->owned, (unsigned long long)out->sync_owned, (unsigned long long)t->owned,
+                 (unsigned long long)t->sync_owned);
         }
         for (int k = 0; k < STATE_ARRAYS; k++) {
-            int slot = state_array_slot(out, k);
-            if (slot < 0 || arrays->a[k] == NULL) { continue; }
-            fseek(f, 1024 + (long)((uint64_t)slot * out->owned * sizeof(float)), SEEK_SET);
-            fread_check(arrays->a[k], sizeof(float), out->owned, f, path, state_array_names[k]);
+            long long at = state_array_at(out, k);
+            if (at < 0 || arrays->a[k] == NULL) { continue; }
+            fseek(f, 1024 + (long)(at * (long long)sizeof(float)), SEEK_SET);
+            fread_check(arrays->a[k], sizeof(float), state_array_elements(out, k), f, path, state_array_names[k]);
         }
         fclose(f);
     }

@@ -29,6 +29,12 @@ typedef struct {
     long row_pos;    // data loader position
     uint64_t rng;    // sampling generator
     uint64_t owned;  // elements of m, v (and master weights) in this file
+    // the layout (llmc/mesh.h's sync_stage_of) and count of the replica sync's arrays (local, outer,
+    // momentum, residual, snapshots, held sums): zero_stage and owned, but with ZeRO 0 and -ls over
+    // S > 1 ranks 1 and the rank's ZeRO-1 slices (header slots 40-42, 0 where they are zero_stage
+    // and owned: such files are those of the runs before the sync was sharded, byte for byte)
+    int sync_stage;
+    uint64_t sync_owned;
     int has_master;  // whether fp32 master weights follow m and v
     int skipped;     // updates skipped so far (non-finite or spiking steps): AdamW's t = step - skipped
     int consecutive_skips;
@@ -55,18 +61,21 @@ typedef struct {
     float* a[STATE_ARRAYS]; // this rank's owned elements of each, or NULL
 } StateArrays;
 
-// Where array `kind` sits in a file with header s (0-based, in units of owned elements), or -1.
-static int state_array_slot(const TrainState* s, int kind) {
+// Whether array `kind` is one of the replica sync's (sync_owned elements, else owned).
+static int state_array_is_sync(int kind) { return kind >= STATE_LOCAL; }
+
+static uint64_t state_array_elements(const TrainState* s, int kind) {
+    return state_array_is_sync(kind) ? s->sync_owned : s->owned;
+}
+
+// Where array `kind` starts in a file with header s (in floats after the header), or -1 where absent.
+static long long state_array_at(const TrainState* s, int kind) {
     int present[STATE_ARRAYS] = {1, 1, s->has_master, s->has_local, s->has_outer, s->has_outer, s->has_residual,
                                  s->has_pending, s->has_pending};
     if (!present[kind]) { return -1; }
-    int slot = 0;
-    for (int k = 0; k < kind; k++) { slot += present[k]; }
-    return slot;
-}
-
-static int state_array_count(const TrainState* s) {
-    return 2 + s->has_master + s->has_local + 2 * s->has_outer + s->has_residual + 2 * s->has_pending;
+    long long at = 0;
+    for (int k = 0; k < kind; k++) { at += present[k] ? (long long)state_array_elements(s, k) : 0; }
+    return at;
 }
 
 static void checkpoint_path(char* out, size_t len, const char* dir, const char* kind, int step, int rank) {
@@ -74,7 +83,11 @@ static void checkpoint_path(char* out, size_t len, const char* dir, const char* 
     else { snprintf(out, len, "%s/%s_%08d%s", dir, kind, step, strcmp(kind, "DONE") ? ".bin" : ""); }
 }
 
-static long state_file_bytes(const TrainState* s) { return 1024 + (long)(s->owned * 4 * state_array_count(s)); }
+static long state_file_bytes(const TrainState* s) {
+    long long n = 0;
+    for (int k = 0; k < STATE_ARRAYS; k++) { n += state_array_at(s, k) >= 0 ? (long long)state_array_elements(s, k) : 0; }
+    return 1024 + (long)(n * 4);
+}
 
 static void state_pack_header(int* h, const TrainState* s) {
     memset(h, 0, STATE_HEADER_INTS * sizeof(int));
@@ -106,6 +119,10 @@ static void state_pack_header(int* h, const TrainState* s) {
     }
     h[31] = s->has_residual; h[38] = s->has_pending;
     h[39] = s->consecutive_sync_skips;
+    if (s->sync_stage != s->zero_stage || s->sync_owned != s->owned) {
+        memcpy(&h[40], &s->sync_owned, 8);
+        h[42] = s->sync_stage + 1;
+    }
     memcpy(&h[64], s->loss_history, LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -131,6 +148,12 @@ static void state_unpack_header(const int* h, TrainState* s) {
     s->outer.fragments = h[36];
     s->outer.overlap = h[37]; s->has_pending = h[38];
     s->consecutive_sync_skips = h[39];
+    memcpy(&s->sync_owned, &h[40], 8);
+    s->sync_stage = h[42] - 1;
+    if (h[42] == 0) {
+        s->sync_stage = s->zero_stage;
+        s->sync_owned = s->owned;
+    }
     memcpy(s->loss_history, &h[64], LOSS_HISTORY_MAX * sizeof(float));
 }
 
@@ -158,9 +181,9 @@ static void state_write_arrays(const char* path, const TrainState* s, const Stat
     fwrite_check(header, sizeof(int), STATE_HEADER_INTS, f, tmp);
     uint32_t crc = 0;
     for (int k = 0; k < STATE_ARRAYS; k++) {
-        if (state_array_slot(s, k) < 0) { continue; }
+        if (state_array_at(s, k) < 0) { continue; }
         if (arrays->a[k] == NULL) { fail("%s: state array %d missing (a bug)", path, k); }
-        fwrite_crc(arrays->a[k], s->owned * sizeof(float), f, tmp, &crc);
+        fwrite_crc(arrays->a[k], state_array_elements(s, k) * sizeof(float), f, tmp, &crc);
     }
     header[20] = (int)crc;
     header[21] = (int)state_header_crc(header);
@@ -202,6 +225,10 @@ static int state_read_header(FILE* f, const char* path, TrainState* s, int* head
         (unsigned)s->has_residual > 1 || (unsigned)s->has_pending > 1) {
         snprintf(why, why_len, "%s: header names arrays %d %d %d %d %d (each must be 0 or 1)", path, s->has_master,
                  s->has_local, s->has_outer, s->has_residual, s->has_pending);
+        return 0;
+    }
+    if ((unsigned)s->sync_stage > 2) {
+        snprintf(why, why_len, "%s: header slot 42 names sync layout %d (0-3)", path, header[42]);
         return 0;
     }
     long expected = state_file_bytes(s);
@@ -278,6 +305,8 @@ typedef struct {
     int B, T, total_batch;
     uint64_t owned;
     int has_master;
+    int sync_stage;           // the replica sync's layout and elements (TrainState's)
+    uint64_t sync_owned;
     const GPT2Config* config; // the model (shapes the shard layouts)
     const OuterConfig* outer; // this run's replica sync (-ls, -lss, -rq, -rqs, -rk, -lf, -lo)
     int has_residual;         // whether this run keeps an error-feedback residual

@@ -122,6 +122,7 @@ typedef struct {
     uint32_t seed;             // the stochastic rounding's seed (-sd)
     float* shard_grads;        // stages 1, 2: reduced fp32 slices, padded to a multiple of dp_replicate
     floatX* group_pad;         // a bucket's units S does not divide, each padded to S slices (or NULL)
+    float* master_pad;         // the same for the master weights (a sharded ZeRO 0 sync gathers them too)
     floatX* group_recv;        // a bucket's reduce-scattered slices, in shard order
     float* loss;               // world floats: [0] the loss being summed, the rest 0 (ring padding)
     float* norm;               // dp_shard floats ([0] the squared norm), then NORM_BLOCKS of scratch
@@ -163,7 +164,6 @@ static void dev_dp_init(DeviceDP* dp, ncclComm_t world, int rank, int world_size
     if (zero_stage != 0) {
         dp->shard_grads = (float*)device_alloc(round_up(p->layout.shard_elements, mesh->dp_replicate) * sizeof(float));
         dp->group_recv = (floatX*)device_alloc(p->bucket_slices_max * sizeof(floatX));
-        if (p->bucket_padded_max > 0) { dp->group_pad = (floatX*)device_alloc(p->bucket_padded_max * sizeof(floatX)); }
     }
     dp->loss = (float*)device_alloc(mesh->world * sizeof(float));
     dp->norm = (float*)device_alloc((mesh->dp_shard + NORM_BLOCKS) * sizeof(float));
@@ -174,20 +174,26 @@ static void dev_dp_init(DeviceDP* dp, ncclComm_t world, int rank, int world_size
     }
     device_adamw_init(&dp->opt, p->owned, master, owned);
     free(owned);
+    if (p->sync_stage != 0 && p->bucket_padded_max > 0) {
+        dp->group_pad = (floatX*)device_alloc(p->bucket_padded_max * sizeof(floatX));
+        if (zero_stage == 0 && dp->opt.master) {
+            dp->master_pad = (float*)device_alloc(p->bucket_padded_max * sizeof(float));
+        }
+    }
     int R = mesh->dp_replicate, F = p->num_fragments;
     WireSpec w = {outer->wire, outer->topk, 1};
     int compressed = outer_compressed(outer);
     if (outer->every > 0) { // the outer state (zeroed; outer_init fills it), ZeRO 0's message buffer
-        dp->st.outer = (float*)device_alloc(p->owned * sizeof(float));
-        dp->st.momentum = (float*)device_alloc(p->owned * sizeof(float));
+        dp->st.outer = (float*)device_alloc(p->sync_owned * sizeof(float));
+        dp->st.momentum = (float*)device_alloc(p->sync_owned * sizeof(float));
         dp->crc_buf = (float*)device_alloc(2 * (size_t)R * sizeof(float));
         dp->flag = (float*)device_alloc(mesh->world * sizeof(float));
-        if (zero_stage == 0) { dp->outer_msg = (float*)device_alloc(p->owned_padded * sizeof(float)); }
+        if (zero_stage == 0) { dp->outer_msg = (float*)device_alloc(p->sync_padded * sizeof(float)); }
         dp->exchanged = (CommEvent*)malloc_check(F * sizeof(CommEvent));
         for (int f = 0; f < F; f++) { comm_event_create(&dp->exchanged[f]); }
         if (outer->overlap > 0) { // -lo: the held sums and local values (not in the memory line)
             dp->st.held = (float*)device_alloc(p->held_off[F] * sizeof(float));
-            dp->st.snap = (float*)device_alloc(p->owned * sizeof(float));
+            dp->st.snap = (float*)device_alloc(p->sync_owned * sizeof(float));
         }
     } else if (compressed && zero_stage == 0) { // -ls 0's fp32 message of the owned gradient
         dp->outer_msg = (float*)device_alloc(p->owned_padded * sizeof(float));
@@ -205,7 +211,7 @@ static void dev_dp_init(DeviceDP* dp, ncclComm_t world, int rank, int world_size
         dp->wire_recv_bytes = R * (sent > gathered ? sent : gathered);
         dp->wire_send = (uint8_t*)device_alloc(copies * dp->wire_send_bytes);
         dp->wire_recv = (uint8_t*)device_alloc(copies * dp->wire_recv_bytes);
-        if (outer->feedback) { dp->st.residual = (float*)device_alloc(p->owned * sizeof(float)); }
+        if (outer->feedback) { dp->st.residual = (float*)device_alloc(p->sync_owned * sizeof(float)); }
     }
     if (outer->every > 0) {
         dp->xch = (DevExchange*)calloc_check(F, sizeof(DevExchange));
@@ -219,9 +225,9 @@ static void dev_dp_init(DeviceDP* dp, ncclComm_t world, int rank, int world_size
 // residual and -lo's snapshots and held sums (the -rq exchange buffers are not in the line).
 static void dev_dp_memory(const DeviceDP* dp, MemoryBytes* mem) {
     const DpPlan* p = &dp->plan;
-    mem->residual = dp->st.residual ? p->owned * sizeof(float) : 0;
+    mem->residual = dp->st.residual ? p->sync_owned * sizeof(float) : 0;
     if (dp->st.held) {
-        mem->overlap_snap = p->owned * sizeof(float);
+        mem->overlap_snap = p->sync_owned * sizeof(float);
         mem->overlap_held = p->held_off[p->num_fragments] * sizeof(float);
         mem->overlap = mem->overlap_snap + mem->overlap_held;
     }
@@ -230,8 +236,8 @@ static void dev_dp_memory(const DeviceDP* dp, MemoryBytes* mem) {
 static void dev_dp_free(DeviceDP* dp) {
     void* bufs[] = {dp->shard_grads, dp->group_pad, dp->group_recv, dp->loss, dp->norm, dp->st.outer, dp->st.momentum,
                     dp->outer_msg, dp->crc_buf, dp->st.residual, dp->wire_send, dp->wire_recv, dp->st.held,
-                    dp->st.snap, dp->flag};
-    for (int i = 0; i < 15; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
+                    dp->st.snap, dp->flag, dp->master_pad};
+    for (int i = 0; i < 16; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
     device_adamw_free(&dp->opt);
     for (int f = 0; dp->exchanged && f < dp->plan.num_fragments; f++) { cudaCheck(cudaEventDestroy(dp->exchanged[f].ev)); }
     free(dp->exchanged);
@@ -274,58 +280,81 @@ static size_t dev_dp_reduce_scatter_bucket(DeviceDP* dp, const DpBucket* b) {
     return received;
 }
 
-// On the communication stream, after the update (stages 1, 2): the parameters all-gathered from
-// every rank's slices, one NCCL group per bucket (wte, wpe, lnfw, lnfb first: the forward needs them
-// first), each followed by its params_ready event. Units S does not divide go through a zero-padded
-// copy. fragment >= 0 (-lf): that fragment's units only.
+// One unit of an array in the parameters' order (elements of `es` bytes, NCCL type t) all-gathered
+// over the shard group from each rank's slice, inside an open NCCL group on cs: in place where S
+// divides the unit, else through a zero-padded copy at *pad (advanced; copied back by
+// dev_dp_gather_unpad once the group has ended).
+static void dev_dp_gather_unit(DeviceDP* dp, const ShardUnit* unit, char* base, size_t es, ncclDataType_t t,
+                               char** pad, cudaStream_t cs) {
+    int S = dp->plan.mesh.dp_shard;
+    size_t mine;
+    size_t owned = unit_owned(unit, dp->plan.mesh.shard_idx, &mine);
+    char* at = base + unit->offset * es;
+    if (unit->size == unit->slice * S) {
+        ncclCheck(ncclAllGather(at + mine * es, at, unit->slice, t, dp->link.shard, cs));
+        return;
+    }
+    char* p = *pad;
+    cudaCheck(cudaMemcpyAsync(p + mine * es, at + mine * es, owned * es, cudaMemcpyDeviceToDevice, cs));
+    cudaCheck(cudaMemsetAsync(p + (mine + owned) * es, 0, (unit->slice - owned) * es, cs));
+    ncclCheck(ncclAllGather(p + mine * es, p, unit->slice, t, dp->link.shard, cs));
+    *pad += unit->slice * S * es;
+}
+
+static void dev_dp_gather_unpad(DeviceDP* dp, const ShardUnit* unit, char* base, size_t es, char** pad,
+                                cudaStream_t cs) {
+    int S = dp->plan.mesh.dp_shard;
+    if (unit->size == unit->slice * S) { return; }
+    cudaCheck(cudaMemcpyAsync(base + unit->offset * es, *pad, unit->size * es, cudaMemcpyDeviceToDevice, cs));
+    *pad += unit->slice * S * es;
+}
+
+// On the communication stream, after the update (stages 1, 2) or a sharded sync: the parameters
+// all-gathered from every rank's slices (with ZeRO 0's master weights too, which a sharded sync
+// updated in slices), one NCCL group per bucket (wte, wpe, lnfw, lnfb first: the forward needs them
+// first), each followed by its params_ready event. Units S does not divide go through zero-padded
+// copies. fragment >= 0 (-lf): that fragment's units only.
 static void dev_dp_all_gather_units(DeviceDP* dp, int fragment) {
     const DpPlan* p = &dp->plan;
-    int s = p->mesh.shard_idx, S = p->mesh.dp_shard, L = p->layout.num_layers, F = p->num_fragments;
+    int S = p->mesh.dp_shard, L = p->layout.num_layers, F = p->num_fragments;
     cudaStream_t cs = dp->link.comm_stream;
+    char* master = p->zero_stage == 0 && dp->opt.master ? (char*)dp->opt.master : NULL; // a sharded ZeRO 0 sync
     cudaCheck(cudaEventRecord(dp->link.update_done, 0));
     cudaCheck(cudaStreamWaitEvent(cs, dp->link.update_done, 0));
     int span = op_span_begin(OP_COMM, cs);
     size_t gathered = 0;
     for (int layer = -1; layer < L; layer++) {
         const DpBucket* b = &p->buckets[layer >= 0 ? layer : L];
-        floatX* pad = dp->group_pad;
+        char *pad = (char*)dp->group_pad, *mpad = (char*)dp->master_pad;
         ncclCheck(ncclGroupStart());
         for (int u = b->first; u < b->first + b->count; u++) {
             const ShardUnit* unit = &p->layout.units[u];
             if (fragment >= 0 && outer_unit_fragment(unit, L, F) != fragment) { continue; }
             gathered += unit->slice;
-            size_t mine;
-            size_t owned = unit_owned(unit, s, &mine);
-            floatX* pp = dp->params + unit->offset;
-            if (unit->size == unit->slice * S) {
-                ncclCheck(ncclAllGather(pp + mine, pp, unit->slice, ncclFloatX, dp->link.shard, cs));
-                continue;
-            }
-            cudaCheck(cudaMemcpyAsync(pad + mine, pp + mine, owned * sizeof(floatX), cudaMemcpyDeviceToDevice, cs));
-            cudaCheck(cudaMemsetAsync(pad + mine + owned, 0, (unit->slice - owned) * sizeof(floatX), cs));
-            ncclCheck(ncclAllGather(pad + mine, pad, unit->slice, ncclFloatX, dp->link.shard, cs));
-            pad += unit->slice * S;
+            dev_dp_gather_unit(dp, unit, (char*)dp->params, sizeof(floatX), ncclFloatX, &pad, cs);
+            if (master) { dev_dp_gather_unit(dp, unit, master, sizeof(float), ncclFloat, &mpad, cs); }
         }
         ncclCheck(ncclGroupEnd());
-        pad = dp->group_pad;
+        pad = (char*)dp->group_pad;
+        mpad = (char*)dp->master_pad;
         for (int u = b->first; u < b->first + b->count; u++) {
             const ShardUnit* unit = &p->layout.units[u];
             if (fragment >= 0 && outer_unit_fragment(unit, L, F) != fragment) { continue; }
-            if (unit->size == unit->slice * S) { continue; }
-            cudaCheck(cudaMemcpyAsync(dp->params + unit->offset, pad, unit->size * sizeof(floatX),
-                                      cudaMemcpyDeviceToDevice, cs));
-            pad += unit->slice * S;
+            dev_dp_gather_unpad(dp, unit, (char*)dp->params, sizeof(floatX), &pad, cs);
+            if (master) { dev_dp_gather_unpad(dp, unit, master, sizeof(float), &mpad, cs); }
         }
         device_link_record(&dp->link, &dp->link.params_ready[layer + 1]);
     }
-    op_span_end(span, 0.0, ring_bytes((double)gathered * S * sizeof(floatX), S, 0));
+    size_t es = sizeof(floatX) + (master ? sizeof(float) : 0);
+    op_span_end(span, 0.0, ring_bytes((double)gathered * S * es, S, 0));
     device_link_record(&dp->link, &dp->link.comm_done);
 }
 
-// The forward's hook (ParamsWaitFn): stream 0 waits for layer's gathered weights.
+// The forward's hook (ParamsWaitFn): stream 0 waits for layer's gathered weights (stages 1, 2, and
+// ZeRO 0 after a sharded sync).
 static void dev_dp_params_wait(void* ctx, int layer) {
     DeviceDP* dp = (DeviceDP*)ctx;
-    if (dp->plan.zero_stage != 0) {
+    if (dp->plan.sync_stage != 0) {
         OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.params_ready[layer + 1]));
     }
 }
@@ -581,50 +610,51 @@ static int dev_dp_sum_count(DeviceDP* dp, int count, const char* what) {
 }
 
 // ----------------------------------------------------------------------------
-// -ls: the outer sync of the replicas (llmc/outer_sync.h) on this rank's owned elements, the CPU
-// trainer's semantics. A rank's local parameters are its owned elements of the fp32 master
-// weights where the optimizer keeps them (master, in owned order), else of the floatX parameters
-// (at the owned spans). Everything here waits for the last parameter all-gather first (it writes
-// the parameters the owned spans lie in); outer syncs are rare.
+// -ls: the outer sync of the replicas (llmc/outer_sync.h) on this rank's sync elements (the plan's:
+// AdamW's, or with ZeRO 0 its ZeRO-1 slices, all-gathered in the replica after), the CPU trainer's
+// semantics. A rank's local parameters are its elements of the fp32 master weights where the
+// optimizer keeps them (master, at dp_span_adam's places), else of the floatX parameters (at the
+// sync spans). Everything here waits for the last parameter all-gather first (it writes the
+// parameters the spans lie in); outer syncs are rare.
 
-// dst (owned fp32 host values, owned order, padding 0) = the owned floatX parameters.
+// dst (fp32 host values in the sync's order, padding 0) = the floatX parameters of the sync's elements.
 static void dev_dp_download_owned(DeviceDP* dp, float* dst) {
     const DpPlan* p = &dp->plan;
     device_link_host_wait(&dp->link, "the owned parameters");
-    memset(dst, 0, p->owned * sizeof(float));
-    for (int i = 0; i < p->num_spans; i++) {
-        const OwnedSpan* sp = &p->spans[i];
+    memset(dst, 0, p->sync_owned * sizeof(float));
+    for (int i = 0; i < p->num_sync_spans; i++) {
+        const OwnedSpan* sp = &p->sync_spans[i];
         download_floatX(dst + sp->owned_offset, dp->params + sp->param_offset, sp->count);
     }
 }
 
-// The owned floatX parameters = src (owned order, fp32 host values), then (stages 1, 2) the
-// all-gather inside the replica, so that its ranks hold the same full parameters again; stream 0
-// waits for it.
+// The floatX parameters of the sync's elements = src (the sync's order, fp32 host values), then
+// (sync stage 1, 2) the all-gather inside the replica, so that its ranks hold the same full
+// parameters again; stream 0 waits for it.
 static void dev_dp_upload_owned(DeviceDP* dp, const float* src) {
     const DpPlan* p = &dp->plan;
     device_link_comm_wait(&dp->link);
-    for (int i = 0; i < p->num_spans; i++) {
-        const OwnedSpan* sp = &p->spans[i];
+    for (int i = 0; i < p->num_sync_spans; i++) {
+        const OwnedSpan* sp = &p->sync_spans[i];
         upload_floatX(dp->params + sp->param_offset, src + sp->owned_offset, sp->count);
     }
-    if (p->zero_stage == 0) { return; }
+    if (p->sync_stage == 0) { return; }
     dev_dp_all_gather_units(dp, -1);
     device_link_comm_wait(&dp->link);
     wait_device(0, dp->link.host_event, "the all-gather of the resumed parameters");
 }
 
-// outer = the owned local parameters (fp32), the outer momentum 0 (stream 0).
+// outer = the local parameters of the sync's elements (fp32), the outer momentum 0 (stream 0).
 static void dev_dp_outer_init(void* ctx) {
     DeviceDP* dp = (DeviceDP*)ctx;
     const DpPlan* p = &dp->plan;
     device_link_comm_wait(&dp->link);
-    cudaCheck(cudaMemsetAsync(dp->st.outer, 0, p->owned * sizeof(float), 0));
-    cudaCheck(cudaMemsetAsync(dp->st.momentum, 0, p->owned * sizeof(float), 0));
-    for (int i = 0; i < p->num_spans; i++) {
-        const OwnedSpan* sp = &p->spans[i];
-        size_t o = sp->owned_offset;
-        outer_local(dp->st.outer + o, dp->opt.master ? dp->opt.master + o : NULL, dp->params + sp->param_offset, sp->count);
+    cudaCheck(cudaMemsetAsync(dp->st.outer, 0, p->sync_owned * sizeof(float), 0));
+    cudaCheck(cudaMemsetAsync(dp->st.momentum, 0, p->sync_owned * sizeof(float), 0));
+    for (int i = 0; i < p->num_sync_spans; i++) {
+        const OwnedSpan* sp = &p->sync_spans[i];
+        const float* mw = dp->opt.master ? dp->opt.master + dp_span_adam(p, sp) : NULL;
+        outer_local(dp->st.outer + sp->owned_offset, mw, dp->params + sp->param_offset, sp->count);
     }
 }
 
@@ -802,7 +832,7 @@ static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* 
     for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
         const DpRun* r = &p->runs[i];
         size_t o = r->owned;
-        const float* mw = dp->opt.master ? dp->opt.master + o : NULL;
+        const float* mw = dp->opt.master ? dp->opt.master + r->adam : NULL;
         if (snap) { outer_local(snap + o, mw, dp->params + r->param, r->count); }
         outer_span_message(dst + r->packed, dp->st.outer + o, mw, dp->params + r->param, res ? res + o : NULL, r->count,
                            outer_plain_average(&call->c));
@@ -838,8 +868,8 @@ static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* 
 // The outer step of fragment call->fragment with its summed messages `sum` (packed): outer_update on
 // each owned element (the new local value to master and the floatX parameter; snap, -lo: merged with
 // the local values held at the exchange's start), the mean pseudo-gradient back into sum and its
-// squares summed (over the shard group in stages 1, 2), then (stages 1, 2) the all-gather of the
-// fragment's units inside the replica, which the next forward waits for layer by layer. Returns
+// squares summed (over the shard group in sync stages 1, 2), then (sync stages 1, 2) the all-gather of
+// the fragment's units inside the replica, which the next forward waits for layer by layer. Returns
 // the squared norm (one host wait).
 static float dev_dp_fragment_apply(DeviceDP* dp, const OuterCall* call, float* sum, const float* snap) {
     const DpPlan* p = &dp->plan;
@@ -851,11 +881,11 @@ static float dev_dp_fragment_apply(DeviceDP* dp, const OuterCall* call, float* s
     for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
         const DpRun* r = &p->runs[i];
         size_t o = r->owned;
-        outer_span_update(dp->st.outer + o, dp->st.momentum + o, sum + r->packed, dp->opt.master ? dp->opt.master + o : NULL,
+        outer_span_update(dp->st.outer + o, dp->st.momentum + o, sum + r->packed, dp->opt.master ? dp->opt.master + r->adam : NULL,
                           dp->params + r->param, snap ? snap + o : NULL, r->count, inv_R, &call->c);
     }
     sum_of_squares(dp->norm, sum, dp_frag_padded(p, f), dp->norm + S);
-    if (p->zero_stage != 0) {
+    if (p->sync_stage != 0) {
         dev_dp_norm_over_shard(dp);
         dev_dp_all_gather_units(dp, p->num_fragments > 1 ? f : -1);
     }
@@ -893,18 +923,18 @@ static void dev_dp_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
     DeviceDP* dp = (DeviceDP*)ctx;
     const DpPlan* p = &dp->plan;
     int R = p->mesh.dp_replicate, me = p->mesh.replicate_idx;
-    float* host = (float*)malloc_check((p->owned > 2 * (size_t)R ? p->owned : 2 * (size_t)R) * sizeof(float));
+    size_t n = p->owned > p->sync_owned ? p->owned : p->sync_owned;
+    float* host = (float*)malloc_check((n > 2 * (size_t)R ? n : 2 * (size_t)R) * sizeof(float));
     uint32_t crc = 0;
     if (outer) { // written on stream 0 (-lo: an exchange may still run on the communication stream)
         wait_device(0, dp->link.host_event, "the outer parameters");
-        cudaCheck(cudaMemcpy(host, dp->st.outer, p->owned * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(host, dp->st.outer, p->sync_owned * sizeof(float), cudaMemcpyDeviceToHost));
         crc = outer_state_crc(p, host);
+    } else if (dp->opt.master) { // AdamW's order: the parameters' in ZeRO 0 (dp_span_adam)
+        cudaCheck(cudaMemcpy(host, dp->opt.master, p->owned * sizeof(float), cudaMemcpyDeviceToHost));
+        crc = dp_plan_local_crc(p, host, p->zero_stage != 0);
     } else {
-        if (dp->opt.master) {
-            cudaCheck(cudaMemcpy(host, dp->opt.master, p->owned * sizeof(float), cudaMemcpyDeviceToHost));
-        } else {
-            dev_dp_download_owned(dp, host);
-        }
+        dev_dp_download_owned(dp, host);
         crc = dp_plan_local_crc(p, host, 1);
     }
     float mine[2];
@@ -924,35 +954,47 @@ static void dev_dp_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
 // m, v (and master weights); with -ls also the owned local parameters (the floatX parameters as
 // fp32, exact; the replicas differ between syncs), the outer state, the residual (-rq) and, with -lo
 // exchanges in flight, the local snapshots and the held sums (once every exchange has landed).
+// Host room for every state array (AdamW's of plan.owned elements, the sync's of plan.sync_owned).
+static float* dev_dp_state_host(const DpPlan* p, float** at) {
+    float* host = (float*)malloc_check((STATE_LOCAL * p->owned + (STATE_ARRAYS - STATE_LOCAL) * p->sync_owned) *
+                                       sizeof(float));
+    for (int k = 0; k < STATE_ARRAYS; k++) {
+        at[k] = host + (k < STATE_LOCAL ? k * p->owned : STATE_LOCAL * p->owned + (k - STATE_LOCAL) * p->sync_owned);
+    }
+    return host;
+}
+
 static void dev_dp_write_state(void* ctx, const char* path, const TrainState* s) {
     DeviceDP* dp = (DeviceDP*)ctx;
     const DpPlan* p = &dp->plan;
-    size_t n = p->owned;
-    float* host = (float*)malloc_check(n * sizeof(float) * STATE_ARRAYS);
+    size_t n = p->owned, ns = p->sync_owned;
     float* at[STATE_ARRAYS];
-    for (int k = 0; k < STATE_ARRAYS; k++) { at[k] = host + k * n; }
+    float* host = dev_dp_state_host(p, at);
+    if (p->sync_stage != p->zero_stage) { // a sharded ZeRO 0 sync's all-gather writes the master weights
+        device_link_host_wait(&dp->link, "the master weights");
+    }
     cudaCheck(cudaMemcpy(at[STATE_M], dp->opt.m, n * sizeof(float), cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(at[STATE_V], dp->opt.v, n * sizeof(float), cudaMemcpyDeviceToHost));
     if (dp->opt.master) { cudaCheck(cudaMemcpy(at[STATE_MASTER], dp->opt.master, n * sizeof(float), cudaMemcpyDeviceToHost)); }
     if (s->has_local) { dev_dp_download_owned(dp, at[STATE_LOCAL]); }
     OuterState h = {at[STATE_OUTER], at[STATE_OUTER_M], at[STATE_RESIDUAL], NULL, at[STATE_PEND_SNAP]};
     if (s->has_outer) {
-        cudaCheck(cudaMemcpy(h.outer, dp->st.outer, n * sizeof(float), cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(h.momentum, dp->st.momentum, n * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h.outer, dp->st.outer, ns * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h.momentum, dp->st.momentum, ns * sizeof(float), cudaMemcpyDeviceToHost));
     }
     if (s->has_pending) { // every exchange landed first (all its chunks issued, the communication stream)
         dev_dp_drain(dp, -1);
         device_link_host_wait(&dp->link, "the -lo exchanges in flight");
         size_t total = p->held_off[p->num_fragments];
         float* packed = (float*)malloc_check(total * sizeof(float));
-        cudaCheck(cudaMemcpy(h.snap, dp->st.snap, n * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h.snap, dp->st.snap, ns * sizeof(float), cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(packed, dp->st.held, total * sizeof(float), cudaMemcpyDeviceToHost));
         dp_plan_held_owned(p, packed, at[STATE_PEND_SUM], 1);
         free(packed);
     }
     if (s->has_residual) {
         device_link_host_wait(&dp->link, "the residual"); // written on stream 0 at an exchange's start
-        cudaCheck(cudaMemcpy(h.residual, dp->st.residual, n * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(h.residual, dp->st.residual, ns * sizeof(float), cudaMemcpyDeviceToHost));
     }
     StateArrays arrays = {{at[STATE_M], at[STATE_V], dp->opt.master ? at[STATE_MASTER] : NULL}};
     outer_state_arrays(&arrays, s, &h, at[STATE_LOCAL], at[STATE_PEND_SUM]);
@@ -966,10 +1008,9 @@ static void dev_dp_write_state(void* ctx, const char* path, const TrainState* s)
 static void dev_dp_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
     DeviceDP* dp = (DeviceDP*)ctx;
     const DpPlan* p = &dp->plan;
-    size_t n = p->owned;
-    float* host = (float*)malloc_check(STATE_ARRAYS * n * sizeof(float));
+    size_t n = p->owned, ns = p->sync_owned;
     float* at[STATE_ARRAYS];
-    for (int k = 0; k < STATE_ARRAYS; k++) { at[k] = host + k * n; }
+    float* host = dev_dp_state_host(p, at);
     OuterState h = {dp->st.outer ? at[STATE_OUTER] : NULL, dp->st.momentum ? at[STATE_OUTER_M] : NULL,
                     dp->st.residual ? at[STATE_RESIDUAL] : NULL, NULL, dp->st.held ? at[STATE_PEND_SNAP] : NULL};
     StateArrays arrays = {{at[STATE_M], at[STATE_V], dp->opt.master ? at[STATE_MASTER] : NULL}};
@@ -982,16 +1023,16 @@ static void dev_dp_read_state(void* ctx, const char* dir, int step, const StateT
     }
     if (got->has_local) { dev_dp_upload_owned(dp, at[STATE_LOCAL]); }
     if (got->has_outer) {
-        cudaCheck(cudaMemcpy(dp->st.outer, h.outer, n * sizeof(float), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(dp->st.momentum, h.momentum, n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(dp->st.outer, h.outer, ns * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(dp->st.momentum, h.momentum, ns * sizeof(float), cudaMemcpyHostToDevice));
     }
     if (dp->st.residual && got->has_residual) {
-        cudaCheck(cudaMemcpy(dp->st.residual, h.residual, n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(dp->st.residual, h.residual, ns * sizeof(float), cudaMemcpyHostToDevice));
     }
     if (got->has_pending) {
         size_t total = p->held_off[p->num_fragments];
         float* packed = (float*)calloc_check(total, sizeof(float));
-        cudaCheck(cudaMemcpy(dp->st.snap, at[STATE_PEND_SNAP], n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(dp->st.snap, at[STATE_PEND_SNAP], ns * sizeof(float), cudaMemcpyHostToDevice));
         dp_plan_held_owned(p, packed, at[STATE_PEND_SUM], 0);
         cudaCheck(cudaMemcpy(dp->st.held, packed, total * sizeof(float), cudaMemcpyHostToDevice));
         free(packed);

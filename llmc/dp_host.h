@@ -119,15 +119,16 @@ static void host_dp_init(HostDP* dp, const GPT2Config* c, int world, int rank, i
     dp->opt_m = (float*)cpu_zeroed_touched(p->owned, sizeof(float), "AdamW's m");
     dp->opt_v = (float*)cpu_zeroed_touched(p->owned, sizeof(float), "AdamW's v");
     int ls = outer->every > 0;
-    dp->st.outer = ls ? (float*)calloc_check(p->owned, sizeof(float)) : NULL;
-    dp->st.momentum = ls ? (float*)calloc_check(p->owned, sizeof(float)) : NULL;
+    dp->st.outer = ls ? (float*)calloc_check(p->sync_owned, sizeof(float)) : NULL;
+    dp->st.momentum = ls ? (float*)calloc_check(p->sync_owned, sizeof(float)) : NULL;
     size_t padded_shard = round_up(l->shard_elements, mesh->dp_replicate);
     dp->shard_grads = zero_stage == 0 ? NULL : (float*)calloc_check(padded_shard, sizeof(float));
-    // scratch: a padded unit (stages 1, 2) or one slice of the stage-0 all-reduce (over the shard
-    // group with -ls, or the outer sync's over the replicas); ring_tmp: the largest slice a ring
-    // step receives
+    // scratch: a padded unit (stages 1, 2, and a sync sharded over ZeRO 0's shard group) or one slice
+    // of the stage-0 all-reduce (over the shard group with -ls, or the outer sync's over the
+    // replicas); ring_tmp: the largest slice a ring step receives
     int groups = mesh->dp_shard < mesh->dp_replicate ? mesh->dp_shard : mesh->dp_replicate;
     size_t scratch = zero_stage == 0 ? ceil_div(p->num_parameters, ls ? groups : world) : l->max_padded;
+    if (p->sync_stage != 0 && scratch < l->max_padded) { scratch = l->max_padded; }
     size_t tmp = zero_stage == 0 ? 1 : l->max_padded / mesh->dp_shard;
     if (zero_stage != 0 && padded_shard / mesh->dp_replicate > tmp) { tmp = padded_shard / mesh->dp_replicate; }
     int compressed = outer_compressed(outer);
@@ -143,7 +144,7 @@ static void host_dp_init(HostDP* dp, const GPT2Config* c, int world, int rank, i
         dp->unit_grads[u] = grad_tensors[unit->tensor] + layer_offset;
     }
     if (compressed && outer->feedback) { // the residual, zero, one per owned element (padded to R)
-        dp->st.residual = (float*)calloc_check(p->owned_padded, sizeof(float));
+        dp->st.residual = (float*)calloc_check(p->sync_padded, sizeof(float));
     }
     if (compressed) { // the trainer thread's exchange buffers (format after -rqs): the largest
         // fragment with -ls, the owned gradient (its residual not packed) with -ls 0
@@ -169,7 +170,7 @@ static void host_dp_init_overlap(HostDP* dp) {
              "(%d); use -lo 0 or an MPI built with thread support", o->overlap, level, MPI_THREAD_MULTIPLE);
     }
     dp->st.held = (float*)calloc_check(p->held_off[F], sizeof(float));
-    dp->st.snap = (float*)calloc_check(p->owned, sizeof(float));
+    dp->st.snap = (float*)calloc_check(p->sync_owned, sizeof(float));
     dp->jobs = (HostExchange*)calloc_check(F, sizeof(HostExchange));
     MPI_Comm dup;
     MPI_Comm_dup(dp->replica.comm, &dup);
@@ -184,11 +185,11 @@ static void host_dp_init_overlap(HostDP* dp) {
 // residual, the trainer thread's exchange buffers, and -lo's snapshots, held sums and thread buffers.
 static void host_dp_memory(const HostDP* dp, MemoryBytes* mem) {
     const DpPlan* p = &dp->plan;
-    mem->residual = dp->st.residual ? p->owned * 4 : 0;
+    mem->residual = dp->st.residual ? p->sync_owned * 4 : 0;
     mem->wire = dp->sbuf_bytes;
     if (dp->st.held) {
         const OuterExchangeBuffers* b = &dp->wbuf_bytes;
-        mem->overlap_snap = p->owned * 4;
+        mem->overlap_snap = p->sync_owned * 4;
         mem->overlap_held = p->held_off[p->num_fragments] * 4;
         mem->overlap_wire = b->tmp + b->sent + b->got + b->packed;
         mem->overlap = mem->overlap_snap + mem->overlap_held + mem->overlap_wire;
@@ -410,34 +411,35 @@ static void host_dp_zero_shard_grads(HostDP* dp) {
 }
 
 // ----------------------------------------------------------------------------
-// -ls: the outer sync of the replicas (llmc/outer_sync.h) on this rank's owned elements
+// -ls: the outer sync of the replicas (llmc/outer_sync.h) on this rank's sync elements (the
+// plan's: AdamW's, or with ZeRO 0 its ZeRO-1 slices, every unit all-gathered in the replica after)
 
-// dst (owned order) = the owned parameters.
+// dst (the sync's order) = the parameters of the sync's elements.
 static void host_dp_owned_params(const HostDP* dp, float* dst) {
     const DpPlan* p = &dp->plan;
-    for (int i = 0; i < p->num_spans; i++) {
-        const OwnedSpan* sp = &p->spans[i];
+    for (int i = 0; i < p->num_sync_spans; i++) {
+        const OwnedSpan* sp = &p->sync_spans[i];
         memcpy(dst + sp->owned_offset, dp->params + sp->param_offset, sp->count * sizeof(float));
     }
 }
 
-// The owned parameters = src (owned order), then (stages 1, 2) every unit all-gathered in the
-// shard group, so that the replica's ranks hold the same full parameters again.
+// The parameters of the sync's elements = src (the sync's order), then (sync stage 1, 2) every unit
+// all-gathered in the shard group, so that the replica's ranks hold the same full parameters again.
 static void host_dp_set_owned_params(HostDP* dp, const float* src) {
     const DpPlan* p = &dp->plan;
-    for (int i = 0; i < p->num_spans; i++) {
-        const OwnedSpan* sp = &p->spans[i];
+    for (int i = 0; i < p->num_sync_spans; i++) {
+        const OwnedSpan* sp = &p->sync_spans[i];
         memcpy(dp->params + sp->param_offset, src + sp->owned_offset, sp->count * sizeof(float));
     }
-    if (p->zero_stage == 0) { return; }
+    if (p->sync_stage == 0) { return; }
     for (int u = 0; u < p->layout.num_units; u++) { host_dp_all_gather_unit(dp, u); }
 }
 
-// outer = the owned local parameters, the outer momentum 0.
+// outer = the local parameters of the sync's elements, the outer momentum 0.
 static void host_dp_outer_init(void* ctx) {
     HostDP* dp = (HostDP*)ctx;
-    memset(dp->st.outer, 0, dp->plan.owned * sizeof(float));
-    memset(dp->st.momentum, 0, dp->plan.owned * sizeof(float));
+    memset(dp->st.outer, 0, dp->plan.sync_owned * sizeof(float));
+    memset(dp->st.momentum, 0, dp->plan.sync_owned * sizeof(float));
     host_dp_owned_params(dp, dp->st.outer);
 }
 
@@ -561,7 +563,7 @@ static size_t host_dp_exchange_job(void* arg) {
 
 // The outer step of fragment call->fragment with its summed messages: outer_update on each owned
 // element, local = outer (snap NULL) or outer_merge with the local value snap held at the
-// exchange's start (-lo), then the all-gather of the fragment's units in the replica. Returns the
+// exchange's start (-lo), then (sync stage 1, 2) the all-gather of the fragment's units in the replica. Returns the
 // fragment's mean pseudo-gradient's squared norm over the whole replica.
 static float host_dp_fragment_apply(HostDP* dp, const OuterCall* call, const float* sum, const float* snap) {
     const DpPlan* p = &dp->plan;
@@ -581,7 +583,7 @@ static float host_dp_fragment_apply(HostDP* dp, const OuterCall* call, const flo
             sq += (double)delta * delta;
         }
     }
-    if (p->zero_stage == 0) { return (float)sq; }
+    if (p->sync_stage == 0) { return (float)sq; }
     for (int u = 0; u < p->layout.num_units; u++) {
         if (outer_unit_fragment(&p->layout.units[u], p->layout.num_layers, p->num_fragments) == f) {
             host_dp_all_gather_unit(dp, u);
@@ -668,9 +670,9 @@ static void host_dp_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
 static void host_dp_write_state(void* ctx, const char* path, const TrainState* s) {
     HostDP* dp = (HostDP*)ctx;
     const DpPlan* p = &dp->plan;
-    float* local = s->has_local ? (float*)calloc_check(p->owned, sizeof(float)) : NULL;
+    float* local = s->has_local ? (float*)calloc_check(p->sync_owned, sizeof(float)) : NULL;
     if (local) { host_dp_owned_params(dp, local); }
-    float* sums = s->has_pending ? (float*)calloc_check(p->owned, sizeof(float)) : NULL;
+    float* sums = s->has_pending ? (float*)calloc_check(p->sync_owned, sizeof(float)) : NULL;
     if (sums) {
         host_dp_overlap_drain(dp);
         dp_plan_held_owned(p, dp->st.held, sums, 1);
@@ -685,8 +687,8 @@ static void host_dp_write_state(void* ctx, const char* path, const TrainState* s
 static void host_dp_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
     HostDP* dp = (HostDP*)ctx;
     const DpPlan* p = &dp->plan;
-    float* local = dp->st.outer ? (float*)calloc_check(p->owned, sizeof(float)) : NULL;
-    float* sums = dp->st.held ? (float*)calloc_check(p->owned, sizeof(float)) : NULL;
+    float* local = dp->st.outer ? (float*)calloc_check(p->sync_owned, sizeof(float)) : NULL;
+    float* sums = dp->st.held ? (float*)calloc_check(p->sync_owned, sizeof(float)) : NULL;
     StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL}};
     outer_state_targets(&arrays, &dp->st, local, sums);
     state_load_arrays(dir, step, target, got, &arrays);

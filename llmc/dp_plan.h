@@ -1,7 +1,7 @@
 // The data-parallel plan of one rank, computed once at start-up in host code from the flags and
 // the model's tensor table, the same for both trainers: the mesh (docs/design.md section 3), the
 // ZeRO stage and shard layout (section 4), the elements this rank owns and where they lie in the
-// parameters (owned spans), the buckets (the units one finished layer of backward hands to the
+// parameters (owned spans: AdamW's, and the replica sync's where they differ), the buckets (the units one finished layer of backward hands to the
 // shard group's reduce-scatter), the -lf fragments (every owned element's place in its
 // fragment's packed message) and the replica link's settings. The data-parallel layer's backends
 // (llmc/dp_host.h, llmc/dp_device.cuh) size and address their buffers by it; nothing here moves
@@ -13,12 +13,13 @@
 #include "mesh.h"
 #include "outer_sync.h"
 
-// A run of owned elements of one unit: parameters [param, +count) are owned elements [owned,
-// +count) and places [packed, +count) of fragment `fragment`'s packed message. A unit's run has
-// all of its owned elements (ZeRO 0: the whole unit; 1, 2: this rank's slice without its padding);
-// its place in the message counts the padding (the slice), as the AdamW state does.
+// A run of the replica sync's elements of one unit: parameters [param, +count) are its elements
+// [owned, +count) (the outer state's order), AdamW's [adam, +count) (the master weights') and places
+// [packed, +count) of fragment `fragment`'s packed message. A unit's run has all of its elements
+// (sync stage 0: the whole unit; 1, 2: this rank's slice without its padding); its place in the
+// message counts the padding (the slice), as the outer state does.
 typedef struct {
-    size_t param, owned, packed, count;
+    size_t param, owned, adam, packed, count;
     int fragment;
 } DpRun;
 
@@ -36,14 +37,21 @@ typedef struct {
     ShardLayout layout;
     size_t tensor_sizes[NUM_PARAMETER_TENSORS]; // the model's 16 tensors, in file order
     size_t num_parameters;
-    size_t owned;          // elements this rank owns: every parameter (ZeRO 0) or its slices of every unit
-    size_t owned_padded;   // owned rounded up to dp_replicate: R equal slices on the replica link
-    OwnedSpan* spans;      // the owned elements in the parameters (llmc/outer_sync.h)
+    size_t owned;          // AdamW's elements on this rank: every parameter (ZeRO 0) or its slices of every unit
+    size_t owned_padded;   // owned rounded up to dp_replicate: R equal slices on the replica link (-ls 0)
+    OwnedSpan* spans;      // AdamW's elements in the parameters (llmc/outer_sync.h)
     int num_spans;
+    // the replica sync's elements (the outer state, the residual, -lo's snapshots; llmc/mesh.h's
+    // sync_stage_of): AdamW's, or with ZeRO 0 and -ls over S > 1 ranks this rank's ZeRO-1 slices
+    int sync_stage;
+    size_t sync_owned;
+    size_t sync_padded;    // sync_owned rounded up to dp_replicate
+    OwnedSpan* sync_spans;
+    int num_sync_spans;
     DpBucket* buckets;     // layers 0..L-1, then the globals (index L)
     size_t bucket_slices_max, bucket_padded_max;
     const OuterConfig* outer; // the replica sync's settings (the run's TrainArgs.outer)
-    // -ls (one fragment without -lf): every unit's run, by fragment, then in owned order;
+    // -ls (one fragment without -lf): every unit's run of the sync's elements, by fragment, then in their order;
     // fragment f's runs are runs[frag_runs[f] .. frag_runs[f + 1]), its packed length (padding
     // included) frag_count[f], and its held sum (-lo) starts at held_off[f] of a buffer of
     // held_off[F] (each fragment rounded up to R)
@@ -79,6 +87,12 @@ static void dp_plan_init(DpPlan* p, const GPT2Config* c, int world, int rank, in
     p->owned_padded = round_up(p->owned, R);
     p->spans = (OwnedSpan*)malloc_check(l->num_units * sizeof(OwnedSpan));
     p->num_spans = owned_spans(l, zero_stage, p->mesh.shard_idx, p->num_parameters, p->spans);
+    int ss = sync_stage_of(zero_stage, outer->every, S);
+    p->sync_stage = ss;
+    p->sync_owned = ss == 0 ? p->num_parameters : l->shard_elements;
+    p->sync_padded = round_up(p->sync_owned, R);
+    p->sync_spans = (OwnedSpan*)malloc_check(l->num_units * sizeof(OwnedSpan));
+    p->num_sync_spans = owned_spans(l, ss, p->mesh.shard_idx, p->num_parameters, p->sync_spans);
     p->buckets = (DpBucket*)malloc_check((l->num_layers + 1) * sizeof(DpBucket));
     for (int b = 0; b <= l->num_layers; b++) {
         DpBucket* k = &p->buckets[b];
@@ -101,9 +115,10 @@ static void dp_plan_init(DpPlan* p, const GPT2Config* c, int world, int rank, in
         const ShardUnit* unit = &l->units[u];
         DpRun* r = &p->runs[u];
         size_t first = 0;
-        r->count = zero_stage == 0 ? unit->size : unit_owned(unit, p->mesh.shard_idx, &first);
+        r->count = ss == 0 ? unit->size : unit_owned(unit, p->mesh.shard_idx, &first);
         r->param = unit->offset + first;
-        r->owned = zero_stage == 0 ? unit->offset : unit->shard_offset;
+        r->owned = ss == 0 ? unit->offset : unit->shard_offset;
+        r->adam = zero_stage == 0 ? r->param : r->owned; // dp_span_adam's rule
         r->fragment = outer_unit_fragment(unit, l->num_layers, F);
     }
     qsort(p->runs, p->num_runs, sizeof(DpRun), dp_run_order);
@@ -114,11 +129,11 @@ static void dp_plan_init(DpPlan* p, const GPT2Config* c, int world, int rank, in
         DpRun* r = &p->runs[i];
         const ShardUnit* unit = &l->units[0];
         for (int u = 0; u < l->num_units; u++) { // the run's unit: its packed length counts the padding
-            size_t at = zero_stage == 0 ? l->units[u].offset : l->units[u].shard_offset;
+            size_t at = ss == 0 ? l->units[u].offset : l->units[u].shard_offset;
             if (at == r->owned) { unit = &l->units[u]; }
         }
         r->packed = p->frag_count[r->fragment];
-        p->frag_count[r->fragment] += zero_stage == 0 ? unit->size : unit->slice;
+        p->frag_count[r->fragment] += ss == 0 ? unit->size : unit->slice;
         p->frag_runs[r->fragment + 1] = i + 1;
     }
     for (int f = 1; f <= F; f++) {
@@ -132,6 +147,7 @@ static void dp_plan_init(DpPlan* p, const GPT2Config* c, int world, int rank, in
 
 static void dp_plan_free(DpPlan* p) {
     free(p->spans);
+    free(p->sync_spans);
     free(p->buckets);
     free(p->runs);
     free(p->frag_runs);
@@ -140,14 +156,20 @@ static void dp_plan_free(DpPlan* p) {
     shard_layout_free(&p->layout);
 }
 
+// Where a span of the sync's elements lies in AdamW's arrays (the master weights): at its parameters
+// in ZeRO 0 (AdamW's order is the parameters'), else at its place in the sync's order (the same slices).
+static size_t dp_span_adam(const DpPlan* p, const OwnedSpan* sp) {
+    return p->zero_stage == 0 ? sp->param_offset : sp->owned_offset;
+}
+
 // fragment f's packed length rounded up to R slices, and one slice of it.
 static size_t dp_frag_padded(const DpPlan* p, int f) { return round_up(p->frag_count[f], p->mesh.dp_replicate); }
 static size_t dp_frag_slice(const DpPlan* p, int f) { return dp_frag_padded(p, f) / p->mesh.dp_replicate; }
 
 // Host arrays: a packed buffer of every fragment's held values (fragment f's at held_off[f]) to
-// owned order (to_owned 1; padding 0) or back (0).
+// the sync's order (to_owned 1; padding 0) or back (0).
 static void dp_plan_held_owned(const DpPlan* p, float* held, float* owned_order, int to_owned) {
-    if (to_owned) { memset(owned_order, 0, p->owned * sizeof(float)); }
+    if (to_owned) { memset(owned_order, 0, p->sync_owned * sizeof(float)); }
     for (int f = 0; f < p->num_fragments; f++) {
         for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
             const DpRun* r = &p->runs[i];

@@ -104,6 +104,14 @@ static int zero_reduces_in_micro_step(int zero_stage, int last_micro_step) {
     return zero_stage == 2 || (zero_stage == 1 && last_micro_step);
 }
 
+// The layout of the replica sync's elements (-ls: the outer parameters and momentum, the residual,
+// the exchange): the ZeRO stage's, but with ZeRO 0 and -ls on S > 1 ranks per replica the ZeRO-1
+// slices (1), so that each rank of a replica keeps and sends 1/S of them (AdamW still updates
+// every element there).
+static int sync_stage_of(int zero_stage, int ls_every, int dp_shard) {
+    return zero_stage == 0 && ls_every > 0 && dp_shard > 1 ? 1 : zero_stage;
+}
+
 // The units whose gradients are complete when backward reports `layer`: that layer's 12
 // tensors, or (layer -1, reported last) wte, wpe, lnfw and lnfb.
 static void layer_units(const ShardLayout* s, int layer, int* first, int* count) {

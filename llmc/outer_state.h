@@ -1,10 +1,11 @@
 // The replica sync's state on one rank, shared by both trainers' data-parallel layer: the outer
 // parameters and the outer momentum (-ls), the error-feedback residual (-rq/-rk with -ref 1), and
 // the exchanges in flight (-lo): each fragment's held sum and the owned local values taken when
-// its exchange started. All in the owned order of the AdamW state (llmc/dp_plan.h), fp32, in host
+// its exchange started. All in the sync's order (llmc/dp_plan.h), fp32, in host
 // memory (the CPU trainer) or device memory (the GPU trainer). The checkpoint part: which state
 // file arrays (llmc/ckpt_state_file.h) a checkpoint of a step holds, and the CRC-32C the replica
-// agreement check compares (llmc/outer_sync.h).
+// agreement check compares (llmc/outer_sync.h). Its elements are the plan's sync elements
+// (plan.sync_owned, plan.sync_spans): AdamW's, or with ZeRO 0 and -ls this rank's ZeRO-1 slices.
 #ifndef LLMC_OUTER_STATE_H
 #define LLMC_OUTER_STATE_H
 
@@ -13,14 +14,14 @@
 #include "crc32c.h"
 
 typedef struct {
-    float* outer;     // -ls: the outer parameters (plan.owned), else NULL
+    float* outer;     // -ls: the outer parameters (plan.sync_owned), else NULL
     float* momentum;  // -ls: the outer Nesterov momentum
-    float* residual;  // -rq/-rk with error feedback: what encoding lost (owned, padded to R), else NULL
+    float* residual;  // -rq/-rk with error feedback: what encoding lost (sync elements, padded to R), else NULL
     float* held;      // -lo: each fragment's summed messages while in flight (packed, plan.held_off), else NULL
-    float* snap;      // -lo: the owned local values when their fragment's exchange started
+    float* snap;      // -lo: the local values when their fragment's exchange started
 } OuterState;
 
-// The state file's arrays beyond m, v and master, all host memory in owned order: the owned local
+// The state file's arrays beyond m, v and master, all host memory in the sync's order: the local
 // parameters (-ls, local), the outer state (h: host copies or the state itself), and with exchanges
 // in flight the snapshots and the held sums (held_owned: dp_plan_held_owned's owned order).
 static void outer_state_arrays(StateArrays* a, const TrainState* s, const OuterState* h, float* local,
@@ -34,7 +35,7 @@ static void outer_state_arrays(StateArrays* a, const TrainState* s, const OuterS
 }
 
 // Where a resume may load them: the arrays of h that exist (host memory: the state itself, or host
-// copies), local (plan.owned floats of scratch) where h has an outer state, held_owned where it has
+// copies), local (plan.sync_owned floats of scratch) where h has an outer state, held_owned where it has
 // snapshots (-lo).
 static void outer_state_targets(StateArrays* a, const OuterState* h, float* local, float* held_owned) {
     a->a[STATE_LOCAL] = h->outer ? local : NULL;
@@ -45,17 +46,17 @@ static void outer_state_targets(StateArrays* a, const OuterState* h, float* loca
     a->a[STATE_PEND_SUM] = h->snap ? held_owned : NULL;
 }
 
-// The CRC-32C of the owned outer parameters (every owned element, padding included), host memory.
+// The CRC-32C of the outer parameters (every sync element, padding included), host memory.
 static uint32_t outer_state_crc(const DpPlan* p, const float* outer) {
-    return crc32c_update(0, outer, p->owned * sizeof(float));
+    return crc32c_update(0, outer, p->sync_owned * sizeof(float));
 }
 
-// The CRC-32C of the owned local parameters, span by span (no padding): owned_order 1 reads
-// them in owned order (host copies), 0 at their places in the parameters.
+// The CRC-32C of the local parameters of the sync's elements, span by span (no padding): owned_order
+// 1 reads them in the sync's order (host copies), 0 at their places in the parameters.
 static uint32_t dp_plan_local_crc(const DpPlan* p, const float* values, int owned_order) {
     uint32_t crc = 0;
-    for (int i = 0; i < p->num_spans; i++) {
-        const OwnedSpan* sp = &p->spans[i];
+    for (int i = 0; i < p->num_sync_spans; i++) {
+        const OwnedSpan* sp = &p->sync_spans[i];
         crc = crc32c_update(crc, values + (owned_order ? sp->owned_offset : sp->param_offset), sp->count * sizeof(float));
     }
     return crc;

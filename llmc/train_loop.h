@@ -36,6 +36,7 @@
 #include "outer_sync.h"
 #include "op_profile.h"
 #include "dp_ops.h"
+#include "dp_plan.h"
 
 // What a trainer does its own way. ctx is the trainer's own state (model, optimizer, communicators).
 typedef struct {
@@ -93,6 +94,8 @@ typedef struct {
     Logger logger;
     EvalRun hellaswag;        // -h 1
     size_t opt_owned;         // optimizer elements this rank holds (its state file's m, v, master)
+    int sync_stage;           // the replica sync's layout and elements (its -ls arrays; llmc/dp_plan.h)
+    size_t sync_owned;
     int opt_has_master;       // whether it keeps fp32 master weights
     StepGuard guard;          // skipped (non-finite, spiking) steps
     int preempted;            // the run stopped on a signal (llmc/preempt.h)
@@ -139,6 +142,8 @@ static TrainState run_train_state(const TrainRun* r, int step) {
     const TrainArgs* a = r->args;
     TrainState s = train_state_now(a, r->mesh, r->zero_stage, step, &r->train, &r->sample_rng, r->opt_owned,
                                    r->opt_has_master);
+    s.sync_stage = r->sync_stage;
+    s.sync_owned = r->sync_owned;
     step_guard_save(&r->guard, &s);
     s.outer = *r->outer; // its header keeps what applies (state_pack_header)
     if (r->outer->every > 0) {
@@ -174,12 +179,16 @@ static void run_restore_inflight(TrainRun* r, int step) {
 // Start-up, part 2 (the trainer has built its model and optimizer): the loaders, the schedule,
 // AdamW's settings, the sampler; when resuming, this rank's optimizer state, the step, the
 // sampler and the data position from the checkpoint; then main.log (appended to when resuming).
-static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t opt_owned, int opt_has_master,
-                        const TrainerOps* ops) {
+static void run_prepare(TrainRun* r, const DpPlan* plan, int opt_has_master, const TrainerOps* ops) {
     const TrainArgs* a = r->args;
+    const Mesh* mesh = &plan->mesh;
+    int zero_stage = plan->zero_stage;
+    size_t opt_owned = plan->owned;
     r->mesh = mesh;
     r->zero_stage = zero_stage;
     r->opt_owned = opt_owned;
+    r->sync_stage = plan->sync_stage;
+    r->sync_owned = plan->sync_owned;
     r->opt_has_master = opt_has_master;
     r->have_val = dataloaders_for_run(a, mesh, r->grad_accum, r->config.vocab_size, &r->train, &r->val, &r->max_steps);
     r->schedule = schedule_from_args(a, r->max_steps);
@@ -200,8 +209,11 @@ static void run_prepare(TrainRun* r, const Mesh* mesh, int zero_stage, size_t op
     for (int f = 0; f < outer_num_fragments(outer); f++) { r->outer_inflight[f] = -1; }
     step_guard_init(&r->guard, a->max_skips, a->spike_z, a->spike_window);
     if (r->resume_step >= 0) {
-        StateTarget target = {r->rank, r->world, mesh->dp_shard, zero_stage, a->B, a->T, a->total_batch, opt_owned,
-                              opt_has_master, &r->config, outer, outer_has_residual(outer)};
+        StateTarget target = {.rank = r->rank, .world = r->world, .dp_shard = mesh->dp_shard, .zero_stage = zero_stage,
+                              .B = a->B, .T = a->T, .total_batch = a->total_batch, .owned = opt_owned,
+                              .has_master = opt_has_master, .sync_stage = plan->sync_stage,
+                              .sync_owned = plan->sync_owned, .config = &r->config, .outer = outer,
+                              .has_residual = outer_has_residual(outer)};
         TrainState got;
         ops->dp.read_state(ops->dp.ctx, a->log_dir, r->resume_step, &target, &got);
         r->outer_ready = got.has_outer;

@@ -162,8 +162,9 @@ check multi_gpu_checked_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/train
 check multi_gpu_checked_fp32_bf16_1_2_ranks multi_gpu_checked
 
 # -ls through the checked FP32 build (the outer sync's kernels, its all-reduce on the communication
-# stream, the CRC all-gather, a resume inside a window): 2 x 1 ZeRO 1 under reverse and 2 x 2 ZeRO 2
-# under random:4, each run to step 4 with a checkpoint at step 3 and resumed from it: no --check
+# stream, the CRC all-gather, a resume inside a window): 2 x 1 ZeRO 1 under reverse and 2 x 2 ZeRO 0
+# (the sync sharded over the replica's ranks, the parameters all-gathered after it, which the next
+# forward waits for layer by layer) under random:4, each run to step 4 with a checkpoint at step 3 and resumed from it: no --check
 # report, and the resumed steps equal the uninterrupted ones (multi_gpu_checked_diloco NP DS Z SCHED
 # [OUTER_FLAGS [DIR_SUFFIX]]).
 multi_gpu_checked_diloco() {
@@ -180,7 +181,7 @@ multi_gpu_checked_diloco() {
     [ "$(grep '^s:4 trl' $d/main.log)" = "$(grep '^s:4 trl' $d.part/main.log)" ] && cmp $d/model_final.bin $d.part/model_final.bin
 }
 check_bg multi_gpu_checked_diloco_2x1_reverse multi_gpu_checked_diloco 2 1 1 reverse
-check_bg multi_gpu_checked_diloco_2x2_random multi_gpu_checked_diloco 4 2 2 random:4
+check_bg multi_gpu_checked_diloco_2x2_random multi_gpu_checked_diloco 4 2 0 random:4
 # -lo 2's chunks (two steps per exchange, fragments in flight, int8 phases) and a checkpoint at step 3
 # with an exchange in flight (its chunks issued at once), resumed
 check_bg multi_gpu_checked_diloco_lo2_random multi_gpu_checked_diloco 2 1 1 random:4 "-ls 3 -lf 2 -lo 2 -rq int8" _lo2
