@@ -56,6 +56,11 @@ build/cpu/train_gpt2cpu_single: train_gpt2.c $(LLMC_HEADERS)
 ckpt_tool: dev/ckpt_tool.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) -I. -o $@ dev/ckpt_tool.c $(LDLIBS)
 
+# one rank of the -pi fs / tcp rendezvous alone (llmc/rendezvous.h), for dev/test_rendezvous.py
+build/rendezvous_tool: dev/rendezvous_tool.c llmc/rendezvous.h llmc/utils.h
+	@mkdir -p build
+	cc -O1 -Wall -Wno-unused-function -o $@ dev/rendezvous_tool.c
+
 deps:
 	@bash dev/install_deps.sh
 

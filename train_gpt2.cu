@@ -603,7 +603,10 @@ int main(int argc, char** argv) {
     cudaCheck(cudaSetDevice(device));
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, device));
-    ncclComm_t world_comm = nccl_world_init(&proc, args.init_method, args.init_path, args.server_ip, args.server_port);
+    Rendezvous rdv = {.rank = proc.rank, .world = proc.world, .timeout_s = peer_timeout_s()};
+    rendezvous_job(&rdv, args.job_token, argc, argv);
+    ncclComm_t world_comm = nccl_world_init(&proc, args.init_method, args.init_path, args.server_ip, args.server_port,
+                                            &rdv);
     watch_comm(world_comm);
     int world = proc.world, rank = proc.rank, zero = args.zero_stage;
     matmul_init();

@@ -63,6 +63,7 @@ typedef struct {
     const char* init_path;     // -pf
     const char* server_ip;     // -ps
     int server_port;           // -pp
+    const char* job_token;     // -pj: the job's identity at the -pi fs / tcp rendezvous (llmc/rendezvous.h)
 } TrainArgs;
 
 typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING } ArgType;
@@ -136,6 +137,7 @@ static const ArgSpec arg_specs[] = {
     ARG("-pf", ARG_STRING, init_path, 1, "shared directory for -pi fs"),
     ARG("-ps", ARG_STRING, server_ip, 1, "rank 0's address for -pi tcp"),
     ARG("-pp", ARG_INT, server_port, 1, "rank 0's port for -pi tcp"),
+    ARG("-pj", ARG_STRING, job_token, 1, "the job's identity at the -pi fs/tcp rendezvous (default: the launcher's job id, else the command line)"),
 };
 #undef ARG
 #define NUM_ARG_SPECS ((int)(sizeof(arg_specs) / sizeof(arg_specs[0])))
@@ -162,7 +164,7 @@ static void args_defaults(TrainArgs* a) {
 #else
     a->init_method = "mpi";
 #endif
-    a->init_path = "/tmp"; a->server_ip = ""; a->server_port = 12345;
+    a->init_path = "/tmp"; a->server_ip = ""; a->server_port = 12345; a->job_token = "";
 }
 
 static void args_print_help(const char* program, int gpu) {
