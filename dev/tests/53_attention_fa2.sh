@@ -77,14 +77,6 @@ fa2_plants() {
     fi
     grep "FAIL   rerun dqkv bits differ" $FA2_TMP/racy.txt
 }
-# T 1024 (16 key tiles; forward only, NH 2) and T 77 at GPT-2 124M's C 768, NH 12 (forward and
-# backward), plain build (a checked one takes 2 minutes); the reverse and random schedules on --fa2-sched's smaller set
-# (T 130 and 17 at each head size; --fa2-quick's full set runs under the forward schedule above)
-check_bg attention_fa2_T1024 build/gpu/attention_emu --fa2
-check_bg attention_fa2_checked_banks fa2_checked_banks
-check_bg attention_fa2_checked_reverse_random bash -c "EMU_SCHED=reverse build/gpu/attention_emu_check --fa2-sched &&
-    EMU_SCHED=random:5 build/gpu/attention_emu_check --fa2-sched"
-check_bg attention_fa2_planted_bugs fa2_plants
 # The trainer's path at head sizes 128 (C 128, 1 head) and 32 (C 64, 2 heads): test_gpt2emu_bf16
 # (--check, built by 50_gpu_trainer.sh) against PyTorch, one batch (-k 0), T 80
 fa2_trainer_hs() {
@@ -100,7 +92,6 @@ fa2_trainer_hs() {
         grep -q "attention: tensor-core flash attention (mma.sync" $g/out.txt || return 1
     done
 }
-check_bg attention_fa2_trainer_hs128_hs32 fa2_trainer_hs
 # The SASS check; the performance model's mma.sync counts (dev/bench/gpu_model.py FA2_SASS) against
 # that SASS, and two planted model errors (the dq pass with 2 tile matmuls; every block of the two
 # passes given the same work, the heaviest-first order lost), each caught by test_gpu_model.py, the
@@ -136,3 +127,14 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
 else
     echo "SKIP attention_fa2_sass: no nvcc on this machine"
 fi
+# The emulated checks after the SASS check (nvcc, about 30 s of one core), which starts first: the
+# longest of this file, it runs beside them
+# T 1024 (16 key tiles; forward only, NH 2) and T 77 at GPT-2 124M's C 768, NH 12 (forward and
+# backward), plain build (a checked one takes 2 minutes); the reverse and random schedules on --fa2-sched's smaller set
+# (T 130 and 17 at each head size; --fa2-quick's full set runs under the forward schedule above)
+check_bg attention_fa2_T1024 build/gpu/attention_emu --fa2
+check_bg attention_fa2_checked_banks fa2_checked_banks
+check_bg attention_fa2_checked_reverse_random bash -c "EMU_SCHED=reverse build/gpu/attention_emu_check --fa2-sched &&
+    EMU_SCHED=random:5 build/gpu/attention_emu_check --fa2-sched"
+check_bg attention_fa2_planted_bugs fa2_plants
+check_bg attention_fa2_trainer_hs128_hs32 fa2_trainer_hs

@@ -138,6 +138,52 @@ struct Epilogue {
     int64_t aux_ld = 0, aux_stride = 0;
 };
 
+// out[i + j m] = the sum over kk of a[i k + kk] * b[j k + kk], in blocks of kb: each block summed in
+// increasing kk from 0.0f, then the blocks' sums added in order to 0.0f (kb = k: one block, which is
+// the plain sum in increasing kk, since a sum started at +0.0f is never -0.0f). Four rows and two
+// columns at a time, each output its own chain of the same operations in the same order, so the
+// result is that of one output at a time, bit for bit (no reassociation: only independent chains).
+EMU_UNCHECKED inline float gemm_dot(const float* a, const float* b, int k, int kb) {
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < k; k0 += kb) {
+        float part = 0.0f;
+        for (int kk = k0; kk < k && kk < k0 + kb; kk++) part += a[kk] * b[kk];
+        acc += part;
+    }
+    return acc;
+}
+EMU_UNCHECKED inline void gemm_sums(const float* pa, const float* pb, int m, int n, int k, int kb, float* out) {
+    int j = 0;
+    for (; j + 2 <= n; j += 2) {
+        const float *b0 = pb + (size_t)j * k, *b1 = b0 + k;
+        int i = 0;
+        for (; i + 4 <= m; i += 4) {
+            const float *a0 = pa + (size_t)i * k, *a1 = a0 + k, *a2 = a1 + k, *a3 = a2 + k;
+            float c00 = 0.0f, c10 = 0.0f, c20 = 0.0f, c30 = 0.0f, c01 = 0.0f, c11 = 0.0f, c21 = 0.0f, c31 = 0.0f;
+            for (int k0 = 0; k0 < k; k0 += kb) {
+                float p00 = 0.0f, p10 = 0.0f, p20 = 0.0f, p30 = 0.0f, p01 = 0.0f, p11 = 0.0f, p21 = 0.0f, p31 = 0.0f;
+                const int k1 = k - k0 < kb ? k : k0 + kb;
+                for (int kk = k0; kk < k1; kk++) {
+                    const float x0 = a0[kk], x1 = a1[kk], x2 = a2[kk], x3 = a3[kk], y0 = b0[kk], y1 = b1[kk];
+                    p00 += x0 * y0; p10 += x1 * y0; p20 += x2 * y0; p30 += x3 * y0;
+                    p01 += x0 * y1; p11 += x1 * y1; p21 += x2 * y1; p31 += x3 * y1;
+                }
+                c00 += p00; c10 += p10; c20 += p20; c30 += p30; c01 += p01; c11 += p11; c21 += p21; c31 += p31;
+            }
+            float* o0 = out + i + (size_t)j * m;
+            float* o1 = o0 + m;
+            o0[0] = c00; o0[1] = c10; o0[2] = c20; o0[3] = c30;
+            o1[0] = c01; o1[1] = c11; o1[2] = c21; o1[3] = c31;
+        }
+        for (; i < m; i++) {
+            out[i + (size_t)j * m] = gemm_dot(pa + (size_t)i * k, b0, k, kb);
+            out[i + (size_t)(j + 1) * m] = gemm_dot(pa + (size_t)i * k, b1, k, kb);
+        }
+    }
+    for (; j < n; j++)
+        for (int i = 0; i < m; i++) out[i + (size_t)j * m] = gemm_dot(pa + (size_t)i * k, pb + (size_t)j * k, k, kb);
+}
+
 // D = epilogue(alpha * op(A) op(B) + beta * C) for each batch; op(A) is m x k, op(B) is k x n.
 // C is not read when beta == 0 (as in BLAS). D may alias C.
 EMU_UNCHECKED inline cublasStatus_t gemm(int ta, int tb, int m, int n, int k, float alpha, Operand A, Operand B, float beta,
@@ -159,7 +205,7 @@ EMU_UNCHECKED inline cublasStatus_t gemm(int ta, int tb, int m, int n, int k, fl
     if ((has_bias || bgrad_d || e.kind >= CUBLASLT_EPILOGUE_BGRADA) && !e.bias) return CUBLAS_STATUS_INVALID_VALUE;
     if ((aux_out || dgelu) && (!e.aux || e.aux_ld < m)) return CUBLAS_STATUS_INVALID_VALUE;
     const bool blocked = strict();
-    std::vector<float> out_buf((size_t)m * n);
+    std::vector<float> out_buf((size_t)m * n), pa((size_t)m * k), pb((size_t)n * k);
     float* out = out_buf.data();
     for (int b = 0; b < batch; b++) {
         const void* a = (const char*)A.p + b * A.stride * (A.type == CUDA_R_32F ? 4 : 2);
@@ -170,19 +216,15 @@ EMU_UNCHECKED inline cublasStatus_t gemm(int ta, int tb, int m, int n, int k, fl
         auto opB = [&](int kk, int j) EMU_UNCHECKED { return blas_load(bm, B.type, tb ? j + (int64_t)kk * B.ld : kk + (int64_t)j * B.ld); };
         const void* bias = e.bias ? (const char*)e.bias + b * e.bias_stride * (e.bias_type == CUDA_R_32F ? 4 : 2) : nullptr;
         void* aux = e.aux ? (char*)e.aux + b * e.aux_stride * (e.aux_type == CUDA_R_32F ? 4 : 2) : nullptr;
+        // op(A)'s rows and op(B)'s columns as contiguous floats (the loads are exact), then the sums
+        for (int i = 0; i < m; i++)
+            for (int kk = 0; kk < k; kk++) pa[(size_t)i * k + kk] = opA(i, kk);
+        for (int j = 0; j < n; j++)
+            for (int kk = 0; kk < k; kk++) pb[(size_t)j * k + kk] = opB(kk, j);
+        gemm_sums(pa.data(), pb.data(), m, n, k, blocked ? kSplitK : k, out);
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
-                float acc = 0.0f;
-                if (blocked) {
-                    for (int k0 = 0; k0 < k; k0 += kSplitK) {
-                        float part = 0.0f;
-                        for (int kk = k0; kk < k && kk < k0 + kSplitK; kk++) part += opA(i, kk) * opB(kk, j);
-                        acc += part;
-                    }
-                } else {
-                    for (int kk = 0; kk < k; kk++) acc += opA(i, kk) * opB(kk, j);
-                }
-                float v = alpha * acc;
+                float v = alpha * out[i + (size_t)j * m];
                 if (beta != 0.0f) v += beta * blas_load(c, C.type, i + (int64_t)j * C.ld);
                 if (has_bias) v += blas_load(bias, e.bias_type, i);
                 if (aux_out) blas_store(aux, e.aux_type, i + (int64_t)j * e.aux_ld, v);

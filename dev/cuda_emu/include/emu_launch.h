@@ -241,7 +241,11 @@ inline uint64_t warp_exchange(uint32_t mask, uint64_t value, int src, uint32_t* 
     w.src[lane] = src;
     w.waiting |= 1u << lane;
     blk.fibers[t].state = State::Blocked;
-    warp_try_release(w);
+    // Only this lane's arrival changed the warp since the last warp_try_release (which left no
+    // group that could go), so a group can go now only if it is this lane's: until all of that
+    // group has arrived, the scan (32 x 32 steps) would release nothing.
+    uint32_t group = mask & w.alive;
+    if ((w.waiting & group) == group) warp_try_release(w);
     if (blk.fibers[t].state == State::Blocked) to_scheduler();
     if (ballot) *ballot = w.ballot[lane];
     return w.result[lane];

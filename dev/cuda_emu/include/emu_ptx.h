@@ -115,16 +115,21 @@ inline void mma_16816(float* d, const uint32_t* a, const uint32_t* b, const floa
     float cin[4];
     memcpy(cin, c, 16);
     Post (&tab)[32] = meet(mine);
+    int lane = lane_id(), g = lane / 4, t = lane % 4;
+    // this lane's D needs rows g and g + 8 of A, which lanes 4 g .. 4 g + 3 hold, and columns 2 t and
+    // 2 t + 1 of B, which lanes 8 t .. 8 t + 7 hold: only those entries are unpacked
     float A[16][16], B[16][8];
-    for (int l = 0; l < 32; l++) {
-        int g = l / 4, t = l % 4;
+    for (int l = 4 * g; l < 4 * g + 4; l++) {
+        int tl = l % 4;
         const Post& pa = tab[planted(l, 1)];
         for (int i = 0; i < 8; i++)
-            A[g + 8 * ((i / 2) % 2)][2 * t + i % 2 + 8 * (i / 4)] = half_bits((uint16_t)(pa.w[i / 2] >> (16 * (i % 2))), bf16);
-        for (int i = 0; i < 4; i++)
-            B[2 * t + i % 2 + 8 * (i / 2)][g] = half_bits((uint16_t)(tab[l].w[4 + i / 2] >> (16 * (i % 2))), bf16);
+            A[g + 8 * ((i / 2) % 2)][2 * tl + i % 2 + 8 * (i / 4)] = half_bits((uint16_t)(pa.w[i / 2] >> (16 * (i % 2))), bf16);
     }
-    int lane = lane_id(), g = lane / 4, t = lane % 4;
+    for (int l = 8 * t; l < 8 * t + 8; l++) {
+        int gl = l / 4, tl = l % 4;
+        for (int i = 0; i < 4; i++)
+            B[2 * tl + i % 2 + 8 * (i / 2)][gl] = half_bits((uint16_t)(tab[l].w[4 + i / 2] >> (16 * (i % 2))), bf16);
+    }
     for (int i = 0; i < 4; i++) {
         int m = g + 8 * (i / 2), n = 2 * t + i % 2;
         float acc = cin[i];
