@@ -21,7 +21,8 @@ EMU_NVCC_FLAGS := -c -std=c++17 -Werror all-warnings -gencode arch=compute_80,co
 EMU_MPI_INC := $(addprefix -I,$(shell mpicxx --showme:incdirs 2>/dev/null))
 
 emu-tests: $(addprefix $(EMU_BUILD)/,$(EMU_UNIT_TESTS) $(addsuffix _asan,$(EMU_UNIT_TESTS)) oob_write_asan \
-    test_primitives_ucontext two_units test_nccl_peer_stops test_nccl_p2p_plants test_ptx_plant1 test_ptx_plant2)
+    test_primitives_ucontext two_units test_nccl_peer_stops test_nccl_p2p_plants test_ptx_plant1 test_ptx_plant2 \
+    test_nccl_shrink test_nccl_shrink_plant1)
 emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write two_units_main two_units_kernels bank_conflicts))
 EMU_BUGS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/bugs/*.cu)))
 EMU_CHECK_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma test_ptx bank_conflicts
@@ -50,6 +51,11 @@ $(EMU_BUILD)/test_cudnn_frontend: $(EMU_DIR)/tests/test_cudnn_frontend.cpp $(EMU
 $(EMU_BUILD)/test_ptx_plant%: $(EMU_DIR)/tests/test_ptx.cu $(EMU_DEPS)
 	@mkdir -p $(@D)
 	$(EMUCC) $(EMU_CFLAGS) -DEMU_PTX_PLANT=$* -o $@ $<
+
+# ncclCommShrink's test with a planted emulator whose revoke abandons nothing (tests/check_nccl_shrink.sh)
+$(EMU_BUILD)/test_nccl_shrink_plant%: $(EMU_DIR)/tests/test_nccl_shrink.cu $(EMU_DEPS)
+	@mkdir -p $(@D)
+	$(EMUCC) $(EMU_CFLAGS) -DEMU_NCCL_PLANT=$* -o $@ $< -lnccl
 
 # the portable ucontext fiber switch (the default on x86-64 is a hand-written one)
 $(EMU_BUILD)/%_ucontext: $(EMU_DIR)/tests/%.cu $(EMU_DEPS)

@@ -25,6 +25,9 @@ check emu_nccl_asan_np3 env ASAN_OPTIONS=detect_leaks=0 $emu_mpirun -np 3 -x ASA
 # peer stopped answering never returns; polling sees ncclRemoteError naming the peer (about 16 s,
 # mostly waiting on timeouts, so in the background).
 check_bg emu_nccl_async_peer_stops dev/cuda_emu/tests/check_peer_stops.sh
+# ncclCommShrink(NCCL_SHRINK_ABORT) past a stopped peer, its stuck all-reduce abandoned; a planted
+# emulator whose revoke abandons nothing must fail (dev/cuda_emu/tests/check_nccl_shrink.sh)
+check_bg emu_nccl_shrink dev/cuda_emu/tests/check_nccl_shrink.sh
 check emu_asan_catches_oob dev/cuda_emu/tests/expect_asan_report.sh build/cuda_emu/oob_write_asan
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     check emu_tests_compile_with_nvcc make -s -j2 -f dev/cuda_emu/emu.mk emu-nvcc

@@ -38,6 +38,9 @@
 #define NCCL_VERSION_CODE 22105
 #define NCCL_UNIQUE_ID_BYTES 128
 #define NCCL_SPLIT_NOCOLOR -1
+#define NCCL_SHRINK_DEFAULT 0x00  // ncclCommShrink: the parent must have nothing in flight
+#define NCCL_SHRINK_ABORT 0x01    // ncclCommShrink: the parent's operations in flight are abandoned first
+#define NCCL_REVOKE_DEFAULT 0x00
 
 typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
 typedef enum {
@@ -65,6 +68,8 @@ struct ncclComm {
     std::vector<int> world;               // each member's rank in MPI_COMM_WORLD
     std::atomic<int> async_error{0};      // ncclResult_t, set by the progress thread
     std::atomic<int> stopped_peer{-1};    // the world rank whose stop it reports
+    std::atomic<bool> revoked{false};     // ncclCommRevoke or ncclCommShrink(NCCL_SHRINK_ABORT): its
+                                          // collectives in flight are abandoned, new ones refused
 };
 typedef ncclComm* ncclComm_t;
 
@@ -137,6 +142,7 @@ typedef std::lock_guard<std::mutex> MpiLock;
 
 // ---- peer stops ----
 constexpr int kStopTag = 7178;
+constexpr int kShrinkTag = 7179;
 inline MPI_Comm ctl = MPI_COMM_NULL;        // a copy of MPI_COMM_WORLD for stop notices
 inline std::atomic<bool> answering{true};   // false: this rank stopped answering
 inline int stopped_peer = -1;               // the first world rank that said it stopped
@@ -154,6 +160,19 @@ inline bool has_member(const ncclComm* c, int world_rank) {
 }
 [[noreturn]] inline void freeze() {  // a collective that never ends
     for (;;) sleep(1000);
+}
+// Thrown out of a collective on a revoked communicator (caught by the progress thread, which then
+// goes on with the next collective: the revoked one's results are left as they are).
+struct Abandoned {};
+// A collective on `current` that cannot end (a stopped peer): it waits until the communicator is
+// revoked, then is abandoned; never, where nobody revokes it.
+// EMU_NCCL_PLANT=1 (tests/check_nccl_shrink.sh only): never abandoned, a revoke changes nothing.
+[[noreturn]] inline void freeze_until_revoked(ncclComm_t current) {
+#if defined(EMU_NCCL_PLANT) && EMU_NCCL_PLANT == 1
+    freeze();
+#endif
+    while (!current->revoked.load()) usleep(10000);
+    throw Abandoned{};
 }
 // Reads stop notices; once the detection delay has passed, every communicator with the stopped rank
 // reports ncclRemoteError, and a collective on one (current) never ends. A rank that stopped
@@ -182,7 +201,7 @@ inline void watch_peers(ncclComm_t current) {
                 c->async_error = ncclRemoteError;
             }
     }
-    if (current && has_member(current, stopped_peer)) freeze();
+    if (current && has_member(current, stopped_peer)) freeze_until_revoked(current);
 }
 
 // Waits for n requests, watching the peers.
@@ -194,6 +213,7 @@ inline void wait_requests(MPI_Request* r, int n, ncclComm_t comm) {
             MPI_Testall(n, r, &flag, MPI_STATUSES_IGNORE);
         }
         if (flag) return;
+        if (comm && comm->revoked.load()) throw Abandoned{};  // a live but silent peer: revoked by the caller
         if (spins % 64 == 0) watch_peers(comm);
         if (spins > 2000) usleep(30);
         else sched_yield();
@@ -246,7 +266,11 @@ inline void progress_main() {
             job = std::move(p.q.front());
             p.q.pop_front();
         }
-        job.second();
+        try {
+            job.second();
+        } catch (const Abandoned&) {
+            // its communicator was revoked: the collective ends unfinished
+        }
 #ifndef EMU_CHECK
         coll_done.store(job.first, std::memory_order_release);
 #endif
@@ -440,6 +464,43 @@ inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     return ncclSuccess;
 }
 inline ncclResult_t ncclCommFinalize(ncclComm_t) { return ncclSuccess; }
+// NCCL 2.27's revoke (nccl.h 2.28): the communicator's operations in flight stop (the emulator
+// abandons them: a collective waiting on a peer ends unfinished) and it takes no new ones; it can
+// still be shrunk, split or destroyed. revokeFlags must be NCCL_REVOKE_DEFAULT.
+inline ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+    if (!comm || revokeFlags != NCCL_REVOKE_DEFAULT) return ncclInvalidArgument;
+    comm->revoked = true;
+    return ncclSuccess;
+}
+// NCCL 2.27's shrink (nccl.h 2.28): the ranks not in excludeRanksList (every remaining rank passes
+// the same list; the excluded ones do not call it) get a communicator of themselves, ranked in their
+// old order with the gaps closed. NCCL_SHRINK_DEFAULT: the parent must have nothing in flight (the
+// emulator waits for it, as a GPU's stream would); NCCL_SHRINK_ABORT: the parent is revoked first,
+// its operations in flight abandoned (a collective stuck on a stopped peer ends unfinished). Built
+// over MPI_Comm_create_group, collective over the remaining ranks only.
+inline ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* out,
+                                   ncclConfig_t*, int shrinkFlags) {
+    if (!comm || !out || excludeRanksCount < 0 || (excludeRanksCount > 0 && !excludeRanksList)) return ncclInvalidArgument;
+    if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) return ncclInvalidArgument;
+    std::vector<int> seen(comm->size, 0);
+    for (int i = 0; i < excludeRanksCount; i++) {
+        int r = excludeRanksList[i];
+        if (r < 0 || r >= comm->size || seen[r] || r == comm->rank) return ncclInvalidArgument;
+        seen[r] = 1;
+    }
+    if (shrinkFlags == NCCL_SHRINK_ABORT) comm->revoked = true;
+    else emu::quiesce();
+    emu::MpiLock g(emu::mpi_mutex());
+    MPI_Group parent, kept;
+    MPI_Comm_group(comm->mpi, &parent);
+    MPI_Group_excl(parent, excludeRanksCount, excludeRanksList, &kept);
+    MPI_Comm c;
+    MPI_Comm_create_group(comm->mpi, kept, emu::kShrinkTag, &c);
+    MPI_Group_free(&parent);
+    MPI_Group_free(&kept);
+    *out = emu::new_comm(c, comm->device);
+    return ncclSuccess;
+}
 // Leaves the communicator's pending collectives where they are (they may never end) and forgets it.
 inline ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
@@ -541,6 +602,7 @@ inline size_t ring_sent(const std::vector<size_t>& off, int first, int n, size_t
 template <class F> ncclResult_t nccl_run(ncclComm_t comm, cudaStream_t s, const char* what, const void* in,
                                          size_t in_bytes, void* out, size_t out_bytes, size_t sent, F f) {
     auto issue = [=]() mutable -> ncclResult_t {
+        if (comm->revoked.load()) return ncclInvalidUsage;  // revoked or shrunk with NCCL_SHRINK_ABORT
         nccl_bytes += sent;
 #ifdef EMU_CHECK
         ncclResult_t r = ncclSuccess;
