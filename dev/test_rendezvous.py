@@ -21,24 +21,14 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_diloco as dl  # noqa: E402  (report: one ok/FAIL line, counted)
+from test_multi_gpu import free_port  # noqa: E402
+
 TOOL = os.environ.get("RDV_TOOL", "build/rendezvous_tool")  # a mutant's, in dev/tests/38_rendezvous.sh
 OUT = "build/rendezvous"
 ENV = dict(os.environ, TRAIN_GPT2_TIMEOUT=os.environ.get("RDV_TIMEOUT", "20"))
-failures = 0
-
-
-def report(ok, what):
-    global failures
-    failures += not ok
-    print(f"{'ok  ' if ok else 'FAIL'}  {what}", flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+report = dl.report
 
 
 def start(*args):
@@ -149,4 +139,4 @@ if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     tcp()
     fs()
-    sys.exit(1 if failures else 0)
+    sys.exit(1 if dl.failures else 0)

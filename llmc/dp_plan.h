@@ -146,13 +146,8 @@ static void dp_plan_init(DpPlan* p, const GPT2Config* c, int world, int rank, in
 }
 
 static void dp_plan_free(DpPlan* p) {
-    free(p->spans);
-    free(p->sync_spans);
-    free(p->buckets);
-    free(p->runs);
-    free(p->frag_runs);
-    free(p->frag_count);
-    free(p->held_off);
+    void* arrays[] = {p->spans, p->sync_spans, p->buckets, p->runs, p->frag_runs, p->frag_count, p->held_off};
+    for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++) { free(arrays[i]); }
     shard_layout_free(&p->layout);
 }
 

@@ -43,20 +43,27 @@ static float all_reduce(float v, ncclComm_t comm) {
     return -1.0f;
 }
 
-int main(int argc, char** argv) {
-    MPI_Init(&argc, &argv);
-    int rank, world;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (world != 3) {
-        if (rank == 0) fprintf(stderr, "usage: mpirun -np 3 %s\n", argv[0]);
+// The world communicator of 3 MPI ranks (*rank: this one's); anything but 3 ranks ends the job.
+static ncclComm_t world_of_three(int* rank, const char* program) {
+    int n;
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (n != 3) {
+        if (*rank == 0) fprintf(stderr, "usage: mpirun -np 3 %s\n", program);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     ncclUniqueId id;
-    if (rank == 0) ncclGetUniqueId(&id);
+    if (*rank == 0) ncclGetUniqueId(&id);
     MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclComm_t comm;
-    ncclCommInitRank(&comm, world, id, rank);
+    ncclCommInitRank(&comm, n, id, *rank);
+    return comm;
+}
+
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    int rank;
+    ncclComm_t comm = world_of_three(&rank, argv[0]);
     char line[256];
 
     float all = all_reduce(1.0f + rank, comm);  // 1 + 2 + 3
