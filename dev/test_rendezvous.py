@@ -3,7 +3,7 @@ build/rendezvous_tool (one rank of it alone, no MPI or NCCL; the trainer's own u
 dev/test_multi_gpu.py startup).
 
   tcp   rank 0 of a world of 3 on a free port, then before and between the real ranks: a
-        connect-and-close, 32 bytes of garbage, a connection that says nothing for 3 s, a rank of
+        connect-and-close, 32 bytes of garbage, a connection that says nothing (dropped after 10 s), a rank of
         another job (-pj), a rank that counts another world size, and rank 1 again once it has
         joined. Every real rank ends with rank 0's blob; each stray is dropped with a line in rank
         0's log; the ranks that were refused end non-zero with rank 0's reason.
@@ -58,7 +58,7 @@ def tcp():
     s = connect(port)
     s.sendall(os.urandom(32))                              # garbage
     s.close()
-    silent = connect(port)                                 # says nothing: rank 0 moves on after 2 s
+    silent = connect(port)                                 # says nothing: rank 0 moves on after 10 s
     refused = {}
     for what, args in [("another job", ("tcp", 1, 3, port, "jobB")),
                        ("another world size", ("tcp", 1, 4, port, "jobA"))]:

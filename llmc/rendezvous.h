@@ -27,7 +27,7 @@
 
 #define RDV_MAGIC 0x32524754u // "TGR2"
 #define RDV_VERSION 1
-#define RDV_HELLO_S 2.0       // seconds rank 0 gives a connection to say who it is
+#define RDV_HELLO_S 10.0      // seconds rank 0 gives a connection to say who it is (a real rank sends at once; load can delay it)
 #define RDV_REASON 256        // bytes of a refusal's reason
 
 typedef struct {
