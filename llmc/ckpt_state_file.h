@@ -73,9 +73,9 @@ static long long state_array_at(const TrainState* s, int kind) {
     int present[STATE_ARRAYS] = {1, 1, s->has_master, s->has_local, s->has_outer, s->has_outer, s->has_residual,
                                  s->has_pending, s->has_pending};
     if (!present[kind]) { return -1; }
-    long long at = 0;
-    for (int k = 0; k < kind; k++) { at += present[k] ? (long long)state_array_elements(s, k) : 0; }
-    return at;
+    uint64_t at = 0; // unsigned: a damaged header's counts wrap instead of overflowing (its size check fails)
+    for (int k = 0; k < kind; k++) { at += present[k] ? state_array_elements(s, k) : 0; }
+    return (long long)at;
 }
 
 static void checkpoint_path(char* out, size_t len, const char* dir, const char* kind, int step, int rank) {
@@ -84,9 +84,9 @@ static void checkpoint_path(char* out, size_t len, const char* dir, const char* 
 }
 
 static long state_file_bytes(const TrainState* s) {
-    long long n = 0;
-    for (int k = 0; k < STATE_ARRAYS; k++) { n += state_array_at(s, k) >= 0 ? (long long)state_array_elements(s, k) : 0; }
-    return 1024 + (long)(n * 4);
+    uint64_t n = 0;
+    for (int k = 0; k < STATE_ARRAYS; k++) { n += state_array_at(s, k) >= 0 ? state_array_elements(s, k) : 0; }
+    return (long)(1024 + n * 4);
 }
 
 static void state_pack_header(int* h, const TrainState* s) {
