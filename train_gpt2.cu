@@ -603,7 +603,7 @@ int main(int argc, char** argv) {
     cudaCheck(cudaSetDevice(device));
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, device));
-    Rendezvous rdv = {.rank = proc.rank, .world = proc.world, .timeout_s = peer_timeout_s()};
+    Rendezvous rdv = {.rank = proc.rank, .world = proc.world, .timeout_s = peer_timeout_s(), .keep_listening = args.elastic};
     rendezvous_job(&rdv, args.job_token, argc, argv);
     ncclComm_t world_comm = nccl_world_init(&proc, args.init_method, args.init_path, args.server_ip, args.server_port,
                                             &rdv);
@@ -631,6 +631,7 @@ int main(int argc, char** argv) {
                 gpu.model.params_memory, gpu.model.grads_memory, gpu.model.grads_elements, unit_grads, grad_layers,
                 args.master_weights, params);
     gpu.dp.seed = (uint32_t)args.seed;
+    dev_dp_elastic_init(&gpu.dp, &args, &rdv); // -le 1: the agreement on rank 0's -pi tcp port
     gpu.model.params_wait = dev_dp_params_wait;
     gpu.model.params_ctx = &gpu.dp;
     free(params);
@@ -674,7 +675,7 @@ int main(int argc, char** argv) {
     run_free(&run);
     gpt2_free(&gpu.model);
     dev_dp_free(&gpu.dp);
-    ncclCheck(ncclCommDestroy(world_comm));
+    ncclCheck(ncclCommDestroy(gpu.dp.link.world)); // world_comm, or (-le 1) what it shrank to
     num_watched_comms = 0;
     matmul_free();
     if (proc.use_mpi) { MPI_Finalize(); }

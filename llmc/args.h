@@ -54,6 +54,8 @@ typedef struct {
     int op_profile;            // -op (0|1)
     OuterConfig outer;         // -ls -ol -om -lss -lf -lo -rb -ref -rqs -rk, and -rq's format (llmc/outer_config.h)
     const char* wire_name;     // -rq: fp32 | bf16 | int8 | int4 (llmc/wire_format.h; outer.wire after parsing)
+    int elastic;               // -le: a lost replica is dropped, the others train on (0|1; GPU trainer, -pi tcp)
+    int min_replicas;          // -lm: -le stops the run when fewer replicas are left
     // GPU trainer only
     int recompute;             // -r
     int master_weights;        // -w
@@ -129,6 +131,8 @@ static const ArgSpec arg_specs[] = {
     ARG("-ref", ARG_INT, outer.feedback, 0, "-rq/-rk: error feedback, what encoding lost added to the next message (0|1)"),
     ARG("-rqs", ARG_INT, outer.wire_start, 0, "-rq/-rk: steps <= S (and their syncs) send fp32, later ones -rq/-rk"),
     ARG("-rk", ARG_FLOAT, outer.topk, 0, "top-k: send the fraction D of each 4096-value chunk, largest first (0 = all)"),
+    ARG("-le", ARG_INT, elastic, 0, "-ls: elastic replicas, a lost one is dropped and the others train on (0|1; -pi tcp)"),
+    ARG("-lm", ARG_INT, min_replicas, 0, "-le: stop when fewer than M replicas are left"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-at", ARG_STRING, attention, 1, "attention: ours | cudnn (empty: cudnn in make USE_CUDNN=1 BF16 builds, else ours)"),
@@ -157,6 +161,7 @@ static void args_defaults(TrainArgs* a) {
     a->seed = 1337; a->shuffle = 1; a->max_skips = 10; a->spike_window = 50; a->peer_wait = 45.0f; a->fault = "";
     // the replica sync: plain averaging (-ol 1 -om 0; docs/distributed.md's table says why), fp32, feedback on
     a->outer.lr = 1.0f; a->outer.fragments = 1; a->outer.feedback = 1; a->wire_name = "fp32";
+    a->min_replicas = 1;
     // the GPU trainer (-ge 0: docs/gpu.md measured accuracy both ways)
     a->recompute = 1; a->master_weights = 1; a->attention = "";
 #ifdef NO_MPI
@@ -242,6 +247,32 @@ static void args_validate_wire(const TrainArgs* a) {
     }
 }
 
+// -le, -lm: elastic replicas (docs/distributed.md, "Elastic replicas"): the GPU trainer's, started
+// with -pi tcp, with -ls; what is not built yet is refused by name.
+static void args_validate_elastic(const TrainArgs* a, int gpu) {
+    require_int("-le", a->elastic, 0, 1);
+    require_int("-lm", a->min_replicas, 1, 1 << 20);
+    if (!a->elastic) { return; }
+    if (!gpu) {
+        fail("-le 1: the CPU trainer's ranks talk over Open MPI 4.1, which has no fault-tolerant communicators "
+             "(a dead rank ends the job); elastic replicas are the GPU trainer's (train_gpt2 -le 1 -pi tcp)");
+    }
+    if (a->outer.every == 0) { fail("-le 1: needs -ls H > 0 (replicas that train alone between syncs can drop out)"); }
+    if (strcmp(a->init_method, "mpi") == 0) {
+        fail("-le 1: under -pi mpi Open MPI ends the whole job when one process dies; start the ranks with -pi tcp");
+    }
+    if (strcmp(a->init_method, "tcp") != 0) {
+        fail("-le 1 -pi %s: not built yet (the survivors agree on who is left over rank 0's -pi tcp port); use -pi tcp",
+             a->init_method);
+    }
+    if (a->peer_wait <= 0.0f) { fail("-le 1: needs -wt > 0 (how long a silent replica has before it is dropped)"); }
+    if (a->outer.overlap > 0 || a->outer.fragments > 1 || a->outer.start > 0 || a->outer.wire != WIRE_FP32 ||
+        a->outer.topk > 0.0f) {
+        fail("-le 1: not built yet with -lo, -lf, -lss, -rq other than fp32 or -rk (a dropped replica changes how "
+             "their exchanges are cut); blocking fp32 syncs only");
+    }
+}
+
 // Range checks that need no model or data.
 static void args_validate(const TrainArgs* a, int gpu) {
     const int big = 2147483647;
@@ -290,6 +321,7 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_float("-rb", a->outer.link_mbps, 0.0f, 1e9f);
     if (a->outer.link_mbps > 0.0f && a->outer.every == 0) { fail("-rb %g: needs -ls H > 0", a->outer.link_mbps); }
     args_validate_wire(a);
+    args_validate_elastic(a, gpu);
     if (a->hellaswag && a->val_every == 0) { fail("-h 1: HellaSwag runs at every validation, so -v must be > 0"); }
     if ((a->resume || a->checkpoint_every) && a->log_dir[0] == '\0') {
         fail("-y/-n: checkpoints need a log dir (-o)");

@@ -57,13 +57,23 @@ static double wait_limit_s(char* src, size_t len) {
     return watchdog_limit_s();
 }
 
-// Blocks until the work before the last record of ev has run (at once if ev was never recorded).
-// Polls the event and the communicators' asynchronous errors; fails (naming the step, its phase,
-// what it waited for, and the peer that stopped or the limit that expired) on an NCCL error or
-// after -wt seconds (10 times that after watchdog_grace; TRAIN_GPT2_TIMEOUT when -wt is 0).
-// end_grace: this is the wait a grace is for (watchdog.h), so completing it ends the grace; a
-// short wait for an earlier copy passes 0.
-static void wait_event(cudaEvent_t ev, const char* what, int end_grace) {
+// How a wait ended (wait_event_until): done, an NCCL error on a watched communicator, the limit.
+typedef enum { WAIT_DONE, WAIT_PEER, WAIT_LIMIT } WaitEnd;
+
+// -le 1 (llmc/dp_elastic.cuh): the communicators that span the replicas, whose errors only the
+// elastic waits act on (a wait that needs one of their collectives ends at its limit instead).
+static ncclComm_t elastic_comms[2];
+
+static int comm_is_elastic(ncclComm_t c) { return c && (c == elastic_comms[0] || c == elastic_comms[1]); }
+
+// Polls ev and the watched communicators' asynchronous errors (those of elastic_comms only where
+// `elastic`) until the work before ev's last record has run (WAIT_DONE), an NCCL error (WAIT_PEER,
+// *failed its communicator) or the limit (WAIT_LIMIT: -wt seconds, 10 times that after
+// watchdog_grace, TRAIN_GPT2_TIMEOUT when -wt is 0); why names the step, its phase, what it waited
+// for and the peer or the limit. end_grace: this is the wait a grace is for (watchdog.h), so
+// completing it ends the grace; a short wait for an earlier copy passes 0.
+static WaitEnd wait_event_until(cudaEvent_t ev, const char* what, int end_grace, int elastic, ncclComm_t* failed,
+                                char* why, size_t len) {
     char src[96];
     double limit = wait_limit_s(src, sizeof(src));
     double deadline = now_seconds() + limit;
@@ -71,25 +81,37 @@ static void wait_event(cudaEvent_t ev, const char* what, int end_grace) {
         cudaError_t q = cudaEventQuery(ev);
         if (q == cudaSuccess) {
             watchdog_disarm_after(end_grace);
-            return;
+            return WAIT_DONE;
         }
         if (q != cudaErrorNotReady) { cudaCheck(q); }
         for (int i = 0; i < num_watched_comms; i++) {
+            if (!elastic && comm_is_elastic(watched_comms[i])) { continue; }
             ncclResult_t r = ncclSuccess;
             ncclCheck(ncclCommGetAsyncError(watched_comms[i], &r));
             if (r != ncclSuccess && r != ncclInProgress) {
                 char peer[256];
                 nccl_peer_text(watched_comms[i], peer, sizeof(peer));
-                fail("step %d, %s: %s (NCCL: %s) while waiting for %s", (int)preempt_step, preempt_phase, peer,
-                     ncclGetErrorString(r), what);
+                snprintf(why, len, "step %d, %s: %s (NCCL: %s) while waiting for %s", (int)preempt_step, preempt_phase,
+                         peer, ncclGetErrorString(r), what);
+                *failed = watched_comms[i];
+                return WAIT_PEER;
             }
         }
         if (now_seconds() > deadline) {
-            fail("step %d, %s: waited %.0f s (%s) for %s: a peer has died or hangs", (int)preempt_step,
-                 preempt_phase, limit, src, what);
+            snprintf(why, len, "step %d, %s: waited %.0f s (%s) for %s: a peer has died or hangs", (int)preempt_step,
+                     preempt_phase, limit, src, what);
+            return WAIT_LIMIT;
         }
         usleep(50);
     }
+}
+
+// Blocks until the work before the last record of ev has run; fails (wait_event_until's why) on
+// an NCCL error or at the limit.
+static void wait_event(cudaEvent_t ev, const char* what, int end_grace) {
+    char why[768];
+    ncclComm_t failed = NULL;
+    if (wait_event_until(ev, what, end_grace, 0, &failed, why, sizeof(why)) != WAIT_DONE) { fail("%s", why); }
 }
 
 // wait_event for a short wait (EventWaitFn, llmc/cuda_common.cuh: host_wait_event).

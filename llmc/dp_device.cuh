@@ -35,6 +35,7 @@
 #include "wire_kernels.cuh"
 #include "op_events.cuh"
 #include "dp_device_link.cuh"
+#include "dp_elastic.cuh"
 #include "dp_ops.h"
 #include "faults.h"
 
@@ -140,6 +141,8 @@ typedef struct {
     uint8_t* wire_recv;
     size_t wire_send_bytes, wire_recv_bytes;
     DevExchange* xch;          // -ls: each fragment's exchange, issued in chunks (dev_dp_issue_chunk)
+    Elastic el;                // -le 1: the replicas still training (llmc/dp_elastic.cuh); else R and W
+    float* loss_keep;          // -le 1: the loss slots before their all-reduce, to redo it on the survivors
 } DeviceDP;
 
 // The plan and buffers of rank `rank` of the world communicator `world` for model c, -ds dp_shard,
@@ -155,6 +158,9 @@ static void dev_dp_init(DeviceDP* dp, ncclComm_t world, int rank, int world_size
     dp_plan_init(p, c, world_size, rank, dp_shard, zero_stage, outer);
     const Mesh* mesh = &p->mesh;
     device_link_init(&dp->link, world, mesh, c->num_layers, outer->link_mbps);
+    dp->el.live_R = mesh->dp_replicate; // every replica trains (-le 1 may drop some: dev_dp_elastic_init)
+    dp->el.live_W = mesh->world;
+    dp->el.live_me = mesh->replicate_idx;
     dp->params = params;
     dp->grads = grads;
     dp->grads_elements = grads_elements;
@@ -236,14 +242,15 @@ static void dev_dp_memory(const DeviceDP* dp, MemoryBytes* mem) {
 static void dev_dp_free(DeviceDP* dp) {
     void* bufs[] = {dp->shard_grads, dp->group_pad, dp->group_recv, dp->loss, dp->norm, dp->st.outer, dp->st.momentum,
                     dp->outer_msg, dp->crc_buf, dp->st.residual, dp->wire_send, dp->wire_recv, dp->st.held,
-                    dp->st.snap, dp->flag, dp->master_pad};
-    for (int i = 0; i < 16; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
+                    dp->st.snap, dp->flag, dp->master_pad, dp->loss_keep};
+    for (int i = 0; i < 17; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
     device_adamw_free(&dp->opt);
     for (int f = 0; dp->exchanged && f < dp->plan.num_fragments; f++) { cudaCheck(cudaEventDestroy(dp->exchanged[f].ev)); }
     free(dp->exchanged);
     for (int f = 0; dp->xch && f < dp->plan.num_fragments; f++) { if (dp->xch[f].tmp) { cudaCheck(cudaFree(dp->xch[f].tmp)); } }
     free(dp->xch);
     free(dp->unit_grads);
+    elastic_free(&dp->el);
     device_link_free(&dp->link, dp->plan.layout.num_layers);
     dp_plan_free(&dp->plan);
 }
@@ -573,17 +580,26 @@ static void dev_dp_begin_step(DeviceDP* dp) {
 }
 
 // The mean of the per-rank values summed into dp->loss[0], over every rank: one all-reduce and
-// one host wait.
+// one host wait. -le 1: a failure of the all-reduce is recovered from (llmc/dp_elastic.cuh) and it
+// is redone from the kept slots on the surviving ranks, whose mean it then is.
 static float dev_dp_mean_over_world(DeviceDP* dp, const char* what) {
     int W = dp->plan.mesh.world;
-    int span = op_span_begin(OP_COMM, 0);
-    device_link_order_on_main(&dp->link); // e.g. after the shard group's parameter all-gathers, on every rank
-    if (W > 1) { ncclCheck(ncclAllReduce(dp->loss, dp->loss, W, ncclFloat, ncclSum, dp->link.world, 0)); }
-    op_span_end(span, 0.0, ring_bytes((double)W * sizeof(float), W, 1));
-    wait_device(0, dp->link.host_event, what);
+    if (dp->el.on) { cudaCheck(cudaMemcpyAsync(dp->loss_keep, dp->loss, W * sizeof(float), cudaMemcpyDeviceToDevice, 0)); }
+    for (;;) {
+        int span = op_span_begin(OP_COMM, 0);
+        device_link_order_on_main(&dp->link); // e.g. after the shard group's parameter all-gathers, on every rank
+        if (dp->el.live_W > 1) { ncclCheck(ncclAllReduce(dp->loss, dp->loss, W, ncclFloat, ncclSum, dp->link.world, 0)); }
+        op_span_end(span, 0.0, ring_bytes((double)W * sizeof(float), dp->el.live_W, 1));
+        if (!dp->el.on) {
+            wait_device(0, dp->link.host_event, what);
+            break;
+        }
+        if (elastic_wait(&dp->el, &dp->link, &dp->plan.mesh, what)) { break; }
+        cudaCheck(cudaMemcpyAsync(dp->loss, dp->loss_keep, W * sizeof(float), cudaMemcpyDeviceToDevice, 0));
+    }
     float sum;
     cudaCheck(cudaMemcpy(&sum, dp->loss, sizeof(float), cudaMemcpyDeviceToHost));
-    return sum / (float)W;
+    return sum / (float)dp->el.live_W;
 }
 
 // The loss (slot 0 of dp->loss, times loss_factor) and the preemption vote (slot 1) in the one
@@ -606,7 +622,7 @@ static int dev_dp_sum_count(DeviceDP* dp, int count, const char* what) {
     float v = (float)count;
     cudaCheck(cudaMemsetAsync(dp->loss, 0, dp->plan.mesh.world * sizeof(float), 0));
     cudaCheck(cudaMemcpy(dp->loss, &v, sizeof(float), cudaMemcpyHostToDevice));
-    return (int)lroundf(dev_dp_mean_over_world(dp, what) * (float)dp->plan.mesh.world);
+    return (int)lroundf(dev_dp_mean_over_world(dp, what) * (float)dp->el.live_W);
 }
 
 // ----------------------------------------------------------------------------
@@ -671,7 +687,7 @@ static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, si
                                  uint8_t* send, uint8_t* recv) {
     const Mesh* mesh = &dp->plan.mesh;
     int R = mesh->dp_replicate, me = mesh->replicate_idx, dense = w->format == WIRE_FP32 && w->density == 0.0f;
-    if (dense && R == 1) { return; }
+    if (dense && dp->el.live_R == 1) { return; } // (-le 1: R slices still, summed over the survivors)
     int span = op_span_begin(OP_COMM, cs);
     if (dense) {
         ncclCheck(ncclAllReduce(dst, dst, slice * R, ncclFloat, ncclSum, dp->link.replica, cs));
@@ -873,11 +889,11 @@ static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* 
 // the squared norm (one host wait).
 static float dev_dp_fragment_apply(DeviceDP* dp, const OuterCall* call, float* sum, const float* snap) {
     const DpPlan* p = &dp->plan;
-    int R = p->mesh.dp_replicate, S = p->mesh.dp_shard, f = call->fragment, L = p->layout.num_layers;
+    int S = p->mesh.dp_shard, f = call->fragment, L = p->layout.num_layers;
     dev_dp_drain(dp, f); // the last step applies what is in flight early
     OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->exchanged[f]));
     OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.params_ready[L])); // the last all-gather
-    float inv_R = 1.0f / (float)R;
+    float inv_R = 1.0f / (float)dp->el.live_R; // -le 1: the mean over the replicas still training
     for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
         const DpRun* r = &p->runs[i];
         size_t o = r->owned;
@@ -922,7 +938,7 @@ static int dev_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
 static void dev_dp_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
     DeviceDP* dp = (DeviceDP*)ctx;
     const DpPlan* p = &dp->plan;
-    int R = p->mesh.dp_replicate, me = p->mesh.replicate_idx;
+    int R = dp->el.live_R, me = dp->el.live_me; // -le 1: the replicas still training
     size_t n = p->owned > p->sync_owned ? p->owned : p->sync_owned;
     float* host = (float*)malloc_check((n > 2 * (size_t)R ? n : 2 * (size_t)R) * sizeof(float));
     uint32_t crc = 0;
@@ -1041,6 +1057,22 @@ static void dev_dp_read_state(void* ctx, const char* dir, int step, const StateT
 }
 
 // The training loop's view of this layer (llmc/dp_ops.h).
+// -le 1: the replicas still training, and the last drop's line (NULL: none yet).
+static int dev_dp_live_replicas(void* ctx, const char** note) {
+    DeviceDP* dp = (DeviceDP*)ctx;
+    *note = dp->el.changes ? dp->el.note : NULL;
+    return dp->el.live_R;
+}
+
+// -le 1 (after dev_dp_init): the agreement through rank 0 (rdv: this job's rendezvous, whose port
+// rank 0 keeps open), the room to redo the loss all-reduce, the replica-spanning communicators.
+static void dev_dp_elastic_init(DeviceDP* dp, const TrainArgs* a, const Rendezvous* rdv) {
+    elastic_init(&dp->el, a, rdv, &dp->plan.mesh);
+    if (!dp->el.on) { return; }
+    dp->loss_keep = (float*)device_alloc(dp->plan.mesh.world * sizeof(float));
+    elastic_watch(&dp->el, &dp->link);
+}
+
 static DataParallelOps dev_dp_ops(DeviceDP* dp) {
     DataParallelOps ops = {
         .ctx = dp,
@@ -1053,6 +1085,7 @@ static DataParallelOps dev_dp_ops(DeviceDP* dp) {
         .outer_init = dev_dp_outer_init,
         .outer_step = dev_dp_outer_step,
         .replica_crcs = dev_dp_replica_crcs,
+        .live_replicas = dev_dp_live_replicas,
     };
     return ops;
 }

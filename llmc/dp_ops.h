@@ -38,6 +38,9 @@ typedef struct {
     // The CRC-32C of this rank's owned outer (outer 1) or local (0) parameters on every replica:
     // crcs[r] from the rank of replica r with this shard index.
     void (*replica_crcs)(void* ctx, int outer, uint32_t* crcs);
+    // -le 1 (NULL where there is none): the replicas still training, and in *note the line of the
+    // last one lost (NULL: none lost).
+    int (*live_replicas)(void* ctx, const char** note);
 } DataParallelOps;
 
 #endif

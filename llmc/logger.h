@@ -379,6 +379,13 @@ static void logger_log_ckpt_failed(Logger* l, int step) {
     logger_field(l, step, "checkpoint_failed", 1.0);
 }
 
+// -le 1: from step on, `live` replicas train (one was lost).
+static void logger_log_replicas(Logger* l, int step, int live) {
+    if (!l->on) { return; }
+    logger_line(l, "s:%d replicas:%d\n", step, live);
+    logger_field(l, step, "replicas", (double)live);
+}
+
 static void logger_log_val(Logger* l, int step, float loss) {
     if (!l->on) { return; }
     logger_line(l, "s:%d tel:%.6f\n", step, loss);

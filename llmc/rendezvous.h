@@ -35,7 +35,10 @@ typedef struct {
     char job_name[160]; // where it came from, for messages
     int rank, world;
     double timeout_s;   // how long any rank waits for the others
+    int keep_listening; // -pi tcp, rank 0: the port stays open after the start-up (-le 1: llmc/membership.h)
 } Rendezvous;
+
+static int rendezvous_listen_fd = -1; // rank 0's listening socket, kept by keep_listening
 
 // FNV-1a, 64 bits.
 static uint64_t rdv_hash(uint64_t h, const char* s) {
@@ -184,7 +187,8 @@ static void rdv_tcp_serve(const Rendezvous* me, const void* blob, size_t n, int 
         close(c);
     }
     free(joined);
-    close(s);
+    if (me->keep_listening) { rendezvous_listen_fd = s; }
+    else { close(s); }
 }
 
 // A rank other than 0: connects to host:port (retrying until rank 0 listens), says who it is and

@@ -106,6 +106,8 @@ typedef struct {
     int* outer_inflight;      // -lo: the step each fragment's exchange started after, or -1
     int ckpt_failures;        // checkpoints in a row that could not be written (-nf)
     int last_complete;        // the newest complete checkpoint this run knows of (-1: none)
+    int live_replicas;        // -le 1: the replicas still training (else dp_replicate)
+    int tokens_per_step;      // the global batch of the replicas training (-d, less a dropped replica's share)
 } TrainRun;
 
 // Start-up, part 1 (before the trainer builds its model): the tokenizer, the checkpoint to
@@ -185,6 +187,8 @@ static void run_prepare(TrainRun* r, const DpPlan* plan, int opt_has_master, con
     int zero_stage = plan->zero_stage;
     size_t opt_owned = plan->owned;
     r->mesh = mesh;
+    r->live_replicas = mesh->dp_replicate;
+    r->tokens_per_step = a->total_batch;
     r->zero_stage = zero_stage;
     r->opt_owned = opt_owned;
     r->sync_stage = plan->sync_stage;
@@ -252,10 +256,10 @@ static void run_check_outer_schedule(const TrainRun* r) {
     }
 }
 
-// -ls: the replicas hold the same outer (outer 1) or local (0) parameters after `step` steps,
-// checked through their CRC-32Cs (a few bytes across the replicas); a mismatch stops the job.
+// -ls: the replicas (still training) hold the same outer (outer 1) or local (0) parameters after
+// `step` steps, checked through their CRC-32Cs (a few bytes across the replicas); a mismatch stops the job.
 static void run_check_replicas(TrainRun* r, const TrainerOps* ops, int step, int outer) {
-    int R = r->mesh->dp_replicate;
+    int R = r->live_replicas; // -le 1: the replicas still training (crcs in their order)
     if (R == 1) { return; }
     uint32_t* crcs = (uint32_t*)malloc_check(R * sizeof(uint32_t));
     ops->dp.replica_crcs(ops->dp.ctx, outer, crcs);
@@ -498,6 +502,24 @@ static void run_write_final_model(TrainRun* r, const TrainerOps* ops, void* ctx)
     }
 }
 
+// -le 1: after the agreement dropped a replica, rank 0 says so (stdout and main.log) and the tokens
+// per step become the survivors'. Checkpoints stop from here (a checkpoint written by fewer
+// replicas than the run started with cannot be resumed yet).
+static void run_note_replicas(TrainRun* r, const TrainerOps* ops, int step) {
+    if (!ops->dp.live_replicas) { return; }
+    const char* note = NULL;
+    int live = ops->dp.live_replicas(ops->dp.ctx, &note);
+    if (live == r->live_replicas || note == NULL) { return; }
+    r->live_replicas = live;
+    r->tokens_per_step = (int)((long)r->args->total_batch / r->mesh->dp_replicate * live);
+    if (r->rank == 0) {
+        printf("%s\n%d of %d replicas train on: %d tokens per step; no checkpoints from here (resuming with fewer "
+               "replicas is not built yet)\n", note, live, r->mesh->dp_replicate, r->tokens_per_step);
+        fflush(stdout);
+    }
+    logger_log_replicas(&r->logger, step, live);
+}
+
 // One optimizer step (0-based `step`): grad_accum micro-steps, the gradient reduction and norm,
 // the agreement (loss and preemption votes), the skip decision (llmc/step_guard.h), clipping,
 // the scheduled lr, AdamW unless skipped, then (-ls) the outer sync when one is due. Fills the
@@ -528,6 +550,7 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     float votes = 0.0f;
     *loss = ops->agree(ctx, fault_loss_factor(&run_fault, step + 1, r->rank), preempt_requested(), &votes);
     *stop = votes > 0.0f;
+    run_note_replicas(r, ops, step + 1);
     StepVerdict verdict = step_guard_judge(&r->guard, step + 1, *loss, *norm, outer_active(r->outer, step + 1), r->mesh);
     r->adamw.lr = schedule_lr(&r->schedule, step);
     if (verdict == STEP_APPLY) {
@@ -591,15 +614,16 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         op_profile_step_end(dt, step > times.first_step);
         char mark[64] = "";
         if (synced) { snprintf(mark, sizeof(mark), " | outer sync, pseudo-grad norm %.4f", r->last_pg_norm); }
-        progress_step(&times, step, r->max_steps, dt, loss, norm, r->adamw.lr, a->total_batch, mark, r->rank == 0);
+        progress_step(&times, step, r->max_steps, dt, loss, norm, r->adamw.lr, r->tokens_per_step, mark, r->rank == 0);
         if (verdict == STEP_APPLY) {
-            logger_log_train(&r->logger, step + 1, loss, r->adamw.lr, norm, dt * 1000.0, a->total_batch / dt,
+            logger_log_train(&r->logger, step + 1, loss, r->adamw.lr, norm, dt * 1000.0, r->tokens_per_step / dt,
                              times.last_mfu);
         } else {
             logger_log_skip(&r->logger, step + 1, loss, r->adamw.lr, norm, verdict == STEP_SKIP_SPIKE);
         }
         if (synced) { logger_log_outer(&r->logger, step + 1, r->last_pg_norm); }
-        if (a->log_dir[0] && (stop || (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0))) {
+        int all_replicas = r->live_replicas == r->mesh->dp_replicate;
+        if (a->log_dir[0] && all_replicas && (stop || (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0))) {
             char why[4600];
             if (run_save_checkpoint(r, step + 1, ops, ctx, why, sizeof(why))) {
                 r->ckpt_failures = 0;
@@ -617,7 +641,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
     preempt_phase = "the end of the run";
     op_profile_finish();
     if (r->rank == 0) {
-        progress_summary(&times, a->total_batch);
+        progress_summary(&times, r->tokens_per_step);
         if (ops->comm_bytes_sent) {
             printf("communication measured: %zu bytes sent per rank in the last step\n", step_bytes);
             if (r->outer->every > 0) {

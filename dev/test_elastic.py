@@ -1,0 +1,229 @@
+"""Elastic replicas (-le 1, issue 36) on the emulated GPU trainer, ranks started without mpirun
+(-pi tcp, RANK / WORLD_SIZE, as a launcher without Open MPI would): a replica is lost at a stated
+step and the others train on. Each process is bounded in time; a hang fails the check.
+
+  python3 dev/test_elastic.py drop [TRAINER]   the cases below (TRAINER: a mutant, see mutant)
+  python3 dev/test_elastic.py refusals          -le where it cannot run: one line each, exit 1
+  python3 dev/test_elastic.py mutant            a survivor that averages over R, not R', must fail drop
+
+drop, each with -ls 4 -ol 0.7 -om 0.9, 12 steps, -wt 3:
+  2x1 ZeRO 1, rank 1 killed (SIGKILL) as step 6 begins: rank 0 logs "replica 1 lost at step 6", trains
+      on alone, ends normally; its losses and final weights equal train_gpt2.py --replicas 2
+      --drop 1@6 within 1e-4 (the issue's fp32 tolerance); main.log says s:6 replicas:1
+  3x1 ZeRO 1, rank 1 stops answering (hang) at step 5: ranks 0 and 2 average over 2 replicas from
+      there (against --replicas 3 --drop 1@5); a stray connection to rank 0's port before the loss is
+      dropped with a line
+  2x2 ZeRO 2, rank 3 killed at step 6: rank 2 (its replica's other rank) exits 1 naming the lost
+      rank, ranks 0 and 1 train on (against --replicas 2 --drop 1@6)
+  2x1, rank 0 killed at step 6: rank 1 stops (exit 1) saying the replica holding rank 0 is lost
+  2x1 -lm 2, rank 1 killed: rank 0 stops (exit 1) saying fewer than -lm 2 replicas are left
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_distributed as td  # noqa: E402
+
+PY = "/usr/bin/python3"
+FP32 = "build/gpu/train_gpt2emu_fp32"
+OUT = "build/elastic"
+DATA = td.DATA
+B, T, STEPS, H = 2, 32, 12, 4
+ROWS = 8
+BASE = ["-i", DATA, "-j", "", "-b", str(B), "-t", str(T), "-d", str(T * ROWS), "-l", "1e-3", "-c", "0.1",
+        "-s", "0", "-sf", "0", "-k", "constant", "-u", "0", "-x", str(STEPS), "-ls", str(H), "-ol", "0.7",
+        "-om", "0.9", "-wt", "3"]
+TOL = 1e-4
+LIMIT_S = 150  # any process of a case still running then is a hang
+failures = 0
+
+
+def report(ok, what):
+    global failures
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'}  {what}", flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def model_file():
+    path = f"{OUT}/d2.bin"
+    if not os.path.exists(path):
+        os.makedirs(OUT, exist_ok=True)
+        subprocess.run([PY, "train_gpt2.py", "--model", "d2", "--vocab", "257", "--max-seq", "64",
+                        "--write-model", path], check=True, capture_output=True)
+    return path
+
+
+def launch(trainer, world, args, name, stray=False):
+    """Starts `world` ranks without mpirun; returns the log dir and per rank (exit code, stdout,
+    stderr, seconds it ran). A stray connection to rank 0's port, if asked, once training runs."""
+    d = f"{OUT}/{name}"
+    subprocess.run(["rm", "-rf", d])
+    port = free_port()
+    cmd = [trainer, "-e", model_file()] + BASE + args + ["-pi", "tcp", "-ps", "127.0.0.1", "-pp", str(port),
+                                                         "-le", "1", "-o", d]
+    procs, t0 = [], time.time()
+    for r in range(world):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
+        for k in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+            env.pop(k, None)
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    if stray:
+        while not os.path.exists(d + "/main.log") and time.time() - t0 < 60:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    res = [None] * world
+    while any(x is None for x in res) and time.time() - t0 < LIMIT_S:
+        for r, p in enumerate(procs):
+            if res[r] is None and p.poll() is not None:
+                out, err = p.communicate()
+                res[r] = (p.returncode, out, err, time.time() - t0)
+        time.sleep(0.1)
+    for r, p in enumerate(procs):
+        if res[r] is None:
+            p.kill()
+            out, err = p.communicate()
+            res[r] = ("hang", out, err, LIMIT_S)
+    return d, res
+
+
+def reference(R, drop):
+    tag = f"ref_R{R}_drop{drop.replace('@', '_')}"
+    losses, final = f"{OUT}/{tag}.txt", f"{OUT}/{tag}.bin"
+    if not os.path.exists(final):
+        subprocess.run([PY, "train_gpt2.py", "--load", model_file(), "--data", DATA, "--B", str(ROWS // R),
+                        "--T", str(T), "--steps", str(STEPS), "--lr", "1e-3", "--weight-decay", "0.1",
+                        "--replicas", str(R), "--sync-every", str(H), "--outer-lr", "0.7", "--outer-momentum",
+                        "0.9", "--drop", drop, "--write-losses", losses, "--write-final", final],
+                       check=True, capture_output=True)
+    return {i + 1: float(x) for i, x in enumerate(open(losses))}, td.weights(final)
+
+
+def against_reference(d, R, drop):
+    ref_l, ref_w = reference(R, drop)
+    try:
+        got = td.train_losses(d + "/main.log")
+        w = td.weights(d + "/model_final.bin")
+    except (OSError, ValueError):
+        return float("inf"), float("inf")
+    if sorted(got) != sorted(ref_l):
+        return float("inf"), float("inf")
+    return max(abs(got[s] - ref_l[s]) for s in ref_l), float(np.max(np.abs(w - ref_w)))
+
+
+def tail(res, r):
+    code, out, err, _ = res[r]
+    return f"rank {r} exit {code}: {(err.strip().splitlines() or [''])[-1][:300]}"
+
+
+def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, name, stray=False):
+    args = ["-ds", str(shard), "-z", str(stage), "-fi", fault]
+    d, res = launch(trainer, world, args, name, stray)
+    kept = [r for r in range(world) if r not in lost_ranks]
+    k, s = drop.split("@")
+    out0 = res[0][1]
+    ok_exit = all(res[r][0] == 0 for r in kept)
+    le, we = against_reference(d, R, drop)
+    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    said = f"replica {k} lost at step {s}" in out0 and f"s:{s} replicas:{R - 1}" in log
+    where = f"{R} x {shard} ZeRO {stage}, -fi {fault}"
+    report(ok_exit and said and le <= TOL and we <= TOL,
+           f"{where}: survivors {kept} exit {[res[r][0] for r in kept]}, 'replica {k} lost at step {s}' "
+           f"{'said' if said else 'NOT said'}; against train_gpt2.py --replicas {R} --drop {drop}: max loss error "
+           f"{le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
+    if not (ok_exit and said):
+        for r in range(world):
+            print("      " + tail(res, r))
+    return d, res
+
+
+def cmd_drop(trainer):
+    survivors_case(trainer, 2, 1, 1, "die@6:1", 2, "1@6", [1], "die_2x1")
+    d, res = survivors_case(trainer, 3, 1, 1, "hang@5:1", 3, "1@5", [1], "hang_3x1", stray=True)
+    out0 = res[0][1]
+    report("dropped a connection from 127.0.0.1" in out0,
+           "3 x 1: the stray connection to rank 0's port was dropped with a line"
+           + ("" if "dropped a connection" in out0 else f"; rank 0 said: {out0[-400:]}"))
+    d, res = survivors_case(trainer, 4, 2, 2, "die@6:3", 2, "1@6", [2, 3], "die_2x2")
+    code, _, err, took = res[2]
+    ok = code == 1 and "rank 3" in err and took < LIMIT_S
+    report(ok, f"2 x 2: rank 2, in the lost replica, exits {code} after {took:.0f} s naming rank 3: "
+               f"{(err.strip().splitlines() or [''])[-1][:240]}")
+    # the replica holding world rank 0 lost: the other stops cleanly, saying why
+    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-fi", "die@6:0"], "die_rank0")
+    code, _, err, took = res[1]
+    report(code == 1 and "world rank 0" in err,
+           f"2 x 1, rank 0 killed at step 6: rank 1 exits {code} after {took:.0f} s: "
+           f"{(err.strip().splitlines() or [''])[-1][:240]}")
+    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-fi", "die@6:1", "-lm", "2"], "die_lm2")
+    code, _, err, took = res[0]
+    report(code == 1 and "fewer than -lm 2" in err,
+           f"2 x 1 -lm 2, rank 1 killed at step 6: rank 0 exits {code} after {took:.0f} s: "
+           f"{(err.strip().splitlines() or [''])[-1][:240]}")
+
+
+def refused(cmd, want, what, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    last = ([x for x in r.stderr.splitlines() if x.startswith("error:")] or [""])[-1]
+    report(r.returncode == 1 and want in last, f"{what}: exit {r.returncode}: {last[:200]}")
+
+
+def cmd_refusals():
+    common = ["-e", model_file()] + BASE + ["-le", "1"]
+    tcp = ["-pi", "tcp", "-ps", "127.0.0.1", "-pp", str(free_port())]
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1")
+    refused(["./train_gpt2cpu"] + common, "no fault-tolerant communicators", "the CPU trainer refuses -le 1")
+    refused([FP32] + common + ["-pi", "mpi"], "Open MPI ends the whole job", "-le 1 -pi mpi")
+    refused([FP32] + common + ["-pi", "fs"], "not built yet", "-le 1 -pi fs")
+    refused([FP32] + [a for a in common if a not in ("-ls", str(H))] + ["-ls", "0"] + tcp, "needs -ls H > 0",
+            "-le 1 without -ls")
+    refused([FP32] + common + tcp + ["-wt", "0"], "needs -wt > 0", "-le 1 -wt 0")
+    refused([FP32] + common + tcp + ["-rq", "int8"], "not built yet with -lo", "-le 1 -rq int8")
+    refused([FP32] + common + tcp + ["-lo", "1"], "not built yet with -lo", "-le 1 -lo 1")
+    refused([FP32] + common + tcp, "needs at least 2 replicas", "-le 1 on one rank", env)
+
+
+def cmd_mutant():
+    """A survivor whose outer step still divides by R (not the R' replicas left) must fail drop."""
+    d = OUT + "/mutant"
+    subprocess.run(["rm", "-rf", d])
+    os.makedirs(d)
+    subprocess.run(["cp", "-r", "llmc", "train_gpt2.cu", d], check=True)
+    src = open("llmc/dp_device.cuh").read()
+    target = "float inv_R = 1.0f / (float)dp->el.live_R;"
+    if src.count(target) != 1:
+        sys.exit("the mutation did not apply")
+    open(d + "/llmc/dp_device.cuh", "w").write(src.replace(target, "float inv_R = 1.0f / (float)p->mesh.dp_replicate;"))
+    subprocess.run(["dev/cuda_emu/emucc", "-O1", "-DENABLE_FP32", "-o", d + "/trainer", d + "/train_gpt2.cu",
+                    "-lnccl"], check=True)
+    survivors_case(d + "/trainer", 2, 1, 1, "die@6:1", 2, "1@6", [1], "mutant_2x1")
+    print("the mutant (mean over R) " + ("fails as it must" if failures else "PASSED: the test cannot see it"))
+    sys.exit(0 if failures else 1)
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else ""
+    if what == "drop":
+        cmd_drop(sys.argv[2] if len(sys.argv) > 2 else FP32)
+    elif what == "refusals":
+        cmd_refusals()
+    elif what == "mutant":
+        cmd_mutant()
+    else:
+        sys.exit(__doc__)
+    sys.exit(1 if failures else 0)

@@ -1,0 +1,141 @@
+// Elastic replicas on the GPU (-le 1, with -ls H and -pi tcp): when a collective that spans the
+// replicas fails (NCCL reports a lost peer, or it stays unfinished past -wt), the ranks that saw it
+// agree through rank 0 which replicas are left (llmc/membership.h), shrink the world and replica
+// communicators to them with NCCL_SHRINK_ABORT (the stuck collective is abandoned), and redo what
+// failed on the survivors. The survivors' live counts (replicas R', ranks W', this replica's index
+// among them) replace R and W in the means. A rank whose own replica is lost, or that learns that
+// the replica holding world rank 0 is lost, stops with one line naming why. docs/distributed.md,
+// "Elastic replicas".
+#ifndef LLMC_DP_ELASTIC_CUH
+#define LLMC_DP_ELASTIC_CUH
+
+#include "utils.h"
+#include "args.h"
+#include "mesh.h"
+#include "membership.h"
+#include "dp_device_link.cuh"
+
+typedef struct {
+    int on;                    // -le 1
+    int min_replicas;          // -lm
+    Membership mb;             // the agreement through rank 0 (its alive[]: the replicas training)
+    int live_R, live_W;        // replicas and ranks still training
+    int live_me;               // this rank's replica among them (its rank in the replica communicator)
+    int changes;               // agreements that dropped a replica
+    char note[512];            // the last drop, for the logs: "replica k lost at step s: why"
+} Elastic;
+
+static void elastic_init(Elastic* e, const TrainArgs* a, const Rendezvous* rdv, const Mesh* mesh) {
+    memset(e, 0, sizeof(*e));
+    e->on = a->elastic;
+    e->live_R = mesh->dp_replicate;
+    e->live_W = mesh->world;
+    e->live_me = mesh->replicate_idx;
+    if (!e->on) { return; }
+    if (mesh->dp_replicate < 2) { fail("-le 1: needs at least 2 replicas (world %d, -ds %d)", mesh->world, mesh->dp_shard); }
+    if (a->min_replicas > mesh->dp_replicate) {
+        fail("-lm %d: more than the %d replicas there are", a->min_replicas, mesh->dp_replicate);
+    }
+    e->min_replicas = a->min_replicas;
+    membership_init(&e->mb, rdv, a->server_ip, a->server_port, mesh->dp_replicate, mesh->dp_shard, a->peer_wait);
+}
+
+static void elastic_free(Elastic* e) {
+    if (e->on) { membership_free(&e->mb); }
+}
+
+// The communicators that span the replicas: their errors are the elastic waits' (device_wait.cuh).
+static void elastic_watch(Elastic* e, DeviceLink* k) {
+    if (!e->on) { return; }
+    elastic_comms[0] = k->world;
+    elastic_comms[1] = k->replica;
+}
+
+// Replaces old by c among the watched communicators.
+static void elastic_rewatch(ncclComm_t old, ncclComm_t c) {
+    for (int i = 0; i < num_watched_comms; i++) {
+        if (watched_comms[i] == old) { watched_comms[i] = c; }
+    }
+}
+
+// comm (its members in the order of the replicas still alive, S ranks each where per_replica is
+// 0, one each where 1) shrunk to the kept replicas; the old one aborted.
+static ncclComm_t elastic_shrink(ncclComm_t comm, const uint8_t* was, const uint8_t* kept, int R, int S,
+                                 int per_replica) {
+    int* gone = (int*)malloc_check((size_t)R * S * sizeof(int));
+    int n = 0, at = 0;
+    for (int q = 0; q < R; q++) {
+        if (!was[q]) { continue; }
+        for (int s = 0; s < (per_replica ? 1 : S); s++, at++) {
+            if (!kept[q]) { gone[n++] = at; }
+        }
+    }
+    ncclComm_t c = NULL;
+    ncclCheck(ncclCommShrink(comm, gone, n, &c, NULL, NCCL_SHRINK_ABORT));
+    free(gone);
+    elastic_rewatch(comm, c);
+    ncclCommAbort(comm);
+    return c;
+}
+
+// A replica-spanning wait failed (why): this rank's own replica lost a rank (shard_failed), or the
+// survivors agree who is left and shrink k's communicators to them. Fails where this rank cannot
+// go on; otherwise the live counts and note follow.
+static void elastic_recover(Elastic* e, DeviceLink* k, const Mesh* mesh, const char* why, int shard_failed) {
+    int step = (int)preempt_step, R = mesh->dp_replicate, S = mesh->dp_shard;
+    if (shard_failed) { fail("%s: a rank of this replica (%d) is lost, so it stops; the other replicas train on", why, mesh->replicate_idx); }
+    uint8_t* was = (uint8_t*)malloc_check((size_t)R);
+    uint8_t* kept = (uint8_t*)malloc_check((size_t)R);
+    memcpy(was, e->mb.alive, (size_t)R);
+    char asked[256];
+    if (membership_agree(&e->mb, step, kept, asked, sizeof(asked))) {
+        fail("%s; asking rank 0 which replicas are left: %s: the run stops (the replica holding world rank 0 is lost, "
+             "and moving its roles is not built yet; resume with -y 1)", why, asked);
+    }
+    if (!kept[mesh->replicate_idx]) {
+        fail("%s: rank 0 says this rank's replica %d is lost (one of its ranks did not report within -wt), so it stops",
+             why, mesh->replicate_idx);
+    }
+    int lost = -1, left = 0;
+    for (int q = 0; q < R; q++) {
+        if (was[q] && !kept[q] && lost < 0) { lost = q; }
+        left += kept[q];
+    }
+    if (lost < 0) { fail("%s: rank 0 counts every replica as alive, yet the collective failed", why); }
+    snprintf(e->note, sizeof(e->note), "replica %d lost at step %d: %s", lost, step, why);
+    if (!kept[0]) {
+        fail("%s; it holds world rank 0 (the logs, the checkpoints, the agreement), and moving those roles is not built "
+             "yet: the run stops (resume with -y 1)", e->note);
+    }
+    if (left < e->min_replicas) {
+        fail("%s; %d replicas are left, fewer than -lm %d: the run stops", e->note, left, e->min_replicas);
+    }
+    k->world = elastic_shrink(k->world, was, kept, R, S, 0);
+    k->replica = elastic_shrink(k->replica, was, kept, R, S, 1);
+    elastic_watch(e, k);
+    e->live_R = left;
+    e->live_W = left * S;
+    e->live_me = 0;
+    for (int q = 0; q < mesh->replicate_idx; q++) { e->live_me += kept[q]; }
+    e->changes++;
+    free(was);
+    free(kept);
+}
+
+// Stream 0 up to now has run (the host waits on ev, recorded here); returns 1, or 0 after a failure
+// of a replica-spanning collective was recovered from (elastic_recover): the caller redoes its work
+// on the shrunk communicators.
+static int elastic_wait(Elastic* e, DeviceLink* k, const Mesh* mesh, const char* what) {
+    cudaCheck(cudaEventRecord(k->host_event, 0));
+    char why[768];
+    ncclComm_t failed = NULL;
+    WaitEnd end = wait_event_until(k->host_event, what, 1, 1, &failed, why, sizeof(why));
+    if (end == WAIT_DONE) { return 1; }
+    ncclResult_t shard_error = ncclSuccess;
+    if (k->shard) { ncclCheck(ncclCommGetAsyncError(k->shard, &shard_error)); }
+    int own = failed == k->shard || (shard_error != ncclSuccess && shard_error != ncclInProgress);
+    elastic_recover(e, k, mesh, why, own);
+    return 0;
+}
+
+#endif

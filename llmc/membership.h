@@ -1,0 +1,180 @@
+// Elastic replicas' membership (-le 1): after a collective that spans the replicas fails (a peer
+// died, or stayed silent past -wt), the surviving ranks agree through rank 0 on which replicas are
+// left. Every rank that saw the failure reports to rank 0 on the -pi tcp rendezvous port, which
+// rank 0 keeps listening for this (llmc/rendezvous.h, rendezvous_keep_listening); rank 0 collects
+// the reports of the ranks still counted as alive until all have come or the window (-wt seconds)
+// has passed since it began collecting, keeps every replica all of whose ranks reported (ZeRO
+// inside a replica cannot lose a shard), answers each reporter with that list and closes.
+// Anything else on the port (a probe, another job, a stale epoch) is logged and dropped. A rank
+// whose replica is not kept, or that cannot reach rank 0 (rank 0's replica is the lost one), gets
+// told so and stops. Host code, no MPI or CUDA.
+#ifndef LLMC_MEMBERSHIP_H
+#define LLMC_MEMBERSHIP_H
+
+#include "rendezvous.h"
+
+#define MB_MAGIC 0x314d4754u // "TGM1"
+#define MB_MAX_REPLICAS 4096
+
+typedef struct {
+    uint32_t magic;
+    uint32_t epoch;
+    uint64_t job;
+    int32_t rank, world, step;
+} MbReport;
+
+typedef struct {
+    uint32_t magic, epoch;
+    int32_t replicas;          // R, then R bytes: 1 = the replica is kept
+} MbAnswer;
+
+typedef struct {
+    Rendezvous rdv;            // this rank, the world, the job (the rendezvous's)
+    const char* host;          // rank 0's address (-ps)
+    int port;                  // -pp
+    int R, S;                  // replicas, ranks per replica
+    double window_s;           // how long rank 0 waits for the reports (-wt)
+    uint32_t epoch;            // agreements so far
+    uint8_t* alive;            // R: the replicas still training
+} Membership;
+
+static void membership_init(Membership* m, const Rendezvous* rdv, const char* host, int port, int R, int S,
+                            double window_s) {
+    memset(m, 0, sizeof(*m));
+    m->rdv = *rdv;
+    m->host = host;
+    m->port = port;
+    m->R = R;
+    m->S = S;
+    m->window_s = window_s;
+    m->alive = (uint8_t*)malloc_check((size_t)R);
+    memset(m->alive, 1, (size_t)R);
+}
+
+static void membership_free(Membership* m) { free(m->alive); }
+
+static int membership_count(const Membership* m) {
+    int n = 0;
+    for (int q = 0; q < m->R; q++) { n += m->alive[q]; }
+    return n;
+}
+
+// Why a report of `got` bytes is not one rank 0 waits for (into why), or 0 where it is.
+static int mb_refuse(const Membership* m, const MbReport* r, size_t got, const int* reported, char* why, size_t len) {
+    if (got < sizeof(*r)) {
+        snprintf(why, len, "it sent %zu of the %zu bytes of a membership report", got, sizeof(*r));
+    } else if (r->magic != MB_MAGIC) {
+        snprintf(why, len, "not a membership report (magic %08x)", r->magic);
+    } else if (r->job != m->rdv.job || r->world != m->rdv.world) {
+        snprintf(why, len, "a rank of another job or world (identity %016llx, world %d)", (unsigned long long)r->job,
+                 r->world);
+    } else if (r->epoch != m->epoch) {
+        snprintf(why, len, "rank %d reported for agreement %u, this is agreement %u", r->rank, r->epoch, m->epoch);
+    } else if (r->rank < 1 || r->rank >= m->rdv.world || !m->alive[r->rank / m->S]) {
+        snprintf(why, len, "rank %d is not a rank of a live replica", r->rank);
+    } else if (reported[r->rank] >= 0) {
+        snprintf(why, len, "rank %d has already reported", r->rank);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+// Rank 0: collects reports until every rank of a live replica has reported or the window has
+// passed; kept[q] = replica q is alive and all its ranks reported (rank 0 counts as reported).
+static void mb_collect(Membership* m, int step, uint8_t* kept) {
+    int W = m->rdv.world, expected = 0, fd = rendezvous_listen_fd;
+    int* reported = (int*)malloc_check(W * sizeof(int)); // the connection of each reporter, -1: none
+    for (int r = 0; r < W; r++) {
+        reported[r] = -1;
+        expected += r > 0 && m->alive[r / m->S];
+    }
+    double deadline = now_seconds() + m->window_s;
+    while (expected > 0 && fd >= 0) {
+        struct pollfd p = {fd, POLLIN, 0};
+        double wait = deadline - now_seconds();
+        if (wait <= 0.0) { break; }
+        if (poll(&p, 1, (int)(wait * 1000.0) + 1) <= 0) { continue; }
+        struct sockaddr_in peer;
+        socklen_t plen = sizeof(peer);
+        int c = accept(fd, (struct sockaddr*)&peer, &plen);
+        if (c < 0) { continue; }
+        MbReport r;
+        memset(&r, 0, sizeof(r));
+        double until = now_seconds() + RDV_HELLO_S;
+        size_t got = rdv_read(c, &r, sizeof(r), until < deadline ? until : deadline);
+        char why[RDV_REASON];
+        if (mb_refuse(m, &r, got, reported, why, sizeof(why))) {
+            printf("elastic (step %d): dropped a connection from %s:%d: %s\n", step, inet_ntoa(peer.sin_addr),
+                   ntohs(peer.sin_port), why);
+            fflush(stdout);
+            close(c);
+            continue;
+        }
+        reported[r.rank] = c;
+        expected--;
+    }
+    for (int q = 0; q < m->R; q++) {
+        kept[q] = m->alive[q];
+        for (int s = 0; s < m->S; s++) {
+            int r = q * m->S + s;
+            if (r > 0 && reported[r] < 0) { kept[q] = 0; }
+        }
+    }
+    MbAnswer a = {MB_MAGIC, m->epoch, m->R};
+    for (int r = 1; r < W; r++) {
+        if (reported[r] < 0) { continue; }
+        if (send(reported[r], &a, sizeof(a), MSG_NOSIGNAL) == (ssize_t)sizeof(a)) {
+            send(reported[r], kept, (size_t)m->R, MSG_NOSIGNAL);
+        }
+        close(reported[r]);
+    }
+    free(reported);
+}
+
+// A rank other than 0: reports to rank 0 and reads its answer into kept; returns 0, or 1 with
+// the reason in why when rank 0 cannot be reached or does not answer in time.
+static int mb_report(Membership* m, int step, uint8_t* kept, char* why, size_t len) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(m->host, NULL, &hints, &res) != 0 || res == NULL) {
+        snprintf(why, len, "-ps %s: cannot resolve rank 0's address", m->host);
+        return 1;
+    }
+    struct sockaddr_in addr = *(struct sockaddr_in*)res->ai_addr;
+    freeaddrinfo(res);
+    addr.sin_port = htons((uint16_t)m->port);
+    // rank 0 begins collecting once it sees the failure itself (within -wt), then waits the window
+    double deadline = now_seconds() + 2.0 * m->window_s + RDV_HELLO_S;
+    MbReport r = {MB_MAGIC, m->epoch, m->rdv.job, m->rdv.rank, m->rdv.world, step};
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    if (c < 0 || connect(c, (struct sockaddr*)&addr, sizeof(addr)) != 0) {
+        snprintf(why, len, "rank 0 (%s:%d) cannot be reached (%s)", m->host, m->port, strerror(errno));
+        if (c >= 0) { close(c); }
+        return 1;
+    }
+    MbAnswer a = {0, 0, 0};
+    int ok = send(c, &r, sizeof(r), MSG_NOSIGNAL) == (ssize_t)sizeof(r) &&
+             rdv_read(c, &a, sizeof(a), deadline) == sizeof(a) && a.magic == MB_MAGIC && a.epoch == m->epoch &&
+             a.replicas == m->R && rdv_read(c, kept, (size_t)m->R, deadline) == (size_t)m->R;
+    close(c);
+    if (!ok) { snprintf(why, len, "rank 0 did not answer within %.0f s", 2.0 * m->window_s + RDV_HELLO_S); }
+    return !ok;
+}
+
+// Every rank that saw a replica-spanning collective fail: the replicas kept after this agreement
+// (kept, R bytes); returns 0, or 1 with why when rank 0 could not be asked. m->alive follows.
+static int membership_agree(Membership* m, int step, uint8_t* kept, char* why, size_t len) {
+    if (m->rdv.rank == 0) {
+        mb_collect(m, step, kept);
+    } else if (mb_report(m, step, kept, why, len)) {
+        return 1;
+    }
+    memcpy(m->alive, kept, (size_t)m->R);
+    m->epoch++;
+    return 0;
+}
+
+#endif
