@@ -332,6 +332,7 @@ def wire_mean(msgs, fmt, layout, residuals, density=0.0):
                 res = residuals[r].setdefault(s, np.zeros(R * k, np.float32))
                 if res.size != R * k:  # --drop/--rejoin changed R: the same per-element residual,
                     res = np.concatenate([res[:idx.size], np.zeros(R * k - idx.size, np.float32)])
+                    res *= np.float32(DROP_BUG != 4)
                 m = m + res           # padded to the new R slices (its padding is always 0)
             d = np.concatenate([wire_roundtrip(m[j * k:(j + 1) * k], fmt, density) for j in range(R)])
             if residuals is not None:
@@ -410,7 +411,10 @@ def replica_schedule(R, steps, H, S, drops=(), rejoins=()):
     return alive
 
 
-DROP_BUG = 0  # dev/test_ref_drop.py's planted bugs: 1 outer mean / R, 2 rejoin keeps old moments, 3 step count restarts
+# dev/test_ref_drop.py's planted bugs (--drop-bug): 1 the outer mean / R instead of / R', 2 a rejoined
+# replica keeps its old AdamW moments, 3 its step count restarts, 4 residuals lost when R' changes,
+# 5 a rejoined replica keeps its old residual
+DROP_BUG = 0
 
 
 # streaming fragments (--fragments F, docs/distributed.md): layer l belongs to fragment l * F // L,
@@ -614,7 +618,7 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
                 if DROP_BUG != 2:
                     opts[r] = AdamW(reps[r], lr, weight_decay, grad_clip)
                     opts[r].t = 0 if DROP_BUG == 3 else t - 1
-                if residuals is not None:
+                if residuals is not None and DROP_BUG != 5:
                     residuals[r] = {}
             rl, norms = [], []
             for r in live:
@@ -1053,7 +1057,7 @@ def main(argv=None):
                          "parameters after that sync, with zero AdamW moments (its step count, the bias "
                          "correction, the global step's), a zero residual, and the rows it would have read had "
                          "it never left. Repeatable, or comma-separated")
-    ap.add_argument("--drop-bug", type=int, default=0, choices=[0, 1, 2, 3], help=argparse.SUPPRESS)
+    ap.add_argument("--drop-bug", type=int, default=0, choices=[0, 1, 2, 3, 4, 5], help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.replicas < 1:
         ap.error(f"--replicas must be >= 1 (got {a.replicas})")
