@@ -6,7 +6,9 @@ the C/CUDA trainers are tested against: model .bin (fp32 v3 / bf16 v5), the debu
 first batch (x, y, logits, loss, all 16 gradients) and the per-step losses of a hand-written AdamW.
 With `--replicas R --sync-every H` it simulates DiLoCo in one process: R replicas, each with its own
 AdamW on its own B rows of an R*B-row batch, averaged every H steps by an outer Nesterov-momentum
-SGD step on the pseudo-gradient (`--outer-lr`, `--outer-momentum`, from step `--sync-start` on).
+SGD step on the pseudo-gradient (`--outer-lr`, `--outer-momentum`, from step `--sync-start` on);
+`--drop k@s` / `--rejoin k@s` take replica k out of the run from step s / back in after a sync
+(elastic replicas: what the survivors of a lost replica log; see --help and replica_schedule).
 Everything is float32 and single-threaded by default so runs are repeatable. Only torch, numpy and
 the standard library are used; it runs on torch 1.13 and newer. `--selftest` checks the
 hand-written parts (gradients, bf16 rounding, file I/O, AdamW, the DiLoCo outer step) against
@@ -187,7 +189,7 @@ def outer_nesterov(outer, buf, delta, lr, momentum, locals_):
     return float((delta.double() ** 2).sum())
 
 
-def outer_step(outer, buf, local, lr, momentum):
+def outer_step(outer, buf, local, lr, momentum, count=None):
     """One DiLoCo outer update, in place, on every tensor of `outer` (float32), in this order:
     delta = (sum over r = 0..R-1 of (outer - local[r])) / R; buf = momentum * buf + delta;
     outer = outer - lr * (delta + momentum * buf); then every local[r] = outer. This is
@@ -198,7 +200,7 @@ def outer_step(outer, buf, local, lr, momentum):
         delta = outer[n] - local[0][n]
         for rep in local[1:]:
             delta = delta + (outer[n] - rep[n])
-        delta = delta / len(local)
+        delta = delta / (count or len(local))  # count: only DROP_BUG 1 gives it
         sq += outer_nesterov(outer[n], buf[n], delta, lr, momentum, [rep[n] for rep in local])
     return math.sqrt(sq)
 
@@ -327,7 +329,11 @@ def wire_mean(msgs, fmt, layout, residuals, density=0.0):
             m = np.zeros(R * k, np.float32)
             m[have] = msgs[r][pos[have]]
             if residuals is not None:
-                m = m + residuals[r].setdefault(s, np.zeros(R * k, np.float32))
+                res = residuals[r].setdefault(s, np.zeros(R * k, np.float32))
+                if res.size != R * k:  # --drop/--rejoin changed R: the same per-element residual,
+                    res = np.concatenate([res[:idx.size], np.zeros(R * k - idx.size, np.float32)])
+                    res *= np.float32(DROP_BUG != 4)
+                m = m + res           # padded to the new R slices (its padding is always 0)
             d = np.concatenate([wire_roundtrip(m[j * k:(j + 1) * k], fmt, density) for j in range(R)])
             if residuals is not None:
                 residuals[r][s] = m - d
@@ -354,6 +360,61 @@ def outer_step_wire(outer, buf, local, lr, momentum, fmt, layout, residuals, den
         off += k
         sq += outer_nesterov(outer[n], buf[n], delta, lr, momentum, [rep[n] for rep in local])
     return math.sqrt(sq)
+
+
+# elastic replicas (--drop k@s, --rejoin k@s): which replicas take part in each step
+
+def replica_schedule(R, steps, H, S, drops=(), rejoins=()):
+    """The replicas alive at each step t = 1..steps (a list, index t; index 0 unused), from the
+    (k, s) pairs of --drop and --rejoin (k a replica 0..R-1, s a 1-based step). Replica k dropped at
+    step s takes no part in step s and later ones (their losses, their outer syncs) until rejoined;
+    rejoined at step s it takes part again from step s, which must follow an outer sync (s - 1 > S,
+    (s - 1 - S) % H == 0). Raises ValueError naming the flag for anything else."""
+    if (drops or rejoins) and not (R >= 2 and H > 0):
+        raise ValueError(f"--drop/--rejoin need --replicas >= 2 and --sync-every > 0 (got --replicas {R}, "
+                         f"--sync-every {H})")
+    events = {}
+    for flag, pairs in (("--drop", drops), ("--rejoin", rejoins)):
+        for k, s in pairs:
+            if not 0 <= k < R:
+                raise ValueError(f"{flag} {k}@{s}: replica {k} out of range 0..{R - 1}")
+            if not 1 <= s <= steps:
+                raise ValueError(f"{flag} {k}@{s}: step {s} out of range 1..{steps} (--steps)")
+            if flag == "--drop" and s <= S:
+                raise ValueError(f"--drop {k}@{s}: steps 1..{S} are synchronous (--sync-start {S}); "
+                                 f"a replica can only drop after step {S}")
+            if flag == "--rejoin" and not (s - 1 > S and (s - 1 - S) % H == 0):
+                raise ValueError(f"--rejoin {k}@{s}: step {s - 1} is not an outer sync step (a rejoin needs "
+                                 f"s - 1 = {S} + a positive multiple of --sync-every {H})")
+            if (k, s) in events:
+                raise ValueError(f"{flag} {k}@{s}: replica {k} already has a --drop or --rejoin at step {s}")
+            events[(k, s)] = flag
+    alive = [None] + [[] for _ in range(steps)]
+    for k in range(R):
+        up, mine = True, sorted((s, flag) for (r, s), flag in events.items() if r == k)
+        for s, flag in mine:
+            if flag == "--drop" and not up:
+                raise ValueError(f"--drop {k}@{s}: replica {k} is already dropped at step {s}")
+            if flag == "--rejoin" and up:
+                raise ValueError(f"--rejoin {k}@{s}: replica {k} was not dropped before step {s}")
+            up = flag == "--rejoin"
+        for t in range(1, steps + 1):
+            up = True
+            for s, flag in mine:
+                if s <= t:
+                    up = flag == "--rejoin"
+            if up:
+                alive[t].append(k)
+    for t in range(1, steps + 1):
+        if not alive[t]:
+            raise ValueError(f"--drop: every replica is dropped at step {t}; at least one must survive")
+    return alive
+
+
+# dev/test_ref_drop.py's planted bugs (--drop-bug): 1 the outer mean / R instead of / R', 2 a rejoined
+# replica keeps its old AdamW moments, 3 its step count restarts, 4 residuals lost when R' changes,
+# 5 a rejoined replica keeps its old residual
+DROP_BUG = 0
 
 
 # streaming fragments (--fragments F, docs/distributed.md): layer l belongs to fragment l * F // L,
@@ -477,7 +538,7 @@ def synchronous_step_wire(reps, opts, cfg, x, y, B, fmt, layout, residuals, dens
 def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0, replicas=1,
           sync_every=0, outer_lr=0.7, outer_momentum=0.9, sync_start=0, on_first_batch=None,
           path="data", log=print, wire="fp32", feedback=True, wire_start=0, wire_shards=0, topk=0.0,
-          fragments=1, overlap=0):
+          fragments=1, overlap=0, drops=(), rejoins=()):
     """Train `steps` AdamW steps; returns (losses, reps): each step's loss before its update and
     the R replicas' final parameters (reps[0] is P itself, updated in place; after the final
     outer sync all replicas are equal). Step t (1-based) reads the next global batch of R*B rows
@@ -492,8 +553,15 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
     wire (not fp32) or topk > 0: syncs after steps t > wire_start send the pseudo-gradients in that
     format, top-k when topk > 0 (outer_step_wire; feedback: with error feedback; wire_shards: the C
     trainer's ZeRO 1/2 shard group size whose owned slices are cut into the slices and blocks, 0 =
-    ZeRO 0); with H = 0 the steps after wire_start send their gradients so (synchronous_step_wire)."""
+    ZeRO 0); with H = 0 the steps after wire_start send their gradients so (synchronous_step_wire).
+    drops, rejoins: (k, s) pairs of --drop/--rejoin (replica_schedule, main's --help): a step's loss,
+    norm and outer sync are over the replicas alive at it only (the mean over R' of them); a replica
+    keeps its rows of the global batch; a rejoined one starts from the outer parameters with zero
+    AdamW moments and residual, its AdamW step count the global step's."""
     R, H, S = replicas, sync_every, sync_start
+    alive_at = replica_schedule(R, steps, H, S, drops, rejoins) if drops or rejoins else None
+    if alive_at and (fragments > 1 or overlap > 0):
+        raise ValueError("--drop/--rejoin do not combine with --fragments > 1 or --overlap > 0")
     residuals = [{} for _ in range(R)] if feedback else None
     compressed = wire != "fp32" or topk > 0
     layout = owned_layout(cfg, wire_shards) if compressed else None
@@ -535,12 +603,29 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
             norms = [opt.step(rep, grads) for rep, opt in zip(reps, opts)]
             loss, norm = float(loss), norms[0]
         else:
+            live = alive_at[t] if alive_at else range(R)
+            if alive_at and log:
+                for r in sorted(set(alive_at[t - 1] or range(R)) - set(live)):
+                    log(f"replica {r} dropped: in no step from step {t} (1-based; the line 'step {t - 1}') on")
+            for r in (live if alive_at and t > 1 else []):
+                if r in alive_at[t - 1]:
+                    continue
+                # rejoined after the sync of step t - 1: the outer parameters, zero moments and residual
+                if log:
+                    log(f"replica {r} rejoins at step {t} (1-based; the line 'step {t - 1}')")
+                for n in PARAM_NAMES:
+                    reps[r][n].copy_(outer[n])
+                if DROP_BUG != 2:
+                    opts[r] = AdamW(reps[r], lr, weight_decay, grad_clip)
+                    opts[r].t = 0 if DROP_BUG == 3 else t - 1
+                if residuals is not None and DROP_BUG != 5:
+                    residuals[r] = {}
             rl, norms = [], []
-            for r in range(R):
+            for r in live:
                 loss_r, grads_r, _ = loss_and_grads(reps[r], cfg, x[r * B:(r + 1) * B], y[r * B:(r + 1) * B])
                 norms.append(opts[r].step(reps[r], grads_r))
                 rl.append(float(loss_r))
-            loss, norm = sum(rl) / R, sum(norms) / R
+            loss, norm = sum(rl) / len(rl), sum(norms) / len(rl)
         losses.append(loss)
         if log:
             log(f"step {t - 1}: loss {loss:.6f} norm {norm:.4f}")
@@ -570,10 +655,13 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
             if log and applied:
                 log(f"outer sync after step {t}: pseudo-gradient norm {math.sqrt(sq):.6f}")
         elif active and ((t - S) % H == 0 or t == steps):
+            live = alive_at[t] if alive_at else range(R)
+            sync = [reps[r] for r in live]
             if compressed and t > wire_start:
-                pg = outer_step_wire(outer, buf, reps, outer_lr, outer_momentum, wire, layout, residuals, topk)
+                pg = outer_step_wire(outer, buf, sync, outer_lr, outer_momentum, wire, layout,
+                                     None if residuals is None else [residuals[r] for r in live], topk)
             else:
-                pg = outer_step(outer, buf, reps, outer_lr, outer_momentum)
+                pg = outer_step(outer, buf, sync, outer_lr, outer_momentum, R if DROP_BUG == 1 else None)
             if log:
                 log(f"outer sync after step {t}: pseudo-gradient norm {pg:.6f}")
     return losses, reps
@@ -925,7 +1013,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=0, help="AdamW steps to train (default 0)")
     ap.add_argument("--write-losses", metavar="FILE", help="write each step's loss (before its update)")
     ap.add_argument("--write-final", metavar="FILE",
-                    help="write the fp32 model after training (replica 0: the outer model after the last sync)")
+                    help="write the fp32 model after training (replica 0, or with --drop the first replica "
+                         "alive at the last step: the outer model after the last sync)")
     ap.add_argument("--lr", type=float, default=1e-4, help="constant learning rate (default 1e-4)")
     ap.add_argument("--weight-decay", type=float, default=0.0, help="decoupled, 2-D weights only (default 0)")
     ap.add_argument("--grad-clip", type=float, default=1.0, help="global grad-norm clip (default 1.0)")
@@ -953,6 +1042,22 @@ def main(argv=None):
     ap.add_argument("--wire-shards", type=int, default=0, metavar="DS",
                     help="--wire-format: slices and blocks cut as the C trainer's ZeRO 1/2 over DS shard "
                          "ranks (0: ZeRO 0, default)")
+    ap.add_argument("--drop", action="append", default=[], metavar="k@s",
+                    help="DiLoCo (--replicas >= 2, --sync-every > 0): replica k (0..R-1) takes no part in step "
+                         "s (1-based, as in the logs; s > --sync-start) or any later one until a --rejoin: each such step's loss is "
+                         "the mean over the surviving replicas' losses, each outer sync at or after step s "
+                         "averages the pseudo-gradients over the R' survivors (sum / R'; with --wire-format the "
+                         "slices are cut over the R' survivors in replica order, each keeping its own residual), "
+                         "the outer parameters and momentum carry on, and every survivor keeps reading its own "
+                         "rows of the R*B-row batches (no re-sharding). Step s is line s of --write-losses, printed as "
+                         "'step s-1'. Not with --fragments > 1 or --overlap > 0. Repeatable, or comma-separated")
+    ap.add_argument("--rejoin", action="append", default=[], metavar="k@s",
+                    help="replica k, dropped earlier, takes part again from step s, where step s-1 must be an "
+                         "outer sync (s-1 = --sync-start + a positive multiple of H): it starts from the outer "
+                         "parameters after that sync, with zero AdamW moments (its step count, the bias "
+                         "correction, the global step's), a zero residual, and the rows it would have read had "
+                         "it never left. Repeatable, or comma-separated")
+    ap.add_argument("--drop-bug", type=int, default=0, choices=[0, 1, 2, 3, 4, 5], help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.replicas < 1:
         ap.error(f"--replicas must be >= 1 (got {a.replicas})")
@@ -968,8 +1073,26 @@ def main(argv=None):
         ap.error(f"--fragments must be >= 1, and > 1 only with --sync-every (got {a.fragments})")
     if a.overlap < 0 or (a.overlap > 0 and a.overlap >= a.sync_every):
         ap.error(f"--overlap must be >= 0 and below --sync-every (got {a.overlap})")
-    global FRAGMENT_OFFSET_BUG
+    global FRAGMENT_OFFSET_BUG, DROP_BUG
     FRAGMENT_OFFSET_BUG = a.fragment_offset_bug
+    DROP_BUG = a.drop_bug
+    # --drop/--rejoin (elastic replicas, the C trainer's -le 1): see replica_schedule and train()
+    elastic = {}
+    for flag, values in (("--drop", a.drop), ("--rejoin", a.rejoin)):
+        elastic[flag] = []
+        for item in ",".join(values).split(",") if values else []:
+            m = re.fullmatch(r"\s*(\d+)@(-?\d+)\s*", item)
+            if not m:
+                ap.error(f"{flag}: want k@s (replica k, 1-based step s), comma-separated (got {item!r})")
+            elastic[flag].append((int(m.group(1)), int(m.group(2))))
+    if elastic["--drop"] or elastic["--rejoin"]:
+        if a.fragments > 1 or a.overlap > 0:
+            ap.error("--drop/--rejoin do not combine with --fragments > 1 or --overlap > 0 (not simulated)")
+        try:
+            schedule = replica_schedule(a.replicas, a.steps, a.sync_every, a.sync_start,
+                                        elastic["--drop"], elastic["--rejoin"])
+        except ValueError as e:
+            ap.error(str(e))
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -1005,11 +1128,13 @@ def main(argv=None):
                          a.grad_clip, a.replicas, a.sync_every, a.outer_lr, a.outer_momentum, a.sync_start,
                          on_first_batch=dump, path=a.data, wire=a.wire_format, feedback=bool(a.error_feedback),
                          wire_start=a.compress_start, wire_shards=a.wire_shards, topk=a.topk,
-                         fragments=a.fragments, overlap=a.overlap)
+                         fragments=a.fragments, overlap=a.overlap, drops=elastic["--drop"],
+                         rejoins=elastic["--rejoin"])
     if a.write_losses:
         write_atomic(a.write_losses, ["".join(f"{v:.9f}\n" for v in losses).encode()])
-    if a.write_final:
-        write_model(a.write_final, reps[0], cfg)
+    if a.write_final:  # after the final sync every replica alive at the last step holds the outer model
+        alive = schedule[a.steps] if elastic["--drop"] else [0]
+        write_model(a.write_final, reps[alive[0]], cfg)
     return 0
 
 

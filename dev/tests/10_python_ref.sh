@@ -123,6 +123,9 @@ PY
 }
 
 check pyref_selftest $PYREF_PY train_gpt2.py --selftest
+# --drop k@s / --rejoin k@s (elastic replicas): alone == one replica, a loop written in the test,
+# planted bugs caught, refusals (dev/test_ref_drop.py; about 5 s)
+check pyref_drop_rejoin $PYREF_PY dev/test_ref_drop.py
 check pyref_kjv_data pyref_kjv
 check pyref_scripts_compile pyref_compile
 check pyref_rejects_bad_files pyref_rejects
