@@ -10,6 +10,8 @@ drop, each with -ls 4 -ol 0.7 -om 0.9, 12 steps, -wt 3:
   2x1 ZeRO 1, rank 1 killed (SIGKILL) as step 6 begins: rank 0 logs "replica 1 lost at step 6", trains
       on alone, ends normally; its losses and final weights equal train_gpt2.py --replicas 2
       --drop 1@6 within 1e-4 (the issue's fp32 tolerance); main.log says s:6 replicas:1
+  4x1 ZeRO 1 -rq int8, rank 1 killed at step 6: three survivors cut the int8 exchange into 3 slices
+      (--replicas 4 --drop 1@6 --wire-format int8 --wire-shards 1)
   3x1 ZeRO 1, rank 1 stops answering (hang) at step 5: ranks 0 and 2 average over 2 replicas from
       there (against --replicas 3 --drop 1@5); a stray connection to rank 0's port before the loss is
       dropped with a line
@@ -102,20 +104,20 @@ def launch(trainer, world, args, name, stray=False):
     return d, res
 
 
-def reference(R, drop):
-    tag = f"ref_R{R}_drop{drop.replace('@', '_')}"
+def reference(R, drop, extra=()):
+    tag = f"ref_R{R}_drop{drop.replace('@', '_')}" + "_".join(extra).replace("-", "")
     losses, final = f"{OUT}/{tag}.txt", f"{OUT}/{tag}.bin"
     if not os.path.exists(final):
         subprocess.run([PY, "train_gpt2.py", "--load", model_file(), "--data", DATA, "--B", str(ROWS // R),
                         "--T", str(T), "--steps", str(STEPS), "--lr", "1e-3", "--weight-decay", "0.1",
                         "--replicas", str(R), "--sync-every", str(H), "--outer-lr", "0.7", "--outer-momentum",
-                        "0.9", "--drop", drop, "--write-losses", losses, "--write-final", final],
+                        "0.9", "--drop", drop, *extra, "--write-losses", losses, "--write-final", final],
                        check=True, capture_output=True)
     return {i + 1: float(x) for i, x in enumerate(open(losses))}, td.weights(final)
 
 
-def against_reference(d, R, drop):
-    ref_l, ref_w = reference(R, drop)
+def against_reference(d, R, drop, extra=()):
+    ref_l, ref_w = reference(R, drop, extra)
     try:
         got = td.train_losses(d + "/main.log")
         w = td.weights(d + "/model_final.bin")
@@ -131,20 +133,23 @@ def tail(res, r):
     return f"rank {r} exit {code}: {(err.strip().splitlines() or [''])[-1][:300]}"
 
 
-def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, name, stray=False):
-    args = ["-ds", str(shard), "-z", str(stage), "-fi", fault]
+def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, name, stray=False, wire=None):
+    """R replicas of `shard` ranks, ZeRO `stage`, -fi fault; the reference drops `drop`; wire: -rq's
+    format (the reference's slices and blocks cut as ZeRO `stage` over `shard` ranks)."""
+    args = ["-ds", str(shard), "-z", str(stage), "-fi", fault] + (["-rq", wire] if wire else [])
+    extra = ("--wire-format", wire, "--wire-shards", str(shard if stage else 0)) if wire else ()
     d, res = launch(trainer, world, args, name, stray)
     kept = [r for r in range(world) if r not in lost_ranks]
     k, s = drop.split("@")
     out0 = res[0][1]
     ok_exit = all(res[r][0] == 0 for r in kept)
-    le, we = against_reference(d, R, drop)
+    le, we = against_reference(d, R, drop, extra)
     log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
     said = f"replica {k} lost at step {s}" in out0 and f"s:{s} replicas:{R - 1}" in log
-    where = f"{R} x {shard} ZeRO {stage}, -fi {fault}"
+    where = f"{R} x {shard} ZeRO {stage}{' -rq ' + wire if wire else ''}, -fi {fault}"
     report(ok_exit and said and le <= TOL and we <= TOL,
            f"{where}: survivors {kept} exit {[res[r][0] for r in kept]}, 'replica {k} lost at step {s}' "
-           f"{'said' if said else 'NOT said'}; against train_gpt2.py --replicas {R} --drop {drop}: max loss error "
+           f"{'said' if said else 'NOT said'}; against train_gpt2.py --replicas {R} --drop {drop} {' '.join(extra)}: max loss error "
            f"{le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
     if not (ok_exit and said):
         for r in range(world):
@@ -154,6 +159,7 @@ def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, nam
 
 def cmd_drop(trainer):
     survivors_case(trainer, 2, 1, 1, "die@6:1", 2, "1@6", [1], "die_2x1")
+    survivors_case(trainer, 4, 1, 1, "die@6:1", 4, "1@6", [1], "die_4x1_int8", wire="int8")
     d, res = survivors_case(trainer, 3, 1, 1, "hang@5:1", 3, "1@5", [1], "hang_3x1", stray=True)
     out0 = res[0][1]
     report("dropped a connection from 127.0.0.1" in out0,
@@ -193,7 +199,7 @@ def cmd_refusals():
     refused([FP32] + [a for a in common if a not in ("-ls", str(H))] + ["-ls", "0"] + tcp, "needs -ls H > 0",
             "-le 1 without -ls")
     refused([FP32] + common + tcp + ["-wt", "0"], "needs -wt > 0", "-le 1 -wt 0")
-    refused([FP32] + common + tcp + ["-rq", "int8"], "not built yet with -lo", "-le 1 -rq int8")
+    refused([FP32] + common + tcp + ["-lf", "2"], "not built yet with -lo", "-le 1 -lf 2")
     refused([FP32] + common + tcp + ["-lo", "1"], "not built yet with -lo", "-le 1 -lo 1")
     refused([FP32] + common + tcp, "needs at least 2 replicas", "-le 1 on one rank", env)
 

@@ -266,10 +266,9 @@ static void args_validate_elastic(const TrainArgs* a, int gpu) {
              a->init_method);
     }
     if (a->peer_wait <= 0.0f) { fail("-le 1: needs -wt > 0 (how long a silent replica has before it is dropped)"); }
-    if (a->outer.overlap > 0 || a->outer.fragments > 1 || a->outer.start > 0 || a->outer.wire != WIRE_FP32 ||
-        a->outer.topk > 0.0f) {
-        fail("-le 1: not built yet with -lo, -lf, -lss, -rq other than fp32 or -rk (a dropped replica changes how "
-             "their exchanges are cut); blocking fp32 syncs only");
+    if (a->outer.overlap > 0 || a->outer.fragments > 1 || a->outer.start > 0) {
+        fail("-le 1: not built yet with -lo, -lf or -lss (a replica lost while an exchange is in flight, or before "
+             "the replicas train alone); blocking syncs of the whole model only");
     }
 }
 

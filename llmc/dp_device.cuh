@@ -674,6 +674,12 @@ static void dev_dp_outer_init(void* ctx) {
     }
 }
 
+// Fragment f's packed messages zero-padded to equal slices of the replicas training (R, or R' after
+// -le 1 dropped some: each survivor then owns one of R' slices, in the old order).
+static size_t dev_dp_live_padded(const DeviceDP* dp, int f) {
+    return round_up(dp->plan.frag_count[f], dp->el.live_R);
+}
+
 // The sum over the replicas of dst (R slices of `slice` values, packed), into dst, on cs; records
 // comm_done. Dense fp32: one all-reduce. A format or -rk (w; wire_send: this replica's R slices,
 // encoded), as the CPU trainer's owners do (llmc/dp_host.h): slice j goes to replica j (one group of
@@ -685,9 +691,9 @@ static void dev_dp_outer_init(void* ctx) {
 // chunk of a fragment's exchange (dev_dp_issue_chunk). send, recv: the wire buffers.
 static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, size_t slice, cudaStream_t cs,
                                  uint8_t* send, uint8_t* recv) {
-    const Mesh* mesh = &dp->plan.mesh;
-    int R = mesh->dp_replicate, me = mesh->replicate_idx, dense = w->format == WIRE_FP32 && w->density == 0.0f;
-    if (dense && dp->el.live_R == 1) { return; } // (-le 1: R slices still, summed over the survivors)
+    int R = dp->el.live_R, me = dp->el.live_me; // -le 1: the replicas still training
+    int dense = w->format == WIRE_FP32 && w->density == 0.0f;
+    if (dense && R == 1) { return; }
     int span = op_span_begin(OP_COMM, cs);
     if (dense) {
         ncclCheck(ncclAllReduce(dst, dst, slice * R, ncclFloat, ncclSum, dp->link.replica, cs));
@@ -735,8 +741,7 @@ static void dev_dp_issue_chunk(DeviceDP* dp, int f) {
     cudaStream_t cs = dp->link.comm_stream;
     int c = x->next++, n = x->total;
     device_link_order_on_comm(&dp->link);
-    const Mesh* mesh = &dp->plan.mesh;
-    int R = mesh->dp_replicate, me = mesh->replicate_idx, dense = x->w.format == WIRE_FP32 && x->w.density == 0.0f;
+    int R = dp->el.live_R, me = dp->el.live_me, dense = x->w.format == WIRE_FP32 && x->w.density == 0.0f;
     if (n == 1 || R == 1) {
         dev_dp_wire_exchange(dp, &x->w, x->dst, x->slice, cs, x->send, x->recv);
     } else if (dense) { // the same range of each slice side by side: slice j's stays the ring's j-th
@@ -839,9 +844,9 @@ static int dev_dp_messages_finite(DeviceDP* dp, const float* x, size_t n) {
 // Nothing of stream 0 waits for the exchange but the apply (dev_dp_fragment_apply).
 static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* dst, float* snap, int chunks) {
     const DpPlan* p = &dp->plan;
-    int R = p->mesh.dp_replicate, f = call->fragment, L = p->layout.num_layers;
+    int R = dp->el.live_R, f = call->fragment, L = p->layout.num_layers;
     WireSpec w = dev_dp_wire_spec(&call->c);
-    size_t padded = dp_frag_padded(p, f), slice = padded / R;
+    size_t padded = dev_dp_live_padded(dp, f), slice = padded / R;
     const float* res = outer_compressed(&call->c) ? dp->st.residual : NULL;
     OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.params_ready[L])); // the last all-gather
     cudaCheck(cudaMemsetAsync(dst, 0, padded * sizeof(float), 0));
@@ -900,7 +905,7 @@ static float dev_dp_fragment_apply(DeviceDP* dp, const OuterCall* call, float* s
         outer_span_update(dp->st.outer + o, dp->st.momentum + o, sum + r->packed, dp->opt.master ? dp->opt.master + r->adam : NULL,
                           dp->params + r->param, snap ? snap + o : NULL, r->count, inv_R, &call->c);
     }
-    sum_of_squares(dp->norm, sum, dp_frag_padded(p, f), dp->norm + S);
+    sum_of_squares(dp->norm, sum, dev_dp_live_padded(dp, f), dp->norm + S);
     if (p->sync_stage != 0) {
         dev_dp_norm_over_shard(dp);
         dev_dp_all_gather_units(dp, p->num_fragments > 1 ? f : -1);
@@ -1064,12 +1069,43 @@ static int dev_dp_live_replicas(void* ctx, const char** note) {
     return dp->el.live_R;
 }
 
+// -le 1: a sync's buffers with room for the messages cut into R' < R slices (each up to R' - 1
+// elements more of padding; -rq/-rk: R' encoded slices of the larger slices, the owners' sums of R'
+// values).
+static void dev_dp_elastic_room(DeviceDP* dp) {
+    const DpPlan* p = &dp->plan;
+    int R = p->mesh.dp_replicate;
+    if (p->zero_stage == 0) {
+        cudaCheck(cudaFree(dp->outer_msg));
+        dp->outer_msg = (float*)device_alloc((p->sync_owned + R) * sizeof(float));
+    } else {
+        cudaCheck(cudaFree(dp->shard_grads));
+        dp->shard_grads = (float*)device_alloc((p->layout.shard_elements + R) * sizeof(float));
+    }
+    if (!dp->wire_send) { return; }
+    WireSpec w = dev_dp_wire_spec(p->outer), owner = w;
+    for (int r = 1; r <= R; r++) {
+        size_t slice = ceil_div(p->frag_count[0], r);
+        owner.mult = r;
+        size_t sent = wire_spec_bytes(&w, slice), gathered = wire_spec_bytes(&owner, slice);
+        if (r * sent > dp->wire_send_bytes) { dp->wire_send_bytes = r * sent; }
+        if (r * gathered > dp->wire_recv_bytes) { dp->wire_recv_bytes = r * gathered; }
+        if (r * sent > dp->wire_recv_bytes) { dp->wire_recv_bytes = r * sent; }
+    }
+    cudaCheck(cudaFree(dp->wire_send));
+    cudaCheck(cudaFree(dp->wire_recv));
+    dp->wire_send = (uint8_t*)device_alloc(dp->wire_send_bytes);
+    dp->wire_recv = (uint8_t*)device_alloc(dp->wire_recv_bytes);
+}
+
 // -le 1 (after dev_dp_init): the agreement through rank 0 (rdv: this job's rendezvous, whose port
-// rank 0 keeps open), the room to redo the loss all-reduce, the replica-spanning communicators.
+// rank 0 keeps open), room to redo the loss all-reduce and to cut a sync over fewer replicas, the
+// replica-spanning communicators.
 static void dev_dp_elastic_init(DeviceDP* dp, const TrainArgs* a, const Rendezvous* rdv) {
     elastic_init(&dp->el, a, rdv, &dp->plan.mesh);
     if (!dp->el.on) { return; }
     dp->loss_keep = (float*)device_alloc(dp->plan.mesh.world * sizeof(float));
+    dev_dp_elastic_room(dp);
     elastic_watch(&dp->el, &dp->link);
 }
 
