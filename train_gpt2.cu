@@ -605,8 +605,10 @@ int main(int argc, char** argv) {
     cudaCheck(cudaGetDeviceProperties(&prop, device));
     Rendezvous rdv = {.rank = proc.rank, .world = proc.world, .timeout_s = peer_timeout_s(), .keep_listening = args.elastic};
     rendezvous_job(&rdv, args.job_token, argc, argv);
+    RdvJoin join = {-1, 0, 0, NULL}; // -le 1: whether this rank's replica rejoins a running job
     ncclComm_t world_comm = nccl_world_init(&proc, args.init_method, args.init_path, args.server_ip, args.server_port,
-                                            &rdv);
+                                            &rdv, args.elastic ? &join : NULL,
+                                            args.dp_shard > 0 ? args.dp_shard : proc.world);
     watch_comm(world_comm);
     int world = proc.world, rank = proc.rank, zero = args.zero_stage;
     matmul_init();
@@ -631,7 +633,7 @@ int main(int argc, char** argv) {
                 gpu.model.params_memory, gpu.model.grads_memory, gpu.model.grads_elements, unit_grads, grad_layers,
                 args.master_weights, params);
     gpu.dp.seed = (uint32_t)args.seed;
-    dev_dp_elastic_init(&gpu.dp, &args, &rdv); // -le 1: the agreement on rank 0's -pi tcp port
+    dev_dp_elastic_init(&gpu.dp, &args, &rdv, &join); // -le 1: the agreement on rank 0's -pi tcp port
     gpu.model.params_wait = dev_dp_params_wait;
     gpu.model.params_ctx = &gpu.dp;
     free(params);
@@ -639,6 +641,13 @@ int main(int argc, char** argv) {
     TrainerOps ops = gpu_trainer_ops;
     ops.dp = dev_dp_ops(&gpu.dp);
     run_prepare(&run, plan, gpu.dp.opt.master != NULL, &ops);
+    if (join.step >= 0) { // -le 1: the outer state from replica 0, its data skipped to the survivors' step
+        printf("rank %d: rejoins after the outer sync of step %d (its checkpoint: %s)\n", rank, join.step,
+               run.resume_step >= 0 ? "resumed" : "none, fresh");
+        fflush(stdout);
+        run_join(&run, &ops, join.step);
+        free(join.alive);
+    }
 
     MemoryBytes mem = memory_bytes_per_rank(&plan->layout, zero, plan->num_parameters, sizeof(floatX), sizeof(floatX),
                                             gpu.dp.opt.master != NULL, grad_layers, args.outer.every > 0);

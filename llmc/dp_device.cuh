@@ -1062,6 +1062,50 @@ static void dev_dp_read_state(void* ctx, const char* dir, int step, const StateT
 }
 
 // The training loop's view of this layer (llmc/dp_ops.h).
+// -le 1: the outer parameters and momentum from replica 0 (the replica communicator's rank 0: it
+// never leaves a running job) to the replicas that rejoined, with the rest of their ranks'
+// replica communicators (stream 0; the survivors send, the joining ranks receive).
+static void dev_dp_outer_broadcast(DeviceDP* dp) {
+    size_t n = dp->plan.sync_owned;
+    device_link_order_on_main(&dp->link);
+    ncclCheck(ncclGroupStart());
+    ncclCheck(ncclBroadcast(dp->st.outer, dp->st.outer, n, ncclFloat, 0, dp->link.replica, 0));
+    ncclCheck(ncclBroadcast(dp->st.momentum, dp->st.momentum, n, ncclFloat, 0, dp->link.replica, 0));
+    ncclCheck(ncclGroupEnd());
+    watchdog_grace(); // the joining ranks build their model and load their checkpoint first
+    wait_device(0, dp->link.host_event, "the outer state for the replicas rejoining (-le 1)");
+}
+
+// -le 1, after the outer sync of `step` (llmc/dp_ops.h): replicas waiting to rejoin are admitted
+// (elastic_admit) and sent the outer state; returns how many joined.
+static int dev_dp_admit(void* ctx, int step) {
+    DeviceDP* dp = (DeviceDP*)ctx;
+    int n = elastic_admit(&dp->el, &dp->link, &dp->plan.mesh, step);
+    if (n > 0) { dev_dp_outer_broadcast(dp); }
+    return n;
+}
+
+// -le 1, a rank that rejoined (its checkpoint loaded, llmc/dp_ops.h): the outer state from replica
+// 0, the local parameters (and master weights) set to the outer ones, AdamW's moments and the
+// residual zero, as train_gpt2.py --rejoin does.
+static void dev_dp_join(void* ctx) {
+    DeviceDP* dp = (DeviceDP*)ctx;
+    const DpPlan* p = &dp->plan;
+    dev_dp_outer_broadcast(dp);
+    for (int i = 0; dp->opt.master && i < p->num_sync_spans; i++) {
+        const OwnedSpan* sp = &p->sync_spans[i];
+        cudaCheck(cudaMemcpyAsync(dp->opt.master + dp_span_adam(p, sp), dp->st.outer + sp->owned_offset,
+                                  sp->count * sizeof(float), cudaMemcpyDeviceToDevice, 0));
+    }
+    float* host = (float*)malloc_check(p->sync_owned * sizeof(float));
+    cudaCheck(cudaMemcpy(host, dp->st.outer, p->sync_owned * sizeof(float), cudaMemcpyDeviceToHost));
+    dev_dp_upload_owned(dp, host); // and the all-gather inside the replica
+    free(host);
+    cudaCheck(cudaMemset(dp->opt.m, 0, dp->opt.n * sizeof(float)));
+    cudaCheck(cudaMemset(dp->opt.v, 0, dp->opt.n * sizeof(float)));
+    if (dp->st.residual) { cudaCheck(cudaMemset(dp->st.residual, 0, p->sync_owned * sizeof(float))); }
+}
+
 // -le 1: the replicas still training, and the last drop's line (NULL: none yet).
 static int dev_dp_live_replicas(void* ctx, const char** note) {
     DeviceDP* dp = (DeviceDP*)ctx;
@@ -1101,8 +1145,9 @@ static void dev_dp_elastic_room(DeviceDP* dp) {
 // -le 1 (after dev_dp_init): the agreement through rank 0 (rdv: this job's rendezvous, whose port
 // rank 0 keeps open), room to redo the loss all-reduce and to cut a sync over fewer replicas, the
 // replica-spanning communicators.
-static void dev_dp_elastic_init(DeviceDP* dp, const TrainArgs* a, const Rendezvous* rdv) {
-    elastic_init(&dp->el, a, rdv, &dp->plan.mesh);
+// join: where this rank rejoined a running job (else step -1).
+static void dev_dp_elastic_init(DeviceDP* dp, const TrainArgs* a, const Rendezvous* rdv, const RdvJoin* join) {
+    elastic_init(&dp->el, a, rdv, &dp->plan.mesh, join);
     if (!dp->el.on) { return; }
     dp->loss_keep = (float*)device_alloc(dp->plan.mesh.world * sizeof(float));
     dev_dp_elastic_room(dp);
@@ -1122,6 +1167,8 @@ static DataParallelOps dev_dp_ops(DeviceDP* dp) {
         .outer_step = dev_dp_outer_step,
         .replica_crcs = dev_dp_replica_crcs,
         .live_replicas = dev_dp_live_replicas,
+        .admit = dev_dp_admit,
+        .join = dev_dp_join,
     };
     return ops;
 }

@@ -21,11 +21,24 @@ typedef struct {
     Membership mb;             // the agreement through rank 0 (its alive[]: the replicas training)
     int live_R, live_W;        // replicas and ranks still training
     int live_me;               // this rank's replica among them (its rank in the replica communicator)
-    int changes;               // agreements that dropped a replica
-    char note[512];            // the last drop, for the logs: "replica k lost at step s: why"
+    int changes;               // agreements that dropped or admitted a replica
+    char note[512];            // the last one, for the logs: "replica k lost at step s: why"
+    int32_t* scratch;          // device: R ints (which replicas rejoin), then an NCCL id
 } Elastic;
 
-static void elastic_init(Elastic* e, const TrainArgs* a, const Rendezvous* rdv, const Mesh* mesh) {
+// The live counts from the replicas alive (S ranks each): R', W', this replica's place among them.
+static void elastic_live(Elastic* e, const Mesh* mesh) {
+    e->live_R = 0;
+    e->live_me = 0;
+    for (int q = 0; q < mesh->dp_replicate; q++) {
+        e->live_R += e->mb.alive[q];
+        if (q < mesh->replicate_idx) { e->live_me += e->mb.alive[q]; }
+    }
+    e->live_W = e->live_R * mesh->dp_shard;
+}
+
+// join: where this rank rejoined a running job (llmc/rendezvous.h; step -1 or NULL: it did not).
+static void elastic_init(Elastic* e, const TrainArgs* a, const Rendezvous* rdv, const Mesh* mesh, const RdvJoin* join) {
     memset(e, 0, sizeof(*e));
     e->on = a->elastic;
     e->live_R = mesh->dp_replicate;
@@ -38,10 +51,18 @@ static void elastic_init(Elastic* e, const TrainArgs* a, const Rendezvous* rdv, 
     }
     e->min_replicas = a->min_replicas;
     membership_init(&e->mb, rdv, a->server_ip, a->server_port, mesh->dp_replicate, mesh->dp_shard, a->peer_wait);
+    cudaCheck(cudaMalloc((void**)&e->scratch, mesh->dp_replicate * sizeof(int32_t) + sizeof(ncclUniqueId)));
+    if (join && join->step >= 0) {
+        memcpy(e->mb.alive, join->alive, (size_t)mesh->dp_replicate);
+        e->mb.epoch = join->epoch;
+        elastic_live(e, mesh);
+    }
 }
 
 static void elastic_free(Elastic* e) {
-    if (e->on) { membership_free(&e->mb); }
+    if (!e->on) { return; }
+    membership_free(&e->mb);
+    cudaCheck(cudaFree(e->scratch));
 }
 
 // The communicators that span the replicas: their errors are the elastic waits' (device_wait.cuh).
@@ -136,6 +157,75 @@ static int elastic_wait(Elastic* e, DeviceLink* k, const Mesh* mesh, const char*
     int own = failed == k->shard || (shard_error != ncclSuccess && shard_error != ncclInProgress);
     elastic_recover(e, k, mesh, why, own);
     return 0;
+}
+
+// The replicas rejoining after the outer sync of `step` (joining, R bytes): rank 0 takes the ranks
+// waiting on its port (membership_poll_joins); every rank of the world learns its list through one
+// all-reduce of R ints. Returns how many.
+static int elastic_joining(Elastic* e, DeviceLink* k, const Mesh* mesh, int step, uint8_t* joining) {
+    int R = mesh->dp_replicate, n = 0;
+    int32_t* mask = (int32_t*)calloc_check((size_t)R, sizeof(int32_t));
+    memset(joining, 0, (size_t)R);
+    if (mesh->rank == 0) { membership_poll_joins(&e->mb, step, joining); }
+    for (int q = 0; q < R; q++) { mask[q] = joining[q]; }
+    cudaCheck(cudaMemcpy(e->scratch, mask, R * sizeof(int32_t), cudaMemcpyHostToDevice));
+    device_link_order_on_main(k);
+    ncclCheck(ncclAllReduce(e->scratch, e->scratch, R, ncclInt32, ncclSum, k->world, 0));
+    wait_device(0, k->host_event, "the list of replicas rejoining (-le 1)");
+    cudaCheck(cudaMemcpy(mask, e->scratch, R * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    for (int q = 0; q < R; q++) {
+        joining[q] = mask[q] > 0;
+        n += joining[q];
+    }
+    free(mask);
+    return n;
+}
+
+// After the outer sync of `step`, with a replica missing: the replicas whose ranks wait on rank 0's
+// port rejoin. Rank 0's new NCCL id reaches the survivors (a broadcast over the world) and the
+// joining ranks (their rendezvous answer, membership_admit); every rank of the replicas training
+// from here builds that grown world and splits it as device_link_init does, and the old
+// communicators go. Returns how many replicas joined (the state they need: dev_dp_admit).
+static int elastic_admit(Elastic* e, DeviceLink* k, const Mesh* mesh, int step) {
+    int R = mesh->dp_replicate;
+    if (!e->on || e->live_R == R) { return 0; }
+    uint8_t* joining = (uint8_t*)malloc_check((size_t)R);
+    int n = elastic_joining(e, k, mesh, step, joining);
+    if (n == 0) {
+        free(joining);
+        return 0;
+    }
+    ncclUniqueId id;
+    if (mesh->rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
+    uint8_t* id_dev = (uint8_t*)(e->scratch + R);
+    cudaCheck(cudaMemcpy(id_dev, &id, sizeof(id), cudaMemcpyHostToDevice));
+    device_link_order_on_main(k);
+    ncclCheck(ncclBroadcast(id_dev, id_dev, sizeof(id), ncclUint8, 0, k->world, 0));
+    wait_device(0, k->host_event, "the grown world's NCCL id (-le 1)");
+    cudaCheck(cudaMemcpy(&id, id_dev, sizeof(id), cudaMemcpyDeviceToHost));
+    membership_admit(&e->mb, step, joining, &id, sizeof(id));
+    int first = -1;
+    for (int q = 0; q < R && first < 0; q++) { first = joining[q] ? q : -1; }
+    elastic_live(e, mesh);
+    watchdog_grace(); // the joining ranks build their model before their splits
+    ncclComm_t world = NULL, shard = NULL, replica = NULL;
+    ncclCheck(ncclCommInitRank(&world, e->live_W, id, (e->live_me * mesh->dp_shard) + mesh->shard_idx));
+    ncclCheck(ncclCommSplit(world, mesh->replicate_idx, mesh->shard_idx, &shard, NULL));
+    ncclCheck(ncclCommSplit(world, mesh->shard_idx, mesh->replicate_idx, &replica, NULL));
+    ncclComm_t old[3] = {k->world, k->shard, k->replica}, now[3] = {world, shard, replica};
+    for (int i = 0; i < 3; i++) {
+        elastic_rewatch(old[i], now[i]);
+        ncclCheck(ncclCommDestroy(old[i]));
+    }
+    k->world = world;
+    k->shard = shard;
+    k->replica = replica;
+    elastic_watch(e, k);
+    e->changes++;
+    snprintf(e->note, sizeof(e->note), "replica %d rejoined after the outer sync of step %d%s", first, step,
+             n > 1 ? " (with others)" : "");
+    free(joining);
+    return n;
 }
 
 #endif

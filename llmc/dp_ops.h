@@ -41,6 +41,11 @@ typedef struct {
     // -le 1 (NULL where there is none): the replicas still training, and in *note the line of the
     // last one lost (NULL: none lost).
     int (*live_replicas)(void* ctx, const char** note);
+    // -le 1 (NULL where there is none): after the outer sync of `step`, the replicas waiting to
+    // rejoin are admitted and sent the outer state (returns how many); and, on a rank that rejoined,
+    // receiving it (the local parameters become the outer ones, AdamW's moments zero).
+    int (*admit)(void* ctx, int step);
+    void (*join)(void* ctx);
 } DataParallelOps;
 
 #endif

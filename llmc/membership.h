@@ -36,6 +36,7 @@ typedef struct {
     double window_s;           // how long rank 0 waits for the reports (-wt)
     uint32_t epoch;            // agreements so far
     uint8_t* alive;            // R: the replicas still training
+    int* pending;              // rank 0, per world rank: the connection of a rank waiting to rejoin, or -1
 } Membership;
 
 static void membership_init(Membership* m, const Rendezvous* rdv, const char* host, int port, int R, int S,
@@ -49,9 +50,17 @@ static void membership_init(Membership* m, const Rendezvous* rdv, const char* ho
     m->window_s = window_s;
     m->alive = (uint8_t*)malloc_check((size_t)R);
     memset(m->alive, 1, (size_t)R);
+    m->pending = (int*)malloc_check((size_t)R * S * sizeof(int));
+    for (int r = 0; r < R * S; r++) { m->pending[r] = -1; }
 }
 
-static void membership_free(Membership* m) { free(m->alive); }
+static void membership_free(Membership* m) {
+    for (int r = 0; r < m->R * m->S; r++) {
+        if (m->pending[r] >= 0) { close(m->pending[r]); }
+    }
+    free(m->alive);
+    free(m->pending);
+}
 
 static int membership_count(const Membership* m) {
     int n = 0;
@@ -175,6 +184,80 @@ static int membership_agree(Membership* m, int step, uint8_t* kept, char* why, s
     memcpy(m->alive, kept, (size_t)m->R);
     m->epoch++;
     return 0;
+}
+
+// Why a hello of `got` bytes is not a rank that may rejoin now (into why), or 0 where it is one.
+static int mb_refuse_join(const Membership* m, const RdvHello* h, size_t got, char* why, size_t len) {
+    if (got < sizeof(*h)) {
+        snprintf(why, len, "it sent %zu of the %zu bytes a rank says who it is with", got, sizeof(*h));
+    } else if (h->magic != RDV_MAGIC || h->version != RDV_VERSION) {
+        snprintf(why, len, "not a rank rejoining (magic %08x, version %u)", h->magic, h->version);
+    } else if (h->job != m->rdv.job || h->world != m->rdv.world) {
+        snprintf(why, len, "a rank of another job or world (identity %016llx, world %d)", (unsigned long long)h->job,
+                 h->world);
+    } else if (h->rank < 1 || h->rank >= m->rdv.world) {
+        snprintf(why, len, "rank %d is not one of 1..%d", h->rank, m->rdv.world - 1);
+    } else if (m->alive[h->rank / m->S]) {
+        snprintf(why, len, "rank %d's replica %d is training", h->rank, h->rank / m->S);
+    } else if (m->pending[h->rank] >= 0) {
+        snprintf(why, len, "rank %d is already waiting to rejoin", h->rank);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+// Rank 0 (a replica missing, at an outer sync): takes the connections waiting on the port without
+// blocking for them; a valid hello of a rank of a missing replica (llmc/rendezvous.h) waits there
+// for the sync that admits its whole replica; anything else is logged and dropped. joining[q] = 1
+// for each missing replica all of whose ranks wait.
+static void membership_poll_joins(Membership* m, int step, uint8_t* joining) {
+    int fd = rendezvous_listen_fd;
+    for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (fd < 0 || poll(&p, 1, 0) <= 0) { break; }
+        struct sockaddr_in peer;
+        socklen_t plen = sizeof(peer);
+        int c = accept(fd, (struct sockaddr*)&peer, &plen);
+        if (c < 0) { break; }
+        RdvHello h;
+        memset(&h, 0, sizeof(h));
+        size_t got = rdv_read(c, &h, sizeof(h), now_seconds() + 2.0); // a rank rejoining sent it on connecting
+        char why[RDV_REASON];
+        if (mb_refuse_join(m, &h, got, why, sizeof(why))) {
+            printf("elastic (step %d): dropped a connection from %s:%d: %s\n", step, inet_ntoa(peer.sin_addr),
+                   ntohs(peer.sin_port), why);
+            fflush(stdout);
+            close(c);
+            continue;
+        }
+        m->pending[h.rank] = c;
+    }
+    for (int q = 0; q < m->R; q++) {
+        joining[q] = !m->alive[q];
+        for (int s = 0; s < m->S; s++) { joining[q] &= m->pending[q * m->S + s] >= 0; }
+    }
+}
+
+// Every rank: the joining replicas train from here (one agreement more). Rank 0 first answers
+// their waiting ranks (RDV_JOIN: the step, the agreements, the replicas alive from here, the
+// blob: the grown communicator's NCCL id) and closes them.
+static void membership_admit(Membership* m, int step, const uint8_t* joining, const void* blob, size_t n) {
+    for (int q = 0; q < m->R; q++) { m->alive[q] |= joining[q]; }
+    m->epoch++;
+    RdvAnswer a = {RDV_MAGIC, RDV_JOIN};
+    RdvJoin head = {step, m->epoch, m->R, NULL};
+    for (int r = 0; m->rdv.rank == 0 && r < m->R * m->S; r++) {
+        if (!joining[r / m->S] || m->pending[r] < 0) { continue; }
+        int c = m->pending[r];
+        int ok = send(c, &a, sizeof(a), MSG_NOSIGNAL) == (ssize_t)sizeof(a) &&
+                 send(c, &head, 3 * sizeof(int32_t), MSG_NOSIGNAL) == (ssize_t)(3 * sizeof(int32_t)) &&
+                 send(c, m->alive, (size_t)m->R, MSG_NOSIGNAL) == (ssize_t)m->R &&
+                 send(c, blob, n, MSG_NOSIGNAL) == (ssize_t)n;
+        if (!ok) { printf("elastic (step %d): rank %d's answer could not be sent (%s)\n", step, r, strerror(errno)); }
+        close(c);
+        m->pending[r] = -1;
+    }
 }
 
 #endif

@@ -34,11 +34,14 @@ static void nccl_check(ncclResult_t r, const char* what, const char* file, int l
 #endif
 
 // The world communicator: rank 0 creates the NCCL id and hands it to every rank (-pi mpi: MPI_Bcast;
-// fs, tcp: llmc/rendezvous.h, only to the ranks of this job, rdv).
+// fs, tcp: llmc/rendezvous.h, only to the ranks of this job, rdv). join (-le 1, else NULL): where
+// rank 0 answers that this rank rejoins a running job, the communicator is the one of the
+// replicas training from there (join->alive, S ranks each, in world-rank order).
 static ncclComm_t nccl_world_init(const ProcessInfo* p, const char* method, const char* fs_dir, const char* host,
-                                  int port, const Rendezvous* rdv) {
+                                  int port, const Rendezvous* rdv, RdvJoin* join, int S) {
     ncclUniqueId id;
     memset(&id, 0, sizeof(id));
+    if (join) { join->step = -1; }
     if (p->rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
     if (p->world == 1) {
         // one process: nobody to hand the id to (no file for -pi fs, no port for -pi tcp)
@@ -48,10 +51,19 @@ static ncclComm_t nccl_world_init(const ProcessInfo* p, const char* method, cons
         rendezvous_fs(rdv, &id, sizeof(id), fs_dir);
     } else {
         if (host[0] == '\0' && p->rank != 0) { fail("-pi tcp: needs rank 0's address (-ps)"); }
-        rendezvous_tcp(rdv, &id, sizeof(id), host, port);
+        rendezvous_tcp(rdv, &id, sizeof(id), host, port, join);
+    }
+    int n = p->world, me = p->rank;
+    if (join && join->step >= 0) { // the ranks of the replicas training from join->step on
+        n = 0;
+        for (int r = 0; r < p->world; r++) {
+            if (!join->alive[r / S]) { continue; }
+            if (r == p->rank) { me = n; }
+            n++;
+        }
     }
     ncclComm_t comm = NULL;
-    ncclCheck(ncclCommInitRank(&comm, p->world, id, p->rank));
+    ncclCheck(ncclCommInitRank(&comm, n, id, me));
     if (strcmp(method, "fs") == 0 && p->rank == 0 && p->world > 1) { rendezvous_fs_cleanup(rdv, fs_dir); }
     return comm;
 }

@@ -94,8 +94,21 @@ typedef struct {
 
 typedef struct {
     uint32_t magic;
-    int32_t status; // 0: accepted, the blob follows; else a reason of RDV_REASON bytes follows
+    int32_t status; // 0: accepted, the blob follows; RDV_JOIN: an RdvJoin, R bytes and the blob follow
+                    // (-le 1, a replica rejoining a running job); else a reason of RDV_REASON bytes
 } RdvAnswer;
+
+#define RDV_JOIN 2
+
+// -le 1: what a rank that rejoins a running job learns from rank 0 (llmc/membership.h): the step
+// the survivors have finished (an outer sync's), the agreements so far, and which of the R
+// replicas train from there (alive, malloc'd; this rank's among them); step -1: a plain start.
+typedef struct {
+    int32_t step;
+    uint32_t epoch;
+    int32_t replicas;
+    uint8_t* alive;
+} RdvJoin;
 
 // Reads n bytes from fd before the deadline; returns how many came (fewer: closed or timed out).
 static size_t rdv_read(int fd, void* dst, size_t n, double deadline) {
@@ -191,9 +204,24 @@ static void rdv_tcp_serve(const Rendezvous* me, const void* blob, size_t n, int 
     else { close(s); }
 }
 
+// A join's header and alive list (into join) after RDV_JOIN; 1 when all of it came.
+static int rdv_read_join(int c, RdvJoin* join, double deadline) {
+    RdvJoin h;
+    if (rdv_read(c, &h, 3 * sizeof(int32_t), deadline) != 3 * sizeof(int32_t) || h.replicas < 1 || h.replicas > 1 << 20) {
+        return 0;
+    }
+    join->step = h.step;
+    join->epoch = h.epoch;
+    join->replicas = h.replicas;
+    join->alive = (uint8_t*)malloc_check((size_t)h.replicas);
+    return rdv_read(c, join->alive, (size_t)h.replicas, deadline) == (size_t)h.replicas;
+}
+
 // A rank other than 0: connects to host:port (retrying until rank 0 listens), says who it is and
-// reads the blob, or fails with rank 0's reason.
-static void rdv_tcp_join(const Rendezvous* me, void* blob, size_t n, const char* host, int port, const char* what) {
+// reads the blob, or fails with rank 0's reason. join (may be NULL: no -le): filled when rank 0
+// answers that this rank rejoins a running job (its step stays -1 otherwise).
+static void rdv_tcp_join(const Rendezvous* me, void* blob, size_t n, const char* host, int port, const char* what,
+                         RdvJoin* join) {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_INET;
@@ -212,7 +240,9 @@ static void rdv_tcp_join(const Rendezvous* me, void* blob, size_t n, const char*
                 rdv_read(c, &ans, sizeof(ans), deadline) != sizeof(ans) || ans.magic != RDV_MAGIC) {
                 fail("%s: rank 0 closed the connection without an answer (is another program on that port?)", what);
             }
-            if (ans.status != 0) {
+            if (ans.status == RDV_JOIN && join) {
+                if (!rdv_read_join(c, join, deadline)) { fail("%s: rank 0's answer to a rejoin was cut short", what); }
+            } else if (ans.status != 0) {
                 char reason[RDV_REASON + 1];
                 memset(reason, 0, sizeof(reason));
                 rdv_read(c, reason, RDV_REASON, deadline);
@@ -229,12 +259,14 @@ static void rdv_tcp_join(const Rendezvous* me, void* blob, size_t n, const char*
     }
 }
 
-// -pi tcp: rank 0 listens on -pp (every interface); the others connect to -ps:-pp.
-static void rendezvous_tcp(const Rendezvous* me, void* blob, size_t n, const char* host, int port) {
+// -pi tcp: rank 0 listens on -pp (every interface); the others connect to -ps:-pp. join: see
+// rdv_tcp_join (NULL where the job is not elastic).
+static void rendezvous_tcp(const Rendezvous* me, void* blob, size_t n, const char* host, int port, RdvJoin* join) {
     char what[512];
     snprintf(what, sizeof(what), "-pi tcp: rendezvous on %s:%d", host, port);
+    if (join) { join->step = -1; }
     if (me->rank == 0) { rdv_tcp_serve(me, blob, n, port, what); }
-    else { rdv_tcp_join(me, blob, n, host, port, what); }
+    else { rdv_tcp_join(me, blob, n, host, port, what, join); }
 }
 
 // ----------------------------------------------------------------------------

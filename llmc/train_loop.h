@@ -502,22 +502,49 @@ static void run_write_final_model(TrainRun* r, const TrainerOps* ops, void* ctx)
     }
 }
 
-// -le 1: after the agreement dropped a replica, rank 0 says so (stdout and main.log) and the tokens
-// per step become the survivors'. Checkpoints stop from here (a checkpoint written by fewer
-// replicas than the run started with cannot be resumed yet).
+// -le 1: after the agreement dropped a replica or one rejoined, rank 0 says so (stdout and
+// main.log, from `step` on) and the tokens per step become those of the replicas training.
+// Checkpoints pause while one is missing (a checkpoint of fewer replicas than the run started
+// with cannot be resumed yet).
 static void run_note_replicas(TrainRun* r, const TrainerOps* ops, int step) {
     if (!ops->dp.live_replicas) { return; }
     const char* note = NULL;
-    int live = ops->dp.live_replicas(ops->dp.ctx, &note);
+    int live = ops->dp.live_replicas(ops->dp.ctx, &note), R = r->mesh->dp_replicate;
     if (live == r->live_replicas || note == NULL) { return; }
     r->live_replicas = live;
-    r->tokens_per_step = (int)((long)r->args->total_batch / r->mesh->dp_replicate * live);
+    r->tokens_per_step = (int)((long)r->args->total_batch / R * live);
     if (r->rank == 0) {
-        printf("%s\n%d of %d replicas train on: %d tokens per step; no checkpoints from here (resuming with fewer "
-               "replicas is not built yet)\n", note, live, r->mesh->dp_replicate, r->tokens_per_step);
+        printf("%s\n%d of %d replicas train on: %d tokens per step%s\n", note, live, R, r->tokens_per_step,
+               live < R ? "; no checkpoints until every replica is back (resuming with fewer is not built yet)" : "");
         fflush(stdout);
     }
     logger_log_replicas(&r->logger, step, live);
+}
+
+// -le 1, after the outer sync of step t: replicas waiting to rejoin are admitted (llmc/dp_elastic.cuh);
+// then, as on the joining ranks (run_outer_begin), every replica's local and outer parameters
+// are checked equal.
+static void run_admit_replicas(TrainRun* r, const TrainerOps* ops, int t) {
+    if (!ops->dp.admit || ops->dp.admit(ops->dp.ctx, t) == 0) { return; }
+    run_note_replicas(r, ops, t + 1);
+    run_check_replicas(r, ops, t, 0);
+    run_check_replicas(r, ops, t, 1);
+}
+
+// -le 1, a rank whose replica rejoined a running job after the outer sync of `step`: the outer
+// state from replica 0 (the local parameters become the outer ones, AdamW's moments zero), and its
+// data where it would be had it never left: the batches of the steps since its checkpoint skipped.
+static void run_join(TrainRun* r, const TrainerOps* ops, int step) {
+    ops->dp.join(ops->dp.ctx);
+    for (int t = r->start_step; t < step; t++) {
+        dataloader_replica_major(&r->train, outer_active(r->outer, t + 1) ? r->mesh->dp_shard : 0);
+        for (int micro = 0; micro < r->grad_accum; micro++) { dataloader_next(&r->train); }
+    }
+    r->start_step = step;
+    r->outer_ready = 1;
+    const char* note = NULL;
+    r->live_replicas = ops->dp.live_replicas(ops->dp.ctx, &note);
+    r->tokens_per_step = (int)((long)r->args->total_batch / r->mesh->dp_replicate * r->live_replicas);
 }
 
 // One optimizer step (0-based `step`): grad_accum micro-steps, the gradient reduction and norm,
@@ -557,6 +584,7 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
         ops->dp.update(ops->dp.ctx, &r->adamw, clip_scale(*norm, a->grad_clip), step + 1 - r->guard.skipped);
     }
     *synced = run_outer_after_step(r, ops, step + 1);
+    if (*synced) { run_admit_replicas(r, ops, step + 1); }
     return verdict;
 }
 
@@ -606,7 +634,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         double t0 = now_seconds();
         size_t bytes_before = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) : 0;
         float loss, norm;
-        int stop, synced;
+        int stop, synced, before = r->live_replicas;
         StepVerdict verdict = run_optimizer_step(r, ops, ctx, step, &loss, &norm, &stop, &synced);
         step_bytes = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) - bytes_before : 0;
         if (outer_active(r->outer, step + 1)) { *(synced ? &sync_step_bytes : &plain_step_bytes) = step_bytes; }
@@ -622,7 +650,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
             logger_log_skip(&r->logger, step + 1, loss, r->adamw.lr, norm, verdict == STEP_SKIP_SPIKE);
         }
         if (synced) { logger_log_outer(&r->logger, step + 1, r->last_pg_norm); }
-        int all_replicas = r->live_replicas == r->mesh->dp_replicate;
+        int all_replicas = before == r->mesh->dp_replicate && r->live_replicas == before; // (not as one rejoins)
         if (a->log_dir[0] && all_replicas && (stop || (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0))) {
             char why[4600];
             if (run_save_checkpoint(r, step + 1, ops, ctx, why, sizeof(why))) {
