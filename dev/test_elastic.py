@@ -3,6 +3,7 @@
 step and the others train on. Each process is bounded in time; a hang fails the check.
 
   python3 dev/test_elastic.py drop [TRAINER]   the cases below (TRAINER: a mutant, see mutant)
+  python3 dev/test_elastic.py rejoin [TRAINER] a killed replica started again with -y 1 rejoins
   python3 dev/test_elastic.py refusals          -le where it cannot run: one line each, exit 1
   python3 dev/test_elastic.py mutant            a survivor that averages over R, not R', must fail drop
 
@@ -69,35 +70,43 @@ def model_file():
     return path
 
 
-def launch(trainer, world, args, name, stray=False):
+def launch(trainer, world, args, name, stray=False, restart=None):
     """Starts `world` ranks without mpirun; returns the log dir and per rank (exit code, stdout,
-    stderr, seconds it ran). A stray connection to rank 0's port, if asked, once training runs."""
+    stderr, seconds it ran). A stray connection to rank 0's port, if asked, once training runs;
+    restart (a rank): once that rank's process has been killed, it is started again with -y 1
+    (its result under the key world, its start time in res["restarted_at"])."""
     d = f"{OUT}/{name}"
     subprocess.run(["rm", "-rf", d])
     port = free_port()
     cmd = [trainer, "-e", model_file()] + BASE + args + ["-pi", "tcp", "-ps", "127.0.0.1", "-pp", str(port),
                                                          "-le", "1", "-o", d]
-    procs, t0 = [], time.time()
-    for r in range(world):
+    t0 = time.time()
+
+    def start(r, extra=()):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
         for k in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
             env.pop(k, None)
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+        return subprocess.Popen(cmd + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+    procs = {r: start(r) for r in range(world)}
     if stray:
         while not os.path.exists(d + "/main.log") and time.time() - t0 < 60:
             time.sleep(0.2)
         time.sleep(1.0)
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
             s.sendall(b"GET / HTTP/1.0\r\n\r\n")
-    res = [None] * world
-    while any(x is None for x in res) and time.time() - t0 < LIMIT_S:
-        for r, p in enumerate(procs):
-            if res[r] is None and p.poll() is not None:
+    res = {}
+    while len(res) < len(procs) and time.time() - t0 < LIMIT_S:
+        for r, p in list(procs.items()):
+            if r not in res and p.poll() is not None:
                 out, err = p.communicate()
                 res[r] = (p.returncode, out, err, time.time() - t0)
+                if r == restart and p.returncode == -signal.SIGKILL:
+                    res["restarted_at"] = time.time() - t0
+                    procs[world] = start(r, ["-y", "1"])
         time.sleep(0.1)
-    for r, p in enumerate(procs):
-        if res[r] is None:
+    for r, p in procs.items():
+        if r not in res:
             p.kill()
             out, err = p.communicate()
             res[r] = ("hang", out, err, LIMIT_S)
@@ -105,7 +114,7 @@ def launch(trainer, world, args, name, stray=False):
 
 
 def reference(R, drop, extra=()):
-    tag = f"ref_R{R}_drop{drop.replace('@', '_')}" + "_".join(extra).replace("-", "")
+    tag = f"ref_R{R}_drop{drop.replace('@', '_')}" + "_".join(extra).replace("-", "").replace("@", "_")
     losses, final = f"{OUT}/{tag}.txt", f"{OUT}/{tag}.bin"
     if not os.path.exists(final):
         subprocess.run([PY, "train_gpt2.py", "--load", model_file(), "--data", DATA, "--B", str(ROWS // R),
@@ -183,6 +192,30 @@ def cmd_drop(trainer):
            f"{(err.strip().splitlines() or [''])[-1][:240]}")
 
 
+def cmd_rejoin(trainer):
+    """2 x 1 ZeRO 1, -n 4: rank 1 killed at step 6, started again with -y 1 (its checkpoint of step 4)
+    while rank 0 trains on; it rejoins after the sync of step 8 and both train to step 12."""
+    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-fi", "die@6:1"], "rejoin_2x1", restart=1)
+    joined = res.get(2, ("none", "", "", 0))
+    out0 = res[0][1]
+    said = "replica 1 lost at step 6" in out0 and "replica 1 rejoined after the outer sync of step 8" in out0
+    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    logged = "s:6 replicas:1" in log and "s:9 replicas:2" in log
+    le, we = against_reference(d, 2, "1@6", ("--rejoin", "1@9"))
+    ckpt = os.path.exists(d + "/DONE_00000012")
+    ok = res[0][0] == 0 and joined[0] == 0 and said and logged and ckpt and le <= TOL and we <= TOL
+    report(ok, f"2 x 1, rank 1 killed at step 6 and started again with -y 1 after {res.get('restarted_at', -1):.0f} s: "
+               f"rank 0 exit {res[0][0]}, the new rank 1 exit {joined[0]}; lost and rejoined lines "
+               f"{'said' if said else 'NOT said'}, main.log {'s:6 replicas:1, s:9 replicas:2' if logged else 'WITHOUT them'}; "
+               f"the checkpoint of step 12 {'complete' if ckpt else 'missing'}; against train_gpt2.py --replicas 2 "
+               f"--drop 1@6 --rejoin 1@9: max loss error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e}); the "
+               f"replicas' CRC-32Cs checked equal after it (the run goes on only if they are)")
+    if not ok:
+        for r in (0, 1, 2):
+            if r in res:
+                print("      " + tail(res, r))
+
+
 def refused(cmd, want, what, env=None):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
     last = ([x for x in r.stderr.splitlines() if x.startswith("error:")] or [""])[-1]
@@ -226,6 +259,8 @@ if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     if what == "drop":
         cmd_drop(sys.argv[2] if len(sys.argv) > 2 else FP32)
+    elif what == "rejoin":
+        cmd_rejoin(sys.argv[2] if len(sys.argv) > 2 else FP32)
     elif what == "refusals":
         cmd_refusals()
     elif what == "mutant":
