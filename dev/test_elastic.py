@@ -70,6 +70,11 @@ def model_file():
     return path
 
 
+def rows_for(R):
+    """Rows of T+1 tokens per step, all replicas together: ROWS, or 6 for 3 replicas (B 2 each)."""
+    return 6 if R == 3 else ROWS
+
+
 def launch(trainer, world, args, name, stray=False, restart=None):
     """Starts `world` ranks without mpirun; returns the log dir and per rank (exit code, stdout,
     stderr, seconds it ran). A stray connection to rank 0's port, if asked, once training runs;
@@ -93,8 +98,11 @@ def launch(trainer, world, args, name, stray=False, restart=None):
         while not os.path.exists(d + "/main.log") and time.time() - t0 < 60:
             time.sleep(0.2)
         time.sleep(1.0)
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        except OSError as e:
+            print(f"      the stray connection to port {port} failed: {e}")
     res = {}
     while len(res) < len(procs) and time.time() - t0 < LIMIT_S:
         for r, p in list(procs.items()):
@@ -114,10 +122,12 @@ def launch(trainer, world, args, name, stray=False, restart=None):
 
 
 def reference(R, drop, extra=()):
-    tag = f"ref_R{R}_drop{drop.replace('@', '_')}" + "_".join(extra).replace("-", "").replace("@", "_")
+    """train_gpt2.py's losses and final weights for R replicas of ROWS // R rows each, `drop`."""
+    rows = rows_for(R)
+    tag = f"ref_R{R}_rows{rows}_drop{drop.replace('@', '_')}" + "_".join(extra).replace("-", "").replace("@", "_")
     losses, final = f"{OUT}/{tag}.txt", f"{OUT}/{tag}.bin"
     if not os.path.exists(final):
-        subprocess.run([PY, "train_gpt2.py", "--load", model_file(), "--data", DATA, "--B", str(ROWS // R),
+        subprocess.run([PY, "train_gpt2.py", "--load", model_file(), "--data", DATA, "--B", str(rows // R),
                         "--T", str(T), "--steps", str(STEPS), "--lr", "1e-3", "--weight-decay", "0.1",
                         "--replicas", str(R), "--sync-every", str(H), "--outer-lr", "0.7", "--outer-momentum",
                         "0.9", "--drop", drop, *extra, "--write-losses", losses, "--write-final", final],
@@ -145,7 +155,7 @@ def tail(res, r):
 def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, name, stray=False, wire=None):
     """R replicas of `shard` ranks, ZeRO `stage`, -fi fault; the reference drops `drop`; wire: -rq's
     format (the reference's slices and blocks cut as ZeRO `stage` over `shard` ranks)."""
-    args = ["-ds", str(shard), "-z", str(stage), "-fi", fault] + (["-rq", wire] if wire else [])
+    args = ["-ds", str(shard), "-z", str(stage), "-fi", fault, "-d", str(T * rows_for(R))] + (["-rq", wire] if wire else [])
     extra = ("--wire-format", wire, "--wire-shards", str(shard if stage else 0)) if wire else ()
     d, res = launch(trainer, world, args, name, stray)
     kept = [r for r in range(world) if r not in lost_ranks]
