@@ -1,5 +1,5 @@
 # Multi-GPU checks of the CUDA trainer through the emulator (sourced by dev/run_tests.sh): each
-# emulated GPU is an MPI rank and NCCL runs over MPI (mpirun --oversubscribe). Equivalence with the
+# emulated GPU is an MPI rank (mpirun --oversubscribe; the emulated NCCL runs on its own sockets). Equivalence with the
 # CPU trainer for 1/2/4 GPUs, ZeRO 0/1/2 and a 2 x 2 mesh (FP32 within 1e-4, BF16 within the stated
 # tolerance), printed memory/communication against closed forms and the bytes NCCL moved, the
 # mpi/fs/tcp start-ups, val loss and a sharded resume, a failing rank, a broken stage 2 that

@@ -5,7 +5,8 @@
 # SIGKILL; ranks 0 and 1 see ncclRemoteError naming rank 2 within 5 s, shrink with NCCL_SHRINK_ABORT,
 # all-reduce on the 2 ranks left and, with a 4th process started afterwards, on a new 3-rank
 # communicator; the three exit 0, each run bounded by timeout. The planted emulator whose ended
-# connections are never reported (EMU_NCCL_PLANT=2) must not pass: the survivors never see an error.
+# connections are never reported (EMU_NCCL_PLANT=2) must not pass: the survivors never see an error
+# (and they exit 1 by themselves, a collective still stuck: exit does not wait for it).
 set -u
 # run PROGRAM: the scenario with PROGRAM; its processes' lines go to stdout; 0 when all passed.
 run() {
@@ -37,3 +38,6 @@ if out=$(run build/cuda_emu/test_nccl_elastic_plant2 2>&1); then
     echo "$out"; echo "FAIL the planted emulator (ended connections never reported) passed"; exit 1
 fi
 echo "the planted emulator (ended connections never reported): caught: $(echo "$out" | grep -m1 FAIL)"
+# its survivors exit(1) with the all-reduce still stuck on their progress threads: exit must not wait for it
+echo "$out" | grep -q "^rank 0 exited with 1$" || { echo "$out"; echo "FAIL exit waited for a stuck collective"; exit 1; }
+echo "its survivors exited by themselves (exit 1) with a collective stuck"

@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
         raise(SIGKILL);
     }
     survive(comm);
-    if (fails) _exit(1);  // (a collective may still be stuck: no clean exit to wait for)
+    if (fails) exit(1);  // with a collective still stuck: exit must not wait for it
     join_new(dir, rank_);
     ncclCommDestroy(comm);
     return fails ? 1 : 0;
