@@ -1,6 +1,7 @@
 """Multi-GPU checks of train_gpt2.cu through the CUDA emulator (run by dev/tests/55_multi_gpu.sh).
-Each emulated GPU is an MPI rank; NCCL is emulated over MPI. Reuses dev/test_distributed.py's
-runs, parsers and independent closed forms, with the emulated trainer as TRAINER.
+Each emulated GPU is an MPI rank; the emulated NCCL runs on its own sockets (no MPI underneath).
+Reuses dev/test_distributed.py's runs, parsers and independent closed forms, with the emulated
+trainer as TRAINER.
 
   equivalence fp32|bf16  1, 2 and 4 GPUs, ZeRO 0, 1, 2, and a 2 x 2 mesh, the same global batch:
                          losses and final weights against the CPU trainer (1 rank), 10 steps

@@ -1,7 +1,8 @@
 # dev/cuda_emu/emu.mk: builds the CUDA emulator's tests. Included by the top-level Makefile, or
 # standalone: make -f dev/cuda_emu/emu.mk emu-tests. Paths are relative to the repository root.
 #   emu-tests  every test program, plain and AddressSanitizer builds, in build/cuda_emu/ (and
-#              test_nccl_peer_stops, test_nccl_p2p_plants, emulator-only, for tests/check_*.sh)
+#              test_nccl_peer_stops, test_nccl_p2p_plants, test_nccl_shrink, test_nccl_elastic,
+#              emulator-only, for tests/check_*.sh)
 #   emu-nvcc   the same test sources compiled by nvcc for sm_80 and sm_90 (proves they are real CUDA)
 #   emu-bugs   tests/bugs/NAME.cu, one GPU bug each: NAME_plain (emucc), NAME_check (emucc --check; a
 #              build failure is kept in NAME_check.log), NAME_fixed (emucc --check -DFIXED)
@@ -22,7 +23,7 @@ EMU_MPI_INC := $(addprefix -I,$(shell mpicxx --showme:incdirs 2>/dev/null))
 
 emu-tests: $(addprefix $(EMU_BUILD)/,$(EMU_UNIT_TESTS) $(addsuffix _asan,$(EMU_UNIT_TESTS)) oob_write_asan \
     test_primitives_ucontext two_units test_nccl_peer_stops test_nccl_p2p_plants test_ptx_plant1 test_ptx_plant2 \
-    test_nccl_shrink test_nccl_shrink_plant1)
+    test_nccl_shrink test_nccl_shrink_plant1 test_nccl_elastic test_nccl_elastic_plant2)
 emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write two_units_main two_units_kernels bank_conflicts))
 EMU_BUGS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/bugs/*.cu)))
 EMU_CHECK_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma test_ptx bank_conflicts
@@ -32,7 +33,7 @@ EMU_STRICT_TESTS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/strict/*.cu)
 emu-strict: $(foreach b,$(EMU_STRICT_TESTS),$(EMU_BUILD)/strict/$(b) $(EMU_BUILD)/strict/$(b)_fixed)
 .PHONY: emu-tests emu-nvcc emu-bugs emu-check emu-strict
 
-# test_nccl runs over MPI: -lnccl makes emucc build it with mpicxx
+# the NCCL tests: -lnccl (the emulated NCCL needs no MPI; the tests that take the id over MPI include mpi.h)
 emu_libs = $(if $(filter test_nccl%,$(notdir $@)),-lnccl)
 
 # several translation units: a .cu compiled separately with -c, a .cu and a .c on the link line
@@ -54,6 +55,11 @@ $(EMU_BUILD)/test_ptx_plant%: $(EMU_DIR)/tests/test_ptx.cu $(EMU_DEPS)
 
 # ncclCommShrink's test with a planted emulator whose revoke abandons nothing (tests/check_nccl_shrink.sh)
 $(EMU_BUILD)/test_nccl_shrink_plant%: $(EMU_DIR)/tests/test_nccl_shrink.cu $(EMU_DEPS)
+	@mkdir -p $(@D)
+	$(EMUCC) $(EMU_CFLAGS) -DEMU_NCCL_PLANT=$* -o $@ $< -lnccl
+
+# the elastic test with a planted emulator whose ended connections are never reported (tests/check_nccl_elastic.sh)
+$(EMU_BUILD)/test_nccl_elastic_plant%: $(EMU_DIR)/tests/test_nccl_elastic.cu $(EMU_DEPS)
 	@mkdir -p $(@D)
 	$(EMUCC) $(EMU_CFLAGS) -DEMU_NCCL_PLANT=$* -o $@ $< -lnccl
 

@@ -1,6 +1,7 @@
 # dev/tests/20_cuda_emu.sh: the CUDA emulator's checks (sourced by dev/run_tests.sh). Each test
 # program compares emulated CUDA with a CPU computation; the ASan builds also catch out-of-bounds
-# accesses in kernels; test_nccl runs as 1 to 4 MPI ranks (1 to 4 emulated GPUs).
+# accesses in kernels; test_nccl runs as 1 to 4 MPI ranks (1 to 4 emulated GPUs; the emulated NCCL
+# itself needs no MPI: check_nccl_elastic.sh starts its processes without mpirun).
 emu_mpirun="mpirun --allow-run-as-root --oversubscribe"
 check emu_build make -s -j2 -f dev/cuda_emu/emu.mk emu-tests
 check emu_rewrite python3 dev/cuda_emu/tests/test_rewrite.py
@@ -28,6 +29,10 @@ check_bg emu_nccl_async_peer_stops dev/cuda_emu/tests/check_peer_stops.sh
 # ncclCommShrink(NCCL_SHRINK_ABORT) past a stopped peer, its stuck all-reduce abandoned; a planted
 # emulator whose revoke abandons nothing must fail (dev/cuda_emu/tests/check_nccl_shrink.sh)
 check_bg emu_nccl_shrink dev/cuda_emu/tests/check_nccl_shrink.sh
+# No mpirun: 3 processes (the id through a file), one SIGKILLed; the two others see ncclRemoteError
+# naming it, shrink, all-reduce, and take in a 4th process through a new ncclCommInitRank; a planted
+# emulator whose ended connections are never reported must fail (dev/cuda_emu/tests/check_nccl_elastic.sh)
+check_bg emu_nccl_elastic dev/cuda_emu/tests/check_nccl_elastic.sh
 check emu_asan_catches_oob dev/cuda_emu/tests/expect_asan_report.sh build/cuda_emu/oob_write_asan
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     check emu_tests_compile_with_nvcc make -s -j2 -f dev/cuda_emu/emu.mk emu-nvcc

@@ -8,7 +8,7 @@
 # (dry runs); the script's Python choice and LD_LIBRARY_PATH (its functions, sourced); the PyTorch
 # peer dev/bench/torch_gpt2.py on this CPU PyTorch at a tiny size; the sanitizer report split; the
 # report writer on made-up results, with and without an H200 entry in the model. No emulated run of
-# the no-MPI trainer: the emulator's NCCL runs over Open MPI (dev/cuda_emu/include/emu_nccl.h).
+# the no-MPI trainer yet (the emulated NCCL no longer needs Open MPI: dev/cuda_emu/include/emu_nccl.h).
 # Cost on the shared 2-core machine: about 50 s, most of it nvcc compiling train_gpt2.cu and
 # test_gpt2.cu for sm_90 (the cuDNN glue object is reused from 51_gpu_cudnn.sh when it is there,
 # else +70 s).

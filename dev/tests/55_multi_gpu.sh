@@ -1,12 +1,12 @@
 # Multi-GPU checks of the CUDA trainer through the emulator (sourced by dev/run_tests.sh): each
-# emulated GPU is an MPI rank and NCCL runs over MPI (mpirun --oversubscribe). Equivalence with the
-# CPU trainer for 1/2/4 GPUs, ZeRO 0/1/2 and a 2 x 2 mesh (FP32 within 1e-4, BF16 within the stated
-# tolerance), printed memory/communication against closed forms and the bytes NCCL moved, the
-# mpi/fs/tcp start-ups, val loss and a sharded resume, a failing rank, a broken stage 2 that
-# must fail, and -ls (the replicas' outer syncs). See dev/test_multi_gpu.py. The checked builds
-# (emucc --check) prove the stream order of the per-layer reduce-scatters and parameter
-# all-gathers, each with a mutant --check must catch. Every good run lands in the goldens' ledger,
-# compared bit for bit after the last of them (dev/test_golden.py).
+# emulated GPU is an MPI rank (mpirun --oversubscribe; the emulated NCCL runs on its own sockets).
+# Equivalence with the CPU trainer for 1/2/4 GPUs, ZeRO 0/1/2 and a 2 x 2 mesh (FP32 within 1e-4,
+# BF16 within the stated tolerance), printed memory/communication against closed forms and the bytes
+# NCCL moved, the mpi/fs/tcp start-ups, val loss and a sharded resume, a failing rank, a broken
+# stage 2 that must fail, and -ls (the replicas' outer syncs). See dev/test_multi_gpu.py. The
+# checked builds (emucc --check) prove the stream order of the per-layer reduce-scatters and
+# parameter all-gathers, each with a mutant --check must catch. Every good run lands in the goldens'
+# ledger, compared bit for bit after the last of them (dev/test_golden.py).
 /usr/bin/python3 dev/test_golden.py reset multi_gpu
 check multi_gpu_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/train_gpt2emu_fp32 build/gpu/train_gpt2emu_bf16 build/gpu/gpu_memory_bf16 &&
     make -s train_gpt2cpu"

@@ -19,10 +19,16 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <sched.h>
+#include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #define EMU_CUDA 1
 #ifndef CUDART_VERSION

@@ -1,41 +1,70 @@
-// emu_nccl.h: NCCL over MPI. A communicator is an MPI communicator; each collective is a ring
-// of MPI send/receive pairs (reduce-scatter, all-gather; all-reduce = reduce-scatter + all-gather;
-// broadcast = a chain from the root), so the reduction order is fixed. emu_nccl_bytes_sent() returns
-// the bytes this rank's collectives hand to MPI, counted when each is issued (per all-reduce of N
-// bytes on n ranks: 2 (n-1)/n N, up to rounding of uneven chunks), so a count read between two
-// steps does not depend on whether the last collective has run yet.
-// ncclCommInitRank is collective over MPI_COMM_WORLD: every world rank must call it (ranks of other
-// communicators with another id at the same time). A call returns at once: in plain builds the
-// collective runs on the rank's progress thread when its stream reaches it (emu_async.h), in issue
-// order; under --check it runs inside the call, after its stream's earlier work. Between
-// ncclGroupStart and ncclGroupEnd (nestable) calls are only recorded, and the outermost ncclGroupEnd
-// issues them all, in call order, on their streams, as NCCL launches a group's operations at
-// ncclGroupEnd (so stream work issued inside the group runs before them, and their buffers must stay
-// untouched until then). bf16 partial sums are rounded to bf16 at each ring step. ncclSend/ncclRecv:
-// see "point to point" below.
-// Peer stops: a rank that calls emu_nccl_stop_answering() (the trainer's -fi hang_* faults) stops
-// answering and tells the others; after EMU_NCCL_DETECT_S seconds (default 0.5; "off": never, as
-// NCCL cannot tell a live but hung peer) their ncclCommGetAsyncError reports ncclRemoteError on every
-// communicator with that rank, emu_nccl_stopped_peer() names it, and a collective with it never ends.
+// emu_nccl.h: the emulated NCCL (API of nccl.h 2.28: init, split, shrink, revoke, abort, destroy,
+// the collectives, ncclSend/ncclRecv, groups), one process per GPU, over a transport of its own.
+// Each collective is a ring of send/receive pairs (reduce-scatter, all-gather; all-reduce =
+// reduce-scatter + all-gather; broadcast = a chain from the root), so the reduction order is fixed.
+// emu_nccl_bytes_sent() returns the bytes this rank's collectives hand to the transport, counted when
+// each is issued (per all-reduce of N bytes on n ranks: 2 (n-1)/n N, up to rounding of uneven
+// chunks), so a count read between two steps does not depend on whether the last collective has run.
+// A call returns at once: in plain builds the collective runs on the rank's progress thread when its
+// stream reaches it (emu_async.h), in issue order; under --check it runs inside the call, after its
+// stream's earlier work. Between ncclGroupStart and ncclGroupEnd (nestable) calls are only recorded,
+// and the outermost ncclGroupEnd issues them all, in call order, on their streams, as NCCL launches a
+// group's operations at ncclGroupEnd (so stream work issued inside the group runs before them, and
+// their buffers must stay untouched until then). bf16 partial sums are rounded to bf16 at each ring
+// step. ncclSend/ncclRecv: see "point to point" below.
+//
+// Transport (no MPI): one Unix-domain stream socket per pair of processes, in Linux's abstract
+// namespace (nothing to clean up), shared by every communicator between them. A message is a frame
+// (communicator uid, tag, length, payload); each process's reader thread drains all its sockets
+// into per-(communicator, peer, tag) queues, so a send never waits for the receiver to post (two
+// big sends cannot deadlock) and communicators never mix. ncclCommInitRank is collective only over
+// the nranks processes that call it with the id (as in NCCL; no launcher needed): each listens at
+// "emu_nccl.<hash of id>.<rank>", connects to the lower ranks and accepts the higher ones (retrying
+// until TRAIN_GPT2_TIMEOUT, default 60 s, else ncclSystemError); a pair that is already connected
+// keeps its first socket. A communicator's uid is the id's hash; a split's or a shrink's is derived
+// from its parent's uid, the parent's count of derived communicators and the split colour, so that
+// the members agree on it without talking (a split all-gathers (colour, key) on the parent).
+//
+// Peers that stop: a rank that calls emu_nccl_stop_answering() (the trainer's -fi hang_* faults)
+// stops answering and tells the others; a process that dies (its socket ends: EOF, ECONNRESET,
+// EPIPE, e.g. after SIGKILL) is treated the same way. After EMU_NCCL_DETECT_S seconds (default 0.5;
+// "off": a stop notice is never detected, as NCCL cannot tell a live but hung peer; an ended socket
+// still is, after 0.5 s) every communicator with that peer (and not destroyed by it: ncclCommDestroy
+// tells the members) reports ncclRemoteError, emu_nccl_stopped_peer() names the peer's rank in the
+// root communicator (the one ncclCommInitRank made, which the communicator descends from), and a
+// collective with it never ends unless the communicator is revoked (ncclCommRevoke, ncclCommShrink
+// with NCCL_SHRINK_ABORT): then it is abandoned. Writes to a dead peer never raise SIGPIPE.
+// Exit: the reader and progress threads, and what they use, are never destroyed, so a frozen one
+// does not hold up exit().
 #ifndef EMU_NCCL_H
 #define EMU_NCCL_H
-#include <mpi.h>
 #include <climits>
+#include <cerrno>
+#include <cstddef>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include "emu_cuda.h"
 #include "cuda_bf16.h"
 
 #define NCCL_MAJOR 2
-#define NCCL_MINOR 21
-#define NCCL_PATCH 5
-#define NCCL_VERSION_CODE 22105
+#define NCCL_MINOR 28
+#define NCCL_PATCH 9
+#define NCCL_SUFFIX ""
+#define NCCL_VERSION_CODE 22809
+#define NCCL_VERSION(X, Y, Z) (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
 #define NCCL_UNIQUE_ID_BYTES 128
 #define NCCL_SPLIT_NOCOLOR -1
 #define NCCL_SHRINK_DEFAULT 0x00  // ncclCommShrink: the parent must have nothing in flight
@@ -62,12 +91,16 @@ typedef struct {
 } ncclConfig_t;
 #define NCCL_CONFIG_INITIALIZER {sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION_CODE, 1, 4, 1, 32, nullptr, 0}
 
+namespace emu { struct Conn; }
 struct ncclComm {
-    MPI_Comm mpi;
+    uint64_t uid;                         // names its messages (the same on every member)
     int rank, size, device;
-    std::vector<int> world;               // each member's rank in MPI_COMM_WORLD
-    std::atomic<int> async_error{0};      // ncclResult_t, set by the progress thread
-    std::atomic<int> stopped_peer{-1};    // the world rank whose stop it reports
+    std::vector<emu::Conn*> peers;        // each member's connection (this rank's: the loopback)
+    std::vector<int> root_rank;           // each member's rank in the root communicator
+    uint32_t derived = 0;                 // communicators split or shrunk from this one so far
+    std::atomic<int> async_error{0};      // ncclResult_t, set by the reader thread
+    std::atomic<int> stopped_peer{-1};    // the root rank whose stop it reports
+    std::atomic<bool> by_notice{true};    // that peer said it stopped (else its connection ended)
     std::atomic<bool> revoked{false};     // ncclCommRevoke or ncclCommShrink(NCCL_SHRINK_ABORT): its
                                           // collectives in flight are abandoned, new ones refused
 };
@@ -75,19 +108,6 @@ typedef ncclComm* ncclComm_t;
 
 namespace emu {
 inline std::atomic<size_t> nccl_bytes{0};
-inline int nccl_tag = 7177;
-
-inline void ensure_mpi() {
-    int ok;
-    MPI_Initialized(&ok);
-    if (ok) return;
-    MPI_Init(nullptr, nullptr);
-    atexit([] {
-        int done;
-        MPI_Finalized(&done);
-        if (!done) MPI_Finalize();
-    });
-}
 
 inline size_t nccl_size(ncclDataType_t t) {
     switch (t) {
@@ -136,28 +156,19 @@ inline void divide(void* p, size_t n, ncclDataType_t t, int d) {
     }
 }
 
-// ---- MPI from two threads (the host's and the progress thread), one call at a time ----
-inline std::mutex& mpi_mutex() { static std::mutex* m = new std::mutex; return *m; }  // never destroyed: threads outlive exit()
-typedef std::lock_guard<std::mutex> MpiLock;
-
-// ---- peer stops ----
-constexpr int kStopTag = 7178;
-constexpr int kShrinkTag = 7179;
-inline MPI_Comm ctl = MPI_COMM_NULL;        // a copy of MPI_COMM_WORLD for stop notices
+// ---- peers that stop ----
 inline std::atomic<bool> answering{true};   // false: this rank stopped answering
-inline int stopped_peer = -1;               // the first world rank that said it stopped
-inline double stopped_at = 0.0;
-inline std::mutex& comms_mutex() { static std::mutex* m = new std::mutex; return *m; }
-inline std::vector<ncclComm*>& live_comms() { static std::vector<ncclComm*> v; return v; }
 inline double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-inline double detect_s() {
-    const char* e = getenv("EMU_NCCL_DETECT_S");
-    if (!e) return 0.5;
-    return strcmp(e, "off") == 0 ? -1.0 : atof(e);
+inline double detect_s() {  // the delay before a stop notice is reported (< 0: never)
+    static double d = [] {
+        const char* e = getenv("EMU_NCCL_DETECT_S");
+        if (!e) return 0.5;
+        return strcmp(e, "off") == 0 ? -1.0 : atof(e);
+    }();
+    return d;
 }
-inline bool has_member(const ncclComm* c, int world_rank) {
-    return std::find(c->world.begin(), c->world.end(), world_rank) != c->world.end();
-}
+inline std::mutex& comms_mutex() { static std::mutex* m = new std::mutex; return *m; }  // never destroyed: threads outlive exit()
+inline std::vector<ncclComm*>& live_comms() { static auto* v = new std::vector<ncclComm*>; return *v; }
 [[noreturn]] inline void freeze() {  // a collective that never ends
     for (;;) sleep(1000);
 }
@@ -174,70 +185,332 @@ struct Abandoned {};
     while (!current->revoked.load()) usleep(10000);
     throw Abandoned{};
 }
-// Reads stop notices; once the detection delay has passed, every communicator with the stopped rank
-// reports ncclRemoteError, and a collective on one (current) never ends. A rank that stopped
-// answering freezes here.
-inline void watch_peers(ncclComm_t current) {
-    if (!answering.load()) freeze();
-    if (ctl == MPI_COMM_NULL) return;
-    {
-        MpiLock g(mpi_mutex());
-        int flag = 0;
-        MPI_Status st;
-        MPI_Iprobe(MPI_ANY_SOURCE, kStopTag, ctl, &flag, &st);
-        if (flag) {
-            int who;
-            MPI_Recv(&who, 1, MPI_INT, st.MPI_SOURCE, kStopTag, ctl, MPI_STATUS_IGNORE);
-            if (stopped_peer < 0) { stopped_peer = who; stopped_at = now_s(); }
-        }
-    }
-    double d = detect_s();
-    if (stopped_peer < 0 || d < 0 || now_s() - stopped_at < d) return;
-    {
-        std::lock_guard<std::mutex> g(comms_mutex());
-        for (ncclComm* c : live_comms())
-            if (has_member(c, stopped_peer)) {
-                c->stopped_peer = stopped_peer;
-                c->async_error = ncclRemoteError;
-            }
-    }
-    if (current && has_member(current, stopped_peer)) freeze_until_revoked(current);
+
+// ---- the transport: one socket per pair of processes, frames demultiplexed into queues ----
+constexpr uint32_t kTagRing = 1, kTagP2pSize = 2, kTagP2pData = 3, kTagSplit = 4;  // a communicator's messages
+constexpr uint32_t kTagStop = 100, kTagLeft = 101;  // control: "I stopped answering", "I destroyed communicator uid"
+struct Frame { uint64_t uid; uint32_t tag, spare; uint64_t bytes; };  // followed by `bytes` bytes
+struct Msg { std::unique_ptr<char[]> data; size_t bytes = 0; };
+struct Conn {
+    int fd;                   // -1: this process (its messages go straight to its queues)
+    uint64_t puid;            // the process at the other end
+    std::mutex write_mutex;   // one frame at a time
+    // guarded by net().m:
+    bool reading = true;      // the reader thread still polls it
+    double down_at = 0.0;     // when it stopped answering or its connection ended (0: never)
+    bool by_notice = false;   // it said it stopped (else its connection ended)
+    std::set<uint64_t> left;  // communicators it destroyed
+    Conn(int f, uint64_t p) : fd(f), puid(p) {}
+};
+typedef std::tuple<uint64_t, const Conn*, uint32_t> InboxKey;  // (communicator uid, from, tag)
+struct Net {
+    std::mutex m;
+    std::condition_variable arrived;                // a message reached the inbox
+    std::vector<Conn*> conns;                       // every connection, never freed (not the loopback)
+    std::map<InboxKey, std::deque<Msg>> inbox;
+    Conn* self = nullptr;
+    uint64_t puid = 0;                              // this process, random
+    bool reader = false;                            // the reader thread runs
+    std::atomic<int> downs{0};                      // connections marked down
+};
+inline uint64_t random_u64() {
+    uint64_t x = 0;
+    FILE* f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&x, sizeof(x), 1, f) != 1) x = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(now_s() * 1e9);
+    if (f) fclose(f);
+    return x ? x : 1;
+}
+inline Net& net() {  // never destroyed: the reader thread outlives exit()
+    static Net* n = [] {
+        Net* x = new Net;
+        x->puid = random_u64();
+        x->self = new Conn(-1, x->puid);
+        return x;
+    }();
+    return *n;
+}
+inline uint64_t fnv1a(const void* p, size_t n, uint64_t h = 14695981039346656037ull) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char*)p)[i]) * 1099511628211ull;
+    return h;
+}
+// The uid of the k-th communicator derived from `parent` (kind: 0 a split of colour `color`, 1 a shrink).
+inline uint64_t derived_uid(uint64_t parent, uint32_t k, int32_t kind, int32_t color) {
+    uint64_t h = fnv1a(&parent, sizeof(parent));  // field by field: no padding bytes hashed
+    h = fnv1a(&k, sizeof(k), h);
+    h = fnv1a(&kind, sizeof(kind), h);
+    return fnv1a(&color, sizeof(color), h);
 }
 
-// Waits for n requests, watching the peers.
-inline void wait_requests(MPI_Request* r, int n, ncclComm_t comm) {
-    for (int spins = 0;; spins++) {
-        int flag = 0;
-        {
-            MpiLock g(mpi_mutex());
-            MPI_Testall(n, r, &flag, MPI_STATUSES_IGNORE);
+inline void deliver(const Conn* from, uint64_t uid, uint32_t tag, Msg m) {
+    Net& n = net();
+    {
+        std::lock_guard<std::mutex> g(n.m);
+        n.inbox[InboxKey{uid, from, tag}].push_back(std::move(m));
+    }
+    n.arrived.notify_all();
+}
+// EMU_NCCL_PLANT=2 (tests/check_nccl_elastic.sh only): an ended connection is never marked.
+inline void mark_down(Conn* c, bool by_notice) {
+#if defined(EMU_NCCL_PLANT) && EMU_NCCL_PLANT == 2
+    if (!by_notice) return;
+#endif
+    Net& n = net();
+    std::lock_guard<std::mutex> g(n.m);
+    if (c->down_at > 0.0) return;  // the first cause stays
+    c->down_at = now_s();
+    c->by_notice = by_notice;
+    n.downs++;
+}
+inline bool send_all(int fd, const void* p, size_t bytes, int flags) {
+    for (size_t done = 0; done < bytes;) {
+        ssize_t k = send(fd, (const char*)p + done, bytes - done, flags | MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        done += (size_t)k;
+    }
+    return true;
+}
+inline bool recv_all(int fd, void* p, size_t bytes) {
+    for (size_t done = 0; done < bytes;) {
+        ssize_t k = recv(fd, (char*)p + done, bytes - done, MSG_WAITALL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        done += (size_t)k;
+    }
+    return true;
+}
+// Sends one message (to a dead peer: lost, and the peer marked down). A rank that stopped answering
+// freezes here instead (control messages still go).
+inline void send_msg(Conn* c, uint64_t uid, uint32_t tag, const void* p, size_t bytes) {
+    if (tag < kTagStop && !answering.load()) freeze();
+    if (c->fd < 0) {
+        Msg m;
+        m.bytes = bytes;
+        if (bytes) m.data.reset(new char[bytes]);
+        if (bytes) memcpy(m.data.get(), p, bytes);
+        deliver(c, uid, tag, std::move(m));
+        return;
+    }
+    Frame h{uid, tag, 0, bytes};
+    std::lock_guard<std::mutex> g(c->write_mutex);
+    if (!send_all(c->fd, &h, sizeof(h), bytes ? MSG_MORE : 0) || !send_all(c->fd, p, bytes, 0)) mark_down(c, false);
+}
+
+// Every communicator with a peer that stopped, or whose connection ended, the delay ago (and that the
+// peer did not destroy) reports ncclRemoteError naming the peer's root rank. Called by the reader thread.
+inline void report_down_peers() {
+    Net& n = net();
+    if (n.downs.load() == 0) return;
+    double t = now_s(), d = detect_s();
+    std::lock_guard<std::mutex> a(n.m);
+    std::lock_guard<std::mutex> b(comms_mutex());
+    for (Conn* c : n.conns) {
+        double delay = c->by_notice ? d : (d < 0 ? 0.5 : d);
+        if (c->down_at == 0.0 || delay < 0 || t - c->down_at < delay) continue;
+        for (ncclComm* comm : live_comms()) {
+            if (comm->async_error.load() != ncclSuccess || c->left.count(comm->uid)) continue;
+            for (int i = 0; i < comm->size; i++)
+                if (comm->peers[i] == c) {
+                    comm->stopped_peer = comm->root_rank[i];
+                    comm->by_notice = c->by_notice;
+                    comm->async_error = ncclRemoteError;
+                }
         }
-        if (flag) return;
-        if (comm && comm->revoked.load()) throw Abandoned{};  // a live but silent peer: revoked by the caller
-        if (spins % 64 == 0) watch_peers(comm);
-        if (spins > 2000) usleep(30);
-        else sched_yield();
     }
 }
-inline void sendrecv(const void* sbuf, size_t sbytes, int to, void* rbuf, size_t rbytes, int from, ncclComm_t comm) {
-    if (sbytes > INT_MAX || rbytes > INT_MAX) die("NCCL emulation: a ring chunk over 2 GiB");
-    MPI_Request r[2];
-    {
-        MpiLock g(mpi_mutex());
-        MPI_Irecv(rbuf, (int)rbytes, MPI_BYTE, from, nccl_tag, comm->mpi, &r[0]);
-        MPI_Isend(sbuf, (int)sbytes, MPI_BYTE, to, nccl_tag, comm->mpi, &r[1]);
+// One frame from c into the inbox (a stop notice or a destroy notice into c's state); false when the
+// connection ended.
+inline bool read_frame(Conn* c) {
+    Frame h;
+    if (!recv_all(c->fd, &h, sizeof(h))) return false;
+    Msg m;
+    m.bytes = h.bytes;
+    if (h.bytes) m.data.reset(new char[h.bytes]);
+    if (h.bytes && !recv_all(c->fd, m.data.get(), h.bytes)) return false;
+    if (h.tag == kTagStop) {
+        mark_down(c, true);
+    } else if (h.tag == kTagLeft) {
+        std::lock_guard<std::mutex> g(net().m);
+        c->left.insert(h.uid);
+    } else {
+        deliver(c, h.uid, h.tag, std::move(m));
     }
-    wait_requests(r, 2, comm);
+    return true;
 }
-// One of send / receive (to or from: a rank, the other -1).
-inline void send_or_recv(void* buf, size_t bytes, int to, int from, ncclComm_t comm) {
-    MPI_Request r;
-    {
-        MpiLock g(mpi_mutex());
-        if (to >= 0) MPI_Isend(buf, (int)bytes, MPI_BYTE, to, nccl_tag, comm->mpi, &r);
-        else MPI_Irecv(buf, (int)bytes, MPI_BYTE, from, nccl_tag, comm->mpi, &r);
+// The reader thread: drains every socket (a frame at a time) and reports peers that went down.
+inline void reader_main() {
+    Net& n = net();
+    std::vector<pollfd> fds;
+    std::vector<Conn*> who;
+    for (;;) {
+        fds.clear();
+        who.clear();
+        {
+            std::lock_guard<std::mutex> g(n.m);
+            for (Conn* c : n.conns)
+                if (c->reading) { fds.push_back(pollfd{c->fd, POLLIN, 0}); who.push_back(c); }
+        }
+        poll(fds.data(), fds.size(), 10);  // 10 ms: new connections and the detection delay
+        for (size_t i = 0; i < fds.size(); i++) {
+            if (!fds[i].revents || read_frame(who[i])) continue;
+            {
+                std::lock_guard<std::mutex> g(n.m);
+                who[i]->reading = false;  // the fd stays open (never reused), so that a send fails with EPIPE
+            }
+            mark_down(who[i], false);
+        }
+        report_down_peers();
     }
-    wait_requests(&r, 1, comm);
+}
+// The connection for socket fd to process puid: the existing one if the pair is already connected
+// (both ends see it, so both drop the new socket), else a new one that the reader thread polls.
+inline Conn* adopt(int fd, uint64_t puid) {
+    Net& n = net();
+    std::lock_guard<std::mutex> g(n.m);
+    for (Conn* c : n.conns)
+        if (c->puid == puid) { close(fd); return c; }
+    int buf = 4 << 20;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+    Conn* c = new Conn(fd, puid);
+    n.conns.push_back(c);
+    if (!n.reader) {
+        n.reader = true;
+        std::thread(reader_main).detach();
+    }
+    return c;
+}
+// Waits for the next message (uid, tag) from c. 0: it came (*m); 1: comm was revoked; 2: comm
+// reports a peer that stopped. A rank that stopped answering freezes here.
+inline int wait_msg(const Conn* c, uint64_t uid, uint32_t tag, ncclComm_t comm, Msg* m) {
+    Net& n = net();
+    if (!answering.load()) freeze();
+    std::unique_lock<std::mutex> l(n.m);
+    for (;;) {
+        auto it = n.inbox.find(InboxKey{uid, c, tag});
+        if (it != n.inbox.end() && !it->second.empty()) {
+            *m = std::move(it->second.front());
+            it->second.pop_front();
+            if (it->second.empty()) n.inbox.erase(it);
+            return 0;
+        }
+        if (comm && comm->revoked.load()) return 1;
+        if (comm && comm->async_error.load() != ncclSuccess) return 2;
+        n.arrived.wait_for(l, std::chrono::milliseconds(10));
+    }
+}
+// A collective's receive of exactly `bytes` bytes: a revoked communicator abandons it, a stopped
+// peer freezes it (until revoked).
+inline void recv_into(void* buf, size_t bytes, int from, uint32_t tag, ncclComm_t comm) {
+    Msg m;
+    for (int w; (w = wait_msg(comm->peers[from], comm->uid, tag, comm, &m)) != 0;) {
+        if (w == 1) throw Abandoned{};
+        freeze_until_revoked(comm);
+    }
+    if (m.bytes != bytes) {
+        fprintf(stderr, "cuda_emu: NCCL emulation: rank %d got %zu bytes from rank %d where %zu were due\n", comm->rank,
+                m.bytes, from, bytes);
+        abort();
+    }
+    if (bytes) memcpy(buf, m.data.get(), bytes);
+}
+// Drops the messages still queued for a destroyed communicator.
+inline void purge_inbox(uint64_t uid) {
+    Net& n = net();
+    std::lock_guard<std::mutex> g(n.m);
+    auto lo = n.inbox.lower_bound(InboxKey{uid, nullptr, 0});
+    auto hi = lo;
+    while (hi != n.inbox.end() && std::get<0>(hi->first) == uid) ++hi;
+    n.inbox.erase(lo, hi);
+}
+
+// ---- ncclCommInitRank's rendezvous: rank r listens at a name of (id, r) ----
+struct Hello { uint64_t magic, id, puid; int32_t nranks, rank; };
+constexpr uint64_t kHelloMagic = 0x656d755f6e63636cull;  // "emu_nccl"
+inline socklen_t rank_address(sockaddr_un* a, uint64_t id, int rank) {
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;  // abstract namespace: sun_path starts with a 0 byte
+    int len = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "emu_nccl.%016llx.%d", (unsigned long long)id, rank);
+    return (socklen_t)(offsetof(sockaddr_un, sun_path) + 1 + len);
+}
+inline double init_timeout_s() {
+    const char* e = getenv("TRAIN_GPT2_TIMEOUT");
+    double t = e ? atof(e) : 0.0;
+    return t > 0.0 ? t : 60.0;
+}
+inline int listen_at(uint64_t id, int rank, int backlog) {
+    sockaddr_un a;
+    socklen_t len = rank_address(&a, id, rank);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (bind(fd, (sockaddr*)&a, len) != 0 || listen(fd, backlog) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+inline int connect_until(uint64_t id, int rank, double deadline) {
+    sockaddr_un a;
+    socklen_t len = rank_address(&a, id, rank);
+    do {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return -1;
+        if (connect(fd, (sockaddr*)&a, len) == 0) return fd;
+        close(fd);
+        usleep(10000);  // not listening yet
+    } while (now_s() < deadline);
+    return -1;
+}
+inline bool wait_readable(int fd, double deadline) {
+    for (;;) {
+        int ms = (int)((deadline - now_s()) * 1000.0);
+        if (ms <= 0) return false;
+        pollfd p{fd, POLLIN, 0};
+        int r = poll(&p, 1, ms);
+        if (r > 0) return true;
+        if (r < 0 && errno != EINTR) return false;
+    }
+}
+inline bool read_hello(int fd, Hello* h, double deadline) {
+    return wait_readable(fd, deadline) && recv_all(fd, h, sizeof(*h)) && h->magic == kHelloMagic;
+}
+inline ncclResult_t init_fail(ncclResult_t r, int rank, int nranks, const char* what, int peer) {
+    fprintf(stderr, "cuda_emu: ncclCommInitRank, rank %d of %d: %s rank %d\n", rank, nranks, what, peer);
+    return r;
+}
+// Connects rank `rank` of nranks to every other (the lower ranks by connecting, the higher ones by
+// accepting), filling peers[].
+inline ncclResult_t rendezvous(uint64_t id, int nranks, int rank, std::vector<Conn*>& peers) {
+    Net& n = net();
+    double deadline = now_s() + init_timeout_s();
+    int lfd = listen_at(id, rank, nranks);
+    if (lfd < 0) return init_fail(ncclInvalidUsage, rank, nranks, "cannot listen (this id is taken) as", rank);
+    Hello mine{kHelloMagic, id, n.puid, nranks, rank}, theirs;
+    ncclResult_t r = ncclSuccess;
+    for (int q = 0; q < rank && r == ncclSuccess; q++) {
+        int fd = connect_until(id, q, deadline);
+        if (fd < 0) { r = init_fail(ncclSystemError, rank, nranks, "timed out connecting to", q); break; }
+        if (!send_all(fd, &mine, sizeof(mine), 0) || !read_hello(fd, &theirs, deadline) || theirs.id != id ||
+            theirs.nranks != nranks || theirs.rank != q) {
+            close(fd);
+            r = init_fail(ncclSystemError, rank, nranks, "no valid answer from", q);
+            break;
+        }
+        peers[q] = adopt(fd, theirs.puid);
+    }
+    for (int k = rank + 1; k < nranks && r == ncclSuccess; k++) {
+        int fd = wait_readable(lfd, deadline) ? accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC) : -1;
+        if (fd < 0) { r = init_fail(ncclSystemError, rank, nranks, "timed out waiting for a higher rank, e.g.", k); break; }
+        if (!read_hello(fd, &theirs, deadline) || theirs.id != id || theirs.nranks != nranks || theirs.rank <= rank ||
+            theirs.rank >= nranks || peers[theirs.rank] || !send_all(fd, &mine, sizeof(mine), 0)) {
+            close(fd);
+            r = init_fail(ncclInvalidUsage, rank, nranks, "a connection that is not a higher rank of this id, e.g.", k);
+            break;
+        }
+        peers[theirs.rank] = adopt(fd, theirs.puid);
+    }
+    close(lfd);
+    return r;
 }
 
 // ---- the progress thread (plain builds): runs the collectives handed over, in ticket order ----
@@ -255,13 +528,7 @@ inline void progress_main() {
         std::pair<uint64_t, std::function<void()>> job;
         {
             std::unique_lock<std::mutex> l(p.m);
-            while (p.q.empty() && !p.quit) {
-                if (p.cv.wait_for(l, std::chrono::milliseconds(10)) == std::cv_status::timeout) {
-                    l.unlock();
-                    watch_peers(nullptr);
-                    l.lock();
-                }
-            }
+            p.cv.wait(l, [&] { return !p.q.empty() || p.quit; });
             if (p.q.empty()) return;
             job = std::move(p.q.front());
             p.q.pop_front();
@@ -301,27 +568,20 @@ inline void progress_stop() {
     p.th.join();
     p.running = false;
 }
-// Before a call that is collective over MPI itself: every collective issued so far has completed.
+// Every collective issued so far has completed (before destroying a communicator, or stopping).
 inline void quiesce() {
 #ifndef EMU_CHECK
     wait_ticket(coll_tickets);
 #endif
 }
-inline ncclComm_t new_comm(MPI_Comm c, int device) {
+inline ncclComm_t new_comm(uint64_t uid, int rank, int device, std::vector<Conn*> peers, std::vector<int> root_rank) {
     ncclComm_t comm = new ncclComm;
-    comm->mpi = c;
-    MPI_Comm_size(c, &comm->size);
-    MPI_Comm_rank(c, &comm->rank);
+    comm->uid = uid;
+    comm->rank = rank;
+    comm->size = (int)peers.size();
     comm->device = device;
-    MPI_Group g, wg;
-    MPI_Comm_group(c, &g);
-    MPI_Comm_group(MPI_COMM_WORLD, &wg);
-    std::vector<int> mine(comm->size);
-    for (int i = 0; i < comm->size; i++) mine[i] = i;
-    comm->world.resize(comm->size);
-    MPI_Group_translate_ranks(g, comm->size, mine.data(), wg, comm->world.data());
-    MPI_Group_free(&g);
-    MPI_Group_free(&wg);
+    comm->peers = std::move(peers);
+    comm->root_rank = std::move(root_rank);
     std::lock_guard<std::mutex> l(comms_mutex());
     live_comms().push_back(comm);
     return comm;
@@ -330,6 +590,17 @@ inline void drop_comm(ncclComm_t comm) {
     std::lock_guard<std::mutex> l(comms_mutex());
     auto& v = live_comms();
     v.erase(std::remove(v.begin(), v.end(), comm), v.end());
+}
+
+// A ring step: sends to rank `to`, receives from rank `from` (a send never waits for its receiver).
+inline void sendrecv(const void* sbuf, size_t sbytes, int to, void* rbuf, size_t rbytes, int from, ncclComm_t comm) {
+    send_msg(comm->peers[to], comm->uid, kTagRing, sbuf, sbytes);
+    recv_into(rbuf, rbytes, from, kTagRing, comm);
+}
+// One of send / receive (to or from: a rank, the other -1).
+inline void send_or_recv(void* buf, size_t bytes, int to, int from, ncclComm_t comm) {
+    if (to >= 0) send_msg(comm->peers[to], comm->uid, kTagRing, buf, bytes);
+    else recv_into(buf, bytes, from, kTagRing, comm);
 }
 
 // Ring reduce-scatter over chunks [off[i], off[i+1]) of `count` elements: rank r ends with chunk r
@@ -390,7 +661,8 @@ inline const char* ncclGetLastError(ncclComm_t comm) {
     static char msg[128];
     int p = comm ? comm->stopped_peer.load() : -1;
     if (p < 0) return "";
-    snprintf(msg, sizeof(msg), "emulated NCCL: rank %d stopped answering", p);
+    snprintf(msg, sizeof(msg), "emulated NCCL: rank %d %s", p,
+             comm->by_notice.load() ? "stopped answering" : "is gone (its connection ended)");
     return msg;
 }
 inline ncclResult_t ncclGetVersion(int* v) { *v = NCCL_VERSION_CODE; return ncclSuccess; }
@@ -404,62 +676,99 @@ inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
     fclose(f);
     return ncclSuccess;
 }
-// Collective over MPI_COMM_WORLD: world ranks holding the same id form one communicator, ordered by `rank`.
+// Collective over the nranks processes that call it with this id (rank: this one's place): they
+// connect to each other (emu::rendezvous; a pair already connected keeps its socket) within
+// TRAIN_GPT2_TIMEOUT (default 60 s), else ncclSystemError and a line on stderr.
 inline ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
-    if (nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
-    emu::ensure_mpi();
-    emu::quiesce();
-    emu::MpiLock g(emu::mpi_mutex());
-    if (emu::ctl == MPI_COMM_NULL) MPI_Comm_dup(MPI_COMM_WORLD, &emu::ctl);
-    uint32_t h = 2166136261u;  // FNV-1a hash of the id picks the MPI_Comm_split color
-    for (char c : id.internal) h = (h ^ (unsigned char)c) * 16777619u;
-    MPI_Comm c;
-    MPI_Comm_split(MPI_COMM_WORLD, (int)(h & 0x7fffffff), rank, &c);
-    int size, r;
-    MPI_Comm_size(c, &size);
-    MPI_Comm_rank(c, &r);
-    if (size != nranks || r != rank) {
-        MPI_Comm_free(&c);
-        return ncclInvalidUsage;
-    }
+    EMU_RUNTIME;
+    if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    uint64_t uid = emu::fnv1a(id.internal, sizeof(id.internal));
+    std::vector<emu::Conn*> peers(nranks, nullptr);
+    peers[rank] = emu::net().self;
+    ncclResult_t r = nranks > 1 ? emu::rendezvous(uid, nranks, rank, peers) : ncclSuccess;
+    if (r != ncclSuccess) return r;
+    std::vector<int> root(nranks);
+    for (int i = 0; i < nranks; i++) root[i] = i;
     int dev;
     cudaGetDevice(&dev);
-    *comm = emu::new_comm(c, dev);
+    *comm = emu::new_comm(uid, rank, dev, std::move(peers), std::move(root));
     return ncclSuccess;
 }
+// config->blocking 0 (a nonblocking communicator) is accepted: every call completes at once and
+// returns ncclSuccess, which NCCL allows (ncclInProgress is never returned).
 inline ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t*) {
     return ncclCommInitRank(comm, nranks, id, rank);
 }
-inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* out, ncclConfig_t*) {
-    emu::quiesce();
-    emu::MpiLock g(emu::mpi_mutex());
-    MPI_Comm c;
-    MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &c);
-    if (c == MPI_COMM_NULL) {
-        *out = nullptr;
-        return ncclSuccess;
+namespace emu {
+// All-gathers (colour, key) over comm (tag kTagSplit): ncclSuccess, or why not (revoked, a stopped peer).
+inline ncclResult_t split_gather(ncclComm_t comm, int color, int key, std::vector<std::pair<int, int>>& all) {
+    int32_t mine[2] = {color, key};
+    for (int p = 0; p < comm->size; p++)
+        if (p != comm->rank) send_msg(comm->peers[p], comm->uid, kTagSplit, mine, sizeof(mine));
+    all.assign(comm->size, std::make_pair(color, key));
+    for (int p = 0; p < comm->size; p++) {
+        if (p == comm->rank) continue;
+        Msg m;
+        int w = wait_msg(comm->peers[p], comm->uid, kTagSplit, comm, &m);
+        if (w != 0) return w == 1 ? ncclInvalidUsage : ncclRemoteError;
+        if (m.bytes != sizeof(mine)) return ncclInternalError;
+        memcpy(mine, m.data.get(), sizeof(mine));
+        all[p] = std::make_pair(mine[0], mine[1]);
     }
-    *out = emu::new_comm(c, comm->device);
+    return ncclSuccess;
+}
+// The communicator of the parent's members `keep` (parent ranks, in their new order) with this uid.
+inline ncclComm_t child_comm(ncclComm_t parent, uint64_t uid, const std::vector<int>& keep) {
+    std::vector<Conn*> peers;
+    std::vector<int> root;
+    int rank = -1;
+    for (int p : keep) {
+        if (p == parent->rank) rank = (int)peers.size();
+        peers.push_back(parent->peers[p]);
+        root.push_back(parent->root_rank[p]);
+    }
+    return new_comm(uid, rank, parent->device, std::move(peers), std::move(root));
+}
+}  // namespace emu
+// Collective over the parent: members of one colour form a communicator, ranked by key, then by
+// parent rank; NCCL_SPLIT_NOCOLOR gives NULL. A stopped member fails it (ncclRemoteError).
+inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* out, ncclConfig_t*) {
+    EMU_RUNTIME;
+    if (!comm || !out || (color < 0 && color != NCCL_SPLIT_NOCOLOR)) return ncclInvalidArgument;
+    uint32_t k = ++comm->derived;
+    std::vector<std::pair<int, int>> all;
+    ncclResult_t r = emu::split_gather(comm, color, key, all);
+    *out = nullptr;
+    if (r != ncclSuccess || color == NCCL_SPLIT_NOCOLOR) return r;
+    std::vector<int> keep;
+    for (int p = 0; p < comm->size; p++)
+        if (all[p].first == color) keep.push_back(p);
+    std::stable_sort(keep.begin(), keep.end(), [&](int a, int b) { return all[a].second < all[b].second; });
+    *out = emu::child_comm(comm, emu::derived_uid(comm->uid, k, 0, color), keep);
     return ncclSuccess;
 }
 #ifdef EMU_CHECK
 namespace emu { inline void forget_comm(const void* comm); }
 #endif
+// Waits for the communicator's collectives, tells its members (so that this process ending later is
+// not reported on it) and frees it.
 inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    EMU_RUNTIME;
     if (!comm) return ncclInvalidArgument;
 #ifdef EMU_CHECK
     emu::forget_comm(comm);
 #endif
     emu::quiesce();
     emu::drop_comm(comm);
+    for (int p = 0; p < comm->size; p++)
+        if (p != comm->rank) emu::send_msg(comm->peers[p], comm->uid, emu::kTagLeft, nullptr, 0);
+    emu::purge_inbox(comm->uid);
     bool last;
     {
         std::lock_guard<std::mutex> l(emu::comms_mutex());
         last = emu::live_comms().empty();
     }
-    if (last) emu::progress_stop();  // nothing pending; MPI is the host's alone again
-    MPI_Comm_free(&comm->mpi);
-    if (last && emu::ctl != MPI_COMM_NULL) MPI_Comm_free(&emu::ctl);
+    if (last) emu::progress_stop();  // nothing pending
     delete comm;
     return ncclSuccess;
 }
@@ -476,10 +785,11 @@ inline ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 // the same list; the excluded ones do not call it) get a communicator of themselves, ranked in their
 // old order with the gaps closed. NCCL_SHRINK_DEFAULT: the parent must have nothing in flight (the
 // emulator waits for it, as a GPU's stream would); NCCL_SHRINK_ABORT: the parent is revoked first,
-// its operations in flight abandoned (a collective stuck on a stopped peer ends unfinished). Built
-// over MPI_Comm_create_group, collective over the remaining ranks only.
+// its operations in flight abandoned (a collective stuck on a stopped peer ends unfinished). No
+// message is exchanged: the members derive the same uid from the parent's.
 inline ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* out,
                                    ncclConfig_t*, int shrinkFlags) {
+    EMU_RUNTIME;
     if (!comm || !out || excludeRanksCount < 0 || (excludeRanksCount > 0 && !excludeRanksList)) return ncclInvalidArgument;
     if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) return ncclInvalidArgument;
     std::vector<int> seen(comm->size, 0);
@@ -490,15 +800,10 @@ inline ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int e
     }
     if (shrinkFlags == NCCL_SHRINK_ABORT) comm->revoked = true;
     else emu::quiesce();
-    emu::MpiLock g(emu::mpi_mutex());
-    MPI_Group parent, kept;
-    MPI_Comm_group(comm->mpi, &parent);
-    MPI_Group_excl(parent, excludeRanksCount, excludeRanksList, &kept);
-    MPI_Comm c;
-    MPI_Comm_create_group(comm->mpi, kept, emu::kShrinkTag, &c);
-    MPI_Group_free(&parent);
-    MPI_Group_free(&kept);
-    *out = emu::new_comm(c, comm->device);
+    std::vector<int> keep;
+    for (int p = 0; p < comm->size; p++)
+        if (!seen[p]) keep.push_back(p);
+    *out = emu::child_comm(comm, emu::derived_uid(comm->uid, ++comm->derived, 1, 0), keep);
     return ncclSuccess;
 }
 // Leaves the communicator's pending collectives where they are (they may never end) and forgets it.
@@ -518,31 +823,22 @@ inline ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* e) {
     *e = (ncclResult_t)comm->async_error.load();
     return ncclSuccess;
 }
-// Emulator extensions (guard with #ifdef EMU_CUDA): the world rank whose stop this communicator
-// reports (-1: none), and the `peer stops` fault itself: once the collectives already issued have
-// completed, this rank stops answering (its progress thread freezes) and tells every other rank,
-// which then see ncclRemoteError after the delay.
+// Emulator extensions (guard with #ifdef EMU_CUDA): the root-communicator rank whose stop this
+// communicator reports (-1: none), and the `peer stops` fault itself: once the collectives already
+// issued have completed, this rank stops answering (its progress thread freezes) and tells every
+// process it is connected to, which then see ncclRemoteError after the delay.
 inline int emu_nccl_stopped_peer(ncclComm_t comm) { return comm ? comm->stopped_peer.load() : -1; }
 inline void emu_nccl_stop_answering(void) {
+    EMU_RUNTIME;
     emu::quiesce();  // what was issued still runs (a hung host's GPU finishes its queue); nothing after
     emu::answering = false;
-    if (emu::ctl == MPI_COMM_NULL) return;
-    static int me;
-    int n;
-    std::vector<MPI_Request> r;
+    emu::Net& n = emu::net();
+    std::vector<emu::Conn*> conns;
     {
-        emu::MpiLock g(emu::mpi_mutex());
-        MPI_Comm_rank(emu::ctl, &me);
-        MPI_Comm_size(emu::ctl, &n);
-        r.resize(n > 1 ? n - 1 : 0);
-        for (int p = 0, i = 0; p < n; p++)
-            if (p != me) MPI_Isend(&me, 1, MPI_INT, p, emu::kStopTag, emu::ctl, &r[i++]);
+        std::lock_guard<std::mutex> g(n.m);
+        conns = n.conns;
     }
-    double until = emu::now_s() + 2.0;  // one int each: they leave at once, but give MPI a moment
-    for (int flag = 0; !flag && emu::now_s() < until; usleep(1000)) {
-        emu::MpiLock g(emu::mpi_mutex());
-        MPI_Testall((int)r.size(), r.data(), &flag, MPI_STATUSES_IGNORE);
-    }
+    for (emu::Conn* c : conns) emu::send_msg(c, 0, emu::kTagStop, nullptr, 0);
 }
 
 namespace emu {
@@ -598,7 +894,7 @@ inline size_t ring_sent(const std::vector<size_t>& off, int first, int n, size_t
     }
     return b;
 }
-// sent: the bytes this rank's part will hand to MPI (counted at issue).
+// sent: the bytes this rank's part will hand to the transport (counted at issue).
 template <class F> ncclResult_t nccl_run(ncclComm_t comm, cudaStream_t s, const char* what, const void* in,
                                          size_t in_bytes, void* out, size_t out_bytes, size_t sent, F f) {
     auto issue = [=]() mutable -> ncclResult_t {
@@ -703,7 +999,6 @@ inline ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t c
     return emu::nccl_run(comm, s, "ncclBroadcast", pos == 0 ? sendbuff : nullptr, bytes, recvbuff, bytes,
                          pos < n - 1 ? bytes : 0, [=] {
         if (pos == 0 && recvbuff != sendbuff) memmove(recvbuff, sendbuff, bytes);
-        if (bytes > INT_MAX) emu::die("NCCL emulation: a broadcast over 2 GiB");
         if (pos > 0) emu::send_or_recv(recvbuff, bytes, -1, (comm->rank - 1 + n) % n, comm);
         if (pos < n - 1) emu::send_or_recv(recvbuff, bytes, (comm->rank + 1) % n, -1, comm);
         return ncclSuccess;
@@ -723,39 +1018,31 @@ inline ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t t, int ro
 // message naming both (NCCL's behaviour is undefined there). A peer that never posts the match hangs
 // the call, as NCCL does (the trainer's watchdog reports it). Bytes: the sends' payload.
 namespace emu {
-constexpr int kP2pSizeTag = 7179, kP2pDataTag = 7180;
 struct P2p { bool send; void* buf; size_t bytes; int peer; ncclComm_t comm; };
 typedef std::shared_ptr<std::vector<P2p>> P2pList;
 inline std::vector<std::pair<cudaStream_t, P2pList>> group_p2p;  // an open group's p2p operation per stream
 
-// Posts every transfer's size, checks them, then posts every payload; waits for all of each phase.
+// Sends every transfer's size, checks the sizes received, then sends every payload and receives
+// them (sends never wait for their receivers, so any order of peers works).
 inline void p2p_exchange(const std::vector<P2p>& ops) {
-    size_t n = ops.size();
-    std::vector<unsigned long long> sizes(n), told(n);
-    std::vector<MPI_Request> r(n);
-    for (size_t i = 0; i < n; i++) {
-        const P2p& o = ops[i];
-        if (o.bytes > INT_MAX) die("NCCL emulation: a send or receive over 2 GiB");
-        sizes[i] = o.bytes;
-        MpiLock g(mpi_mutex());
-        if (o.send) MPI_Isend(&sizes[i], 1, MPI_UNSIGNED_LONG_LONG, o.peer, kP2pSizeTag, o.comm->mpi, &r[i]);
-        else MPI_Irecv(&told[i], 1, MPI_UNSIGNED_LONG_LONG, o.peer, kP2pSizeTag, o.comm->mpi, &r[i]);
+    for (const P2p& o : ops) {
+        unsigned long long size = o.bytes;
+        if (o.send) send_msg(o.comm->peers[o.peer], o.comm->uid, kTagP2pSize, &size, sizeof(size));
     }
-    for (size_t i = 0; i < n; i++) wait_requests(&r[i], 1, ops[i].comm);
-    for (size_t i = 0; i < n; i++)
-        if (!ops[i].send && told[i] != sizes[i]) {
-            fprintf(stderr, "cuda_emu: ncclRecv on rank %d expects %llu bytes from rank %d, whose matching ncclSend "
-                    "sends %llu (a send and its receive must have the same count and type)\n",
-                    ops[i].comm->rank, sizes[i], ops[i].peer, told[i]);
-            abort();
-        }
-    for (size_t i = 0; i < n; i++) {
-        const P2p& o = ops[i];
-        MpiLock g(mpi_mutex());
-        if (o.send) MPI_Isend(o.buf, (int)o.bytes, MPI_BYTE, o.peer, kP2pDataTag, o.comm->mpi, &r[i]);
-        else MPI_Irecv(o.buf, (int)o.bytes, MPI_BYTE, o.peer, kP2pDataTag, o.comm->mpi, &r[i]);
+    for (const P2p& o : ops) {
+        unsigned long long told = 0;
+        if (o.send) continue;
+        recv_into(&told, sizeof(told), o.peer, kTagP2pSize, o.comm);
+        if (told == o.bytes) continue;
+        fprintf(stderr, "cuda_emu: ncclRecv on rank %d expects %llu bytes from rank %d, whose matching ncclSend "
+                "sends %llu (a send and its receive must have the same count and type)\n",
+                o.comm->rank, (unsigned long long)o.bytes, o.peer, told);
+        abort();
     }
-    for (size_t i = 0; i < n; i++) wait_requests(&r[i], 1, ops[i].comm);
+    for (const P2p& o : ops)
+        if (o.send) send_msg(o.comm->peers[o.peer], o.comm->uid, kTagP2pData, o.buf, o.bytes);
+    for (const P2p& o : ops)
+        if (!o.send) recv_into(o.buf, o.bytes, o.peer, kTagP2pData, o.comm);
 }
 // Issues the transfers as one operation of stream s; under --check the send buffers are read and
 // the receive buffers written by it.

@@ -1,2 +1,2 @@
-// nccl.h (emulator): NCCL over MPI lives in emu_nccl.h.
+// nccl.h (emulator): the emulated NCCL (its own socket transport, no MPI) lives in emu_nccl.h.
 #include "emu_nccl.h"
