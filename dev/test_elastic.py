@@ -104,7 +104,7 @@ def launch(trainer, world, args, name, stray=False, restart=None):
         except OSError as e:
             print(f"      the stray connection to port {port} failed: {e}")
     res = {}
-    while len(res) < len(procs) and time.time() - t0 < LIMIT_S:
+    while len([r for r in res if r in procs]) < len(procs) and time.time() - t0 < LIMIT_S:
         for r, p in list(procs.items()):
             if r not in res and p.poll() is not None:
                 out, err = p.communicate()

@@ -89,11 +89,37 @@ static int mb_refuse(const Membership* m, const MbReport* r, size_t got, const i
     return 1;
 }
 
+// Why a hello of `got` bytes is not a rank that may rejoin now (into why), or 0 where it is one.
+static int mb_refuse_join(const Membership* m, const RdvHello* h, size_t got, char* why, size_t len) {
+    if (got < sizeof(*h)) {
+        snprintf(why, len, "it sent %zu of the %zu bytes a rank says who it is with", got, sizeof(*h));
+    } else if (h->magic != RDV_MAGIC || h->version != RDV_VERSION) {
+        snprintf(why, len, "not a rank rejoining (magic %08x, version %u)", h->magic, h->version);
+    } else if (h->job != m->rdv.job || h->world != m->rdv.world) {
+        snprintf(why, len, "a rank of another job or world (identity %016llx, world %d)", (unsigned long long)h->job,
+                 h->world);
+    } else if (h->rank < 1 || h->rank >= m->rdv.world) {
+        snprintf(why, len, "rank %d is not one of 1..%d", h->rank, m->rdv.world - 1);
+    } else if (m->alive[h->rank / m->S]) {
+        snprintf(why, len, "rank %d's replica %d is training", h->rank, h->rank / m->S);
+    } else if (m->pending[h->rank] >= 0) {
+        snprintf(why, len, "rank %d is already waiting to rejoin", h->rank);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 // Rank 0: collects reports until every rank of a live replica has reported or the window has
 // passed; kept[q] = replica q is alive and all its ranks reported (rank 0 counts as reported).
 static void mb_collect(Membership* m, int step, uint8_t* kept) {
-    int W = m->rdv.world, expected = 0, fd = rendezvous_listen_fd;
+    int W = m->rdv.world, expected = 0, fd = rendezvous_listen_fd, hellos = 0;
     int* reported = (int*)malloc_check(W * sizeof(int)); // the connection of each reporter, -1: none
+    // hellos of ranks starting again meanwhile: they wait to rejoin once this agreement is made
+    RdvHello* hello = (RdvHello*)calloc_check((size_t)W, sizeof(RdvHello));
+    int* hello_fd = (int*)malloc_check(W * sizeof(int));
+    size_t* hello_got = (size_t*)malloc_check(W * sizeof(size_t));
+    struct sockaddr_in* hello_peer = (struct sockaddr_in*)malloc_check(W * sizeof(struct sockaddr_in));
     for (int r = 0; r < W; r++) {
         reported[r] = -1;
         expected += r > 0 && m->alive[r / m->S];
@@ -111,7 +137,17 @@ static void mb_collect(Membership* m, int step, uint8_t* kept) {
         MbReport r;
         memset(&r, 0, sizeof(r));
         double until = now_seconds() + RDV_HELLO_S;
-        size_t got = rdv_read(c, &r, sizeof(r), until < deadline ? until : deadline);
+        until = until < deadline ? until : deadline;
+        size_t got = rdv_read(c, &r.magic, sizeof(r.magic), until);
+        if (got == sizeof(r.magic) && r.magic == RDV_MAGIC && hellos < W) { // a rank starting again: its hello
+            RdvHello* h = &hello[hellos];
+            h->magic = RDV_MAGIC;
+            hello_got[hellos] = got + rdv_read(c, (char*)h + got, sizeof(*h) - got, until);
+            hello_peer[hellos] = peer;
+            hello_fd[hellos++] = c;
+            continue;
+        }
+        if (got == sizeof(r.magic)) { got += rdv_read(c, (char*)&r + got, sizeof(r) - got, until); }
         char why[RDV_REASON];
         if (mb_refuse(m, &r, got, reported, why, sizeof(why))) {
             printf("elastic (step %d): dropped a connection from %s:%d: %s\n", step, inet_ntoa(peer.sin_addr),
@@ -139,6 +175,22 @@ static void mb_collect(Membership* m, int step, uint8_t* kept) {
         close(reported[r]);
     }
     free(reported);
+    memcpy(m->alive, kept, (size_t)m->R);
+    for (int i = 0; i < hellos; i++) {
+        char why[RDV_REASON];
+        if (mb_refuse_join(m, &hello[i], hello_got[i], why, sizeof(why))) {
+            printf("elastic (step %d): dropped a connection from %s:%d: %s\n", step, inet_ntoa(hello_peer[i].sin_addr),
+                   ntohs(hello_peer[i].sin_port), why);
+            close(hello_fd[i]);
+        } else {
+            m->pending[hello[i].rank] = hello_fd[i];
+        }
+    }
+    fflush(stdout);
+    free(hello);
+    free(hello_fd);
+    free(hello_got);
+    free(hello_peer);
 }
 
 // A rank other than 0: reports to rank 0 and reads its answer into kept; returns 0, or 1 with
@@ -184,27 +236,6 @@ static int membership_agree(Membership* m, int step, uint8_t* kept, char* why, s
     memcpy(m->alive, kept, (size_t)m->R);
     m->epoch++;
     return 0;
-}
-
-// Why a hello of `got` bytes is not a rank that may rejoin now (into why), or 0 where it is one.
-static int mb_refuse_join(const Membership* m, const RdvHello* h, size_t got, char* why, size_t len) {
-    if (got < sizeof(*h)) {
-        snprintf(why, len, "it sent %zu of the %zu bytes a rank says who it is with", got, sizeof(*h));
-    } else if (h->magic != RDV_MAGIC || h->version != RDV_VERSION) {
-        snprintf(why, len, "not a rank rejoining (magic %08x, version %u)", h->magic, h->version);
-    } else if (h->job != m->rdv.job || h->world != m->rdv.world) {
-        snprintf(why, len, "a rank of another job or world (identity %016llx, world %d)", (unsigned long long)h->job,
-                 h->world);
-    } else if (h->rank < 1 || h->rank >= m->rdv.world) {
-        snprintf(why, len, "rank %d is not one of 1..%d", h->rank, m->rdv.world - 1);
-    } else if (m->alive[h->rank / m->S]) {
-        snprintf(why, len, "rank %d's replica %d is training", h->rank, h->rank / m->S);
-    } else if (m->pending[h->rank] >= 0) {
-        snprintf(why, len, "rank %d is already waiting to rejoin", h->rank);
-    } else {
-        return 0;
-    }
-    return 1;
 }
 
 // Rank 0 (a replica missing, at an outer sync): takes the connections waiting on the port without

@@ -46,7 +46,8 @@ static uint64_t rdv_hash(uint64_t h, const char* s) {
     return h;
 }
 
-// The job's identity: the -pj token, else the launcher's job id, else the command line argv[1..].
+// The job's identity: the -pj token, else the launcher's job id, else the command line argv[1..]
+// (but -y).
 static void rendezvous_job(Rendezvous* r, const char* token, int argc, char** argv) {
     const char* slurm = getenv("SLURM_JOB_ID");
     const char* step = getenv("SLURM_STEP_ID");
@@ -66,7 +67,13 @@ static void rendezvous_job(Rendezvous* r, const char* token, int argc, char** ar
     if (r->job_name[0]) {
         h = rdv_hash(h, r->job_name);
     } else {
-        for (int i = 1; i < argc; i++) { h = rdv_hash(rdv_hash(h, argv[i]), " "); }
+        for (int i = 1; i < argc; i++) { // -y N left out: a rank started again to resume or rejoin adds -y 1
+            if (strcmp(argv[i], "-y") == 0) {
+                i++;
+                continue;
+            }
+            h = rdv_hash(rdv_hash(h, argv[i]), " ");
+        }
         snprintf(r->job_name, sizeof(r->job_name), "the command line (hash %016llx; give every rank the same -pj "
                  "to start ranks with other flags)", (unsigned long long)h);
     }
