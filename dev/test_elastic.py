@@ -2,8 +2,11 @@
 (-pi tcp, RANK / WORLD_SIZE, as a launcher without Open MPI would): a replica is lost at a stated
 step and the others train on. Each process is bounded in time; a hang fails the check.
 
-  python3 dev/test_elastic.py drop [TRAINER]   the cases below (TRAINER: a mutant, see mutant)
-  python3 dev/test_elastic.py rejoin [TRAINER] a killed replica started again with -y 1 rejoins
+  python3 dev/test_elastic.py drop [TRAINER]   the cases below (TRAINER: a mutant, see mutant); drop_a,
+                                                drop_b: the first three, the last three
+  python3 dev/test_elastic.py rejoin [TRAINER] a killed replica started again with -y 1 rejoins (strays on the
+                                                port meanwhile: another job's hello, rank 0's)
+  python3 dev/test_elastic.py matrix [TRAINER] the slower suite: 4x1 and 2x2, ZeRO 1 and 2, fp32 and int8
   python3 dev/test_elastic.py refusals          -le where it cannot run: one line each, exit 1
   python3 dev/test_elastic.py mutant            a survivor that averages over R, not R', must fail drop
 
@@ -22,10 +25,13 @@ drop, each with -ls 4 -ol 0.7 -om 0.9, 12 steps, -wt 3:
   2x1 -lm 2, rank 1 killed: rank 0 stops (exit 1) saying fewer than -lm 2 replicas are left
 """
 import os
+import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -42,6 +48,7 @@ ROWS = 8
 BASE = ["-i", DATA, "-j", "", "-b", str(B), "-t", str(T), "-d", str(T * ROWS), "-l", "1e-3", "-c", "0.1",
         "-s", "0", "-sf", "0", "-k", "constant", "-u", "0", "-x", str(STEPS), "-ls", str(H), "-ol", "0.7",
         "-om", "0.9", "-wt", "3"]
+WT = 3.0  # -wt above
 TOL = 1e-4
 LIMIT_S = 150  # any process of a case still running then is a hang
 failures = 0
@@ -75,11 +82,11 @@ def rows_for(R):
     return 6 if R == 3 else ROWS
 
 
-def launch(trainer, world, args, name, stray=False, restart=None):
+def launch(trainer, world, args, name, stray=False, restart=None, before_restart=None):
     """Starts `world` ranks without mpirun; returns the log dir and per rank (exit code, stdout,
     stderr, seconds it ran). A stray connection to rank 0's port, if asked, once training runs;
     restart (a rank): once that rank's process has been killed, it is started again with -y 1
-    (its result under the key world, its start time in res["restarted_at"])."""
+    (its result under the key world, its start time in res["restarted_at"]), after before_restart(port)."""
     d = f"{OUT}/{name}"
     subprocess.run(["rm", "-rf", d])
     port = free_port()
@@ -87,12 +94,22 @@ def launch(trainer, world, args, name, stray=False, restart=None):
                                                          "-le", "1", "-o", d]
     t0 = time.time()
 
-    def start(r, extra=()):
+    lines = {}  # key -> [(seconds since t0, stdout line)]
+
+    def read(key, f, into):
+        for line in f:
+            into.append((time.time() - t0, line))
+
+    def start(r, extra=(), key=None):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
         for k in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
             env.pop(k, None)
-        return subprocess.Popen(cmd + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env)
+        p = subprocess.Popen(cmd + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        key = r if key is None else key
+        lines[key], lines[(key, "err")] = [], []
+        for f, into in ((p.stdout, lines[key]), (p.stderr, lines[(key, "err")])):
+            threading.Thread(target=read, args=(key, f, into), daemon=True).start()
+        return p
     procs = {r: start(r) for r in range(world)}
     if stray:
         while not os.path.exists(d + "/main.log") and time.time() - t0 < 60:
@@ -107,17 +124,23 @@ def launch(trainer, world, args, name, stray=False, restart=None):
     while len([r for r in res if r in procs]) < len(procs) and time.time() - t0 < LIMIT_S:
         for r, p in list(procs.items()):
             if r not in res and p.poll() is not None:
-                out, err = p.communicate()
-                res[r] = (p.returncode, out, err, time.time() - t0)
+                res[r] = (p.returncode, time.time() - t0)
                 if r == restart and p.returncode == -signal.SIGKILL:
+                    if before_restart:
+                        before_restart(port)
                     res["restarted_at"] = time.time() - t0
-                    procs[world] = start(r, ["-y", "1"])
-        time.sleep(0.1)
+                    procs[world] = start(r, ["-y", "1"], key=world)
+        time.sleep(0.05)
     for r, p in procs.items():
         if r not in res:
             p.kill()
-            out, err = p.communicate()
-            res[r] = ("hang", out, err, LIMIT_S)
+            res[r] = ("hang", LIMIT_S)
+    for r, p in procs.items():
+        p.wait()
+        time.sleep(0.2)  # the readers take the last lines
+        code, took = res[r]
+        res[r] = (code, "".join(x for _, x in lines[r]), "".join(x for _, x in lines[(r, "err")]), took)
+    res["lines"] = lines
     return d, res
 
 
@@ -126,12 +149,15 @@ def reference(R, drop, extra=()):
     rows = rows_for(R)
     tag = f"ref_R{R}_rows{rows}_drop{drop.replace('@', '_')}" + "_".join(extra).replace("-", "").replace("@", "_")
     losses, final = f"{OUT}/{tag}.txt", f"{OUT}/{tag}.bin"
-    if not os.path.exists(final):
+    if not os.path.exists(final):  # written under this process's names, then renamed (checks run side by side)
+        mine = f".{os.getpid()}"
         subprocess.run([PY, "train_gpt2.py", "--load", model_file(), "--data", DATA, "--B", str(rows // R),
                         "--T", str(T), "--steps", str(STEPS), "--lr", "1e-3", "--weight-decay", "0.1",
                         "--replicas", str(R), "--sync-every", str(H), "--outer-lr", "0.7", "--outer-momentum",
-                        "0.9", "--drop", drop, *extra, "--write-losses", losses, "--write-final", final],
+                        "0.9", "--drop", drop, *extra, "--write-losses", losses + mine, "--write-final", final + mine],
                        check=True, capture_output=True)
+        os.replace(losses + mine, losses)
+        os.replace(final + mine, final)
     return {i + 1: float(x) for i, x in enumerate(open(losses))}, td.weights(final)
 
 
@@ -145,6 +171,20 @@ def against_reference(d, R, drop, extra=()):
     if sorted(got) != sorted(ref_l):
         return float("inf"), float("inf")
     return max(abs(got[s] - ref_l[s]) for s in ref_l), float(np.max(np.abs(w - ref_w)))
+
+
+def detection_s(res, killed, k, s):
+    """Seconds from the killed rank's exit to rank 0's 'replica k lost at step s' line (None: no kill)."""
+    if killed is None or killed not in res:
+        return None
+    said = [t for t, line in res["lines"][0] if f"replica {k} lost at step {s}" in line]
+    return said[0] - res[killed][3] if said else float("inf")
+
+
+def median_step_s(out):
+    """The median of rank 0's step times (ms in its step lines), in seconds."""
+    ms = sorted(float(m) for m in re.findall(r"\| ([0-9.]+) ms \|", out))
+    return ms[len(ms) // 2] / 1000.0 if ms else 0.0
 
 
 def tail(res, r):
@@ -166,6 +206,12 @@ def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, nam
     log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
     said = f"replica {k} lost at step {s}" in out0 and f"s:{s} replicas:{R - 1}" in log
     where = f"{R} x {shard} ZeRO {stage}{' -rq ' + wire if wire else ''}, -fi {fault}"
+    detect = detection_s(res, lost_ranks[-1] if fault.startswith("die") else None, k, s)
+    if detect is not None:
+        step_s = median_step_s(out0)
+        bound = WT + H * step_s
+        report(detect <= bound, f"{where}: rank 0's line 'replica {k} lost' {detect:.2f} s after the killed rank's "
+                                f"exit (bound -wt {WT} s + one outer step, {H} x {step_s:.2f} s)")
     report(ok_exit and said and le <= TOL and we <= TOL,
            f"{where}: survivors {kept} exit {[res[r][0] for r in kept]}, 'replica {k} lost at step {s}' "
            f"{'said' if said else 'NOT said'}; against train_gpt2.py --replicas {R} --drop {drop} {' '.join(extra)}: max loss error "
@@ -176,7 +222,14 @@ def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, nam
     return d, res
 
 
-def cmd_drop(trainer):
+def cmd_drop(trainer, part):
+    if part in ("", "a"):
+        drop_part_a(trainer)
+    if part in ("", "b"):
+        drop_part_b(trainer)
+
+
+def drop_part_a(trainer):
     survivors_case(trainer, 2, 1, 1, "die@6:1", 2, "1@6", [1], "die_2x1")
     survivors_case(trainer, 4, 1, 1, "die@6:1", 4, "1@6", [1], "die_4x1_int8", wire="int8")
     d, res = survivors_case(trainer, 3, 1, 1, "hang@5:1", 3, "1@5", [1], "hang_3x1", stray=True)
@@ -184,6 +237,9 @@ def cmd_drop(trainer):
     report("dropped a connection from 127.0.0.1" in out0,
            "3 x 1: the stray connection to rank 0's port was dropped with a line"
            + ("" if "dropped a connection" in out0 else f"; rank 0 said: {out0[-400:]}"))
+
+
+def drop_part_b(trainer):
     d, res = survivors_case(trainer, 4, 2, 2, "die@6:3", 2, "1@6", [2, 3], "die_2x2")
     code, _, err, took = res[2]
     ok = code == 1 and "rank 3" in err and took < LIMIT_S
@@ -202,10 +258,42 @@ def cmd_drop(trainer):
            f"{(err.strip().splitlines() or [''])[-1][:240]}")
 
 
+def cmd_matrix(trainer):
+    """The slower suite (not in make test): 4 x 1 and 2 x 2, ZeRO 1 and 2, fp32 and -rq int8, replica
+    1 killed as step 6 begins (-lo 1 is not built with -le yet)."""
+    for (R, S) in ((4, 1), (2, 2)):
+        for stage in (1, 2):
+            for wire in (None, "int8"):
+                lost = list(range(S, 2 * S))
+                survivors_case(trainer, R * S, S, stage, f"die@6:{2 * S - 1}", R, "1@6", lost,
+                               f"matrix_{R}x{S}_z{stage}_{wire or 'fp32'}", wire=wire)
+
+
+def fake_hellos(port):
+    """Before the lost rank starts again: a rank of another job and rank 0 (a replica training) say
+    hello on rank 0's port as a rank starting would (llmc/rendezvous.h's RdvHello), and stay."""
+    conns = []
+    for job, rank in ((0x1234, 1), (None, 0)):
+        c = socket.create_connection(("127.0.0.1", port), timeout=5)
+        job = job if job is not None else rdv_job("elastic-test")
+        c.sendall(struct.pack("<IIQii", 0x32524754, 1, job, rank, 2))
+        conns.append(c)
+    fake_hellos.conns = conns  # kept open until the process ends
+
+
+def rdv_job(token):
+    """The job identity a -pj TOKEN gives (llmc/rendezvous.h: FNV-1a 64 of "-pj TOKEN")."""
+    h = 0xcbf29ce484222325
+    for ch in ("-pj " + token).encode():
+        h = ((h ^ ch) * 0x100000001b3) & 0xffffffffffffffff
+    return h
+
+
 def cmd_rejoin(trainer):
     """2 x 1 ZeRO 1, -n 4: rank 1 killed at step 6, started again with -y 1 (its checkpoint of step 4)
     while rank 0 trains on; it rejoins after the sync of step 8 and both train to step 12."""
-    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-fi", "die@6:1"], "rejoin_2x1", restart=1)
+    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-fi", "die@6:1", "-pj", "elastic-test"],
+                    "rejoin_2x1", restart=1, before_restart=fake_hellos)
     joined = res.get(2, ("none", "", "", 0))
     out0 = res[0][1]
     said = "replica 1 lost at step 6" in out0 and "replica 1 rejoined after the outer sync of step 8" in out0
@@ -213,9 +301,11 @@ def cmd_rejoin(trainer):
     logged = "s:6 replicas:1" in log and "s:9 replicas:2" in log
     le, we = against_reference(d, 2, "1@6", ("--rejoin", "1@9"))
     ckpt = os.path.exists(d + "/DONE_00000012")
-    ok = res[0][0] == 0 and joined[0] == 0 and said and logged and ckpt and le <= TOL and we <= TOL
+    strays = out0.count("dropped a connection from 127.0.0.1")
+    ok = res[0][0] == 0 and joined[0] == 0 and said and logged and ckpt and le <= TOL and we <= TOL and strays == 2
     report(ok, f"2 x 1, rank 1 killed at step 6 and started again with -y 1 after {res.get('restarted_at', -1):.0f} s: "
-               f"rank 0 exit {res[0][0]}, the new rank 1 exit {joined[0]}; lost and rejoined lines "
+               f"rank 0 exit {res[0][0]}, the new rank 1 exit {joined[0]}; hellos of another job and of rank 0 dropped "
+               f"with a line each ({strays} of 2); lost and rejoined lines "
                f"{'said' if said else 'NOT said'}, main.log {'s:6 replicas:1, s:9 replicas:2' if logged else 'WITHOUT them'}; "
                f"the checkpoint of step 12 {'complete' if ckpt else 'missing'}; against train_gpt2.py --replicas 2 "
                f"--drop 1@6 --rejoin 1@9: max loss error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e}); the "
@@ -267,8 +357,10 @@ def cmd_mutant():
 
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""
-    if what == "drop":
-        cmd_drop(sys.argv[2] if len(sys.argv) > 2 else FP32)
+    if what in ("drop", "drop_a", "drop_b"):
+        cmd_drop(sys.argv[2] if len(sys.argv) > 2 else FP32, what[5:])
+    elif what == "matrix":
+        cmd_matrix(sys.argv[2] if len(sys.argv) > 2 else FP32)
     elif what == "rejoin":
         cmd_rejoin(sys.argv[2] if len(sys.argv) > 2 else FP32)
     elif what == "refusals":
