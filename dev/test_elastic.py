@@ -243,18 +243,18 @@ def drop_part_b(trainer):
     d, res = survivors_case(trainer, 4, 2, 2, "die@6:3", 2, "1@6", [2, 3], "die_2x2")
     code, _, err, took = res[2]
     ok = code == 1 and "rank 3" in err and took < LIMIT_S
-    report(ok, f"2 x 2: rank 2, in the lost replica, exits {code} after {took:.0f} s naming rank 3: "
+    report(ok, f"2 x 2: rank 2, in the lost replica, exits {code} {took:.0f} s into the run naming rank 3: "
                f"{(err.strip().splitlines() or [''])[-1][:240]}")
     # the replica holding world rank 0 lost: the other stops cleanly, saying why
     d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-fi", "die@6:0"], "die_rank0")
     code, _, err, took = res[1]
     report(code == 1 and "world rank 0" in err,
-           f"2 x 1, rank 0 killed at step 6: rank 1 exits {code} after {took:.0f} s: "
+           f"2 x 1, rank 0 killed at step 6: rank 1 exits {code} {took:.0f} s into the run: "
            f"{(err.strip().splitlines() or [''])[-1][:240]}")
     d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-fi", "die@6:1", "-lm", "2"], "die_lm2")
     code, _, err, took = res[0]
     report(code == 1 and "fewer than -lm 2" in err,
-           f"2 x 1 -lm 2, rank 1 killed at step 6: rank 0 exits {code} after {took:.0f} s: "
+           f"2 x 1 -lm 2, rank 1 killed at step 6: rank 0 exits {code} {took:.0f} s into the run: "
            f"{(err.strip().splitlines() or [''])[-1][:240]}")
 
 

@@ -110,16 +110,21 @@ static int mb_refuse_join(const Membership* m, const RdvHello* h, size_t got, ch
     return 1;
 }
 
+// A hello that reached rank 0 during an agreement: what came, from where, its connection.
+typedef struct {
+    RdvHello h;
+    size_t got;
+    struct sockaddr_in peer;
+    int fd;
+} MbHello;
+
 // Rank 0: collects reports until every rank of a live replica has reported or the window has
 // passed; kept[q] = replica q is alive and all its ranks reported (rank 0 counts as reported).
 static void mb_collect(Membership* m, int step, uint8_t* kept) {
     int W = m->rdv.world, expected = 0, fd = rendezvous_listen_fd, hellos = 0;
     int* reported = (int*)malloc_check(W * sizeof(int)); // the connection of each reporter, -1: none
-    // hellos of ranks starting again meanwhile: they wait to rejoin once this agreement is made
-    RdvHello* hello = (RdvHello*)calloc_check((size_t)W, sizeof(RdvHello));
-    int* hello_fd = (int*)malloc_check(W * sizeof(int));
-    size_t* hello_got = (size_t*)malloc_check(W * sizeof(size_t));
-    struct sockaddr_in* hello_peer = (struct sockaddr_in*)malloc_check(W * sizeof(struct sockaddr_in));
+    // hellos of ranks starting again meanwhile (strays too): judged once this agreement is made
+    MbHello* hello = NULL;
     for (int r = 0; r < W; r++) {
         reported[r] = -1;
         expected += r > 0 && m->alive[r / m->S];
@@ -139,12 +144,14 @@ static void mb_collect(Membership* m, int step, uint8_t* kept) {
         double until = now_seconds() + RDV_HELLO_S;
         until = until < deadline ? until : deadline;
         size_t got = rdv_read(c, &r.magic, sizeof(r.magic), until);
-        if (got == sizeof(r.magic) && r.magic == RDV_MAGIC && hellos < W) { // a rank starting again: its hello
-            RdvHello* h = &hello[hellos];
-            h->magic = RDV_MAGIC;
-            hello_got[hellos] = got + rdv_read(c, (char*)h + got, sizeof(*h) - got, until);
-            hello_peer[hellos] = peer;
-            hello_fd[hellos++] = c;
+        if (got == sizeof(r.magic) && r.magic == RDV_MAGIC) { // a rank starting again: its hello
+            hello = (MbHello*)realloc(hello, (hellos + 1) * sizeof(MbHello));
+            if (!hello) { fail("out of memory (the hellos rank 0 holds)"); }
+            MbHello* h = &hello[hellos++];
+            h->h.magic = RDV_MAGIC;
+            h->got = got + rdv_read(c, (char*)&h->h + got, sizeof(h->h) - got, until);
+            h->peer = peer;
+            h->fd = c;
             continue;
         }
         if (got == sizeof(r.magic)) { got += rdv_read(c, (char*)&r + got, sizeof(r) - got, until); }
@@ -178,19 +185,16 @@ static void mb_collect(Membership* m, int step, uint8_t* kept) {
     memcpy(m->alive, kept, (size_t)m->R);
     for (int i = 0; i < hellos; i++) {
         char why[RDV_REASON];
-        if (mb_refuse_join(m, &hello[i], hello_got[i], why, sizeof(why))) {
-            printf("elastic (step %d): dropped a connection from %s:%d: %s\n", step, inet_ntoa(hello_peer[i].sin_addr),
-                   ntohs(hello_peer[i].sin_port), why);
-            close(hello_fd[i]);
+        if (mb_refuse_join(m, &hello[i].h, hello[i].got, why, sizeof(why))) {
+            printf("elastic (step %d): dropped a connection from %s:%d: %s\n", step, inet_ntoa(hello[i].peer.sin_addr),
+                   ntohs(hello[i].peer.sin_port), why);
+            close(hello[i].fd);
         } else {
-            m->pending[hello[i].rank] = hello_fd[i];
+            m->pending[hello[i].h.rank] = hello[i].fd;
         }
     }
     fflush(stdout);
     free(hello);
-    free(hello_fd);
-    free(hello_got);
-    free(hello_peer);
 }
 
 // A rank other than 0: reports to rank 0 and reads its answer into kept; returns 0, or 1 with
