@@ -23,6 +23,11 @@ drop, each with -ls 4 -ol 0.7 -om 0.9, 12 steps, -wt 3:
       rank, ranks 0 and 1 train on (against --replicas 2 --drop 1@6)
   2x1, rank 0 killed at step 6: rank 1 stops (exit 1) saying the replica holding rank 0 is lost
   2x1 -lm 2, rank 1 killed: rank 0 stops (exit 1) saying fewer than -lm 2 replicas are left
+  and, for each kill, rank 0's 'lost' line at most -wt + one outer step (H step times) after it.
+rejoin: 2x1 -n 4, rank 1 killed at step 6 and started again with -y 1 (strays meanwhile: another
+  job's hello, a hello claiming rank 0, both dropped with a line): it rejoins after the sync of step
+  8; losses and final weights equal train_gpt2.py --replicas 2 --drop 1@6 --rejoin 1@9 within 1e-4,
+  main.log says s:6 replicas:1 and s:9 replicas:2, the checkpoint of step 12 is complete.
 """
 import os
 import re
