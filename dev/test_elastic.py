@@ -87,11 +87,12 @@ def rows_for(R):
     return 6 if R == 3 else ROWS
 
 
-def launch(trainer, world, args, name, stray=False, restart=None, before_restart=None):
+def launch(trainer, world, args, name, stray=False, restart=None, before_restart=None, hung=()):
     """Starts `world` ranks without mpirun; returns the log dir and per rank (exit code, stdout,
     stderr, seconds it ran). A stray connection to rank 0's port, if asked, once training runs;
     restart (a rank): once that rank's process has been killed, it is started again with -y 1
-    (its result under the key world, its start time in res["restarted_at"]), after before_restart(port)."""
+    (its result under the key world, its start time in res["restarted_at"]), after before_restart(port).
+    hung: ranks that stop answering for good (-fi hang), killed once every other process has ended."""
     d = f"{OUT}/{name}"
     subprocess.run(["rm", "-rf", d])
     port = free_port()
@@ -135,6 +136,11 @@ def launch(trainer, world, args, name, stray=False, restart=None, before_restart
                         before_restart(port)
                     res["restarted_at"] = time.time() - t0
                     procs[world] = start(r, ["-y", "1"], key=world)
+        if all(r in res for r in procs if r not in hung):
+            for r in hung:
+                if r not in res:
+                    procs[r].kill()
+                    res[r] = ("stopped answering", time.time() - t0)
         time.sleep(0.05)
     for r, p in procs.items():
         if r not in res:
@@ -202,7 +208,7 @@ def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, nam
     format (the reference's slices and blocks cut as ZeRO `stage` over `shard` ranks)."""
     args = ["-ds", str(shard), "-z", str(stage), "-fi", fault, "-d", str(T * rows_for(R))] + (["-rq", wire] if wire else [])
     extra = ("--wire-format", wire, "--wire-shards", str(shard if stage else 0)) if wire else ()
-    d, res = launch(trainer, world, args, name, stray)
+    d, res = launch(trainer, world, args, name, stray, hung=lost_ranks if fault.startswith("hang") else ())
     kept = [r for r in range(world) if r not in lost_ranks]
     k, s = drop.split("@")
     out0 = res[0][1]
