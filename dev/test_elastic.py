@@ -23,7 +23,9 @@ drop, each with -ls 4 -ol 0.7 -om 0.9, 12 steps, -wt 3:
       rank, ranks 0 and 1 train on (against --replicas 2 --drop 1@6)
   2x1, rank 0 killed at step 6: rank 1 stops (exit 1) saying the replica holding rank 0 is lost
   2x1 -lm 2, rank 1 killed: rank 0 stops (exit 1) saying fewer than -lm 2 replicas are left
-  and, for each kill, rank 0's 'lost' line at most -wt + one outer step (H step times) after it.
+  and, for each kill, rank 0's 'lost' line at most -wt + one outer step (H step times) after it;
+  for each drop, the closed forms rank 0 prints for the survivors' mesh equal the bytes the
+  emulated NCCL sent in the last step without and with a sync.
 rejoin: 2x1 -n 4, rank 1 killed at step 6 and started again with -y 1 (strays meanwhile: another
   job's hello, a hello claiming rank 0, both dropped with a line): it rejoins after the sync of step
   8; losses and final weights equal train_gpt2.py --replicas 2 --drop 1@6 --rejoin 1@9 within 1e-4,
@@ -184,6 +186,19 @@ def against_reference(d, R, drop, extra=()):
     return max(abs(got[s] - ref_l[s]) for s in ref_l), float(np.max(np.abs(w - ref_w)))
 
 
+def after_drop_bytes(out):
+    """The closed forms rank 0 printed with the drop (a step without a sync, one with) and the bytes
+    the emulated NCCL sent in the last of each, or None."""
+    c = re.search(r"communication per outer sync from here: (\d+) bytes sent per rank across replicas, (\d+) "
+                  r"inside[^;]*; a step without a sync sends (\d+)", out)
+    m = re.search(r"communication measured \(-ls\): (\d+) bytes sent per rank in a step without an outer sync, "
+                  r"(\d+) in one with", out)
+    if c is None or m is None:
+        return None
+    across, inside, plain = (int(x) for x in c.groups())
+    return (plain, plain + across + inside), (int(m.group(1)), int(m.group(2)))
+
+
 def detection_s(res, killed, k, s):
     """Seconds from the killed rank's exit to rank 0's 'replica k lost at step s' line (None: no kill)."""
     if killed is None or killed not in res:
@@ -217,6 +232,9 @@ def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, nam
     log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
     said = f"replica {k} lost at step {s}" in out0 and f"s:{s} replicas:{R - 1}" in log
     where = f"{R} x {shard} ZeRO {stage}{' -rq ' + wire if wire else ''}, -fi {fault}"
+    b = after_drop_bytes(out0)
+    report(b is not None and b[0] == b[1], f"{where}: after the drop, rank 0's closed forms (a step without and with "
+                                           f"a sync) {b and b[0]} = the bytes the emulated NCCL sent {b and b[1]}")
     detect = detection_s(res, lost_ranks[-1] if fault.startswith("die") else None, k, s)
     if detect is not None:
         step_s = median_step_s(out0)

@@ -36,6 +36,7 @@
 #include "op_events.cuh"
 #include "dp_device_link.cuh"
 #include "dp_elastic.cuh"
+#include "accounting.h"
 #include "dp_ops.h"
 #include "faults.h"
 
@@ -579,6 +580,8 @@ static void dev_dp_begin_step(DeviceDP* dp) {
     cudaCheck(cudaMemsetAsync(dp->loss, 0, dp->plan.mesh.world * sizeof(float), 0));
 }
 
+static void dev_dp_note_bytes(DeviceDP* dp);
+
 // The mean of the per-rank values summed into dp->loss[0], over every rank: one all-reduce and
 // one host wait. -le 1: a failure of the all-reduce is recovered from (llmc/dp_elastic.cuh) and it
 // is redone from the kept slots on the surviving ranks, whose mean it then is.
@@ -588,13 +591,15 @@ static float dev_dp_mean_over_world(DeviceDP* dp, const char* what) {
     for (;;) {
         int span = op_span_begin(OP_COMM, 0);
         device_link_order_on_main(&dp->link); // e.g. after the shard group's parameter all-gathers, on every rank
-        if (dp->el.live_W > 1) { ncclCheck(ncclAllReduce(dp->loss, dp->loss, W, ncclFloat, ncclSum, dp->link.world, 0)); }
-        op_span_end(span, 0.0, ring_bytes((double)W * sizeof(float), dp->el.live_W, 1));
+        int n = dp->el.live_W; // W, or the ranks left (-le 1): one slot each, as the closed form counts
+        if (n > 1) { ncclCheck(ncclAllReduce(dp->loss, dp->loss, n, ncclFloat, ncclSum, dp->link.world, 0)); }
+        op_span_end(span, 0.0, ring_bytes((double)n * sizeof(float), n, 1));
         if (!dp->el.on) {
             wait_device(0, dp->link.host_event, what);
             break;
         }
         if (elastic_wait(&dp->el, &dp->link, &dp->plan.mesh, what)) { break; }
+        dev_dp_note_bytes(dp);
         cudaCheck(cudaMemcpyAsync(dp->loss, dp->loss_keep, W * sizeof(float), cudaMemcpyDeviceToDevice, 0));
     }
     float sum;
@@ -825,8 +830,9 @@ static int dev_dp_messages_finite(DeviceDP* dp, const float* x, size_t n) {
     outer_nonfinite(dp->flag, x, n, 0);
     int span = op_span_begin(OP_COMM, 0);
     device_link_order_on_main(&dp->link);
-    if (W > 1) { ncclCheck(ncclAllReduce(dp->flag, dp->flag, W, ncclFloat, ncclSum, dp->link.world, 0)); }
-    op_span_end(span, 0.0, ring_bytes((double)W * sizeof(float), W, 1));
+    int ranks = dp->el.live_W; // W, or the ranks left (-le 1)
+    if (ranks > 1) { ncclCheck(ncclAllReduce(dp->flag, dp->flag, ranks, ncclFloat, ncclSum, dp->link.world, 0)); }
+    op_span_end(span, 0.0, ring_bytes((double)ranks * sizeof(float), ranks, 1));
     wait_device(0, dp->link.host_event, "the outer sync's finiteness flag");
     float total;
     cudaCheck(cudaMemcpy(&total, dp->flag, sizeof(float), cudaMemcpyDeviceToHost));
@@ -1081,7 +1087,10 @@ static void dev_dp_outer_broadcast(DeviceDP* dp) {
 static int dev_dp_admit(void* ctx, int step) {
     DeviceDP* dp = (DeviceDP*)ctx;
     int n = elastic_admit(&dp->el, &dp->link, &dp->plan.mesh, step);
-    if (n > 0) { dev_dp_outer_broadcast(dp); }
+    if (n > 0) {
+        dev_dp_note_bytes(dp);
+        dev_dp_outer_broadcast(dp);
+    }
     return n;
 }
 
@@ -1104,6 +1113,25 @@ static void dev_dp_join(void* ctx) {
     cudaCheck(cudaMemset(dp->opt.m, 0, dp->opt.n * sizeof(float)));
     cudaCheck(cudaMemset(dp->opt.v, 0, dp->opt.n * sizeof(float)));
     if (dp->st.residual) { cudaCheck(cudaMemset(dp->st.residual, 0, p->sync_owned * sizeof(float))); }
+}
+
+// -le 1: the last drop's or rejoin's note gets the closed forms of the communication per step as
+// the start-up report gives them, for the R' replicas training now (llmc/accounting.h on the mesh
+// they form), plus, while one is missing, each sync's list of replicas rejoining (R ints
+// all-reduced over the W' ranks).
+static void dev_dp_note_bytes(DeviceDP* dp) {
+    const DpPlan* p = &dp->plan;
+    Mesh m = p->mesh;
+    m.dp_replicate = dp->el.live_R;
+    m.world = dp->el.live_W;
+    CommBytes b = comm_bytes_per_step(&p->layout, &m, p->zero_stage, 1, p->num_parameters, sizeof(floatX),
+                                      sizeof(floatX), dp->opt.master ? 4 : 0, p->outer);
+    int list = elastic_join_list(p->mesh.dp_replicate, m.world);
+    size_t rejoin = dp->el.live_R < p->mesh.dp_replicate ? ring_all_reduce_elements(list, m.world) * 4 : 0;
+    size_t n = strlen(dp->el.note);
+    snprintf(dp->el.note + n, sizeof(dp->el.note) - n, "\ncommunication per outer sync from here: %zu bytes sent per "
+             "rank across replicas, %zu inside the replica, in the finiteness flag and the list of replicas rejoining; "
+             "a step without a sync sends %zu", b.sync_replica, b.sync_inner + rejoin, b.step_no_sync);
 }
 
 // -le 1: the replicas still training, and the last drop's line (NULL: none yet).

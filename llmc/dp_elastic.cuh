@@ -22,8 +22,8 @@ typedef struct {
     int live_R, live_W;        // replicas and ranks still training
     int live_me;               // this rank's replica among them (its rank in the replica communicator)
     int changes;               // agreements that dropped or admitted a replica
-    char note[512];            // the last one, for the logs: "replica k lost at step s: why"
-    int32_t* scratch;          // device: R ints (which replicas rejoin), then an NCCL id
+    char note[1536];           // the last one, for the logs: "replica k lost at step s: why"
+    int32_t* scratch;          // device: R + W ints (which replicas rejoin, padded), then an NCCL id
 } Elastic;
 
 // The live counts from the replicas alive (S ranks each): R', W', this replica's place among them.
@@ -51,7 +51,7 @@ static void elastic_init(Elastic* e, const TrainArgs* a, const Rendezvous* rdv, 
     }
     e->min_replicas = a->min_replicas;
     membership_init(&e->mb, rdv, a->server_ip, a->server_port, mesh->dp_replicate, mesh->dp_shard, a->peer_wait);
-    cudaCheck(cudaMalloc((void**)&e->scratch, mesh->dp_replicate * sizeof(int32_t) + sizeof(ncclUniqueId)));
+    cudaCheck(cudaMalloc((void**)&e->scratch, (mesh->dp_replicate + mesh->world) * sizeof(int32_t) + sizeof(ncclUniqueId)));
     if (join && join->step >= 0) {
         memcpy(e->mb.alive, join->alive, (size_t)mesh->dp_replicate);
         e->mb.epoch = join->epoch;
@@ -159,18 +159,22 @@ static int elastic_wait(Elastic* e, DeviceLink* k, const Mesh* mesh, const char*
     return 0;
 }
 
+// The ints of the list of replicas rejoining: R, padded to a multiple of the W' ranks that
+// all-reduce it (each rank's share the same, as the closed form of its bytes counts).
+static int elastic_join_list(int R, int live_W) { return (R + live_W - 1) / live_W * live_W; }
+
 // The replicas rejoining after the outer sync of `step` (joining, R bytes): rank 0 takes the ranks
 // waiting on its port (membership_poll_joins); every rank of the world learns its list through one
-// all-reduce of R ints. Returns how many.
+// all-reduce of R ints (padded to a multiple of the W' ranks: elastic_join_list). Returns how many.
 static int elastic_joining(Elastic* e, DeviceLink* k, const Mesh* mesh, int step, uint8_t* joining) {
-    int R = mesh->dp_replicate, n = 0;
-    int32_t* mask = (int32_t*)calloc_check((size_t)R, sizeof(int32_t));
+    int R = mesh->dp_replicate, n = 0, count = elastic_join_list(R, e->live_W);
+    int32_t* mask = (int32_t*)calloc_check((size_t)count, sizeof(int32_t));
     memset(joining, 0, (size_t)R);
     if (mesh->rank == 0) { membership_poll_joins(&e->mb, step, joining); }
     for (int q = 0; q < R; q++) { mask[q] = joining[q]; }
-    cudaCheck(cudaMemcpy(e->scratch, mask, R * sizeof(int32_t), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(e->scratch, mask, count * sizeof(int32_t), cudaMemcpyHostToDevice));
     device_link_order_on_main(k);
-    ncclCheck(ncclAllReduce(e->scratch, e->scratch, R, ncclInt32, ncclSum, k->world, 0));
+    ncclCheck(ncclAllReduce(e->scratch, e->scratch, count, ncclInt32, ncclSum, k->world, 0));
     wait_device(0, k->host_event, "the list of replicas rejoining (-le 1)");
     cudaCheck(cudaMemcpy(mask, e->scratch, R * sizeof(int32_t), cudaMemcpyDeviceToHost));
     for (int q = 0; q < R; q++) {
@@ -197,7 +201,7 @@ static int elastic_admit(Elastic* e, DeviceLink* k, const Mesh* mesh, int step) 
     }
     ncclUniqueId id;
     if (mesh->rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
-    uint8_t* id_dev = (uint8_t*)(e->scratch + R);
+    uint8_t* id_dev = (uint8_t*)(e->scratch + R + mesh->world);
     cudaCheck(cudaMemcpy(id_dev, &id, sizeof(id), cudaMemcpyHostToDevice));
     device_link_order_on_main(k);
     ncclCheck(ncclBroadcast(id_dev, id_dev, sizeof(id), ncclUint8, 0, k->world, 0));
