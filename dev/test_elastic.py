@@ -280,6 +280,17 @@ def drop_part_b(trainer):
     report(code == 1 and "world rank 0" in err,
            f"2 x 1, rank 0 killed at step 6: rank 1 exits {code} {took:.0f} s into the run: "
            f"{(err.strip().splitlines() or [''])[-1][:240]}")
+    # lost while a checkpoint is written (after its state file, before the manifest): that
+    # checkpoint fails and is removed, the survivor trains on without replica 1 from step 5
+    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-fi", "die_ckpt@4:1"], "die_ckpt")
+    code, out, err, took = res[0]
+    le, we = against_reference(d, 2, "1@5")
+    gone = not os.path.exists(d + "/DONE_00000004") and not os.path.exists(d + "/state_00000004_00000.bin")
+    warned = "checkpoint 4 failed: a replica was lost while it was written" in err
+    report(code == 0 and gone and warned and le <= TOL and we <= TOL,
+           f"2 x 1 -n 4, rank 1 killed inside checkpoint 4: rank 0 exit {code}, the checkpoint "
+           f"{'removed' if gone else 'LEFT'} and {'warned' if warned else 'NOT warned'} of; against --drop 1@5: max "
+           f"loss error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
     d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-fi", "die@6:1", "-lm", "2"], "die_lm2")
     code, _, err, took = res[0]
     report(code == 1 and "fewer than -lm 2" in err,

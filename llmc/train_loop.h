@@ -405,6 +405,12 @@ static int run_agree_failure(const TrainerOps* ops, void* ctx, int rank, int wor
     return ops->sum_count(ctx, rank == lo ? code : 0);
 }
 
+// -le 1: the replicas still training (0 where the layer has no elastic replicas).
+static int run_live_replicas(const TrainerOps* ops) {
+    const char* note = NULL;
+    return ops->dp.live_replicas ? ops->dp.live_replicas(ops->dp.ctx, &note) : 0;
+}
+
 // A checkpoint of `step`: rank 0's model file (its CRC-32C computed while writing), every rank's
 // state file (CRCs inside), then the ranks agree whether all of it reached the disk (a sum over
 // the ranks, which is also the barrier), rank 0 writes the DONE manifest and applies -nk
@@ -427,8 +433,13 @@ static int run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, voi
     ops->dp.write_state(ops->dp.ctx, path, &s);
     soft_write_end();
     fault_in_checkpoint(&run_fault, step, r->rank);
-    int who;
+    int who, live = run_live_replicas(ops);
     int code = run_agree_failure(ops, ctx, r->rank, r->world, ckpt_failure_code(dir, step, r->rank), &who);
+    if (run_live_replicas(ops) != live) { // -le 1: a replica was dropped in the agreement, its files may be missing
+        snprintf(why, why_len, "a replica was lost while it was written (-le 1)");
+        checkpoint_remove_partial(dir, step, r->rank);
+        return 0;
+    }
     if (code == 0) {
         fault_disk_full(&run_fault, FAULT_ENOSPC_DONE, step, r->rank, 16, "the manifest");
         int done = r->rank != 0 || checkpoint_commit(r->args, step, model, model_crc, r->world, &s);
