@@ -45,6 +45,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_distributed as td  # noqa: E402
+from test_diloco import model_file, report  # noqa: E402  (the same d2 model; checks counted there)
+import test_diloco  # noqa: E402
+from test_multi_gpu import free_port  # noqa: E402
 
 PY = "/usr/bin/python3"
 FP32 = "build/gpu/train_gpt2emu_fp32"
@@ -58,32 +61,6 @@ BASE = ["-i", DATA, "-j", "", "-b", str(B), "-t", str(T), "-d", str(T * ROWS), "
 WT = 3.0  # -wt above
 TOL = 1e-4
 LIMIT_S = 150  # any process of a case still running then is a hang
-failures = 0
-
-
-def report(ok, what):
-    global failures
-    failures += not ok
-    print(f"{'ok  ' if ok else 'FAIL'}  {what}", flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def model_file():
-    path = f"{OUT}/d2.bin"
-    if not os.path.exists(path):
-        os.makedirs(OUT, exist_ok=True)
-        subprocess.run([PY, "train_gpt2.py", "--model", "d2", "--vocab", "257", "--max-seq", "64",
-                        "--write-model", path], check=True, capture_output=True)
-    return path
-
-
 def rows_for(R):
     """Rows of T+1 tokens per step, all replicas together: ROWS, or 6 for 3 replicas (B 2 each)."""
     return 6 if R == 3 else ROWS
@@ -391,8 +368,8 @@ def cmd_mutant():
     subprocess.run(["dev/cuda_emu/emucc", "-O1", "-DENABLE_FP32", "-o", d + "/trainer", d + "/train_gpt2.cu",
                     "-lnccl"], check=True)
     survivors_case(d + "/trainer", 2, 1, 1, "die@6:1", 2, "1@6", [1], "mutant_2x1")
-    print("the mutant (mean over R) " + ("fails as it must" if failures else "PASSED: the test cannot see it"))
-    sys.exit(0 if failures else 1)
+    print("the mutant (mean over R) " + ("fails as it must" if test_diloco.failures else "PASSED: the test cannot see it"))
+    sys.exit(0 if test_diloco.failures else 1)
 
 
 if __name__ == "__main__":
@@ -409,4 +386,4 @@ if __name__ == "__main__":
         cmd_mutant()
     else:
         sys.exit(__doc__)
-    sys.exit(1 if failures else 0)
+    sys.exit(1 if test_diloco.failures else 0)

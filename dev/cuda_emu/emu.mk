@@ -12,7 +12,7 @@
 EMUCC := dev/cuda_emu/emucc
 EMU_DIR := dev/cuda_emu
 EMU_BUILD := build/cuda_emu
-EMU_DEPS := $(EMUCC) $(EMU_DIR)/emu_rewrite.py $(wildcard $(EMU_DIR)/include/*.h $(EMU_DIR)/include/*/*.h) $(EMU_DIR)/tests/check.h \
+EMU_DEPS := $(EMUCC) $(EMU_DIR)/emu_rewrite.py $(wildcard $(EMU_DIR)/include/*.h $(EMU_DIR)/include/*/*.h) $(EMU_DIR)/tests/check.h $(EMU_DIR)/tests/nccl_poll.h \
     llmc/ptx.cuh
 EMU_CFLAGS := -O1 -g -Wall -Werror
 EMU_ASAN := -fsanitize=address -fno-omit-frame-pointer

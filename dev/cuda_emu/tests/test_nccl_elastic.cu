@@ -17,9 +17,9 @@
 #include <string>
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include "nccl_poll.h"
 #include <unistd.h>
 
-static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 static int rank_ = -1, fails = 0;
 
 static void report(bool ok, const char* what) {
@@ -45,23 +45,6 @@ static bool share_id(ncclUniqueId* id, const std::string& path, bool writer) {
         if (ok) return true;
     }
     return false;
-}
-
-// The all-reduce of v over comm, polled for up to 10 s: the sum, or -1 (never completed).
-static float all_reduce(float v, ncclComm_t comm) {
-    cudaStream_t s;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    float *x, host = v;
-    cudaMalloc(&x, sizeof(float));
-    cudaMemcpy(x, &host, sizeof(float), cudaMemcpyHostToDevice);
-    ncclAllReduce(x, x, 1, ncclFloat, ncclSum, comm, s);
-    cudaMemcpyAsync(&host, x, sizeof(float), cudaMemcpyDeviceToHost, s);
-    cudaEvent_t ev;
-    cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    cudaEventRecord(ev, s);
-    for (double end = now() + 10.0; now() < end; usleep(1000))
-        if (cudaEventQuery(ev) == cudaSuccess) return host;
-    return -1.0f;
 }
 
 // Joins the 3-rank communicator of the id in DIR/id2 as `rank` and all-reduces 10 + rank (sum 33).

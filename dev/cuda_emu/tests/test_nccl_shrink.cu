@@ -13,34 +13,15 @@
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
+#include "nccl_poll.h"
 #include <unistd.h>
 
-static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 static int fails = 0;
 
 static void report(int rank, bool ok, const char* what) {
     if (rank == 0) printf("shrink: %s %s\n", ok ? "ok" : "FAIL", what);
     fflush(stdout);
     fails += !ok;
-}
-
-// The all-reduce of v over comm on a new stream, polled for up to 10 s: the sum, or -1.
-static float all_reduce(float v, ncclComm_t comm) {
-    cudaStream_t s;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    float *x, host = v;
-    cudaMalloc(&x, sizeof(float));
-    cudaMemcpy(x, &host, sizeof(float), cudaMemcpyHostToDevice);
-    ncclAllReduce(x, x, 1, ncclFloat, ncclSum, comm, s);
-    cudaMemcpyAsync(&host, x, sizeof(float), cudaMemcpyDeviceToHost, s);
-    cudaEvent_t ev;
-    cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    cudaEventRecord(ev, s);
-    for (double end = now() + 10.0; now() < end;) {
-        if (cudaEventQuery(ev) == cudaSuccess) return host;
-        usleep(1000);
-    }
-    return -1.0f;
 }
 
 // The world communicator of 3 MPI ranks (*rank: this one's); anything but 3 ranks ends the job.
