@@ -216,6 +216,7 @@ static int elastic_admit(Elastic* e, DeviceLink* k, const Mesh* mesh, int step) 
     ncclCheck(ncclCommInitRank(&world, e->live_W, id, (e->live_me * mesh->dp_shard) + mesh->shard_idx));
     ncclCheck(ncclCommSplit(world, mesh->replicate_idx, mesh->shard_idx, &shard, NULL));
     ncclCheck(ncclCommSplit(world, mesh->shard_idx, mesh->replicate_idx, &replica, NULL));
+    device_link_host_wait(k, "the collectives on the communicators being replaced (-le 1)"); // none in flight at their end
     ncclComm_t old[3] = {k->world, k->shard, k->replica}, now[3] = {world, shard, replica};
     for (int i = 0; i < 3; i++) {
         elastic_rewatch(old[i], now[i]);
