@@ -7,7 +7,7 @@ first batch (x, y, logits, loss, all 16 gradients) and the per-step losses of a 
 With `--replicas R --sync-every H` it simulates DiLoCo in one process: R replicas, each with its own
 AdamW on its own B rows of an R*B-row batch, averaged every H steps by an outer Nesterov-momentum
 SGD step on the pseudo-gradient (`--outer-lr`, `--outer-momentum`, from step `--sync-start` on);
-`--drop k@s` / `--rejoin k@s` take replica k out of the run from step s / back in after a sync
+`--drop k@s` / `--rejoin k@s` take replica k out of the run from step s / back in at step s
 (elastic replicas: what the survivors of a lost replica log; see --help and replica_schedule).
 Everything is float32 and single-threaded by default so runs are repeatable. Only torch, numpy and
 the standard library are used; it runs on torch 1.13 and newer. `--selftest` checks the
@@ -368,8 +368,10 @@ def replica_schedule(R, steps, H, S, drops=(), rejoins=()):
     """The replicas alive at each step t = 1..steps (a list, index t; index 0 unused), from the
     (k, s) pairs of --drop and --rejoin (k a replica 0..R-1, s a 1-based step). Replica k dropped at
     step s takes no part in step s and later ones (their losses, their outer syncs) until rejoined;
-    rejoined at step s it takes part again from step s, which must follow an outer sync (s - 1 > S,
-    (s - 1 - S) % H == 0). Raises ValueError naming the flag for anything else."""
+    rejoined at step s it takes part again from step s, starting from the outer parameters of the
+    last sync (the C trainer rejoins a running replica after a sync; a resume from a checkpoint
+    written without it rebuilds it at the checkpoint's step, inside a window or not). Raises
+    ValueError naming the flag for anything else."""
     if (drops or rejoins) and not (R >= 2 and H > 0):
         raise ValueError(f"--drop/--rejoin need --replicas >= 2 and --sync-every > 0 (got --replicas {R}, "
                          f"--sync-every {H})")
@@ -383,9 +385,6 @@ def replica_schedule(R, steps, H, S, drops=(), rejoins=()):
             if flag == "--drop" and s <= S:
                 raise ValueError(f"--drop {k}@{s}: steps 1..{S} are synchronous (--sync-start {S}); "
                                  f"a replica can only drop after step {S}")
-            if flag == "--rejoin" and not (s - 1 > S and (s - 1 - S) % H == 0):
-                raise ValueError(f"--rejoin {k}@{s}: step {s - 1} is not an outer sync step (a rejoin needs "
-                                 f"s - 1 = {S} + a positive multiple of --sync-every {H})")
             if (k, s) in events:
                 raise ValueError(f"{flag} {k}@{s}: replica {k} already has a --drop or --rejoin at step {s}")
             events[(k, s)] = flag
@@ -610,7 +609,7 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
             for r in (live if alive_at and t > 1 else []):
                 if r in alive_at[t - 1]:
                     continue
-                # rejoined after the sync of step t - 1: the outer parameters, zero moments and residual
+                # rejoined at step t: the outer parameters of the last sync, zero moments and residual
                 if log:
                     log(f"replica {r} rejoins at step {t} (1-based; the line 'step {t - 1}')")
                 for n in PARAM_NAMES:
@@ -1052,9 +1051,10 @@ def main(argv=None):
                          "rows of the R*B-row batches (no re-sharding). Step s is line s of --write-losses, printed as "
                          "'step s-1'. Not with --fragments > 1 or --overlap > 0. Repeatable, or comma-separated")
     ap.add_argument("--rejoin", action="append", default=[], metavar="k@s",
-                    help="replica k, dropped earlier, takes part again from step s, where step s-1 must be an "
-                         "outer sync (s-1 = --sync-start + a positive multiple of H): it starts from the outer "
-                         "parameters after that sync, with zero AdamW moments (its step count, the bias "
+                    help="replica k, dropped earlier, takes part again from step s (the C trainer's live rejoin "
+                         "comes after an outer sync, s-1 = --sync-start + a multiple of H; a resume from a "
+                         "checkpoint written without replica k rejoins it at the checkpoint's step + 1, any "
+                         "step): it starts from the outer parameters of the last sync, with zero AdamW moments (its step count, the bias "
                          "correction, the global step's), a zero residual, and the rows it would have read had "
                          "it never left. Repeatable, or comma-separated")
     ap.add_argument("--drop-bug", type=int, default=0, choices=[0, 1, 2, 3, 4, 5], help=argparse.SUPPRESS)

@@ -28,7 +28,7 @@ static int parse_step(const char* s) {
 
 static void header_of(const char* dir, int step, TrainState* s) {
     char path[4096], why[4400];
-    checkpoint_path(path, sizeof(path), dir, "state", step, 0);
+    checkpoint_path(path, sizeof(path), dir, "state", step, checkpoint_first_state_rank(dir, step));
     FILE* f = fopen_check(path, "rb");
     int header[STATE_HEADER_INTS];
     if (!state_read_header(f, path, s, header, why, sizeof(why))) { fail("%s", why); }
@@ -70,6 +70,16 @@ static void info_one(const char* dir, int step) {
         printf("  outer state: %s; each rank's local parameters: %s\n",
                s.has_outer ? "outer parameters and momentum in every state file" : "not begun yet (before -lss)",
                s.has_local ? "in its state file" : "no");
+        int R = s.world / s.dp_shard;
+        uint8_t* lost = (uint8_t*)malloc_check((size_t)R);
+        if (R > 1 && checkpoint_missing_replicas(dir, step, R, lost) > 0) {
+            printf("  lost when it was written (-le 1), no state files:");
+            for (int q = 0; q < R; q++) {
+                if (lost[q]) { printf(" replica %d", q); }
+            }
+            printf("; a resume rebuilds them from the outer state\n");
+        }
+        free(lost);
         if (o->fragments > 1) {
             printf("  streaming fragments: -lf %d (fragment f syncs f * %d / %d steps into each window)\n", o->fragments,
                    o->every, o->fragments);

@@ -9,6 +9,7 @@
 
 #include "ckpt_state_file.h"
 #include "ckpt_outer_rules.h"
+#include "ckpt_manifest.h"
 #include "mesh.h"
 
 // The files of a checkpoint written on another layout, opened as needed: shard s of the old
@@ -19,7 +20,7 @@ typedef struct {
     int step;
     int replica;
     int stage;            // the old layout of the arrays being read: AdamW's or the sync's (TrainState)
-    TrainState old;       // rank 0's header: the old layout
+    TrainState old;       // the first state file's header: the old layout
     ShardLayout layout;   // the old shard layout (stages 1, 2)
     FILE** files;         // per old shard
 } OldShards;
@@ -115,22 +116,66 @@ static void state_load_resharded_arrays(const char* dir, int step, const StateTa
                         t->sync_stage, t->sync_owned);
 }
 
-// m, v (and master, when both the checkpoint and the target keep them) re-cut from replica 0.
+// -le 1: the replica whose files a rank of `replica` reads from checkpoint `step` (old: its first
+// state file's header): its own, or where the checkpoint lost it (its manifest's "missing" line) the first
+// replica it has; *rebuilt says which.
+static int state_source_replica(const char* dir, int step, const TrainState* old, int replica, int* rebuilt) {
+    int R = old->world / old->dp_shard, src = replica;
+    *rebuilt = 0;
+    if (old->outer.every == 0 || R < 2) { return replica; }
+    uint8_t* lost = (uint8_t*)malloc_check((size_t)R);
+    if (checkpoint_missing_replicas(dir, step, R, lost) > 0 && lost[replica]) {
+        for (src = 0; lost[src]; src++) {}
+        *rebuilt = 1;
+    }
+    free(lost);
+    return src;
+}
+
+// m, v (and master, when both the checkpoint and the target keep them) re-cut from replica 0 (-le
+// 1: the first replica the checkpoint has).
 static void state_load_resharded(const char* dir, int step, const StateTarget* t, const TrainState* old, float* m,
                                  float* v, float* master) {
     StateArrays arrays = {{m, v, old->has_master && t->has_master ? master : NULL, NULL, NULL, NULL}};
-    state_load_resharded_arrays(dir, step, t, old, 0, &arrays);
+    int rebuilt;
+    state_load_resharded_arrays(dir, step, t, old, state_source_replica(dir, step, old, 0, &rebuilt), &arrays);
+}
+
+// A rank of a replica the checkpoint lost, once it has read replica src's arrays: the state of a
+// replica rejoining (as train_gpt2.py --rejoin): local parameters = the outer ones, AdamW's
+// moments and the residual zero (the trainer sets its master weights from the outer parameters:
+// another layout). The step, the step guard, the data position and the sampler are every rank's.
+static void state_rebuild(const char* dir, int step, const StateTarget* t, TrainState* out, const StateArrays* arrays,
+                          int replica, int src) {
+    if (!out->has_outer || arrays->a[STATE_OUTER] == NULL) {
+        fail("%s: checkpoint %d lost replica %d but holds no outer state to rebuild it from", dir, step, replica);
+    }
+    memset(arrays->a[STATE_M], 0, t->owned * sizeof(float));
+    memset(arrays->a[STATE_V], 0, t->owned * sizeof(float));
+    if (arrays->a[STATE_RESIDUAL]) { memset(arrays->a[STATE_RESIDUAL], 0, t->sync_owned * sizeof(float)); }
+    if (arrays->a[STATE_LOCAL]) {
+        memcpy(arrays->a[STATE_LOCAL], arrays->a[STATE_OUTER], t->sync_owned * sizeof(float));
+        out->has_local = 1;
+    }
+    out->rebuilt = 1;
+    if (t->rank % t->dp_shard == 0) {
+        printf("rank %d: checkpoint %d lost replica %d (it was not training when it was written): its state is rebuilt "
+               "from replica %d's outer state (local parameters = outer, AdamW moments and residual zero)\n", t->rank,
+               step, replica, src);
+        fflush(stdout);
+    }
 }
 
 // Loads this rank's state (every array `arrays` has room for and the checkpoint holds; out says
 // which came) and the run position of checkpoint `step` (already verified by checkpoint_select).
 // The same world size, -ds and -z read this rank's own file (exact); any other layout with the
 // same -t and -d re-cuts the old shards (state_load_resharded_arrays), from the rank's own replica
-// under -ls or with a residual (-rq, -rk).
+// under -ls or with a residual (-rq, -rk); a rank of a replica the checkpoint lost (-le 1) reads
+// the first replica it has and rebuilds (state_rebuild).
 static void state_load_arrays(const char* dir, int step, const StateTarget* t, TrainState* out,
                               const StateArrays* arrays) {
     char path[4096], why[4096 + 256];
-    checkpoint_path(path, sizeof(path), dir, "state", step, 0);
+    checkpoint_path(path, sizeof(path), dir, "state", step, checkpoint_first_state_rank(dir, step));
     int header[STATE_HEADER_INTS];
     FILE* f = fopen_check(path, "rb");
     if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
@@ -144,11 +189,12 @@ static void state_load_arrays(const char* dir, int step, const StateTarget* t, T
     int nominal = out->world == t->world && out->dp_shard == t->dp_shard && out->zero_stage == t->zero_stage;
     int same = nominal && out->sync_stage == t->sync_stage;
     state_check_outer(path, out, t, nominal);
+    int replica = out->outer.every > 0 || out->has_residual ? t->rank / t->dp_shard : 0, rebuilt;
+    int src = state_source_replica(dir, step, out, replica, &rebuilt);
     if (!same) {
-        int replica = out->outer.every > 0 || out->has_residual ? t->rank / t->dp_shard : 0;
-        state_load_resharded_arrays(dir, step, t, out, replica, arrays);
+        state_load_resharded_arrays(dir, step, t, out, src, arrays);
     } else {
-        checkpoint_path(path, sizeof(path), dir, "state", step, t->rank);
+        checkpoint_path(path, sizeof(path), dir, "state", step, src * t->dp_shard + t->rank % t->dp_shard);
         f = fopen_check(path, "rb");
         if (!state_read_header(f, path, out, header, why, sizeof(why))) { fail("%s", why); }
         if (out->owned != t->owned || out->sync_owned != t->sync_owned) {
@@ -169,6 +215,7 @@ static void state_load_arrays(const char* dir, int step, const StateTarget* t, T
     out->has_outer = out->has_outer && arrays->a[STATE_OUTER] != NULL && arrays->a[STATE_OUTER_M] != NULL;
     out->has_residual = out->has_residual && arrays->a[STATE_RESIDUAL] != NULL;
     out->has_pending = out->has_pending && arrays->a[STATE_PEND_SNAP] != NULL && arrays->a[STATE_PEND_SUM] != NULL;
+    if (rebuilt) { state_rebuild(dir, step, t, out, arrays, replica, src); }
 }
 
 // m, v (and master): state_load_arrays without the -ls arrays. out->has_master says whether

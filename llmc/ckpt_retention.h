@@ -98,7 +98,8 @@ static void checkpoint_remove(const char* dir, int step) {
 
 // After a checkpoint of `step` failed (on any rank): removes what this rank wrote of it, finished
 // or not, so that no file of the step remains and its space is free again: the state file (and
-// its .tmp) of `rank`, and on rank 0 the DONE marker first, then the model file (and their .tmp).
+// its .tmp) of `rank`, and on the writer (rank 0; -le 1 with replica 0 lost, the first rank of the
+// first replica left) the DONE marker first, then the model file (and their .tmp).
 static void remove_with_tmp(const char* path) {
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -106,9 +107,9 @@ static void remove_with_tmp(const char* path) {
     remove(tmp);
 }
 
-static void checkpoint_remove_partial(const char* dir, int step, int rank) {
+static void checkpoint_remove_partial(const char* dir, int step, int rank, int writer) {
     char path[4096];
-    if (rank == 0) {
+    if (rank == writer) {
         checkpoint_path(path, sizeof(path), dir, "DONE", step, -1);
         remove_with_tmp(path);
         fsync_parent_dir(path);

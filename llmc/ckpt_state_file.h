@@ -51,6 +51,9 @@ typedef struct {
     // snapshots and the held sums (owned order)
     int in_agreement;
     int has_local, has_outer, has_residual, has_pending;
+    // (not in the file) set by a resume whose checkpoint lost this rank's replica (-le 1): its
+    // state was rebuilt from the outer state (llmc/ckpt_layout.h, state_rebuild)
+    int rebuilt;
 } TrainState;
 
 // The arrays of a state file, in file order; an absent one is skipped (llmc/outer_sync.h for

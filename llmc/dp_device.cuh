@@ -1029,6 +1029,17 @@ static void dev_dp_write_state(void* ctx, const char* path, const TrainState* s)
     free(host);
 }
 
+// -le 1, a rank whose replica rejoins or is rebuilt from the outer state: its fp32 master weights
+// (where kept) of the sync's elements = the outer parameters (stream 0).
+static void dev_dp_master_from_outer(DeviceDP* dp) {
+    const DpPlan* p = &dp->plan;
+    for (int i = 0; dp->opt.master && i < p->num_sync_spans; i++) {
+        const OwnedSpan* sp = &p->sync_spans[i];
+        cudaCheck(cudaMemcpyAsync(dp->opt.master + dp_span_adam(p, sp), dp->st.outer + sp->owned_offset,
+                                  sp->count * sizeof(float), cudaMemcpyDeviceToDevice, 0));
+    }
+}
+
 // m, v (and master weights); with -ls the owned local parameters (written into the floatX
 // parameters, then all-gathered inside the replica) and the outer state, where the checkpoint
 // holds them.
@@ -1048,11 +1059,14 @@ static void dev_dp_read_state(void* ctx, const char* dir, int step, const StateT
     if (dp->opt.master && got->has_master) {
         cudaCheck(cudaMemcpy(dp->opt.master, at[STATE_MASTER], n * sizeof(float), cudaMemcpyHostToDevice));
     }
-    if (got->has_local) { dev_dp_upload_owned(dp, at[STATE_LOCAL]); }
     if (got->has_outer) {
         cudaCheck(cudaMemcpy(dp->st.outer, h.outer, ns * sizeof(float), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(dp->st.momentum, h.momentum, ns * sizeof(float), cudaMemcpyHostToDevice));
     }
+    // the checkpoint lost this replica (-le 1): master weights from the outer parameters, before a
+    // sharded ZeRO 0 sync's all-gather below spreads them inside the replica
+    if (got->rebuilt) { dev_dp_master_from_outer(dp); }
+    if (got->has_local) { dev_dp_upload_owned(dp, at[STATE_LOCAL]); }
     if (dp->st.residual && got->has_residual) {
         cudaCheck(cudaMemcpy(dp->st.residual, h.residual, ns * sizeof(float), cudaMemcpyHostToDevice));
     }
@@ -1101,11 +1115,7 @@ static void dev_dp_join(void* ctx) {
     DeviceDP* dp = (DeviceDP*)ctx;
     const DpPlan* p = &dp->plan;
     dev_dp_outer_broadcast(dp);
-    for (int i = 0; dp->opt.master && i < p->num_sync_spans; i++) {
-        const OwnedSpan* sp = &p->sync_spans[i];
-        cudaCheck(cudaMemcpyAsync(dp->opt.master + dp_span_adam(p, sp), dp->st.outer + sp->owned_offset,
-                                  sp->count * sizeof(float), cudaMemcpyDeviceToDevice, 0));
-    }
+    dev_dp_master_from_outer(dp);
     float* host = (float*)malloc_check(p->sync_owned * sizeof(float));
     cudaCheck(cudaMemcpy(host, dp->st.outer, p->sync_owned * sizeof(float), cudaMemcpyDeviceToHost));
     dev_dp_upload_owned(dp, host); // and the all-gather inside the replica
@@ -1135,9 +1145,10 @@ static void dev_dp_note_bytes(DeviceDP* dp) {
 }
 
 // -le 1: the replicas still training, and the last drop's line (NULL: none yet).
-static int dev_dp_live_replicas(void* ctx, const char** note) {
+static int dev_dp_live_replicas(void* ctx, const char** note, const uint8_t** alive) {
     DeviceDP* dp = (DeviceDP*)ctx;
     *note = dp->el.changes ? dp->el.note : NULL;
+    if (alive) { *alive = dp->el.mb.alive; }
     return dp->el.live_R;
 }
 

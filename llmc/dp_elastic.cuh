@@ -108,10 +108,17 @@ static void elastic_recover(Elastic* e, DeviceLink* k, const Mesh* mesh, const c
     uint8_t* was = (uint8_t*)malloc_check((size_t)R);
     uint8_t* kept = (uint8_t*)malloc_check((size_t)R);
     memcpy(was, e->mb.alive, (size_t)R);
-    char asked[256];
+    char asked[256], said[1024];
+    snprintf(said, sizeof(said), "%s", why);
     if (membership_agree(&e->mb, step, kept, asked, sizeof(asked))) {
-        fail("%s; asking rank 0 which replicas are left: %s: the run stops (the replica holding world rank 0 is lost, "
-             "and moving its roles is not built yet; resume with -y 1)", why, asked);
+        // rank 0 cannot be asked: its replica is the one taken as lost (where another is lost too, the
+        // shrink below fails); the survivors write a checkpoint and stop (llmc/train_loop.h)
+        if (mesh->replicate_idx == 0) { fail("%s; asking rank 0 which replicas are left: %s", why, asked); }
+        memcpy(kept, was, (size_t)R);
+        kept[0] = 0;
+        memcpy(e->mb.alive, kept, (size_t)R);
+        e->mb.epoch++;
+        snprintf(said, sizeof(said), "%s; rank 0 cannot be asked which replicas are left (%s)", why, asked);
     }
     if (!kept[mesh->replicate_idx]) {
         fail("%s: rank 0 says this rank's replica %d is lost (one of its ranks did not report within -wt), so it stops",
@@ -123,14 +130,7 @@ static void elastic_recover(Elastic* e, DeviceLink* k, const Mesh* mesh, const c
         left += kept[q];
     }
     if (lost < 0) { fail("%s: rank 0 counts every replica as alive, yet the collective failed", why); }
-    snprintf(e->note, sizeof(e->note), "replica %d lost at step %d: %s", lost, step, why);
-    if (!kept[0]) {
-        fail("%s; it holds world rank 0 (the logs, the checkpoints, the agreement), and moving those roles is not built "
-             "yet: the run stops (resume with -y 1)", e->note);
-    }
-    if (left < e->min_replicas) {
-        fail("%s; %d replicas are left, fewer than -lm %d: the run stops", e->note, left, e->min_replicas);
-    }
+    snprintf(e->note, sizeof(e->note), "replica %d lost at step %d: %s", lost, step, said);
     k->world = elastic_shrink(k->world, was, kept, R, S, 0);
     k->replica = elastic_shrink(k->replica, was, kept, R, S, 1);
     elastic_watch(e, k);

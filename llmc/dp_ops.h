@@ -38,9 +38,9 @@ typedef struct {
     // The CRC-32C of this rank's owned outer (outer 1) or local (0) parameters on every replica:
     // crcs[r] from the rank of replica r with this shard index.
     void (*replica_crcs)(void* ctx, int outer, uint32_t* crcs);
-    // -le 1 (NULL where there is none): the replicas still training, and in *note the line of the
-    // last one lost (NULL: none lost).
-    int (*live_replicas)(void* ctx, const char** note);
+    // -le 1 (NULL where there is none): the replicas still training, in *note the line of the
+    // last one lost (NULL: none lost), in *alive (where not NULL) which (R bytes).
+    int (*live_replicas)(void* ctx, const char** note, const uint8_t** alive);
     // -le 1 (NULL where there is none): after the outer sync of `step`, the replicas waiting to
     // rejoin are admitted and sent the outer state (returns how many); and, on a rank that rejoined,
     // receiving it (the local parameters become the outer ones, AdamW's moments zero).

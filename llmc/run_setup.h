@@ -75,13 +75,14 @@ static TrainState train_state_now(const TrainArgs* a, const Mesh* mesh, int zero
 // checkpoints go only once this one is complete). Returns 1, or 0 when the manifest could not be
 // written (soft_write says why: llmc/utils.h; then nothing is deleted).
 static int checkpoint_commit(const TrainArgs* args, int step, const char* model_path, uint32_t model_crc, int world,
-                             const TrainState* s) {
+                             const TrainState* s, const uint8_t* lost) {
     struct stat st;
     soft_write_begin();
     if (stat(model_path, &st) != 0) {
         write_error("stat", model_path);
     } else {
-        checkpoint_write_manifest(args->log_dir, step, model_crc, (long)st.st_size, world, state_file_bytes(s));
+        checkpoint_write_manifest(args->log_dir, step, model_crc, (long)st.st_size, world, state_file_bytes(s),
+                                  s->dp_shard, lost);
     }
     if (soft_write_end()) { return 0; }
     checkpoint_retain(args->log_dir, args->keep_checkpoints);

@@ -99,6 +99,8 @@ typedef struct {
     int opt_has_master;       // whether it keeps fp32 master weights
     StepGuard guard;          // skipped (non-finite, spiking) steps
     int preempted;            // the run stopped on a signal (llmc/preempt.h)
+    int below_min;            // -le 1: fewer than -lm replicas are left (the run stops after a checkpoint)
+    int rank0_lost;           // -le 1: replica 0 is lost (the survivors stop after a checkpoint)
     const OuterConfig* outer; // the replica sync's settings (args->outer; every 0: synchronous)
     int outer_ready;          // the outer state holds the outer parameters (from step -lss on)
     int outer_skipped;        // the step after which an outer sync was last skipped (-1: none)
@@ -178,6 +180,24 @@ static void run_restore_inflight(TrainRun* r, int step) {
     }
 }
 
+// Resuming a checkpoint written while replicas were lost (-le 1; its manifest names them): rank 0
+// says that every replica trains again, their ranks having rebuilt them from the outer state
+// (llmc/ckpt_layout.h), and main.log records the replicas from the next step on.
+static void run_note_rebuilt(TrainRun* r) {
+    int R = r->mesh->dp_replicate;
+    if (r->rank != 0 || r->outer->every == 0 || R < 2) { return; }
+    uint8_t* lost = (uint8_t*)malloc_check((size_t)R);
+    int n = checkpoint_missing_replicas(r->args->log_dir, r->resume_step, R, lost);
+    if (n > 0) {
+        printf("checkpoint %d was written by %d of %d replicas; the %d lost are rebuilt from the outer state (local "
+               "parameters = outer, AdamW moments and residual zero): %d replicas train on\n", r->resume_step, R - n,
+               R, n, R);
+        fflush(stdout);
+        logger_log_replicas(&r->logger, r->resume_step + 1, R);
+    }
+    free(lost);
+}
+
 // Start-up, part 2 (the trainer has built its model and optimizer): the loaders, the schedule,
 // AdamW's settings, the sampler; when resuming, this rank's optimizer state, the step, the
 // sampler and the data position from the checkpoint; then main.log (appended to when resuming).
@@ -228,6 +248,7 @@ static void run_prepare(TrainRun* r, const DpPlan* plan, int opt_has_master, con
         dataloader_seek(&r->train, got.epoch, got.file_pos, got.row_pos);
     }
     logger_init(&r->logger, a->log_dir, r->rank, r->resume_step);
+    if (r->resume_step >= 0) { run_note_rebuilt(r); }
     if (a->hellaswag) {
         eval_open(&r->hellaswag, a->hellaswag_path, a->hellaswag_examples, r->config.vocab_size, a->T);
     }
@@ -405,16 +426,39 @@ static int run_agree_failure(const TrainerOps* ops, void* ctx, int rank, int wor
     return ops->sum_count(ctx, rank == lo ? code : 0);
 }
 
-// -le 1: the replicas still training (0 where the layer has no elastic replicas).
-static int run_live_replicas(const TrainerOps* ops) {
+// -le 1: the replicas still training (0 where the layer has no elastic replicas); *alive (where
+// given): which, R bytes (NULL without -le).
+static int run_live_replicas(const TrainerOps* ops, const uint8_t** alive) {
     const char* note = NULL;
-    return ops->dp.live_replicas ? ops->dp.live_replicas(ops->dp.ctx, &note) : 0;
+    if (alive) { *alive = NULL; }
+    return ops->dp.live_replicas ? ops->dp.live_replicas(ops->dp.ctx, &note, alive) : 0;
+}
+
+// The rank that writes a checkpoint's model file and manifest: rank 0, or with -le 1 once replica 0
+// is lost the first rank of the first replica left (the survivors' checkpoint before they stop).
+static int run_writer(const TrainRun* r, const TrainerOps* ops) {
+    const uint8_t* alive;
+    run_live_replicas(ops, &alive);
+    int q = 0;
+    while (alive && q < r->mesh->dp_replicate - 1 && !alive[q]) { q++; }
+    return q * r->mesh->dp_shard;
+}
+
+// -le 1, a checkpoint written while replicas are missing: lost (R bytes) = the replicas not
+// training; returns lost, or NULL when every replica is.
+static uint8_t* run_lost_replicas(const TrainRun* r, const TrainerOps* ops, uint8_t* lost) {
+    const uint8_t* alive;
+    int live = run_live_replicas(ops, &alive), R = r->mesh->dp_replicate;
+    if (alive == NULL || live == R) { return NULL; }
+    for (int q = 0; q < R; q++) { lost[q] = !alive[q]; }
+    return lost;
 }
 
 // A checkpoint of `step`: rank 0's model file (its CRC-32C computed while writing), every rank's
 // state file (CRCs inside), then the ranks agree whether all of it reached the disk (a sum over
 // the ranks, which is also the barrier), rank 0 writes the DONE manifest and applies -nk
-// retention (llmc/checkpoint.h), and the ranks agree again on the manifest. The writes are soft
+// retention (llmc/checkpoint.h), and the ranks agree again on the manifest (-le 1 with replicas
+// lost: it names them, and their ranks' files are not in it). The writes are soft
 // (llmc/utils.h): a full disk or an I/O error on any rank makes every rank remove what it wrote
 // of this step (finished files too), so that nothing of it remains; returns 1 when the
 // checkpoint is complete, else 0 with the lowest failing rank's file and error in why.
@@ -428,24 +472,28 @@ static int run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, voi
     preempt_phase = "the checkpoint write";
     soft_write_begin();
     fault_disk_full(&run_fault, FAULT_ENOSPC_MODEL, step, r->rank, 5120, "its model file");
-    if (r->rank == 0) { ops->write_model(ctx, model, &model_crc); }
+    int writer = run_writer(r, ops);
+    if (r->rank == writer) { ops->write_model(ctx, model, &model_crc); }
     fault_disk_full(&run_fault, FAULT_ENOSPC, step, r->rank, state_file_bytes(&s) / 2, "its state file");
     ops->dp.write_state(ops->dp.ctx, path, &s);
     soft_write_end();
     fault_in_checkpoint(&run_fault, step, r->rank);
-    int who, live = run_live_replicas(ops);
+    int who, live = run_live_replicas(ops, NULL);
     int code = run_agree_failure(ops, ctx, r->rank, r->world, ckpt_failure_code(dir, step, r->rank), &who);
-    if (run_live_replicas(ops) != live) { // -le 1: a replica was dropped in the agreement, its files may be missing
+    if (run_live_replicas(ops, NULL) != live) { // -le 1: a replica was dropped in the agreement, its files may be missing
         snprintf(why, why_len, "a replica was lost while it was written (-le 1)");
-        checkpoint_remove_partial(dir, step, r->rank);
+        checkpoint_remove_partial(dir, step, r->rank, writer);
         return 0;
     }
     if (code == 0) {
         fault_disk_full(&run_fault, FAULT_ENOSPC_DONE, step, r->rank, 16, "the manifest");
-        int done = r->rank != 0 || checkpoint_commit(r->args, step, model, model_crc, r->world, &s);
+        uint8_t* lost = (uint8_t*)malloc_check((size_t)r->mesh->dp_replicate);
+        int done = r->rank != writer || checkpoint_commit(r->args, step, model, model_crc, r->world, &s,
+                                                          run_lost_replicas(r, ops, lost));
+        free(lost);
         watchdog_grace();
-        code = ops->sum_count(ctx, done ? 0 : ckpt_failure_code(dir, step, 0));
-        who = 0;
+        code = ops->sum_count(ctx, done ? 0 : ckpt_failure_code(dir, step, writer));
+        who = writer;
     }
     if (code == 0) { return 1; }
     ckpt_failure_text(why, why_len, dir, step, who, code);
@@ -453,7 +501,7 @@ static int run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, voi
         size_t n = strlen(why);
         snprintf(why + n, why_len - n, " (rank %d)", who);
     }
-    checkpoint_remove_partial(dir, step, r->rank);
+    checkpoint_remove_partial(dir, step, r->rank, writer);
     watchdog_grace();
     ops->barrier(ctx); // every rank's files of the step are gone before any goes on, or stops
     return 0;
@@ -475,8 +523,9 @@ static void run_checkpoint_failed(TrainRun* r, int step, const char* why, int st
     if (stopping || (nf > 0 && r->ckpt_failures >= nf)) {
         logger_flush_record(&r->logger);
         if (stopping) {
-            fail("checkpoint %d failed: %s; its files are removed; stopping on the signal without a checkpoint of "
-                 "step %d (%s)", step, why, step, newest);
+            fail("checkpoint %d failed: %s; its files are removed; stopping %s without a checkpoint of step %d (%s)",
+                 step, why, r->rank0_lost ? "with replica 0 lost" : r->below_min ? "with fewer than -lm replicas left" :
+                 "on the signal", step, newest);
         }
         fail("checkpoint %d failed: %s; its files are removed; %d checkpoints in a row failed (-nf %d): stopping "
              "(%s)", step, why, r->ckpt_failures, nf, newest);
@@ -515,18 +564,16 @@ static void run_write_final_model(TrainRun* r, const TrainerOps* ops, void* ctx)
 
 // -le 1: after the agreement dropped a replica or one rejoined, rank 0 says so (stdout and
 // main.log, from `step` on) and the tokens per step become those of the replicas training.
-// Checkpoints pause while one is missing (a checkpoint of fewer replicas than the run started
-// with cannot be resumed yet).
+// Checkpoints go on without the lost replicas' files (a resume rebuilds them from the outer state).
 static void run_note_replicas(TrainRun* r, const TrainerOps* ops, int step) {
     if (!ops->dp.live_replicas) { return; }
     const char* note = NULL;
-    int live = ops->dp.live_replicas(ops->dp.ctx, &note), R = r->mesh->dp_replicate;
+    int live = ops->dp.live_replicas(ops->dp.ctx, &note, NULL), R = r->mesh->dp_replicate;
     if (live == r->live_replicas || note == NULL) { return; }
     r->live_replicas = live;
     r->tokens_per_step = (int)((long)r->args->total_batch / R * live);
-    if (r->rank == 0) {
-        printf("%s\n%d of %d replicas train on: %d tokens per step%s\n", note, live, R, r->tokens_per_step,
-               live < R ? "; no checkpoints until every replica is back (resuming with fewer is not built yet)" : "");
+    if (r->rank == run_writer(r, ops)) { // rank 0, or once its replica is lost the survivors' first
+        printf("%s\n%d of %d replicas train on: %d tokens per step\n", note, live, R, r->tokens_per_step);
         fflush(stdout);
     }
     logger_log_replicas(&r->logger, step, live);
@@ -554,7 +601,7 @@ static void run_join(TrainRun* r, const TrainerOps* ops, int step) {
     r->start_step = step;
     r->outer_ready = 1;
     const char* note = NULL;
-    r->live_replicas = ops->dp.live_replicas(ops->dp.ctx, &note);
+    r->live_replicas = ops->dp.live_replicas(ops->dp.ctx, &note, NULL);
     r->tokens_per_step = (int)((long)r->args->total_batch / r->mesh->dp_replicate * r->live_replicas);
 }
 
@@ -589,6 +636,14 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     *loss = ops->agree(ctx, fault_loss_factor(&run_fault, step + 1, r->rank), preempt_requested(), &votes);
     *stop = votes > 0.0f;
     run_note_replicas(r, ops, step + 1);
+    if (r->args->elastic && r->live_replicas < r->args->min_replicas) { // the same on every survivor
+        r->below_min = 1;
+        *stop = 1;
+    }
+    if (r->args->elastic && run_writer(r, ops) != 0) { // replica 0 lost: its roles do not move (yet)
+        r->rank0_lost = 1;
+        *stop = 1;
+    }
     StepVerdict verdict = step_guard_judge(&r->guard, step + 1, *loss, *norm, outer_active(r->outer, step + 1), r->mesh);
     r->adamw.lr = schedule_lr(&r->schedule, step);
     if (verdict == STEP_APPLY) {
@@ -661,8 +716,8 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
             logger_log_skip(&r->logger, step + 1, loss, r->adamw.lr, norm, verdict == STEP_SKIP_SPIKE);
         }
         if (synced) { logger_log_outer(&r->logger, step + 1, r->last_pg_norm); }
-        int all_replicas = before == r->mesh->dp_replicate && r->live_replicas == before; // (not as one rejoins)
-        if (a->log_dir[0] && all_replicas && (stop || (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0))) {
+        int no_joiner = r->live_replicas <= before; // the ranks rejoining now start at the next step
+        if (a->log_dir[0] && no_joiner && (stop || (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0))) {
             char why[4600];
             if (run_save_checkpoint(r, step + 1, ops, ctx, why, sizeof(why))) {
                 r->ckpt_failures = 0;
@@ -670,6 +725,21 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
             } else {
                 run_checkpoint_failed(r, step + 1, why, stop);
             }
+        }
+        if (r->rank0_lost) {
+            fail("replica 0, holding world rank 0 (the logs, the rendezvous, the agreement), is lost, and moving those "
+                 "roles is not built yet: the run stops after %s %d (-y 1 with every replica resumes it, rebuilding the "
+                 "lost ones from the outer state)", a->log_dir[0] ? "the survivors' checkpoint" : "step",
+                 step + 1);
+        }
+        if (r->below_min && !a->log_dir[0]) {
+            fail("%d of %d replicas are left, fewer than -lm %d: the run stops at step %d (no -o: no checkpoint)",
+                 r->live_replicas, r->mesh->dp_replicate, a->min_replicas, step + 1);
+        }
+        if (r->below_min) {
+            fail("%d of %d replicas are left, fewer than -lm %d: the run stops after checkpoint %d (-y 1 with every "
+                 "replica resumes it, rebuilding the lost ones from the outer state)", r->live_replicas,
+                 r->mesh->dp_replicate, a->min_replicas, step + 1);
         }
         if (stop) {
             preempt_report(&r->logger, a->log_dir, step + 1, r->rank);

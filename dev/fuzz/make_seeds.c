@@ -265,6 +265,28 @@ static void args_seeds(void) {
     fclose_check(f, path);
 }
 
+// fuzz_manifest: a settings byte (0: the harness appends the end line), then a manifest's lines for
+// the harness's fixed checkpoint of step 1 (a 16-byte model file, state files of ranks 0-3 of 1048
+// bytes): every rank listed; a replica of 2 ranks lost (-le 1); a file listed twice; a wrong name.
+static void manifest_seeds(void) {
+    uint8_t model[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    char model_line[128], text[2048];
+    snprintf(model_line, sizeof(model_line), "file model_00000001.bin 16 %08x\n", crc32c_update(0, model, 16));
+    const char* cases[][2] = {
+        {"all", "world 4\n%sfile state_00000001_00000.bin 1048 self\nfile state_00000001_00001.bin 1048 self\n"
+                "file state_00000001_00002.bin 1048 self\nfile state_00000001_00003.bin 1048 self\n"},
+        {"lost", "world 4\nmissing dp_shard 2 replicas 1\n%sfile state_00000001_00000.bin 1048 self\n"
+                 "file state_00000001_00001.bin 1048 self\n"},
+        {"twice", "world 2\n%sfile state_00000001_00000.bin 1048 self\nfile state_00000001_00000.bin 1048 self\n"},
+        {"lost_listed", "world 2\nmissing dp_shard 1 replicas 1\n%sfile state_00000001_00001.bin 1048 self\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int n = snprintf(text, sizeof(text), "%c" MANIFEST_TITLE "\nstep 1\n", 0);
+        n += snprintf(text + n, sizeof(text) - n, cases[i][1], model_line);
+        write_seed("manifest", cases[i][0], text, (size_t)n);
+    }
+}
+
 int main(int argc, char** argv) {
     if (argc != 2) { fail("usage: %s OUTDIR", argv[0]); }
     out_dir = argv[1];
@@ -275,5 +297,6 @@ int main(int argc, char** argv) {
     tokenizer_seeds();
     debug_state_seeds();
     args_seeds();
+    manifest_seeds();
     return 0;
 }
