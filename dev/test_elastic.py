@@ -7,10 +7,15 @@ step and the others train on. Each process is bounded in time; a hang fails the 
   python3 dev/test_elastic.py rejoin [TRAINER] a killed replica started again with -y 1 rejoins (strays on the
                                                 port meanwhile: another job's hello, rank 0's)
   python3 dev/test_elastic.py resume [TRAINER] checkpoints written without a lost replica, resumed by all
+  python3 dev/test_elastic.py sync [TRAINER]   a replica lost inside an outer sync
+  python3 dev/test_elastic.py checked [TRAINER] a replica lost in an exchange, the trainer built with
+                                                emucc --check, EMU_SCHED reverse and random:5
   python3 dev/test_elastic.py matrix [TRAINER] the slower suite: 4x1 and 2x2, ZeRO 1 and 2, fp32 and int8
   python3 dev/test_elastic.py refusals          -le where it cannot run: one line each, exit 1
   python3 dev/test_elastic.py mutant            a survivor that averages over R, not R', must fail drop; a
-                                                rebuilt replica keeping replica 0's moments must fail resume
+                                                rebuilt replica keeping replica 0's moments must fail resume;
+                                                the residual restored on the communication stream must fail
+                                                checked (a race emucc --check reports)
 
 drop, each with -ls 4 -ol 0.7 -om 0.9, 12 steps, -wt 3:
   2x1 ZeRO 1, rank 1 killed (SIGKILL) as step 6 begins: rank 0 logs "replica 1 lost at step 6", trains
@@ -34,6 +39,10 @@ rejoin: 2x1 -n 4, rank 1 killed at step 6 and started again with -y 1 (strays me
   job's hello, a hello claiming rank 0, both dropped with a line): it rejoins after the sync of step
   8; losses and final weights equal train_gpt2.py --replicas 2 --drop 1@6 --rejoin 1@9 within 1e-4,
   main.log says s:6 replicas:1 and s:9 replicas:2, the checkpoint of step 12 is complete.
+sync: 3x1 -rq int8, rank 1 killed as the exchange after step 8 is issued: ranks 0 and 2 restore
+  their residuals and redo the sync over 2 replicas; 2x1, rank 1 killed before the finiteness flag
+  of the sync after step 4: against --drop 1@8 (1@4), step 8's (4's) loss against --drop 1@9 (1@5)
+  (the lost replica took part in that step).
 resume: 2x1 -n 4, rank 1 killed at step 6: checkpoints 8 and 12 are written by rank 0 alone (the
   manifest names replica 1 as missing, ckpt_tool verifies them); 12 removed, both ranks started with
   -y 1: rank 1 rebuilds its replica from the outer state, against --drop 1@6 --rejoin 1@9. And 2x1
@@ -296,6 +305,75 @@ def drop_part_b(trainer):
            f"{(err.strip().splitlines() or [''])[-1][:240]}")
 
 
+def sync_case(trainer, world, fault, R, k, s, name, wire=None, more=()):
+    """R x 1 ZeRO 1, rank k killed (fault) in the outer sync after step s: the survivors redo the
+    sync over R - 1 replicas. Replica k took part in step s (its loss is in step s's mean), so
+    step s's loss is checked against train_gpt2.py --drop k@s+1, everything else (the sync after
+    step s and on, the final weights) against --drop k@s."""
+    extra = ("--wire-format", wire, "--wire-shards", "1") if wire else ()
+    args = ["-ds", "1", "-z", "1", "-fi", fault, "-d", str(T * rows_for(R))] + (["-rq", wire] if wire else [])
+    d, res = launch(trainer, world, args + list(more), name)
+    kept = [r for r in range(world) if r != k]
+    ref_l, ref_w = reference(R, f"{k}@{s}", extra)
+    at_s = reference(R, f"{k}@{s + 1}", extra)[0][s]
+    le = we = float("inf")
+    try:
+        got, w = td.train_losses(d + "/main.log"), td.weights(d + "/model_final.bin")
+        if sorted(got) == sorted(ref_l):
+            le = max(abs(got[t] - (at_s if t == s else ref_l[t])) for t in ref_l)
+            we = float(np.max(np.abs(w - ref_w)))
+    except (OSError, ValueError):
+        pass
+    out0 = res[0][1]
+    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    said = f"replica {k} lost at step {s}" in out0 and f"s:{s} replicas:{R - 1}" in log
+    ok = all(res[r][0] == 0 for r in kept) and said and le <= TOL and we <= TOL
+    where = f"{R} x 1{' -rq ' + wire if wire else ''}, -fi {fault}"
+    report(ok, f"{where}: survivors {kept} exit {[res[r][0] for r in kept]}, 'replica {k} lost at step {s}' "
+               f"{'said' if said else 'NOT said'} ({(re.findall(r'replica %d lost at step %d: ([^;]*)' % (k, s), out0) or ['-'])[0][:90]}); "
+               f"against train_gpt2.py --replicas {R} --drop {k}@{s} {' '.join(extra)} (step {s}'s loss: --drop {k}@{s + 1}): "
+               f"max loss error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
+    if not ok:
+        for r in range(world):
+            print("      " + tail(res, r))
+    return res
+
+
+def cmd_sync(trainer):
+    """A replica lost in an outer sync: 3 x 1 -rq int8, rank 1 killed as the exchange after step 8
+    is issued (the survivors restore their residuals and redo it over 2 replicas); 2 x 1, rank 1
+    killed before the sync's finiteness flag after step 4."""
+    sync_case(trainer, 3, "die_xchg@8:1", 3, 1, 8, "xchg_3x1_int8", wire="int8")
+    sync_case(trainer, 2, "die_sync@4:1", 2, 1, 4, "sync_2x1")
+
+
+CHECKED = "build/gpu/train_gpt2emu_fp32_check"
+RESTORE = ("cudaCheck(cudaMemcpyAsync(dp->st.residual, dp->res_keep, p->sync_owned * sizeof(float),\n"
+           "                                          cudaMemcpyDeviceToDevice, 0));")
+
+
+def checked_case(trainer, sched):
+    """2 x 1 -rq int8, rank 1 killed as the exchange after step 4 is issued, on the trainer built
+    with emucc --check (races, stream order, memory) under EMU_SCHED=sched. -wt 20: a checked
+    build's collective call runs its stream's pending kernels first, seconds on a loaded machine."""
+    os.environ["EMU_SCHED"] = sched
+    try:
+        return sync_case(trainer, 2, "die_xchg@4:1", 2, 1, 4, f"checked_{sched.replace(':', '')}",
+                         wire="int8", more=("-wt", "20"))
+    finally:
+        os.environ.pop("EMU_SCHED")
+
+
+def cmd_checked(trainer):
+    """The elastic path under emucc --check with two schedules: a replica lost inside an exchange,
+    the survivor restoring its residual and redoing it. A --check build runs a collective inside the
+    call, so one whose peer stopped ends at once with the communicator in error (docs/emulator.md)."""
+    global LIMIT_S
+    LIMIT_S = 400
+    for sched in ("reverse", "random:5"):
+        checked_case(trainer, sched)
+
+
 def cmd_matrix(trainer):
     """The slower suite (not in make test): 4 x 1 and 2 x 2, ZeRO 1 and 2, fp32 and -rq int8, replica
     1 killed as step 6 begins (-lo 1 is not built with -le yet)."""
@@ -433,8 +511,9 @@ def cmd_refusals():
     refused([FP32] + common + tcp, "needs at least 2 replicas", "-le 1 on one rank", env)
 
 
-def mutant_trainer(name, path, target, replacement):
-    """The emulated fp32 trainer built from a copy of the sources with `target` in `path` replaced."""
+def mutant_trainer(name, path, target, replacement, check=False):
+    """The emulated fp32 trainer built from a copy of the sources with `target` in `path` replaced
+    (check: built with emucc --check)."""
     d = f"{OUT}/{name}"
     subprocess.run(["rm", "-rf", d])
     os.makedirs(d)
@@ -443,8 +522,8 @@ def mutant_trainer(name, path, target, replacement):
     if src.count(target) != 1:
         sys.exit(f"the mutation {name} did not apply")
     open(f"{d}/{path}", "w").write(src.replace(target, replacement))
-    subprocess.run(["dev/cuda_emu/emucc", "-O1", "-DENABLE_FP32", "-o", d + "/trainer", d + "/train_gpt2.cu",
-                    "-lnccl"], check=True)
+    subprocess.run(["dev/cuda_emu/emucc", "-O1"] + (["--check"] if check else []) +
+                   ["-DENABLE_FP32", "-o", d + "/trainer", d + "/train_gpt2.cu", "-lnccl"], check=True)
     return d + "/trainer"
 
 
@@ -459,10 +538,16 @@ def cmd_mutant():
              lambda t: survivors_case(t, 2, 1, 1, "die@6:1", 2, "1@6", [1], "mutant_2x1")),
             ("mutant_rebuild", "llmc/ckpt_layout.h", "    memset(arrays->a[STATE_M], 0, t->owned * sizeof(float));\n",
              "", lambda t: resume_case(t, "mutant_resume", ["-ds", "1", "-z", "1", "-n", "4", "-fi", "die@6:1"], 2, 8,
-                                       (12,), "1@6", "1@9", (0, "")))):
+                                       (12,), "1@6", "1@9", (0, ""))),
+            # the residual restored on the communication stream: nothing orders it before stream 0's
+            # messages of the redone exchange read it (emucc --check must see the race)
+            ("mutant_restore_stream", "llmc/dp_device.cuh", RESTORE, RESTORE.replace("DeviceToDevice, 0)",
+             "DeviceToDevice, dp->link.comm_stream)"), lambda t: checked_case(t, "reverse"))):
         before = test_diloco.failures
-        run(mutant_trainer(name, path, target, replacement))
+        res = run(mutant_trainer(name, path, target, replacement, check=name == "mutant_restore_stream"))
         caught.append(test_diloco.failures > before)
+        if name == "mutant_restore_stream": # caught by the checker, not by chance
+            caught[-1] = caught[-1] and "cuda_emu --check" in res[0][2] and "nothing orders them" in res[0][2]
         print(f"the mutant {name} " + ("fails as it must" if caught[-1] else "PASSED: the test cannot see it"))
     test_diloco.failures = 0 if all(caught) else 1
 
@@ -477,6 +562,10 @@ if __name__ == "__main__":
         cmd_rejoin(sys.argv[2] if len(sys.argv) > 2 else FP32)
     elif what == "resume":
         cmd_resume(sys.argv[2] if len(sys.argv) > 2 else FP32)
+    elif what == "sync":
+        cmd_sync(sys.argv[2] if len(sys.argv) > 2 else FP32)
+    elif what == "checked":
+        cmd_checked(sys.argv[2] if len(sys.argv) > 2 else CHECKED)
     elif what == "refusals":
         cmd_refusals()
     elif what == "mutant":

@@ -67,8 +67,9 @@ static ncclComm_t elastic_comms[2];
 static int comm_is_elastic(ncclComm_t c) { return c && (c == elastic_comms[0] || c == elastic_comms[1]); }
 
 // Polls ev and the watched communicators' asynchronous errors (those of elastic_comms only where
-// `elastic`) until the work before ev's last record has run (WAIT_DONE), an NCCL error (WAIT_PEER,
-// *failed its communicator) or the limit (WAIT_LIMIT: -wt seconds, 10 times that after
+// `elastic`) until the work before ev's last record has run (WAIT_DONE; where `elastic`, with no
+// error on elastic_comms: a collective that ends on a communicator in error lacks a lost peer's
+// part), an NCCL error (WAIT_PEER, *failed its communicator) or the limit (WAIT_LIMIT: -wt seconds, 10 times that after
 // watchdog_grace, TRAIN_GPT2_TIMEOUT when -wt is 0); why names the step, its phase, what it waited
 // for and the peer or the limit. end_grace: this is the wait a grace is for (watchdog.h), so
 // completing it ends the grace; a short wait for an earlier copy passes 0.
@@ -79,12 +80,11 @@ static WaitEnd wait_event_until(cudaEvent_t ev, const char* what, int end_grace,
     double deadline = now_seconds() + limit;
     for (;;) {
         cudaError_t q = cudaEventQuery(ev);
-        if (q == cudaSuccess) {
-            watchdog_disarm_after(end_grace);
-            return WAIT_DONE;
-        }
-        if (q != cudaErrorNotReady) { cudaCheck(q); }
+        if (q != cudaSuccess && q != cudaErrorNotReady) { cudaCheck(q); }
         for (int i = 0; i < num_watched_comms; i++) {
+            // an elastic wait trusts no collective that ended on a communicator in error (a lost peer's
+            // part is missing from it); the others end once their work has run
+            if (q == cudaSuccess && !(elastic && comm_is_elastic(watched_comms[i]))) { continue; }
             if (!elastic && comm_is_elastic(watched_comms[i])) { continue; }
             ncclResult_t r = ncclSuccess;
             ncclCheck(ncclCommGetAsyncError(watched_comms[i], &r));
@@ -96,6 +96,10 @@ static WaitEnd wait_event_until(cudaEvent_t ev, const char* what, int end_grace,
                 *failed = watched_comms[i];
                 return WAIT_PEER;
             }
+        }
+        if (q == cudaSuccess) {
+            watchdog_disarm_after(end_grace);
+            return WAIT_DONE;
         }
         if (now_seconds() > deadline) {
             snprintf(why, len, "step %d, %s: waited %.0f s (%s) for %s: a peer has died or hangs", (int)preempt_step,

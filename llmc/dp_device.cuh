@@ -135,6 +135,7 @@ typedef struct {
     float* outer_msg;
     float* crc_buf;
     float* flag;               // -ls: a sync's finiteness flag, world floats (the ring's padding)
+    float* res_keep;           // -le 1 with a residual: the residual before an exchange, to redo it over fewer replicas
     CommEvent* exchanged;
     // -rq/-rk (llmc/wire_kernels.cuh; NULL without): this rank's encoded message and every replica's
     // (-lo: one pair per fragment, wire_bytes apart; exchanges of several fragments may be in flight)
@@ -243,8 +244,8 @@ static void dev_dp_memory(const DeviceDP* dp, MemoryBytes* mem) {
 static void dev_dp_free(DeviceDP* dp) {
     void* bufs[] = {dp->shard_grads, dp->group_pad, dp->group_recv, dp->loss, dp->norm, dp->st.outer, dp->st.momentum,
                     dp->outer_msg, dp->crc_buf, dp->st.residual, dp->wire_send, dp->wire_recv, dp->st.held,
-                    dp->st.snap, dp->flag, dp->master_pad, dp->loss_keep};
-    for (int i = 0; i < 17; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
+                    dp->st.snap, dp->flag, dp->master_pad, dp->loss_keep, dp->res_keep};
+    for (int i = 0; i < (int)(sizeof(bufs) / sizeof(bufs[0])); i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
     device_adamw_free(&dp->opt);
     for (int f = 0; dp->exchanged && f < dp->plan.num_fragments; f++) { cudaCheck(cudaEventDestroy(dp->exchanged[f].ev)); }
     free(dp->exchanged);
@@ -823,7 +824,8 @@ static WireSpec dev_dp_wire_spec(const OuterConfig* c) {
 
 // Whether every rank's packed messages (x, n values: this rank's) are finite: the flag, one float
 // all-reduced over every rank (stream 0), read back with a host wait. Every replica then skips the
-// same syncs alike (nothing exchanged, the residual and the outer state as they were).
+// same syncs alike (nothing exchanged, the residual and the outer state as they were). -le 1:
+// -1 where a replica was lost in it (the survivors redo the sync, elastic_wait).
 static int dev_dp_messages_finite(DeviceDP* dp, const float* x, size_t n) {
     int W = dp->plan.mesh.world;
     cudaCheck(cudaMemsetAsync(dp->flag, 0, W * sizeof(float), 0));
@@ -833,7 +835,11 @@ static int dev_dp_messages_finite(DeviceDP* dp, const float* x, size_t n) {
     int ranks = dp->el.live_W; // W, or the ranks left (-le 1)
     if (ranks > 1) { ncclCheck(ncclAllReduce(dp->flag, dp->flag, ranks, ncclFloat, ncclSum, dp->link.world, 0)); }
     op_span_end(span, 0.0, ring_bytes((double)ranks * sizeof(float), ranks, 1));
-    wait_device(0, dp->link.host_event, "the outer sync's finiteness flag");
+    if (!dp->el.on) {
+        wait_device(0, dp->link.host_event, "the outer sync's finiteness flag");
+    } else if (!elastic_wait(&dp->el, &dp->link, &dp->plan.mesh, "the outer sync's finiteness flag")) {
+        return -1;
+    }
     float total;
     cudaCheck(cudaMemcpy(&total, dp->flag, sizeof(float), cudaMemcpyDeviceToHost));
     return total == 0.0f;
@@ -847,7 +853,8 @@ static int dev_dp_messages_finite(DeviceDP* dp, const float* x, size_t n) {
 // (-rq/-rk, llmc/wire_kernels.cuh; the residual keeps what that lost) and sums them over the replicas
 // into dst in `chunks` chunks (dev_dp_issue_chunk): blocking (snap NULL) at once, with -lo one at the
 // start of each of the next `chunks` steps (dev_dp_pump); the last records the fragment's event.
-// Nothing of stream 0 waits for the exchange but the apply (dev_dp_fragment_apply).
+// Nothing of stream 0 waits for the exchange but the apply (dev_dp_fragment_apply). Returns 1, 0
+// (skip), or -1 (-le 1: a replica was lost in the flag's all-reduce; redo).
 static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* dst, float* snap, int chunks) {
     const DpPlan* p = &dp->plan;
     int R = dp->el.live_R, f = call->fragment, L = p->layout.num_layers;
@@ -864,12 +871,18 @@ static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* 
         outer_span_message(dst + r->packed, dp->st.outer + o, mw, dp->params + r->param, res ? res + o : NULL, r->count,
                            outer_plain_average(&call->c));
     }
+    fault_die_at(&run_fault, FAULT_DIE_SYNC, call->step, p->mesh.rank, "the outer sync");
     float bad = fault_pseudo_grad(&run_fault, call->step, p->mesh.rank); // -fi nan_pg, inf_pg
     static float bad_value; // outlives the asynchronous copy
     bad_value = bad;
     if (bad != 0.0f) { cudaCheck(cudaMemcpyAsync(dst, &bad_value, sizeof(float), cudaMemcpyHostToDevice, 0)); }
-    if (!dev_dp_messages_finite(dp, dst, padded)) { return 0; }
+    int finite = dev_dp_messages_finite(dp, dst, padded);
+    if (finite <= 0) { return finite; }
+    fault_die_at(&run_fault, FAULT_DIE_XCHG, call->step, p->mesh.rank, "the outer sync's exchange");
     cudaStream_t cs = dp->link.comm_stream;
+    if (dp->res_keep && res) { // -le 1: the residual as it was, should the exchange be redone
+        cudaCheck(cudaMemcpyAsync(dp->res_keep, res, p->sync_owned * sizeof(float), cudaMemcpyDeviceToDevice, 0));
+    }
     int copy = p->outer->overlap > 0 ? f : 0; // -lo: the fragment's own wire buffers
     DevExchange* x = &dp->xch[f];
     x->next = 0;
@@ -919,6 +932,15 @@ static float dev_dp_fragment_apply(DeviceDP* dp, const OuterCall* call, float* s
     return dev_dp_norm_read(dp, "the outer sync");
 }
 
+// -le 1: whether fragment f's blocking exchange ended (stream 0 waits for it, the host for stream
+// 0 through the elastic wait: 0 where a replica was lost in it and the survivors shrank their
+// communicators); 1 without -le (the apply waits for it as before).
+static int dev_dp_exchange_done(DeviceDP* dp, int f) {
+    if (!dp->el.on) { return 1; }
+    device_link_wait(&dp->link, &dp->exchanged[f]);
+    return elastic_wait(&dp->el, &dp->link, &dp->plan.mesh, "the outer sync's exchange");
+}
+
 // The outer step of fragment call->fragment in phase call->phase (llmc/outer_sync.h): OUTER_BLOCKING
 // exchanges in the idle buffer (stages 1, 2: shard_grads; ZeRO 0: outer_msg) and applies at once;
 // OUTER_START (-lo) exchanges into the fragment's held sum and keeps its owned local values, without
@@ -933,7 +955,16 @@ static int dev_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
     if (call->last) { dp->link.after_last = 1; } // -rb: waits from here on count after the last step
     if (call->phase == OUTER_BLOCKING) {
         float* buf = p->zero_stage == 0 ? dp->outer_msg : dp->shard_grads;
-        if (!dev_dp_fragment_exchange(dp, call, buf, NULL, 1)) { return 0; }
+        for (;;) { // -le 1: a replica lost in the flag or the exchange, the survivors redo it over R'
+            int got = dev_dp_fragment_exchange(dp, call, buf, NULL, 1);
+            if (got == 0) { return 0; }
+            if (got > 0 && dev_dp_exchange_done(dp, f)) { break; }
+            dev_dp_note_bytes(dp);
+            if (got > 0 && dp->res_keep && outer_compressed(&call->c)) { // the residual before the encoding
+                cudaCheck(cudaMemcpyAsync(dp->st.residual, dp->res_keep, p->sync_owned * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, 0));
+            }
+        }
         *sq = dev_dp_fragment_apply(dp, call, buf, NULL);
         return 1;
     }
@@ -1154,7 +1185,8 @@ static int dev_dp_live_replicas(void* ctx, const char** note, const uint8_t** al
 
 // -le 1: a sync's buffers with room for the messages cut into R' < R slices (each up to R' - 1
 // elements more of padding; -rq/-rk: R' encoded slices of the larger slices, the owners' sums of R'
-// values).
+// values), and with a residual room to keep it while an exchange runs (one more fp32 array of the
+// rank's sync elements: a replica lost in the exchange makes the survivors redo it from there).
 static void dev_dp_elastic_room(DeviceDP* dp) {
     const DpPlan* p = &dp->plan;
     int R = p->mesh.dp_replicate;
@@ -1165,6 +1197,7 @@ static void dev_dp_elastic_room(DeviceDP* dp) {
         cudaCheck(cudaFree(dp->shard_grads));
         dp->shard_grads = (float*)device_alloc((p->layout.shard_elements + R) * sizeof(float));
     }
+    if (dp->st.residual) { dp->res_keep = (float*)device_alloc(p->sync_owned * sizeof(float)); }
     if (!dp->wire_send) { return; }
     WireSpec w = dev_dp_wire_spec(p->outer), owner = w;
     for (int r = 1; r <= R; r++) {

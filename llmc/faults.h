@@ -10,6 +10,9 @@
 //   hang      this rank stops answering (sleeps forever) as step STEP begins
 //   die_ckpt  this rank kills itself in the checkpoint write of step STEP, after its state file
 //             is written and before the DONE manifest
+//   die_sync  (-ls) this rank kills itself as the outer sync after step STEP begins, before the
+//             finiteness flag of its pseudo-gradients
+//   die_xchg  (-ls) the same after that flag, as the exchange of the pseudo-gradients is issued
 //   preempt   this rank sends itself SIGUSR1 as step STEP begins (a preemption at a known step)
 //   enospc    this rank's checkpoint write of step STEP fails as a full disk would (ENOSPC), half
 //             way through its state file (rank 0 has written the model file by then)
@@ -31,7 +34,7 @@
 typedef enum {
     FAULT_NONE, FAULT_NAN, FAULT_DIE, FAULT_HANG, FAULT_DIE_CKPT, FAULT_SPIKE, FAULT_USR1, FAULT_ENOSPC,
     FAULT_ENOSPC_MODEL, FAULT_ENOSPC_DONE, FAULT_ENOSPC_FINAL, FAULT_HANG_FWD, FAULT_HANG_CKPT, FAULT_HANG_EVAL,
-    FAULT_NAN_GRAD, FAULT_NAN_PG, FAULT_INF_PG
+    FAULT_NAN_GRAD, FAULT_NAN_PG, FAULT_INF_PG, FAULT_DIE_SYNC, FAULT_DIE_XCHG
 } FaultKind;
 
 #define FAULT_MAX 16
@@ -50,7 +53,7 @@ static Fault fault_parse(const char* spec) {
     if (spec == NULL || spec[0] == '\0') { return f; }
     static const char* names[] = {"", "nan", "die", "hang", "die_ckpt", "spike", "preempt", "enospc", "enospc_model",
                                   "enospc_done", "enospc_final", "hang_fwd", "hang_ckpt", "hang_eval", "nan_grad",
-                                  "nan_pg", "inf_pg"};
+                                  "nan_pg", "inf_pg", "die_sync", "die_xchg"};
     const int num_names = (int)(sizeof(names) / sizeof(names[0]));
     const char* at = spec;
     for (;;) {
@@ -65,7 +68,7 @@ static Fault fault_parse(const char* spec) {
             f.count == FAULT_MAX) {
             fail("-fi %s: expected KIND@STEP[:RANK] (at most %d, separated by commas) with KIND nan, spike, die, "
                  "hang, die_ckpt, preempt, enospc, enospc_model, enospc_done, enospc_final, hang_fwd, hang_ckpt, "
-                 "hang_eval, nan_grad, nan_pg or inf_pg", spec, FAULT_MAX);
+                 "hang_eval, nan_grad, nan_pg, inf_pg, die_sync or die_xchg", spec, FAULT_MAX);
         }
         f.kind[f.count] = k;
         f.step[f.count] = step;
@@ -132,6 +135,15 @@ static void fault_hang_at(const Fault* f, FaultKind kind, int step, int rank, co
         fflush(stderr);
         if (fault_stop_hook) { fault_stop_hook(); }
         for (;;) { sleep(1000); }
+    }
+}
+
+// This rank kills itself (SIGKILL) where `kind` at `step` says, naming `where`.
+static void fault_die_at(const Fault* f, FaultKind kind, int step, int rank, const char* where) {
+    if (fault_is(f, kind, step, rank)) {
+        fprintf(stderr, "fault injection: rank %d kills itself in %s after step %d\n", rank, where, step);
+        fflush(stderr);
+        raise(SIGKILL);
     }
 }
 

@@ -309,8 +309,11 @@ static void run_outer_begin(TrainRun* r, const TrainerOps* ops) {
 // applied, and each fragment outer_fragment_due names syncs: blocking, or (-lo, not the last
 // step) its exchange starts. Both in fragment order 0..F-1 on every rank. Returns whether an outer
 // step was applied; last_pg_norm is the norm over the fragments applied.
+static void run_note_replicas(TrainRun* r, const TrainerOps* ops, int step);
+
 static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, int t) {
     if (r->outer->every == 0) { return 0; }
+    preempt_phase = "the outer sync";
     if (!r->outer_ready && t >= r->outer->start) {
         ops->dp.outer_init(ops->dp.ctx);
         r->outer_ready = 1;
@@ -346,6 +349,7 @@ static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, int t) {
             applied = 1;
         }
     }
+    run_note_replicas(r, ops, t); // -le 1: a replica lost in the sync (the check below is over those left)
     if (!applied) { return 0; }
     r->last_pg_norm = sqrtf(sq);
     run_check_replicas(r, ops, t, 1);
@@ -579,6 +583,22 @@ static void run_note_replicas(TrainRun* r, const TrainerOps* ops, int step) {
     logger_log_replicas(&r->logger, step, live);
 }
 
+// -le 1, after step `step`'s agreement and its outer sync: a replica lost there is noted; fewer than
+// -lm replicas left, or replica 0 lost (its roles do not move yet), stop the run after a checkpoint
+// of the step (*stop; the same on every survivor).
+static void run_membership(TrainRun* r, const TrainerOps* ops, int step, int* stop) {
+    if (!r->args->elastic) { return; }
+    run_note_replicas(r, ops, step);
+    if (r->live_replicas < r->args->min_replicas) {
+        r->below_min = 1;
+        *stop = 1;
+    }
+    if (run_writer(r, ops) != 0) {
+        r->rank0_lost = 1;
+        *stop = 1;
+    }
+}
+
 // -le 1, after the outer sync of step t: replicas waiting to rejoin are admitted (llmc/dp_elastic.cuh);
 // then, as on the joining ranks (run_outer_begin), every replica's local and outer parameters
 // are checked equal.
@@ -635,22 +655,15 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     float votes = 0.0f;
     *loss = ops->agree(ctx, fault_loss_factor(&run_fault, step + 1, r->rank), preempt_requested(), &votes);
     *stop = votes > 0.0f;
-    run_note_replicas(r, ops, step + 1);
-    if (r->args->elastic && r->live_replicas < r->args->min_replicas) { // the same on every survivor
-        r->below_min = 1;
-        *stop = 1;
-    }
-    if (r->args->elastic && run_writer(r, ops) != 0) { // replica 0 lost: its roles do not move (yet)
-        r->rank0_lost = 1;
-        *stop = 1;
-    }
+    run_membership(r, ops, step + 1, stop);
     StepVerdict verdict = step_guard_judge(&r->guard, step + 1, *loss, *norm, outer_active(r->outer, step + 1), r->mesh);
     r->adamw.lr = schedule_lr(&r->schedule, step);
     if (verdict == STEP_APPLY) {
         ops->dp.update(ops->dp.ctx, &r->adamw, clip_scale(*norm, a->grad_clip), step + 1 - r->guard.skipped);
     }
     *synced = run_outer_after_step(r, ops, step + 1);
-    if (*synced) { run_admit_replicas(r, ops, step + 1); }
+    run_membership(r, ops, step + 1, stop); // a replica lost in the sync
+    if (*synced && !*stop) { run_admit_replicas(r, ops, step + 1); }
     return verdict;
 }
 

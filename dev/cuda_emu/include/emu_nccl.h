@@ -176,11 +176,17 @@ inline std::vector<ncclComm*>& live_comms() { static auto* v = new std::vector<n
 // goes on with the next collective: the revoked one's results are left as they are).
 struct Abandoned {};
 // A collective on `current` that cannot end (a stopped peer): it waits until the communicator is
-// revoked, then is abandoned; never, where nobody revokes it.
+// revoked, then is abandoned; never, where nobody revokes it. A --check build runs a collective on
+// the host thread, inside the call, where it cannot wait for a revoke that only that thread can
+// issue: there it is abandoned at once (its outputs as they are; the communicator reports
+// ncclRemoteError, which a caller's wait must look at: NCCL's kernel would wait for the abort).
 // EMU_NCCL_PLANT=1 (tests/check_nccl_shrink.sh only): never abandoned, a revoke changes nothing.
 [[noreturn]] inline void freeze_until_revoked(ncclComm_t current) {
 #if defined(EMU_NCCL_PLANT) && EMU_NCCL_PLANT == 1
     freeze();
+#endif
+#ifdef EMU_CHECK
+    throw Abandoned{};
 #endif
     while (!current->revoked.load()) usleep(10000);
     throw Abandoned{};
@@ -908,7 +914,11 @@ template <class F> ncclResult_t nccl_run(ncclComm_t comm, cudaStream_t s, const 
             collective_order(comm, what);
             chk::range_access(in, in_bytes, false);
             chk::range_access(out, out_bytes, true);
-            r = f();
+            try {
+                r = f();
+            } catch (const Abandoned&) {
+                // a stopped peer (freeze_until_revoked): the call returns, the communicator in error
+            }
         });
         return r;
 #else
@@ -1058,7 +1068,11 @@ inline ncclResult_t p2p_issue(cudaStream_t s, P2pList ops) {
             collective_order(o.comm, what);
             chk::range_access(o.buf, o.bytes, !o.send);
         }
-        p2p_exchange(*ops);
+        try {
+            p2p_exchange(*ops);
+        } catch (const Abandoned&) {
+            // as in nccl_run
+        }
     });
 #else
     enqueue_collective(s, what, [ops](uint64_t ticket) { progress_submit(ticket, [ops]() { p2p_exchange(*ops); }); });
