@@ -38,7 +38,9 @@ drop, each with -ls 4 -ol 0.7 -om 0.9, 12 steps, -wt 3:
 rejoin: 2x1 -n 4, rank 1 killed at step 6 and started again with -y 1 (strays meanwhile: another
   job's hello, a hello claiming rank 0, both dropped with a line): it rejoins after the sync of step
   8; losses and final weights equal train_gpt2.py --replicas 2 --drop 1@6 --rejoin 1@9 within 1e-4,
-  main.log says s:6 replicas:1 and s:9 replicas:2, the checkpoint of step 12 is complete.
+  main.log says s:6 replicas:1 and s:9 replicas:2, the checkpoint of step 12 is complete. And 2x2
+  ZeRO 2, rank 3 killed at step 6 (rank 2 stops): ranks 2 and 3 started again rejoin as one replica,
+  against the same reference.
 sync: 3x1 -rq int8, rank 1 killed as the exchange after step 8 is issued: ranks 0 and 2 restore
   their residuals and redo the sync over 2 replicas; 2x1, rank 1 killed before the finiteness flag
   of the sync after step 4: against --drop 1@8 (1@4), step 8's (4's) loss against --drop 1@9 (1@5)
@@ -89,8 +91,9 @@ def rows_for(R):
 def launch(trainer, world, args, name, stray=False, restart=None, before_restart=None, hung=(), keep=False):
     """Starts `world` ranks without mpirun; returns the log dir and per rank (exit code, stdout,
     stderr, seconds it ran). A stray connection to rank 0's port, if asked, once training runs;
-    restart (a rank): once that rank's process has been killed, it is started again with -y 1
-    (its result under the key world, its start time in res["restarted_at"]), after before_restart(port).
+    restart (a rank, or a list: a replica's ranks): once that rank's process has been killed (every
+    listed rank's has ended, one killed), each is started again with -y 1 (results under the keys
+    world, world + 1, ...; the start time in res["restarted_at"]), after before_restart(port).
     hung: ranks that stop answering for good (-fi hang), killed once every other process has ended.
     keep: the log dir of an earlier launch is kept (a resume, -y 1 in args)."""
     d = f"{OUT}/{name}"
@@ -128,15 +131,18 @@ def launch(trainer, world, args, name, stray=False, restart=None, before_restart
         except OSError as e:
             print(f"      the stray connection to port {port} failed: {e}")
     res = {}
+    again = [restart] if isinstance(restart, int) else list(restart or [])
     while len([r for r in res if r in procs]) < len(procs) and time.time() - t0 < LIMIT_S:
         for r, p in list(procs.items()):
             if r not in res and p.poll() is not None:
                 res[r] = (p.returncode, time.time() - t0)
-                if r == restart and p.returncode == -signal.SIGKILL:
-                    if before_restart:
-                        before_restart(port)
-                    res["restarted_at"] = time.time() - t0
-                    procs[world] = start(r, ["-y", "1"], key=world)
+        if again and "restarted_at" not in res and all(r in res for r in again) and \
+                any(res[r][0] == -signal.SIGKILL for r in again):
+            if before_restart:
+                before_restart(port)
+            res["restarted_at"] = time.time() - t0
+            for i, r in enumerate(again):
+                procs[world + i] = start(r, ["-y", "1"], key=world + i)
         if all(r in res for r in procs if r not in hung):
             for r in hung:
                 if r not in res:
@@ -428,6 +434,28 @@ def cmd_rejoin(trainer):
                f"replicas' CRC-32Cs checked equal after it (the run goes on only if they are)")
     if not ok:
         for r in (0, 1, 2):
+            if r in res:
+                print("      " + tail(res, r))
+    # 2 x 2 ZeRO 2: rank 3 killed at step 6, rank 2 stops naming it; both started again with -y 1
+    # (their shards of checkpoint 4) rejoin as one replica after the sync of step 8
+    d, res = launch(trainer, 4, ["-ds", "2", "-z", "2", "-n", "4", "-fi", "die@6:3", "-d", str(T * ROWS)],
+                    "rejoin_2x2", restart=[2, 3])
+    joined = [res.get(k, ("none", "", "", 0))[0] for k in (4, 5)]
+    out0 = res[0][1]
+    said = "replica 1 lost at step 6" in out0 and "replica 1 rejoined after the outer sync of step 8" in out0
+    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    logged = "s:6 replicas:1" in log and "s:9 replicas:2" in log
+    le, we = against_reference(d, 2, "1@6", ("--rejoin", "1@9"))
+    ckpt = subprocess.run(["./ckpt_tool", "verify", d, "12"], capture_output=True, text=True).returncode == 0
+    ok = [res[0][0], res[1][0]] == [0, 0] and joined == [0, 0] and said and logged and ckpt and le <= TOL and we <= TOL
+    report(ok, f"2 x 2 ZeRO 2, rank 3 killed at step 6, ranks 2 and 3 started again with -y 1 after "
+               f"{res.get('restarted_at', -1):.0f} s: ranks 0, 1 exit {res[0][0]} {res[1][0]}, the new ranks 2, 3 "
+               f"exit {joined}; lost and rejoined lines {'said' if said else 'NOT said'}, main.log "
+               f"{'s:6 replicas:1, s:9 replicas:2' if logged else 'WITHOUT them'}; checkpoint 12 "
+               f"{'verifies' if ckpt else 'does NOT verify'}; against train_gpt2.py --replicas 2 --drop 1@6 --rejoin 1@9: "
+               f"max loss error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
+    if not ok:
+        for r in (0, 1, 2, 3, 4, 5):
             if r in res:
                 print("      " + tail(res, r))
 
