@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     if (strcmp(argv[1], "tcp") == 0) {
         rendezvous_tcp(&r, blob, sizeof(blob), "127.0.0.1", atoi(argv[4]), NULL);
     } else {
-        rendezvous_fs(&r, blob, sizeof(blob), argv[4]);
+        rendezvous_fs(&r, blob, sizeof(blob), argv[4], NULL);
         if (r.rank == 0) { rendezvous_fs_cleanup(&r, argv[4]); }
     }
     printf("rank %d blob ", r.rank);

@@ -8,6 +8,7 @@ step and the others train on. Each process is bounded in time; a hang fails the 
                                                 port meanwhile: another job's hello, rank 0's)
   python3 dev/test_elastic.py resume [TRAINER] checkpoints written without a lost replica, resumed by all
   python3 dev/test_elastic.py sync [TRAINER]   a replica lost inside an outer sync
+  python3 dev/test_elastic.py fs [TRAINER]     -pi fs: a drop (a stale report file planted) and a rejoin
   python3 dev/test_elastic.py checked [TRAINER] a replica lost in an exchange, the trainer built with
                                                 emucc --check, EMU_SCHED reverse and random:5
   python3 dev/test_elastic.py matrix [TRAINER] the slower suite: 4x1 and 2x2, ZeRO 1 and 2, fp32 and int8
@@ -88,20 +89,22 @@ def rows_for(R):
     return 6 if R == 3 else ROWS
 
 
-def launch(trainer, world, args, name, stray=False, restart=None, before_restart=None, hung=(), keep=False):
+def launch(trainer, world, args, name, stray=False, restart=None, before_restart=None, hung=(), keep=False, fs=False):
     """Starts `world` ranks without mpirun; returns the log dir and per rank (exit code, stdout,
     stderr, seconds it ran). A stray connection to rank 0's port, if asked, once training runs;
     restart (a rank, or a list: a replica's ranks): once that rank's process has been killed (every
     listed rank's has ended, one killed), each is started again with -y 1 (results under the keys
     world, world + 1, ...; the start time in res["restarted_at"]), after before_restart(port).
     hung: ranks that stop answering for good (-fi hang), killed once every other process has ended.
-    keep: the log dir of an earlier launch is kept (a resume, -y 1 in args)."""
+    keep: the log dir of an earlier launch is kept (a resume, -y 1 in args). fs: -pi fs through
+    the directory d.rdv (the elastic agreement and rejoins through files) instead of -pi tcp."""
     d = f"{OUT}/{name}"
     if not keep:
-        subprocess.run(["rm", "-rf", d])
+        subprocess.run(["rm", "-rf", d, d + ".rdv"])
     port = free_port()
-    cmd = [trainer, "-e", model_file()] + BASE + args + ["-pi", "tcp", "-ps", "127.0.0.1", "-pp", str(port),
-                                                         "-le", "1", "-o", d]
+    os.makedirs(d + ".rdv", exist_ok=True)
+    pi = ["-pi", "fs", "-pf", d + ".rdv"] if fs else ["-pi", "tcp", "-ps", "127.0.0.1", "-pp", str(port)]
+    cmd = [trainer, "-e", model_file()] + BASE + args + pi + ["-le", "1", "-o", d]
     t0 = time.time()
 
     lines = {}  # key -> [(seconds since t0, stdout line)]
@@ -518,6 +521,53 @@ def cmd_resume(trainer):
                 "0@6", "0@7", (1, "the run stops after the survivors' checkpoint 6"), k=0, absent=(6,))
 
 
+def stale_report(d, job, rank):
+    """Before the run: a report file of rank `rank` for agreement 0 left by an earlier run (right
+    job, world and magic, another run's nonce), which rank 0 must not count."""
+    os.makedirs(d + ".rdv", exist_ok=True)
+    with open(f"{d}.rdv/train_gpt2_rdv_{job:016x}_mb_0_{rank}", "wb") as f:
+        f.write(struct.pack("<IIQiiiiQ", 0x314d4754, 0, job, rank, 3, 6, 0, 0x1234567))
+
+
+def cmd_fs(trainer):
+    """-pi fs: the agreement and the rejoin through files. 3 x 1, rank 1 killed at step 6 (a stale
+    report file of rank 1 planted first: ignored with a line); 2 x 1 -n 4, rank 1 killed at step 6
+    and started again with -y 1: it rejoins after the sync of step 8 through rank 0's _join file."""
+    job = rdv_job("elastic-fs")
+    d = f"{OUT}/fs_3x1"
+    subprocess.run(["rm", "-rf", d, d + ".rdv"])
+    stale_report(d, job, 1)
+    args = ["-ds", "1", "-z", "1", "-fi", "die@6:1", "-d", str(T * rows_for(3)), "-pj", "elastic-fs"]
+    d, res = launch(trainer, 3, args, "fs_3x1", keep=True, fs=True)
+    le, we = against_reference(d, 3, "1@6")
+    out0 = res[0][1]
+    said = "replica 1 lost at step 6" in out0
+    ignored = "not this run's rank 1's report for agreement 0" in out0
+    ok = [res[0][0], res[2][0]] == [0, 0] and said and ignored and le <= TOL and we <= TOL
+    report(ok, f"-pi fs, 3 x 1, rank 1 killed at step 6: ranks 0, 2 exit {res[0][0]} {res[2][0]}, 'replica 1 lost' "
+               f"{'said' if said else 'NOT said'}, the stale report file {'ignored with a line' if ignored else 'NOT named'}; "
+               f"against train_gpt2.py --replicas 3 --drop 1@6: max loss error {le:.2e}, max weight error {we:.2e} "
+               f"(tol {TOL:.0e})")
+    if not ok:
+        for r in range(3):
+            print("      " + tail(res, r))
+    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-fi", "die@6:1", "-pj", "elastic-fs"], "fs_rejoin",
+                    restart=1, fs=True)
+    joined = res.get(2, ("none", "", "", 0))
+    out0 = res[0][1]
+    said = "replica 1 lost at step 6" in out0 and "replica 1 rejoined after the outer sync of step 8" in out0
+    le, we = against_reference(d, 2, "1@6", ("--rejoin", "1@9"))
+    ok = res[0][0] == 0 and joined[0] == 0 and said and le <= TOL and we <= TOL
+    report(ok, f"-pi fs, 2 x 1, rank 1 killed at step 6 and started again with -y 1: rank 0 exit {res[0][0]}, the new "
+               f"rank 1 exit {joined[0]}; lost and rejoined lines {'said' if said else 'NOT said'}; against "
+               f"train_gpt2.py --replicas 2 --drop 1@6 --rejoin 1@9: max loss error {le:.2e}, max weight error {we:.2e} "
+               f"(tol {TOL:.0e})")
+    if not ok:
+        for r in (0, 1, 2):
+            if r in res:
+                print("      " + tail(res, r))
+
+
 def refused(cmd, want, what, env=None):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
     last = ([x for x in r.stderr.splitlines() if x.startswith("error:")] or [""])[-1]
@@ -530,7 +580,6 @@ def cmd_refusals():
     env = dict(os.environ, RANK="0", WORLD_SIZE="1")
     refused(["./train_gpt2cpu"] + common, "no fault-tolerant communicators", "the CPU trainer refuses -le 1")
     refused([FP32] + common + ["-pi", "mpi"], "Open MPI ends the whole job", "-le 1 -pi mpi")
-    refused([FP32] + common + ["-pi", "fs"], "not built yet", "-le 1 -pi fs")
     refused([FP32] + [a for a in common if a not in ("-ls", str(H))] + ["-ls", "0"] + tcp, "needs -ls H > 0",
             "-le 1 without -ls")
     refused([FP32] + common + tcp + ["-wt", "0"], "needs -wt > 0", "-le 1 -wt 0")
@@ -592,6 +641,8 @@ if __name__ == "__main__":
         cmd_resume(sys.argv[2] if len(sys.argv) > 2 else FP32)
     elif what == "sync":
         cmd_sync(sys.argv[2] if len(sys.argv) > 2 else FP32)
+    elif what == "fs":
+        cmd_fs(sys.argv[2] if len(sys.argv) > 2 else FP32)
     elif what == "checked":
         cmd_checked(sys.argv[2] if len(sys.argv) > 2 else CHECKED)
     elif what == "refusals":

@@ -131,7 +131,7 @@ static const ArgSpec arg_specs[] = {
     ARG("-ref", ARG_INT, outer.feedback, 0, "-rq/-rk: error feedback, what encoding lost added to the next message (0|1)"),
     ARG("-rqs", ARG_INT, outer.wire_start, 0, "-rq/-rk: steps <= S (and their syncs) send fp32, later ones -rq/-rk"),
     ARG("-rk", ARG_FLOAT, outer.topk, 0, "top-k: send the fraction D of each 4096-value chunk, largest first (0 = all)"),
-    ARG("-le", ARG_INT, elastic, 0, "-ls: elastic replicas, a lost one is dropped and the others train on (0|1; -pi tcp)"),
+    ARG("-le", ARG_INT, elastic, 0, "-ls: elastic replicas, a lost one is dropped and the others train on (0|1; -pi tcp or fs)"),
     ARG("-lm", ARG_INT, min_replicas, 0, "-le: stop when fewer than M replicas are left"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
@@ -248,7 +248,7 @@ static void args_validate_wire(const TrainArgs* a) {
 }
 
 // -le, -lm: elastic replicas (docs/distributed.md, "Elastic replicas"): the GPU trainer's, started
-// with -pi tcp, with -ls; what is not built yet is refused by name.
+// with -pi tcp or fs, with -ls; what is not built yet is refused by name.
 static void args_validate_elastic(const TrainArgs* a, int gpu) {
     require_int("-le", a->elastic, 0, 1);
     require_int("-lm", a->min_replicas, 1, 1 << 20);
@@ -259,11 +259,8 @@ static void args_validate_elastic(const TrainArgs* a, int gpu) {
     }
     if (a->outer.every == 0) { fail("-le 1: needs -ls H > 0 (replicas that train alone between syncs can drop out)"); }
     if (strcmp(a->init_method, "mpi") == 0) {
-        fail("-le 1: under -pi mpi Open MPI ends the whole job when one process dies; start the ranks with -pi tcp");
-    }
-    if (strcmp(a->init_method, "tcp") != 0) {
-        fail("-le 1 -pi %s: not built yet (the survivors agree on who is left over rank 0's -pi tcp port); use -pi tcp",
-             a->init_method);
+        fail("-le 1: under -pi mpi Open MPI ends the whole job when one process dies; start the ranks with -pi tcp or "
+             "-pi fs");
     }
     if (a->peer_wait <= 0.0f) { fail("-le 1: needs -wt > 0 (how long a silent replica has before it is dropped)"); }
     if (a->outer.overlap > 0 || a->outer.fragments > 1 || a->outer.start > 0) {

@@ -1,4 +1,4 @@
-// Elastic replicas on the GPU (-le 1, with -ls H and -pi tcp): when a collective that spans the
+// Elastic replicas on the GPU (-le 1, with -ls H and -pi tcp or fs): when a collective that spans the
 // replicas fails (NCCL reports a lost peer, or it stays unfinished past -wt), the ranks that saw it
 // agree through rank 0 which replicas are left (llmc/membership.h), shrink the world and replica
 // communicators to them with NCCL_SHRINK_ABORT (the stuck collective is abandoned), and redo what
@@ -50,7 +50,8 @@ static void elastic_init(Elastic* e, const TrainArgs* a, const Rendezvous* rdv, 
         fail("-lm %d: more than the %d replicas there are", a->min_replicas, mesh->dp_replicate);
     }
     e->min_replicas = a->min_replicas;
-    membership_init(&e->mb, rdv, a->server_ip, a->server_port, mesh->dp_replicate, mesh->dp_shard, a->peer_wait);
+    membership_init(&e->mb, rdv, a->server_ip, a->server_port, strcmp(a->init_method, "fs") == 0 ? a->init_path : NULL,
+                    mesh->dp_replicate, mesh->dp_shard, a->peer_wait);
     cudaCheck(cudaMalloc((void**)&e->scratch, (mesh->dp_replicate + mesh->world) * sizeof(int32_t) + sizeof(ncclUniqueId)));
     if (join && join->step >= 0) {
         memcpy(e->mb.alive, join->alive, (size_t)mesh->dp_replicate);

@@ -7,7 +7,10 @@
 // inside a replica cannot lose a shard), answers each reporter with that list and closes.
 // Anything else on the port (a probe, another job, a stale epoch) is logged and dropped. A rank
 // whose replica is not kept, or that cannot reach rank 0 (rank 0's replica is the lost one), gets
-// told so and stops. Host code, no MPI or CUDA.
+// told so and stops. With -pi fs the same exchange goes through files in the -pf directory
+// (reports, rank 0's answer, the hellos of ranks starting again and rank 0's _join answer), each
+// carrying the nonce of this run's rank that wrote it (llmc/rendezvous.h), so that no file of an
+// earlier run counts. Host code, no MPI or CUDA.
 #ifndef LLMC_MEMBERSHIP_H
 #define LLMC_MEMBERSHIP_H
 
@@ -37,14 +40,18 @@ typedef struct {
     uint32_t epoch;            // agreements so far
     uint8_t* alive;            // R: the replicas still training
     int* pending;              // rank 0, per world rank: the connection of a rank waiting to rejoin, or -1
+    const char* dir;           // -pi fs: the -pf directory the exchange goes through (NULL: -pi tcp)
+    uint64_t* fresh;           // -pi fs, rank 0, per world rank: the nonce of a new hello waiting to rejoin, or 0
 } Membership;
 
-static void membership_init(Membership* m, const Rendezvous* rdv, const char* host, int port, int R, int S,
-                            double window_s) {
+static void membership_init(Membership* m, const Rendezvous* rdv, const char* host, int port, const char* dir, int R,
+                            int S, double window_s) {
     memset(m, 0, sizeof(*m));
     m->rdv = *rdv;
     m->host = host;
     m->port = port;
+    m->dir = dir;
+    m->fresh = (uint64_t*)calloc_check((size_t)R * S, sizeof(uint64_t));
     m->R = R;
     m->S = S;
     m->window_s = window_s;
@@ -60,6 +67,151 @@ static void membership_free(Membership* m) {
     }
     free(m->alive);
     free(m->pending);
+    free(m->fresh);
+}
+
+// ----------------------------------------------------------------------------
+// -pi fs: <dir>/train_gpt2_rdv_<job>_mb_<epoch>_<rank> (a report and its rank's nonce), _mbans_<epoch>
+// (rank 0's answer, its nonce, then R bytes), written under a temporary name and renamed.
+
+typedef struct {
+    MbReport r;
+    uint64_t nonce;
+} MbFsReport;
+
+static void mb_fs_path(char* out, size_t len, const Membership* m, const char* kind, int rank) {
+    char what[64];
+    snprintf(what, sizeof(what), "%s_%u", kind, m->epoch);
+    rdv_fs_path(out, len, m->dir, &m->rdv, what, rank);
+}
+
+// Rank 0: collects the report files of the ranks of live replicas until all have come or the
+// window has passed (a file that is not this run's rank's report for this agreement is named once
+// and ignored); kept as mb_collect's, written as the answer file; this agreement's reports and
+// the previous answer go.
+static void mb_fs_collect(Membership* m, int step, uint8_t* kept) {
+    int W = m->rdv.world, expected = 0;
+    uint8_t* reported = (uint8_t*)calloc_check((size_t)W, 1);
+    uint8_t* named = (uint8_t*)calloc_check((size_t)W, 1);
+    for (int r = 1; r < W; r++) { expected += m->alive[r / m->S]; }
+    double deadline = now_seconds() + m->window_s;
+    char path[4096];
+    while (expected > 0 && now_seconds() < deadline) {
+        for (int r = 1; r < W; r++) {
+            if (reported[r] || !m->alive[r / m->S]) { continue; }
+            MbFsReport f;
+            mb_fs_path(path, sizeof(path), m, "mb", r);
+            if (!rdv_fs_read(path, &f, sizeof(f))) { continue; }
+            int ok = f.r.magic == MB_MAGIC && f.r.epoch == m->epoch && f.r.job == m->rdv.job && f.r.world == W &&
+                     f.r.rank == r && f.nonce == rdv_fs_nonce[r];
+            if (ok) {
+                reported[r] = 1;
+                expected--;
+            } else if (!named[r]) {
+                named[r] = 1;
+                printf("elastic (step %d): ignored %s: not this run's rank %d's report for agreement %u\n", step, path, r,
+                       m->epoch);
+                fflush(stdout);
+            }
+        }
+        usleep(10000);
+    }
+    for (int q = 0; q < m->R; q++) {
+        kept[q] = m->alive[q];
+        for (int s = 0; s < m->S; s++) {
+            if (q * m->S + s > 0 && !reported[q * m->S + s]) { kept[q] = 0; }
+        }
+    }
+    MbAnswer a = {MB_MAGIC, m->epoch, m->R};
+    mb_fs_path(path, sizeof(path), m, "mbans", -1);
+    uint8_t* body = (uint8_t*)malloc_check(sizeof(uint64_t) + (size_t)m->R);
+    memcpy(body, &rdv_fs_nonce[0], sizeof(uint64_t));
+    memcpy(body + sizeof(uint64_t), kept, (size_t)m->R);
+    rdv_fs_write(path, &a, sizeof(a), body, sizeof(uint64_t) + (size_t)m->R);
+    free(body);
+    for (int r = 1; r < W; r++) {
+        mb_fs_path(path, sizeof(path), m, "mb", r);
+        remove(path);
+    }
+    if (m->epoch > 0) { // every rank read it before reporting for this one
+        m->epoch--;
+        mb_fs_path(path, sizeof(path), m, "mbans", -1);
+        m->epoch++;
+        remove(path);
+    }
+    free(reported);
+    free(named);
+}
+
+// A rank other than 0: its report file, then rank 0's answer file for this agreement (its nonce
+// rank 0's) into kept; returns 0, or 1 with why when none came in time.
+static int mb_fs_report(Membership* m, int step, uint8_t* kept, char* why, size_t len) {
+    char path[4096];
+    MbFsReport f = {{MB_MAGIC, m->epoch, m->rdv.job, m->rdv.rank, m->rdv.world, step}, rdv_fs_nonce[m->rdv.rank]};
+    mb_fs_path(path, sizeof(path), m, "mb", m->rdv.rank);
+    rdv_fs_write(path, &f, sizeof(f), NULL, 0);
+    mb_fs_path(path, sizeof(path), m, "mbans", -1);
+    size_t n = sizeof(MbAnswer) + sizeof(uint64_t) + (size_t)m->R;
+    uint8_t* got = (uint8_t*)malloc_check(n);
+    double wait = 2.0 * m->window_s + RDV_HELLO_S, deadline = now_seconds() + wait;
+    int ok = 0;
+    while (!ok && now_seconds() < deadline) {
+        MbAnswer a;
+        uint64_t nonce;
+        ok = rdv_fs_read(path, got, n);
+        if (ok) {
+            memcpy(&a, got, sizeof(a));
+            memcpy(&nonce, got + sizeof(a), sizeof(nonce));
+            ok = a.magic == MB_MAGIC && a.epoch == m->epoch && a.replicas == m->R && nonce == rdv_fs_nonce[0];
+        }
+        if (!ok) { usleep(10000); }
+    }
+    if (ok) { memcpy(kept, got + sizeof(MbAnswer) + sizeof(uint64_t), (size_t)m->R); }
+    free(got);
+    if (!ok) { snprintf(why, len, "rank 0 did not answer in %s within %.0f s", path, wait); }
+    return !ok;
+}
+
+// Rank 0, -pi fs: the ranks of missing replicas whose hello file is new (a nonce this run has not
+// seen from them) wait to rejoin; joining as membership_poll_joins.
+static void mb_fs_poll_joins(Membership* m, uint8_t* joining) {
+    for (int r = 1; r < m->R * m->S; r++) {
+        if (m->alive[r / m->S] || m->fresh[r]) { continue; }
+        uint64_t nonce = rdv_fs_hello_of(&m->rdv, m->dir, r);
+        if (nonce != 0 && nonce != rdv_fs_nonce[r]) { m->fresh[r] = nonce; }
+    }
+    for (int q = 0; q < m->R; q++) {
+        joining[q] = !m->alive[q];
+        for (int s = 0; s < m->S; s++) { joining[q] &= m->fresh[q * m->S + s] != 0; }
+    }
+}
+
+// Rank 0, -pi fs: the _join answer for the ranks of the joining replicas (their new nonces, the
+// step, the agreements, the replicas alive from here, the blob); their nonces are this run's from
+// here.
+static void mb_fs_admit(Membership* m, int step, const uint8_t* joining, const void* blob, size_t n) {
+    int W = m->rdv.world;
+    for (int r = 0; r < W; r++) {
+        if (joining[r / m->S] && m->fresh[r]) {
+            rdv_fs_nonce[r] = m->fresh[r];
+            m->fresh[r] = 0;
+        }
+    }
+    uint32_t head[2] = {RDV_MAGIC, RDV_JOIN};
+    int32_t world = W, v[3] = {step, (int32_t)m->epoch, m->R};
+    size_t bytes = sizeof(head) + 8 + 4 + sizeof(v) + (size_t)W * 8 + (size_t)m->R + n, at = 0;
+    uint8_t* b = (uint8_t*)malloc_check(bytes);
+    memcpy(b + at, head, sizeof(head)); at += sizeof(head);
+    memcpy(b + at, &m->rdv.job, 8); at += 8;
+    memcpy(b + at, &world, 4); at += 4;
+    memcpy(b + at, v, sizeof(v)); at += sizeof(v);
+    memcpy(b + at, rdv_fs_nonce, (size_t)W * 8); at += (size_t)W * 8;
+    memcpy(b + at, m->alive, (size_t)m->R); at += (size_t)m->R;
+    memcpy(b + at, blob, n);
+    char path[4096];
+    rdv_fs_path(path, sizeof(path), m->dir, &m->rdv, "join", -1);
+    rdv_fs_write(path, b, bytes, NULL, 0);
+    free(b);
 }
 
 static int membership_count(const Membership* m) {
@@ -233,8 +385,9 @@ static int mb_report(Membership* m, int step, uint8_t* kept, char* why, size_t l
 // (kept, R bytes); returns 0, or 1 with why when rank 0 could not be asked. m->alive follows.
 static int membership_agree(Membership* m, int step, uint8_t* kept, char* why, size_t len) {
     if (m->rdv.rank == 0) {
-        mb_collect(m, step, kept);
-    } else if (mb_report(m, step, kept, why, len)) {
+        if (m->dir) { mb_fs_collect(m, step, kept); }
+        else { mb_collect(m, step, kept); }
+    } else if (m->dir ? mb_fs_report(m, step, kept, why, len) : mb_report(m, step, kept, why, len)) {
         return 1;
     }
     memcpy(m->alive, kept, (size_t)m->R);
@@ -247,6 +400,10 @@ static int membership_agree(Membership* m, int step, uint8_t* kept, char* why, s
 // for the sync that admits its whole replica; anything else is logged and dropped. joining[q] = 1
 // for each missing replica all of whose ranks wait.
 static void membership_poll_joins(Membership* m, int step, uint8_t* joining) {
+    if (m->dir) {
+        mb_fs_poll_joins(m, joining);
+        return;
+    }
     int fd = rendezvous_listen_fd;
     for (;;) {
         struct pollfd p = {fd, POLLIN, 0};
@@ -280,6 +437,10 @@ static void membership_poll_joins(Membership* m, int step, uint8_t* joining) {
 static void membership_admit(Membership* m, int step, const uint8_t* joining, const void* blob, size_t n) {
     for (int q = 0; q < m->R; q++) { m->alive[q] |= joining[q]; }
     m->epoch++;
+    if (m->dir) {
+        if (m->rdv.rank == 0) { mb_fs_admit(m, step, joining, blob, n); }
+        return;
+    }
     RdvAnswer a = {RDV_MAGIC, RDV_JOIN};
     RdvJoin head = {step, m->epoch, m->R, NULL};
     for (int r = 0; m->rdv.rank == 0 && r < m->R * m->S; r++) {

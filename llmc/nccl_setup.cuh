@@ -48,7 +48,7 @@ static ncclComm_t nccl_world_init(const ProcessInfo* p, const char* method, cons
     } else if (strcmp(method, "mpi") == 0) {
         MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     } else if (strcmp(method, "fs") == 0) {
-        rendezvous_fs(rdv, &id, sizeof(id), fs_dir);
+        rendezvous_fs(rdv, &id, sizeof(id), fs_dir, join);
     } else {
         if (host[0] == '\0' && p->rank != 0) { fail("-pi tcp: needs rank 0's address (-ps)"); }
         rendezvous_tcp(rdv, &id, sizeof(id), host, port, join);

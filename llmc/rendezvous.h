@@ -35,10 +35,14 @@ typedef struct {
     char job_name[160]; // where it came from, for messages
     int rank, world;
     double timeout_s;   // how long any rank waits for the others
-    int keep_listening; // -pi tcp, rank 0: the port stays open after the start-up (-le 1: llmc/membership.h)
+    int keep_listening; // -le 1 (llmc/membership.h): -pi tcp, rank 0's port stays open after the start-up;
+                        // -pi fs, the ranks' nonces are kept (rdv_fs_nonce)
 } Rendezvous;
 
 static int rendezvous_listen_fd = -1; // rank 0's listening socket, kept by keep_listening
+// -pi fs with keep_listening: this run's nonce of each world rank (rank 0 knows every rank's, the
+// others rank 0's and their own; 0: unknown), which the membership files carry.
+static uint64_t* rdv_fs_nonce = NULL;
 
 // FNV-1a, 64 bits.
 static uint64_t rdv_hash(uint64_t h, const char* s) {
@@ -278,9 +282,11 @@ static void rendezvous_tcp(const Rendezvous* me, void* blob, size_t n, const cha
 
 // ----------------------------------------------------------------------------
 // -pi fs: <dir>/train_gpt2_rdv_<job>_hello_<rank> (each rank's nonce), _id (rank 0's blob with
-// every rank's nonce), _ack_<rank> (the nonce it took the blob with), each written under a
-// temporary name and renamed. Rank 0 rewrites the id whenever a hello changes (a stale hello
-// of an earlier run, replaced by the real rank's) until every rank has acknowledged this id.
+// every rank's nonce, rank 0's own in slot 0), _ack_<rank> (the nonce it took the blob with), each
+// written under a temporary name and renamed. Rank 0 rewrites the id whenever a hello changes (a
+// stale hello of an earlier run, replaced by the real rank's) until every rank has acknowledged
+// this id. -le 1: _join, rank 0's answer to the ranks of replicas rejoining a running job (the
+// nonces of their new hellos, an RdvJoin, the blob; llmc/membership.h writes it).
 
 typedef struct {
     uint32_t magic, version;
@@ -338,6 +344,7 @@ static void rdv_fs_serve(const Rendezvous* me, const void* blob, size_t n, const
     uint64_t* now = (uint64_t*)calloc_check(W, sizeof(uint64_t));
     uint32_t magic = RDV_MAGIC, version = RDV_VERSION;
     int32_t world = W;
+    written[0] = rdv_nonce() | 1; // rank 0's nonce: the membership files' (-le 1)
     memcpy(id, &magic, 4);
     memcpy(id + 4, &version, 4);
     memcpy(id + 8, &me->job, 8);
@@ -367,11 +374,50 @@ static void rdv_fs_serve(const Rendezvous* me, const void* blob, size_t n, const
         }
         usleep(10000);
     }
+    if (me->keep_listening) {
+        rdv_fs_nonce = (uint64_t*)malloc_check(W * sizeof(uint64_t));
+        memcpy(rdv_fs_nonce, written, W * sizeof(uint64_t));
+    }
     free(id);
     free(now);
 }
 
-static void rdv_fs_join(const Rendezvous* me, void* blob, size_t n, const char* dir) {
+// -le 1, a rank starting again: rank 0's _join file answers its hello (nonce) when its replica
+// rejoins a running job: join and blob filled, the nonces kept; returns 1, else 0.
+static int rdv_fs_take_join(const Rendezvous* me, const char* dir, uint64_t nonce, void* blob, size_t n, RdvJoin* join) {
+    char path[4096];
+    rdv_fs_path(path, sizeof(path), dir, me, "join", -1);
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) { return 0; }
+    int W = me->world, ok = 0;
+    uint32_t head[2];
+    uint64_t job;
+    int32_t v[3], world;
+    uint64_t* nonces = (uint64_t*)malloc_check(W * sizeof(uint64_t));
+    if (fread(head, 4, 2, f) == 2 && fread(&job, 8, 1, f) == 1 && fread(&world, 4, 1, f) == 1 &&
+        fread(v, 4, 3, f) == 3 && head[0] == RDV_MAGIC && head[1] == RDV_JOIN && job == me->job && world == W &&
+        v[2] >= 1 && v[2] <= W && fread(nonces, 8, W, f) == (size_t)W && nonces[me->rank] == nonce) {
+        uint8_t* alive = (uint8_t*)malloc_check((size_t)v[2]);
+        ok = fread(alive, 1, (size_t)v[2], f) == (size_t)v[2] && fread(blob, 1, n, f) == n && fgetc(f) == EOF;
+        if (ok) {
+            join->step = v[0];
+            join->epoch = (uint32_t)v[1];
+            join->replicas = v[2];
+            join->alive = alive;
+            rdv_fs_nonce = nonces;
+            nonces = NULL;
+        } else {
+            free(alive);
+        }
+    }
+    fclose(f);
+    free(nonces);
+    return ok;
+}
+
+// A rank other than 0: says hello and takes the id that names its nonce (join, -le 1: or rank
+// 0's answer that its replica rejoins a running job, rdv_fs_take_join).
+static void rdv_fs_join(const Rendezvous* me, void* blob, size_t n, const char* dir, RdvJoin* join) {
     char path[4096], id_path[4096];
     RdvFsHello h = {RDV_MAGIC, RDV_VERSION, me->job, me->rank, me->world, rdv_nonce()};
     if (h.nonce == 0) { h.nonce = 1; }
@@ -394,21 +440,31 @@ static void rdv_fs_join(const Rendezvous* me, void* blob, size_t n, const char* 
             memcpy(&nonce, id + head + me->rank * sizeof(uint64_t), 8);
             if (magic == RDV_MAGIC && job == me->job && world == W && nonce == h.nonce) { break; }
         }
+        if (join && rdv_fs_take_join(me, dir, h.nonce, blob, n, join)) {
+            free(id);
+            return;
+        }
         if (now_seconds() > deadline) {
             fail("-pi fs: no NCCL id from rank 0 at %s within %.0f s (for this rank's hello)", id_path, me->timeout_s);
         }
         usleep(10000);
     }
     memcpy(blob, id + head + W * sizeof(uint64_t), n);
+    if (me->keep_listening) {
+        rdv_fs_nonce = (uint64_t*)calloc_check(W, sizeof(uint64_t));
+        memcpy(&rdv_fs_nonce[0], id + head, 8);
+        rdv_fs_nonce[me->rank] = h.nonce;
+    }
     free(id);
     rdv_fs_path(path, sizeof(path), dir, me, "ack", me->rank);
     rdv_fs_write(path, &h, sizeof(h), NULL, 0);
 }
 
-// -pi fs: the blob through dir (a directory every rank sees).
-static void rendezvous_fs(const Rendezvous* me, void* blob, size_t n, const char* dir) {
+// -pi fs: the blob through dir (a directory every rank sees). join: see rdv_fs_join (NULL where
+// the job is not elastic).
+static void rendezvous_fs(const Rendezvous* me, void* blob, size_t n, const char* dir, RdvJoin* join) {
     if (me->rank == 0) { rdv_fs_serve(me, blob, n, dir); }
-    else { rdv_fs_join(me, blob, n, dir); }
+    else { rdv_fs_join(me, blob, n, dir, join); }
 }
 
 // Rank 0, once every rank holds the blob (after the communicator is up): the files go.

@@ -4,9 +4,10 @@
 # replicas"): each node runs as its own job step in a loop, so that when a node's replica is lost
 # (its GPU dies, its process hangs past -wt) the other nodes train on without it and the loop
 # starts it again with -y 1; it rejoins after the next outer sync. Losing node 0 (world rank 0:
-# the logs, the checkpoints, the agreement) stops every node; the job then requeues itself and all
-# resume from the last checkpoint. -le 1 needs -pi tcp, and -lss is not built with it yet, so the
-# replicas train alone from the first step. Ranks come from RANK / WORLD_SIZE / LOCAL_RANK set
+# the logs, the rendezvous, the agreement) stops every node after the survivors' checkpoint of
+# that step; the job then requeues itself and all resume from it (node 0's replica rebuilt from
+# the outer state). -le 1 needs -pi tcp (or -pi fs -pf DIR), and -lss is not built with it yet, so
+# the replicas train alone from the first step. Ranks come from RANK / WORLD_SIZE / LOCAL_RANK set
 # here (each step's SLURM_PROCID counts within its node); every step passes the job's id as -pj,
 # since the steps' own ids differ. This script has not been run on a cluster (README).
 #SBATCH --job-name=gpt2gpu_elastic
