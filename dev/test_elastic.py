@@ -414,53 +414,42 @@ def rdv_job(token):
     return h
 
 
-def cmd_rejoin(trainer):
-    """2 x 1 ZeRO 1, -n 4: rank 1 killed at step 6, started again with -y 1 (its checkpoint of step 4)
-    while rank 0 trains on; it rejoins after the sync of step 8 and both train to step 12."""
-    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-fi", "die@6:1", "-pj", "elastic-test"],
-                    "rejoin_2x1", restart=1, before_restart=fake_hellos)
-    joined = res.get(2, ("none", "", "", 0))
-    out0 = res[0][1]
-    said = "replica 1 lost at step 6" in out0 and "replica 1 rejoined after the outer sync of step 8" in out0
-    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
-    logged = "s:6 replicas:1" in log and "s:9 replicas:2" in log
-    le, we = against_reference(d, 2, "1@6", ("--rejoin", "1@9"))
-    ckpt = os.path.exists(d + "/DONE_00000012")
-    strays = out0.count("dropped a connection from 127.0.0.1")
-    ok = res[0][0] == 0 and joined[0] == 0 and said and logged and ckpt and le <= TOL and we <= TOL and strays == 2
-    report(ok, f"2 x 1, rank 1 killed at step 6 and started again with -y 1 after {res.get('restarted_at', -1):.0f} s: "
-               f"rank 0 exit {res[0][0]}, the new rank 1 exit {joined[0]}; hellos of another job and of rank 0 dropped "
-               f"with a line each ({strays} of 2); lost and rejoined lines "
-               f"{'said' if said else 'NOT said'}, main.log {'s:6 replicas:1, s:9 replicas:2' if logged else 'WITHOUT them'}; "
-               f"the checkpoint of step 12 {'complete' if ckpt else 'missing'}; against train_gpt2.py --replicas 2 "
-               f"--drop 1@6 --rejoin 1@9: max loss error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e}); the "
-               f"replicas' CRC-32Cs checked equal after it (the run goes on only if they are)")
-    if not ok:
-        for r in (0, 1, 2):
-            if r in res:
-                print("      " + tail(res, r))
-    # 2 x 2 ZeRO 2: rank 3 killed at step 6, rank 2 stops naming it; both started again with -y 1
-    # (their shards of checkpoint 4) rejoin as one replica after the sync of step 8
-    d, res = launch(trainer, 4, ["-ds", "2", "-z", "2", "-n", "4", "-fi", "die@6:3", "-d", str(T * ROWS)],
-                    "rejoin_2x2", restart=[2, 3])
-    joined = [res.get(k, ("none", "", "", 0))[0] for k in (4, 5)]
+def rejoin_check(d, res, survivors, joiners, what, extra_ok=True, extra_text=""):
+    """The checks of a rejoin in launch's result res: replica 1 lost at step 6 and back after the
+    sync of step 8; the survivors' and the new ranks' (keys joiners) exits, rank 0's lines, main.log,
+    checkpoint 12, the losses and final weights against --drop 1@6 --rejoin 1@9."""
+    codes = [res[r][0] for r in survivors]
+    new = [res.get(k, ("none", "", "", 0))[0] for k in joiners]
     out0 = res[0][1]
     said = "replica 1 lost at step 6" in out0 and "replica 1 rejoined after the outer sync of step 8" in out0
     log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
     logged = "s:6 replicas:1" in log and "s:9 replicas:2" in log
     le, we = against_reference(d, 2, "1@6", ("--rejoin", "1@9"))
     ckpt = subprocess.run(["./ckpt_tool", "verify", d, "12"], capture_output=True, text=True).returncode == 0
-    ok = [res[0][0], res[1][0]] == [0, 0] and joined == [0, 0] and said and logged and ckpt and le <= TOL and we <= TOL
-    report(ok, f"2 x 2 ZeRO 2, rank 3 killed at step 6, ranks 2 and 3 started again with -y 1 after "
-               f"{res.get('restarted_at', -1):.0f} s: ranks 0, 1 exit {res[0][0]} {res[1][0]}, the new ranks 2, 3 "
-               f"exit {joined}; lost and rejoined lines {'said' if said else 'NOT said'}, main.log "
-               f"{'s:6 replicas:1, s:9 replicas:2' if logged else 'WITHOUT them'}; checkpoint 12 "
-               f"{'verifies' if ckpt else 'does NOT verify'}; against train_gpt2.py --replicas 2 --drop 1@6 --rejoin 1@9: "
-               f"max loss error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
+    ok = codes == [0] * len(codes) and new == [0] * len(new) and said and logged and ckpt and extra_ok
+    ok = ok and le <= TOL and we <= TOL
+    report(ok, f"{what}, started again with -y 1 after {res.get('restarted_at', -1):.0f} s: survivors {survivors} exit "
+               f"{codes}, the new ranks exit {new}; {extra_text}lost and rejoined lines {'said' if said else 'NOT said'}, "
+               f"main.log {'s:6 replicas:1, s:9 replicas:2' if logged else 'WITHOUT them'}; checkpoint 12 "
+               f"{'verifies' if ckpt else 'does NOT verify'}; against train_gpt2.py --replicas 2 --drop 1@6 --rejoin "
+               f"1@9: max loss error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
     if not ok:
-        for r in (0, 1, 2, 3, 4, 5):
-            if r in res:
-                print("      " + tail(res, r))
+        for r in sorted(k for k in res if isinstance(k, int)):
+            print("      " + tail(res, r))
+
+
+def cmd_rejoin(trainer):
+    """2 x 1 ZeRO 1, -n 4: rank 1 killed at step 6, started again with -y 1 (its checkpoint of step 4)
+    while rank 0 trains on; it rejoins after the sync of step 8 and both train to step 12. Then the
+    same for 2 x 2 ZeRO 2, rank 3 killed (rank 2 stops naming it), ranks 2 and 3 started again."""
+    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-fi", "die@6:1", "-pj", "elastic-test"],
+                    "rejoin_2x1", restart=1, before_restart=fake_hellos)
+    strays = res[0][1].count("dropped a connection from 127.0.0.1")
+    rejoin_check(d, res, [0], [2], "2 x 1, rank 1 killed at step 6", strays == 2,
+                 f"hellos of another job and of rank 0 dropped with a line each ({strays} of 2); ")
+    d, res = launch(trainer, 4, ["-ds", "2", "-z", "2", "-n", "4", "-fi", "die@6:3", "-d", str(T * ROWS)],
+                    "rejoin_2x2", restart=[2, 3])
+    rejoin_check(d, res, [0, 1], [4, 5], "2 x 2 ZeRO 2, rank 3 killed at step 6, ranks 2 and 3")
 
 
 def manifest_missing(d, step):
@@ -553,19 +542,7 @@ def cmd_fs(trainer):
             print("      " + tail(res, r))
     d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-fi", "die@6:1", "-pj", "elastic-fs"], "fs_rejoin",
                     restart=1, fs=True)
-    joined = res.get(2, ("none", "", "", 0))
-    out0 = res[0][1]
-    said = "replica 1 lost at step 6" in out0 and "replica 1 rejoined after the outer sync of step 8" in out0
-    le, we = against_reference(d, 2, "1@6", ("--rejoin", "1@9"))
-    ok = res[0][0] == 0 and joined[0] == 0 and said and le <= TOL and we <= TOL
-    report(ok, f"-pi fs, 2 x 1, rank 1 killed at step 6 and started again with -y 1: rank 0 exit {res[0][0]}, the new "
-               f"rank 1 exit {joined[0]}; lost and rejoined lines {'said' if said else 'NOT said'}; against "
-               f"train_gpt2.py --replicas 2 --drop 1@6 --rejoin 1@9: max loss error {le:.2e}, max weight error {we:.2e} "
-               f"(tol {TOL:.0e})")
-    if not ok:
-        for r in (0, 1, 2):
-            if r in res:
-                print("      " + tail(res, r))
+    rejoin_check(d, res, [0], [2], "-pi fs, 2 x 1, rank 1 killed at step 6")
 
 
 def refused(cmd, want, what, env=None):
@@ -631,20 +608,13 @@ def cmd_mutant():
 
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""
+    trainer = sys.argv[2] if len(sys.argv) > 2 else CHECKED if what == "checked" else FP32
+    commands = {"matrix": cmd_matrix, "rejoin": cmd_rejoin, "resume": cmd_resume, "sync": cmd_sync, "fs": cmd_fs,
+                "checked": cmd_checked}
     if what in ("drop", "drop_a", "drop_b"):
-        cmd_drop(sys.argv[2] if len(sys.argv) > 2 else FP32, what[5:])
-    elif what == "matrix":
-        cmd_matrix(sys.argv[2] if len(sys.argv) > 2 else FP32)
-    elif what == "rejoin":
-        cmd_rejoin(sys.argv[2] if len(sys.argv) > 2 else FP32)
-    elif what == "resume":
-        cmd_resume(sys.argv[2] if len(sys.argv) > 2 else FP32)
-    elif what == "sync":
-        cmd_sync(sys.argv[2] if len(sys.argv) > 2 else FP32)
-    elif what == "fs":
-        cmd_fs(sys.argv[2] if len(sys.argv) > 2 else FP32)
-    elif what == "checked":
-        cmd_checked(sys.argv[2] if len(sys.argv) > 2 else CHECKED)
+        cmd_drop(trainer, what[5:])
+    elif what in commands:
+        commands[what](trainer)
     elif what == "refusals":
         cmd_refusals()
     elif what == "mutant":
