@@ -15,6 +15,7 @@ hand-written parts (gradients, bf16 rounding, file I/O, AdamW, the DiLoCo outer 
 independent math.
 """
 import argparse
+import copy
 import math
 import os
 import re
@@ -410,6 +411,12 @@ def replica_schedule(R, steps, H, S, drops=(), rejoins=()):
     return alive
 
 
+def in_flight_after(t, H, S, overlap, steps):
+    """--overlap (one fragment): whether an exchange is still in flight after step t (it starts after
+    a sync step t0 = S + k H before the last step and is applied after step t0 + overlap)."""
+    return any(t0 <= t < t0 + overlap for t0 in range(S + H, steps, H))
+
+
 # dev/test_ref_drop.py's planted bugs (--drop-bug): 1 the outer mean / R instead of / R', 2 a rejoined
 # replica keeps its old AdamW moments, 3 its step count restarts, 4 residuals lost when R' changes,
 # 5 a rejoined replica keeps its old residual
@@ -475,9 +482,10 @@ def fragment_layout(cfg, shards, F, f):
     return out
 
 
-def outer_fragment_delta(outer, local, masks, fmt=None, layout=None, residuals=None, density=0.0):
+def outer_fragment_delta(outer, local, masks, fmt=None, layout=None, residuals=None, density=0.0, divide=None):
     """The mean pseudo-gradient of one fragment (dict of tensors, zero outside masks): the plain mean
-    over the replicas (fmt None) or wire_mean's through the format (residuals updated)."""
+    over the replicas (fmt None; divide: the count it divides by, planted bug 1) or wire_mean's
+    through the format (residuals updated)."""
     if fmt is not None:
         flat = lambda d: np.concatenate([d[n].detach().numpy().reshape(-1) for n in PARAM_NAMES]).astype(np.float32)
         o = flat(outer)
@@ -491,7 +499,7 @@ def outer_fragment_delta(outer, local, masks, fmt=None, layout=None, residuals=N
             delta = outer[n] - local[0][n]
             for rep in local[1:]:
                 delta = delta + (outer[n] - rep[n])
-            delta = delta / len(local)
+            delta = delta / (divide or len(local))
         off += k
         out[n] = torch.where(masks[n], delta, torch.zeros_like(delta))
     return out
@@ -559,8 +567,12 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
     AdamW moments and residual, its AdamW step count the global step's."""
     R, H, S = replicas, sync_every, sync_start
     alive_at = replica_schedule(R, steps, H, S, drops, rejoins) if drops or rejoins else None
-    if alive_at and (fragments > 1 or overlap > 0):
-        raise ValueError("--drop/--rejoin do not combine with --fragments > 1 or --overlap > 0")
+    if alive_at and fragments > 1:
+        raise ValueError("--drop/--rejoin do not combine with --fragments > 1")
+    for k, s in (rejoins if alive_at and overlap > 0 else []):
+        if in_flight_after(s - 1, H, S, overlap, steps):
+            raise ValueError(f"--rejoin {k}@{s}: with --overlap {overlap} an exchange is in flight after step "
+                             f"{s - 1} (a replica rejoins only once the exchanges in flight have been applied)")
     residuals = [{} for _ in range(R)] if feedback else None
     compressed = wire != "fp32" or topk > 0
     layout = owned_layout(cfg, wire_shards) if compressed else None
@@ -568,7 +580,8 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
                         for f in range(fragments)]
     frag_residuals = [[{} for _ in range(R)] if feedback else None for _ in range(fragments)]
     all_masks = [fragment_masks(cfg, fragments, f) for f in range(fragments)]
-    pending = {}  # --overlap: fragment -> (the step its exchange started after, its mean, the replicas' snapshots)
+    pending = {}  # --overlap: fragment -> (the step its exchange started after, its mean, the replicas'
+    # snapshots, the replicas it was over, their residuals before it)
     loader = batches(tokens, R * B, T, path)
     reps = [P] + [{n: t.clone() for n, t in P.items()} for _ in range(R - 1)]
     if steps <= 0:
@@ -619,6 +632,9 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
                     opts[r].t = 0 if DROP_BUG == 3 else t - 1
                 if residuals is not None and DROP_BUG != 5:
                     residuals[r] = {}
+                for res in frag_residuals if DROP_BUG != 5 else []:  # (--overlap's exchanges)
+                    if res is not None:
+                        res[r] = {}
             rl, norms = [], []
             for r in live:
                 loss_r, grads_r, _ = loss_and_grads(reps[r], cfg, x[r * B:(r + 1) * B], y[r * B:(r + 1) * B])
@@ -633,21 +649,36 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
         if active and (fragments > 1 or overlap > 0):
             sq, applied = 0.0, False
             for f in sorted(pending):  # exchanges that started overlap steps ago (all after the last step)
-                t0, delta, snaps = pending[f]
+                t0, delta, snaps, over, kept = pending[f]
                 if t == steps or t >= t0 + overlap:
+                    left = [r for r in over if not alive_at or r in alive_at[t]]
+                    if left != over:  # dropped while it was in flight: the survivors redo it from the start
+                        if compressed and t0 > wire_start:
+                            res = frag_residuals[f]
+                            for r in left:
+                                res[r] = copy.deepcopy(kept[r])
+                            delta = outer_fragment_delta(outer, [snaps[r] for r in left], all_masks[f], wire,
+                                                         fragment_layouts[f], None if res is None else
+                                                         [res[r] for r in left], topk)
+                        else:
+                            delta = outer_fragment_delta(outer, [snaps[r] for r in left], all_masks[f],
+                                                         divide=R if DROP_BUG == 1 else None)
                     sq += outer_fragment_apply(outer, buf, reps, outer_lr, outer_momentum, all_masks[f], delta, snaps)
                     del pending[f]
                     applied = True
             for f in range(fragments):
                 if not fragment_due(f, fragments, t, H, S, steps):
                     continue
+                over = list(alive_at[t]) if alive_at else list(range(R))
+                res = frag_residuals[f]
+                kept = copy.deepcopy(res) if res is not None and alive_at else None
                 if compressed and t > wire_start:
-                    delta = outer_fragment_delta(outer, reps, all_masks[f], wire, fragment_layouts[f],
-                                                 frag_residuals[f], topk)
+                    delta = outer_fragment_delta(outer, [reps[r] for r in over], all_masks[f], wire, fragment_layouts[f],
+                                                 None if res is None else [res[r] for r in over], topk)
                 else:
-                    delta = outer_fragment_delta(outer, reps, all_masks[f])
+                    delta = outer_fragment_delta(outer, [reps[r] for r in over], all_masks[f])
                 if overlap > 0 and t != steps:
-                    pending[f] = (t, delta, [{n: rep[n].clone() for n in PARAM_NAMES} for rep in reps])
+                    pending[f] = (t, delta, [{n: rep[n].clone() for n in PARAM_NAMES} for rep in reps], over, kept)
                 else:
                     sq += outer_fragment_apply(outer, buf, reps, outer_lr, outer_momentum, all_masks[f], delta)
                     applied = True
@@ -1049,7 +1080,9 @@ def main(argv=None):
                          "slices are cut over the R' survivors in replica order, each keeping its own residual), "
                          "the outer parameters and momentum carry on, and every survivor keeps reading its own "
                          "rows of the R*B-row batches (no re-sharding). Step s is line s of --write-losses, printed as "
-                         "'step s-1'. Not with --fragments > 1 or --overlap > 0. Repeatable, or comma-separated")
+                         "'step s-1'. With --overlap, an exchange in flight when a replica it was over is dropped is "
+                         "redone by the survivors from its start (their snapshots and residuals then), applied as "
+                         "scheduled. Not with --fragments > 1. Repeatable, or comma-separated")
     ap.add_argument("--rejoin", action="append", default=[], metavar="k@s",
                     help="replica k, dropped earlier, takes part again from step s (the C trainer's live rejoin "
                          "comes after an outer sync, s-1 = --sync-start + a multiple of H; a resume from a "
@@ -1086,8 +1119,12 @@ def main(argv=None):
                 ap.error(f"{flag}: want k@s (replica k, 1-based step s), comma-separated (got {item!r})")
             elastic[flag].append((int(m.group(1)), int(m.group(2))))
     if elastic["--drop"] or elastic["--rejoin"]:
-        if a.fragments > 1 or a.overlap > 0:
-            ap.error("--drop/--rejoin do not combine with --fragments > 1 or --overlap > 0 (not simulated)")
+        if a.fragments > 1:
+            ap.error("--drop/--rejoin do not combine with --fragments > 1 (not simulated)")
+        for k, s in elastic["--rejoin"] if a.overlap > 0 else []:
+            if in_flight_after(s - 1, a.sync_every, a.sync_start, a.overlap, a.steps):
+                ap.error(f"--rejoin {k}@{s}: with --overlap {a.overlap} an exchange is in flight after step {s - 1} "
+                         "(a replica rejoins only once the exchanges in flight have been applied)")
         try:
             schedule = replica_schedule(a.replicas, a.steps, a.sync_every, a.sync_start,
                                         elastic["--drop"], elastic["--rejoin"])

@@ -11,7 +11,9 @@ step and the others train on. Each process is bounded in time; a hang fails the 
   python3 dev/test_elastic.py fs [TRAINER]     -pi fs: a drop (a stale report file planted) and a rejoin
   python3 dev/test_elastic.py checked [TRAINER] a replica lost in an exchange, the trainer built with
                                                 emucc --check, EMU_SCHED reverse and random:5
-  python3 dev/test_elastic.py matrix [TRAINER] the slower suite: 4x1 and 2x2, ZeRO 1 and 2, fp32 and int8
+  python3 dev/test_elastic.py matrix [TRAINER] the slower suite: 4x1 and 2x2, ZeRO 1 and 2, fp32 and int8,
+                                                -lo 0 and 1
+  python3 dev/test_elastic.py overlap [TRAINER] -lo 1: a replica lost while an exchange is in flight, a rejoin
   python3 dev/test_elastic.py refusals          -le where it cannot run: one line each, exit 1
   python3 dev/test_elastic.py mutant            a survivor that averages over R, not R', must fail drop; a
                                                 rebuilt replica keeping replica 0's moments must fail resume;
@@ -229,11 +231,15 @@ def tail(res, r):
     return f"rank {r} exit {code}: {(err.strip().splitlines() or [''])[-1][:300]}"
 
 
-def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, name, stray=False, wire=None):
+def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, name, stray=False, wire=None, lo=0):
     """R replicas of `shard` ranks, ZeRO `stage`, -fi fault; the reference drops `drop`; wire: -rq's
-    format (the reference's slices and blocks cut as ZeRO `stage` over `shard` ranks)."""
+    format (the reference's slices and blocks cut as ZeRO `stage` over `shard` ranks); lo: -lo (the
+    exchange in flight when the replica is lost redone by the survivors; no closed-form check)."""
     args = ["-ds", str(shard), "-z", str(stage), "-fi", fault, "-d", str(T * rows_for(R))] + (["-rq", wire] if wire else [])
     extra = ("--wire-format", wire, "--wire-shards", str(shard if stage else 0)) if wire else ()
+    if lo:
+        args += ["-lo", str(lo)]
+        extra += ("--overlap", str(lo))
     d, res = launch(trainer, world, args, name, stray, hung=lost_ranks if fault.startswith("hang") else ())
     kept = [r for r in range(world) if r not in lost_ranks]
     k, s = drop.split("@")
@@ -242,9 +248,9 @@ def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, nam
     le, we = against_reference(d, R, drop, extra)
     log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
     said = f"replica {k} lost at step {s}" in out0 and f"s:{s} replicas:{R - 1}" in log
-    where = f"{R} x {shard} ZeRO {stage}{' -rq ' + wire if wire else ''}, -fi {fault}"
+    where = f"{R} x {shard} ZeRO {stage}{' -rq ' + wire if wire else ''}{' -lo %d' % lo if lo else ''}, -fi {fault}"
     b = after_drop_bytes(out0)
-    report(b is not None and b[0] == b[1], f"{where}: after the drop, rank 0's closed forms (a step without and with "
+    report(lo or b is not None and b[0] == b[1], f"{where}: after the drop, rank 0's closed forms (a step without and with "
                                            f"a sync) {b and b[0]} = the bytes the emulated NCCL sent {b and b[1]}")
     detect = detection_s(res, lost_ranks[-1] if fault.startswith("die") else None, k, s)
     if detect is not None:
@@ -290,7 +296,7 @@ def drop_part_b(trainer):
     d, res = launch(trainer, 4, ["-ds", "2", "-z", "2", "-fi", "die@6:0", "-d", str(T * ROWS)], "die_rank0")
     codes = [res[r][0] for r in (1, 2, 3)]
     said = [tail(res, r) for r in (1, 2, 3)]
-    ok = codes == [1, 1, 1] and "rank 0" in said[0] and all("survivors' checkpoint 6" in s for s in said[1:])
+    ok = codes == [1, 1, 1] and "rank 0" in said[0] and all("the run stops after checkpoint 6" in s for s in said[1:])
     missing = manifest_missing(d, 6)
     verify = subprocess.run(["./ckpt_tool", "verify", d, "6"], capture_output=True, text=True)
     report(ok and missing == "missing dp_shard 2 replicas 0" and verify.returncode == 0,
@@ -348,6 +354,21 @@ def sync_case(trainer, world, fault, R, k, s, name, wire=None, more=()):
     return res
 
 
+def cmd_overlap(trainer):
+    """-lo 1 (the exchange of the sync after step 4 runs during step 5, applied after it): 3 x 1,
+    rank 1 killed as step 5 begins, the survivors redo the exchange over 2 replicas from its start;
+    2 x 2 ZeRO 2 -rq int8, rank 3 killed at step 5 (their residuals as they were before it); 2 x 1
+    -n 4, rank 1 killed at step 6 and started again: it rejoins after the exchange of the sync after
+    step 8 is applied (after step 9), and checkpoint 8 (an exchange in flight, a replica missing) is
+    not written."""
+    survivors_case(trainer, 3, 1, 1, "die@5:1", 3, "1@5", [1], "lo_3x1", lo=1)
+    survivors_case(trainer, 4, 2, 2, "die@5:3", 2, "1@5", [2, 3], "lo_2x2_int8", wire="int8", lo=1)
+    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-lo", "1", "-fi", "die@6:1"], "lo_rejoin", restart=1)
+    skipped = not os.path.exists(d + "/DONE_00000008")
+    rejoin_check(d, res, [0], [2], "-lo 1, 2 x 1, rank 1 killed at step 6", skipped,
+                 f"checkpoint 8 {'not written' if skipped else 'WRITTEN'}; ", after=9, ref=("--overlap", "1"))
+
+
 def cmd_sync(trainer):
     """A replica lost in an outer sync: 3 x 1 -rq int8, rank 1 killed as the exchange after step 8
     is issued (the survivors restore their residuals and redo it over 2 replicas); 2 x 1, rank 1
@@ -384,14 +405,16 @@ def cmd_checked(trainer):
 
 
 def cmd_matrix(trainer):
-    """The slower suite (not in make test): 4 x 1 and 2 x 2, ZeRO 1 and 2, fp32 and -rq int8, replica
-    1 killed as step 6 begins (-lo 1 is not built with -le yet)."""
+    """The slower suite (not in make test): 4 x 1 and 2 x 2, ZeRO 1 and 2, fp32 and -rq int8, -lo 0
+    and 1, replica 1 killed as step 5 begins (with -lo 1: while the exchange of the sync after step
+    4 is in flight)."""
     for (R, S) in ((4, 1), (2, 2)):
         for stage in (1, 2):
             for wire in (None, "int8"):
-                lost = list(range(S, 2 * S))
-                survivors_case(trainer, R * S, S, stage, f"die@6:{2 * S - 1}", R, "1@6", lost,
-                               f"matrix_{R}x{S}_z{stage}_{wire or 'fp32'}", wire=wire)
+                for lo in (0, 1):
+                    lost = list(range(S, 2 * S))
+                    survivors_case(trainer, R * S, S, stage, f"die@5:{2 * S - 1}", R, "1@5", lost,
+                                   f"matrix_{R}x{S}_z{stage}_{wire or 'fp32'}_lo{lo}", wire=wire, lo=lo)
 
 
 def fake_hellos(port):
@@ -414,25 +437,26 @@ def rdv_job(token):
     return h
 
 
-def rejoin_check(d, res, survivors, joiners, what, extra_ok=True, extra_text=""):
+def rejoin_check(d, res, survivors, joiners, what, extra_ok=True, extra_text="", after=8, ref=()):
     """The checks of a rejoin in launch's result res: replica 1 lost at step 6 and back after the
-    sync of step 8; the survivors' and the new ranks' (keys joiners) exits, rank 0's lines, main.log,
-    checkpoint 12, the losses and final weights against --drop 1@6 --rejoin 1@9."""
+    outer sync applied after step `after`; the survivors' and the new ranks' (keys joiners) exits,
+    rank 0's lines, main.log, checkpoint 12, the losses and final weights against --drop 1@6
+    --rejoin 1@after+1 (ref: more reference flags)."""
     codes = [res[r][0] for r in survivors]
     new = [res.get(k, ("none", "", "", 0))[0] for k in joiners]
     out0 = res[0][1]
-    said = "replica 1 lost at step 6" in out0 and "replica 1 rejoined after the outer sync of step 8" in out0
+    said = "replica 1 lost at step 6" in out0 and f"replica 1 rejoined after the outer sync of step {after}" in out0
     log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
-    logged = "s:6 replicas:1" in log and "s:9 replicas:2" in log
-    le, we = against_reference(d, 2, "1@6", ("--rejoin", "1@9"))
+    logged = "s:6 replicas:1" in log and f"s:{after + 1} replicas:2" in log
+    le, we = against_reference(d, 2, "1@6", ("--rejoin", f"1@{after + 1}") + tuple(ref))
     ckpt = subprocess.run(["./ckpt_tool", "verify", d, "12"], capture_output=True, text=True).returncode == 0
     ok = codes == [0] * len(codes) and new == [0] * len(new) and said and logged and ckpt and extra_ok
     ok = ok and le <= TOL and we <= TOL
     report(ok, f"{what}, started again with -y 1 after {res.get('restarted_at', -1):.0f} s: survivors {survivors} exit "
                f"{codes}, the new ranks exit {new}; {extra_text}lost and rejoined lines {'said' if said else 'NOT said'}, "
-               f"main.log {'s:6 replicas:1, s:9 replicas:2' if logged else 'WITHOUT them'}; checkpoint 12 "
+               f"main.log {'s:6 replicas:1, s:%d replicas:2' % (after + 1) if logged else 'WITHOUT them'}; checkpoint 12 "
                f"{'verifies' if ckpt else 'does NOT verify'}; against train_gpt2.py --replicas 2 --drop 1@6 --rejoin "
-               f"1@9: max loss error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
+               f"1@{after + 1} {' '.join(ref)}: max loss error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
     if not ok:
         for r in sorted(k for k in res if isinstance(k, int)):
             print("      " + tail(res, r))
@@ -507,7 +531,7 @@ def cmd_resume(trainer):
     resume_case(trainer, "resume_lm", ["-ds", "1", "-z", "1", "-lm", "2", "-fi", "die@6:1"], 2, 6, (),
                 "1@6", "1@7", (1, "fewer than -lm 2: the run stops after checkpoint 6"))
     resume_case(trainer, "resume_rank0", ["-ds", "1", "-z", "1", "-fi", "die@6:0"], 2, 6, (),
-                "0@6", "0@7", (1, "the run stops after the survivors' checkpoint 6"), k=0, absent=(6,))
+                "0@6", "0@7", (1, "is lost, and moving those roles is not built yet: the run stops after checkpoint 6"), k=0, absent=(6,))
 
 
 def stale_report(d, job, rank):
@@ -560,8 +584,8 @@ def cmd_refusals():
     refused([FP32] + [a for a in common if a not in ("-ls", str(H))] + ["-ls", "0"] + tcp, "needs -ls H > 0",
             "-le 1 without -ls")
     refused([FP32] + common + tcp + ["-wt", "0"], "needs -wt > 0", "-le 1 -wt 0")
-    refused([FP32] + common + tcp + ["-lf", "2"], "not built yet with -lo", "-le 1 -lf 2")
-    refused([FP32] + common + tcp + ["-lo", "1"], "not built yet with -lo", "-le 1 -lo 1")
+    refused([FP32] + common + tcp + ["-lf", "2"], "not built yet with -lf", "-le 1 -lf 2")
+    refused([FP32] + common + tcp + ["-lss", "2"], "not built yet with -lf or -lss", "-le 1 -lss 2")
     refused([FP32] + common + tcp, "needs at least 2 replicas", "-le 1 on one rank", env)
 
 
@@ -610,7 +634,7 @@ if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     trainer = sys.argv[2] if len(sys.argv) > 2 else CHECKED if what == "checked" else FP32
     commands = {"matrix": cmd_matrix, "rejoin": cmd_rejoin, "resume": cmd_resume, "sync": cmd_sync, "fs": cmd_fs,
-                "checked": cmd_checked}
+                "checked": cmd_checked, "overlap": cmd_overlap}
     if what in ("drop", "drop_a", "drop_b"):
         cmd_drop(trainer, what[5:])
     elif what in commands:

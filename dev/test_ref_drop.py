@@ -168,12 +168,15 @@ def adamw(P, g, m, v, step, lr=1e-3, wd=0.1, clip=1.0, b1=0.9, b2=0.95, eps=1e-8
         P[n] = P[n] - lr * (mh / (torch.sqrt(vh) + eps) + w * P[n])
 
 
-def naive(tokens, R, H, steps, alive, fmt="fp32", density=0.0, shards=0, olr=0.7, mom=0.9):
+def naive(tokens, R, H, steps, alive, fmt="fp32", density=0.0, shards=0, olr=0.7, mom=0.9, overlap=0):
     """alive(r, t): replica r takes part in step t. Returns (losses, the outer model after the last sync).
     fmt not fp32: every shard rank's owned vector (train_gpt2.owned_layout's indices, -1 padding)
     is cut into R' slices, survivor i owning slice i; each survivor sends message + its residual
     (one per parameter), keeps what the codec lost, and the sum of each slice is sent back encoded
-    (top-k with density > 0, the sum keeping R' times as many)."""
+    (top-k with density > 0, the sum keeping R' times as many). overlap > 0: a sync (but the last)
+    keeps every live replica's parameters and residual, and `overlap` steps later (or at the last
+    step) the exchange is computed from those over the replicas of it still alive and applied, each
+    live replica keeping what its own steps added since."""
     P0, cfg = tg.load_model(MODEL_FILE)
     reps = [{n: t.clone() for n, t in P0.items()} for _ in range(R)]
     mo = [{n: torch.zeros_like(t) for n, t in P0.items()} for _ in range(R)]
@@ -181,7 +184,35 @@ def naive(tokens, R, H, steps, alive, fmt="fp32", density=0.0, shards=0, olr=0.7
     outer, buf = flat(P0), np.zeros(flat(P0).size, np.float32)
     N = outer.size
     res = [np.zeros(N, np.float32) for _ in range(R)]
-    losses, n = [], B * T
+    losses, n, pending = [], B * T, None
+
+    def mean_delta(msgs, over):
+        """The mean over the replicas `over` (their messages msgs) as the wire carries it."""
+        Rp = len(over)
+        if fmt == "fp32":
+            total = msgs[0]
+            for d in msgs[1:]:
+                total = total + d
+            return total / np.float32(Rp)
+        total = np.zeros(N, np.float32)  # survivor i of Rp owns slice i of each padded owned vector
+        for idx in tg.owned_layout(cfg, shards):
+            k, have = -(-idx.size // Rp), idx >= 0
+            dec = []
+            for i, r in enumerate(over):
+                mm = np.zeros(Rp * k, np.float32)
+                mm[:idx.size][have] = msgs[i][idx[have]] + res[r][idx[have]]
+                d = np.concatenate([tg.wire_roundtrip(mm[j * k:(j + 1) * k], fmt, density) for j in range(Rp)])
+                res[r][idx[have]] = (mm - d)[:idx.size][have]
+                dec.append(d)
+            got = np.zeros(Rp * k, np.float32)
+            for j in range(Rp):
+                part = dec[0][j * k:(j + 1) * k]
+                for d in dec[1:]:
+                    part = part + d[j * k:(j + 1) * k]
+                got[j * k:(j + 1) * k] = tg.wire_roundtrip(part, fmt, density, Rp)
+            total[idx[have]] = got[:idx.size][have]
+        return total / np.float32(Rp)
+
     for t in range(1, steps + 1):
         g = tokens[(t - 1) * R * n:t * R * n + 1]
         assert g.size == R * n + 1
@@ -200,33 +231,22 @@ def naive(tokens, R, H, steps, alive, fmt="fp32", density=0.0, shards=0, olr=0.7
             step_losses.append(float(loss))
             adamw(reps[r], grads, mo[r], vo[r], t)
         losses.append(sum(step_losses) / len(live))
+        if pending and (t >= pending[0] + overlap or t == steps):
+            t0, snaps, kept, over = pending
+            left = [r for r in over if alive(r, t)]
+            for r in left:
+                res[r] = kept[r].copy()
+            delta = mean_delta([outer - snaps[r] for r in left], left)
+            buf = np.float32(mom) * buf + delta
+            outer = outer - np.float32(olr) * (delta + np.float32(mom) * buf)
+            for r in live:
+                reps[r] = unflat(outer + (flat(reps[r]) - snaps[r]), P0)
+            pending = None
         if t % H == 0 or t == steps:
-            msgs = [outer - flat(reps[r]) for r in live]
-            Rp = len(live)
-            if fmt == "fp32":
-                total = msgs[0]
-                for d in msgs[1:]:
-                    total = total + d
-            else:  # survivor i of Rp owns slice i of each padded owned vector
-                total = np.zeros(N, np.float32)
-                for idx in tg.owned_layout(cfg, shards):
-                    k, have = -(-idx.size // Rp), idx >= 0
-                    dec = []
-                    for i, r in enumerate(live):
-                        mm = np.zeros(Rp * k, np.float32)
-                        mm[:idx.size][have] = msgs[i][idx[have]] + res[r][idx[have]]
-                        d = np.concatenate([tg.wire_roundtrip(mm[j * k:(j + 1) * k], fmt, density)
-                                            for j in range(Rp)])
-                        res[r][idx[have]] = (mm - d)[:idx.size][have]
-                        dec.append(d)
-                    got = np.zeros(Rp * k, np.float32)
-                    for j in range(Rp):
-                        part = dec[0][j * k:(j + 1) * k]
-                        for d in dec[1:]:
-                            part = part + d[j * k:(j + 1) * k]
-                        got[j * k:(j + 1) * k] = tg.wire_roundtrip(part, fmt, density, Rp)
-                    total[idx[have]] = got[:idx.size][have]
-            delta = total / np.float32(Rp)
+            if overlap and t != steps:
+                pending = (t, {r: flat(reps[r]) for r in live}, {r: res[r].copy() for r in live}, live)
+                continue
+            delta = mean_delta([outer - flat(reps[r]) for r in live], live)
             buf = np.float32(mom) * buf + delta
             outer = outer - np.float32(olr) * (delta + np.float32(mom) * buf)
             for r in live:
@@ -235,12 +255,17 @@ def naive(tokens, R, H, steps, alive, fmt="fp32", density=0.0, shards=0, olr=0.7
 
 
 ELASTIC = [[0, 1, 2]] * 2 + [[0, 1]] * 2 + [[0, 1, 2]] * 2 + [[1, 2]] * 2  # syncs over 3, 2, 3, 2
-NAIVE_CASES = [  # (format, top-k density, --wire-shards, --drop, --rejoin, the replicas alive at steps 1..8)
-    ("fp32", 0.0, 0, "1@3,0@6", "1@5", [[0, 1, 2]] * 2 + [[0, 2]] * 2 + [[0, 1, 2]] + [[1, 2]] * 3),
+OVERLAPPED = [[0, 1, 2]] * 2 + [[0, 2]] + [[0, 1, 2]] * 3 + [[1, 2]] * 2  # 1 lost in flight, back; 0 lost
+NAIVE_CASES = [  # (format, top-k density, --wire-shards, --drop, --rejoin, the replicas alive at steps 1..8, --overlap)
+    ("fp32", 0.0, 0, "1@3,0@6", "1@5", [[0, 1, 2]] * 2 + [[0, 2]] * 2 + [[0, 1, 2]] + [[1, 2]] * 3, 0),
     # rejoined inside a window (step 4 follows step 3, not a sync): a resume that rebuilt replica 2
-    ("fp32", 0.0, 0, "2@2", "2@4", [[0, 1, 2]] + [[0, 1]] * 2 + [[0, 1, 2]] * 5),
-    ("int8", 0.0, 0, "2@3,0@7", "2@5", ELASTIC),
-    ("int4", 0.25, 2, "2@3,0@7", "2@5", ELASTIC),
+    ("fp32", 0.0, 0, "2@2", "2@4", [[0, 1, 2]] + [[0, 1]] * 2 + [[0, 1, 2]] * 5, 0),
+    ("int8", 0.0, 0, "2@3,0@7", "2@5", ELASTIC, 0),
+    ("int4", 0.25, 2, "2@3,0@7", "2@5", ELASTIC, 0),
+    # --overlap 1: replica 1 dropped at step 3 while the exchange of the sync after step 2 is in
+    # flight (redone by 0 and 2), back at step 4; replica 0 dropped at step 7, in no flight
+    ("fp32", 0.0, 0, "1@3,0@7", "1@4", OVERLAPPED, 1),
+    ("int8", 0.0, 0, "1@3,0@7", "1@4", OVERLAPPED, 1),
 ]
 
 
@@ -250,15 +275,15 @@ def cmd_naive(bug=0):
     R, H, steps, out = 3, 2, 8, {}
     toks = np.random.default_rng(7).integers(0, V, R * B * T * steps + 1)
     data = write_shard(f"{TMP}/r3.bin", toks)
-    for fmt, density, shards, drops, rejoins, table in NAIVE_CASES:
+    for fmt, density, shards, drops, rejoins, table, overlap in NAIVE_CASES:
         if bug and (fmt == "fp32") != (bug < 4):
             continue
         args = ["--data", data, "--steps", str(steps), "--replicas", str(R), "--sync-every", str(H),
                 "--wire-format", fmt, "--topk", str(density), "--wire-shards", str(shards),
-                "--drop", drops, "--rejoin", rejoins] + NESTEROV
-        key = f"{fmt} --drop {drops} --rejoin {rejoins}"
-        got = reference(args + (["--drop-bug", str(bug)] if bug else []), f"naive_{fmt}_{drops}_{bug}")
-        want = naive(toks, R, H, steps, lambda r, t: r in table[t - 1], fmt, density, shards)
+                "--drop", drops, "--rejoin", rejoins, "--overlap", str(overlap)] + NESTEROV
+        key = f"{fmt} --drop {drops} --rejoin {rejoins}" + (f" --overlap {overlap}" if overlap else "")
+        got = reference(args + (["--drop-bug", str(bug)] if bug else []), f"naive_{fmt}_{drops}_{overlap}_{bug}")
+        want = naive(toks, R, H, steps, lambda r, t: r in table[t - 1], fmt, density, shards, overlap=overlap)
         le, we = diffs(got, want)
         out[key] = (le <= 1e-6 and we <= 1e-6, le, we)
         if not bug:
@@ -301,7 +326,7 @@ def cmd_refusals():
         (r3 + ["--drop", "0@2,1@3", "--drop", "2@5"], "--drop", "every replica"),
         (r3 + ["--drop", "1@2", "--sync-start", "2"], "--drop 1@2", "--sync-start"),
         (r3 + ["--drop", "1@2", "--fragments", "2"], "--drop", "--fragments"),
-        (r3 + ["--drop", "1@4", "--overlap", "1"], "--drop", "--overlap"),
+        (r3 + ["--drop", "1@2", "--rejoin", "1@3", "--overlap", "1"], "--rejoin 1@3", "in flight"),
         (r3 + ["--drop", "1:2"], "--drop", "k@s"),
         (base + ["--drop", "0@2"], "--replicas", ">= 2"),
         (base + ["--replicas", "2", "--drop", "0@2"], "--sync-every", "> 0"),

@@ -263,9 +263,9 @@ static void args_validate_elastic(const TrainArgs* a, int gpu) {
              "-pi fs");
     }
     if (a->peer_wait <= 0.0f) { fail("-le 1: needs -wt > 0 (how long a silent replica has before it is dropped)"); }
-    if (a->outer.overlap > 0 || a->outer.fragments > 1 || a->outer.start > 0) {
-        fail("-le 1: not built yet with -lo, -lf or -lss (a replica lost while an exchange is in flight, or before "
-             "the replicas train alone); blocking syncs of the whole model only");
+    if (a->outer.fragments > 1 || a->outer.start > 0) {
+        fail("-le 1: not built yet with -lf or -lss (fragments' exchanges in flight side by side, or a replica lost "
+             "before the replicas train alone); syncs of the whole model only");
     }
 }
 

@@ -110,12 +110,24 @@ static WaitEnd wait_event_until(cudaEvent_t ev, const char* what, int end_grace,
     }
 }
 
+// -le 1 -lo (llmc/dp_device.cuh sets it while an exchange is in flight, whose chunks on the
+// communication stream any wait may stand behind): a wait that ends on an NCCL error or at its
+// limit hands it here (the survivors recover, or this rank stops) and goes on waiting.
+static void (*elastic_wait_hook)(const char* why, ncclComm_t failed) = NULL;
+
 // Blocks until the work before the last record of ev has run; fails (wait_event_until's why) on
-// an NCCL error or at the limit.
+// an NCCL error or at the limit (elastic_wait_hook where set).
 static void wait_event(cudaEvent_t ev, const char* what, int end_grace) {
-    char why[768];
-    ncclComm_t failed = NULL;
-    if (wait_event_until(ev, what, end_grace, 0, &failed, why, sizeof(why)) != WAIT_DONE) { fail("%s", why); }
+    for (;;) {
+        char why[768];
+        ncclComm_t failed = NULL;
+        void (*hook)(const char*, ncclComm_t) = elastic_wait_hook;
+        if (wait_event_until(ev, what, end_grace, hook != NULL, &failed, why, sizeof(why)) == WAIT_DONE) { return; }
+        if (hook == NULL) { fail("%s", why); }
+        elastic_wait_hook = NULL; // (no wait inside the recovery recovers again)
+        hook(why, failed);
+        elastic_wait_hook = hook;
+    }
 }
 
 // wait_event for a short wait (EventWaitFn, llmc/cuda_common.cuh: host_wait_event).

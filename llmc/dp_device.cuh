@@ -107,6 +107,8 @@ typedef struct {
     uint8_t* send;
     uint8_t* recv;
     float* tmp;  // -lo tau >= 2, dense fp32: R ranges of a chunk side by side (R * ceil(slice / tau) floats)
+    OuterConfig c;  // the sync's settings at its start
+    int in_flight;  // -lo: started, not yet applied (-le 1 redoes it where a replica is lost meanwhile)
 } DevExchange;
 
 typedef struct {
@@ -582,6 +584,7 @@ static void dev_dp_begin_step(DeviceDP* dp) {
 }
 
 static void dev_dp_note_bytes(DeviceDP* dp);
+static int dev_dp_elastic_wait(DeviceDP* dp, const char* what);
 
 // The mean of the per-rank values summed into dp->loss[0], over every rank: one all-reduce and
 // one host wait. -le 1: a failure of the all-reduce is recovered from (llmc/dp_elastic.cuh) and it
@@ -599,8 +602,7 @@ static float dev_dp_mean_over_world(DeviceDP* dp, const char* what) {
             wait_device(0, dp->link.host_event, what);
             break;
         }
-        if (elastic_wait(&dp->el, &dp->link, &dp->plan.mesh, what)) { break; }
-        dev_dp_note_bytes(dp);
+        if (dev_dp_elastic_wait(dp, what)) { break; }
         cudaCheck(cudaMemcpyAsync(dp->loss, dp->loss_keep, W * sizeof(float), cudaMemcpyDeviceToDevice, 0));
     }
     float sum;
@@ -837,7 +839,7 @@ static int dev_dp_messages_finite(DeviceDP* dp, const float* x, size_t n) {
     op_span_end(span, 0.0, ring_bytes((double)ranks * sizeof(float), ranks, 1));
     if (!dp->el.on) {
         wait_device(0, dp->link.host_event, "the outer sync's finiteness flag");
-    } else if (!elastic_wait(&dp->el, &dp->link, &dp->plan.mesh, "the outer sync's finiteness flag")) {
+    } else if (!dev_dp_elastic_wait(dp, "the outer sync's finiteness flag")) {
         return -1;
     }
     float total;
@@ -845,40 +847,36 @@ static int dev_dp_messages_finite(DeviceDP* dp, const float* x, size_t n) {
     return total == 0.0f;
 }
 
-// Fragment call->fragment's exchange (the whole model without -lf), the CPU trainer's: each owned
-// element's outer_message (plus its residual with -rq/-rk and feedback) packed into dst (the fragment's
-// owned elements in owned order, zero-padded to R slices) on stream 0, after it waits for the
-// parameters' last all-gather; snap (-lo) receives the fragment's owned local values. Unless the
-// finiteness flag says skip (returns 0), the communication stream then encodes every slice
-// (-rq/-rk, llmc/wire_kernels.cuh; the residual keeps what that lost) and sums them over the replicas
-// into dst in `chunks` chunks (dev_dp_issue_chunk): blocking (snap NULL) at once, with -lo one at the
-// start of each of the next `chunks` steps (dev_dp_pump); the last records the fragment's event.
-// Nothing of stream 0 waits for the exchange but the apply (dev_dp_fragment_apply). Returns 1, 0
-// (skip), or -1 (-le 1: a replica was lost in the flag's all-reduce; redo).
-static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* dst, float* snap, int chunks) {
+// Fragment f's messages packed into dst (its owned elements in owned order, zero-padded to the
+// slices of the replicas training) on stream 0: each owned element's outer_message from the local
+// values (the master weights or parameters; from_snap, -le 1 redoing an exchange: the snapshot
+// taken when it started) plus its residual with -rq/-rk and feedback; snap_out (-lo) receives the
+// local values. Returns the padded size.
+static size_t dev_dp_pack_messages(DeviceDP* dp, int f, const OuterConfig* c, float* dst, const float* from_snap,
+                                   float* snap_out) {
     const DpPlan* p = &dp->plan;
-    int R = dp->el.live_R, f = call->fragment, L = p->layout.num_layers;
-    WireSpec w = dev_dp_wire_spec(&call->c);
-    size_t padded = dev_dp_live_padded(dp, f), slice = padded / R;
-    const float* res = outer_compressed(&call->c) ? dp->st.residual : NULL;
-    OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.params_ready[L])); // the last all-gather
+    size_t padded = dev_dp_live_padded(dp, f);
+    const float* res = outer_compressed(c) ? dp->st.residual : NULL;
     cudaCheck(cudaMemsetAsync(dst, 0, padded * sizeof(float), 0));
     for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
         const DpRun* r = &p->runs[i];
         size_t o = r->owned;
-        const float* mw = dp->opt.master ? dp->opt.master + r->adam : NULL;
-        if (snap) { outer_local(snap + o, mw, dp->params + r->param, r->count); }
+        const float* mw = from_snap ? from_snap + o : dp->opt.master ? dp->opt.master + r->adam : NULL;
+        if (snap_out) { outer_local(snap_out + o, mw, dp->params + r->param, r->count); }
         outer_span_message(dst + r->packed, dp->st.outer + o, mw, dp->params + r->param, res ? res + o : NULL, r->count,
-                           outer_plain_average(&call->c));
+                           outer_plain_average(c));
     }
-    fault_die_at(&run_fault, FAULT_DIE_SYNC, call->step, p->mesh.rank, "the outer sync");
-    float bad = fault_pseudo_grad(&run_fault, call->step, p->mesh.rank); // -fi nan_pg, inf_pg
-    static float bad_value; // outlives the asynchronous copy
-    bad_value = bad;
-    if (bad != 0.0f) { cudaCheck(cudaMemcpyAsync(dst, &bad_value, sizeof(float), cudaMemcpyHostToDevice, 0)); }
-    int finite = dev_dp_messages_finite(dp, dst, padded);
-    if (finite <= 0) { return finite; }
-    fault_die_at(&run_fault, FAULT_DIE_XCHG, call->step, p->mesh.rank, "the outer sync's exchange");
+    return padded;
+}
+
+// Fragment f's exchange of its packed messages dst: with -rq/-rk every slice encoded on the
+// communication stream (after stream 0's messages; the residual keeps what that lost, -le 1 after
+// keeping it as it was), then the sum over the replicas in `chunks` chunks (dev_dp_issue_chunk):
+// the first now where `now`, else (-lo) one at the start of each of the next steps (dev_dp_pump).
+static void dev_dp_exchange_issue(DeviceDP* dp, int f, const OuterConfig* c, float* dst, int chunks, int now) {
+    const DpPlan* p = &dp->plan;
+    int R = dp->el.live_R;
+    float* res = outer_compressed(c) ? dp->st.residual : NULL;
     cudaStream_t cs = dp->link.comm_stream;
     if (dp->res_keep && res) { // -le 1: the residual as it was, should the exchange be redone
         cudaCheck(cudaMemcpyAsync(dp->res_keep, res, p->sync_owned * sizeof(float), cudaMemcpyDeviceToDevice, 0));
@@ -888,21 +886,81 @@ static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* 
     x->next = 0;
     x->total = chunks;
     x->dst = dst;
-    x->slice = slice;
-    x->w = w;
+    x->slice = dev_dp_live_padded(dp, f) / R;
+    x->w = dev_dp_wire_spec(c);
+    x->c = *c;
     x->send = dp->wire_send ? dp->wire_send + copy * dp->wire_send_bytes : NULL;
     x->recv = dp->wire_recv ? dp->wire_recv + copy * dp->wire_recv_bytes : NULL;
-    if (outer_compressed(&call->c)) { // encoded on the communication stream, after stream 0's messages
+    if (outer_compressed(c)) { // encoded on the communication stream, after stream 0's messages
         device_link_order_on_comm(&dp->link);
-        wire_spec_encode_slices(&w, dst, slice, R, x->send, res != NULL, cs);
+        wire_spec_encode_slices(&x->w, dst, x->slice, R, x->send, res != NULL, cs);
         for (int i = p->frag_runs[f]; res && i < p->frag_runs[f + 1]; i++) { // the residual back in owned order
             const DpRun* r = &p->runs[i];
-            cudaCheck(cudaMemcpyAsync(dp->st.residual + r->owned, dst + r->packed, r->count * sizeof(float),
+            cudaCheck(cudaMemcpyAsync(res + r->owned, dst + r->packed, r->count * sizeof(float),
                                       cudaMemcpyDeviceToDevice, cs));
         }
     }
-    if (!snap) { dev_dp_issue_chunk(dp, f); } // blocking: now; -lo: from the next step's start (dev_dp_pump)
+    if (now) { dev_dp_issue_chunk(dp, f); }
+}
+
+// Fragment call->fragment's exchange (the whole model without -lf), the CPU trainer's: its messages
+// packed (dev_dp_pack_messages, after the parameters' last all-gather; snap, -lo: the local values
+// kept), then unless the finiteness flag says skip (returns 0) encoded and summed over the replicas
+// (dev_dp_exchange_issue): blocking (snap NULL) at once, with -lo one chunk at the start of each of
+// the next `chunks` steps; the last records the fragment's event. Nothing of stream 0 waits for the
+// exchange but the apply (dev_dp_fragment_apply). Returns 1, 0 (skip), or -1 (-le 1: a replica was
+// lost in the flag's all-reduce; redo).
+static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* dst, float* snap, int chunks) {
+    const DpPlan* p = &dp->plan;
+    int L = p->layout.num_layers;
+    OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.params_ready[L])); // the last all-gather
+    size_t padded = dev_dp_pack_messages(dp, call->fragment, &call->c, dst, NULL, snap);
+    fault_die_at(&run_fault, FAULT_DIE_SYNC, call->step, p->mesh.rank, "the outer sync");
+    float bad = fault_pseudo_grad(&run_fault, call->step, p->mesh.rank); // -fi nan_pg, inf_pg
+    static float bad_value; // outlives the asynchronous copy
+    bad_value = bad;
+    if (bad != 0.0f) { cudaCheck(cudaMemcpyAsync(dst, &bad_value, sizeof(float), cudaMemcpyHostToDevice, 0)); }
+    int finite = dev_dp_messages_finite(dp, dst, padded);
+    if (finite <= 0) { return finite; }
+    fault_die_at(&run_fault, FAULT_DIE_XCHG, call->step, p->mesh.rank, "the outer sync's exchange");
+    dev_dp_exchange_issue(dp, call->fragment, &call->c, dst, chunks, snap == NULL);
     return 1;
+}
+
+// -le 1, after the survivors shrank their communicators (a replica lost): every -lo exchange in
+// flight is redone over them from its start, at once (the residual as it was then, the messages
+// from the snapshot of the local values then, cut into R' slices); its apply stays where it was.
+static void dev_dp_redo_in_flight(DeviceDP* dp) {
+    for (int f = 0; dp->xch && f < dp->plan.num_fragments; f++) {
+        DevExchange* x = &dp->xch[f];
+        if (!x->in_flight) { continue; }
+        if (dp->res_keep && outer_compressed(&x->c)) {
+            cudaCheck(cudaMemcpyAsync(dp->st.residual, dp->res_keep, dp->plan.sync_owned * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, 0));
+        }
+        OuterConfig c = x->c;
+        dev_dp_pack_messages(dp, f, &c, x->dst, dp->st.snap, NULL);
+        dev_dp_exchange_issue(dp, f, &c, x->dst, 1, 1);
+    }
+}
+
+// -le 1 -lo, while an exchange is in flight (elastic_wait_hook, llmc/device_wait.cuh): a wait that
+// failed recovers as an elastic one does and redoes the exchange; the wait then goes on.
+static DeviceDP* dev_dp_hooked = NULL;
+static void dev_dp_wait_hook(const char* why, ncclComm_t failed) {
+    DeviceDP* dp = dev_dp_hooked;
+    elastic_failed(&dp->el, &dp->link, &dp->plan.mesh, why, failed);
+    dev_dp_note_bytes(dp);
+    dev_dp_redo_in_flight(dp);
+}
+
+// -le 1: elastic_wait, and after a recovery from a lost replica the survivors' closed forms noted
+// and the exchanges in flight redone (returns 0: the caller redoes its own work too).
+static int dev_dp_elastic_wait(DeviceDP* dp, const char* what) {
+    if (elastic_wait(&dp->el, &dp->link, &dp->plan.mesh, what)) { return 1; }
+    dev_dp_note_bytes(dp);
+    dev_dp_redo_in_flight(dp);
+    return 0;
 }
 
 // The outer step of fragment call->fragment with its summed messages `sum` (packed): outer_update on
@@ -938,7 +996,7 @@ static float dev_dp_fragment_apply(DeviceDP* dp, const OuterCall* call, float* s
 static int dev_dp_exchange_done(DeviceDP* dp, int f) {
     if (!dp->el.on) { return 1; }
     device_link_wait(&dp->link, &dp->exchanged[f]);
-    return elastic_wait(&dp->el, &dp->link, &dp->plan.mesh, "the outer sync's exchange");
+    return dev_dp_elastic_wait(dp, "the outer sync's exchange");
 }
 
 // The outer step of fragment call->fragment in phase call->phase (llmc/outer_sync.h): OUTER_BLOCKING
@@ -959,7 +1017,6 @@ static int dev_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
             int got = dev_dp_fragment_exchange(dp, call, buf, NULL, 1);
             if (got == 0) { return 0; }
             if (got > 0 && dev_dp_exchange_done(dp, f)) { break; }
-            dev_dp_note_bytes(dp);
             if (got > 0 && dp->res_keep && outer_compressed(&call->c)) { // the residual before the encoding
                 cudaCheck(cudaMemcpyAsync(dp->st.residual, dp->res_keep, p->sync_owned * sizeof(float),
                                           cudaMemcpyDeviceToDevice, 0));
@@ -969,7 +1026,23 @@ static int dev_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
         return 1;
     }
     float* held = dp->st.held + p->held_off[f];
-    if (call->phase == OUTER_START) { return dev_dp_fragment_exchange(dp, call, held, dp->st.snap, p->outer->overlap); }
+    DevExchange* x = &dp->xch[f];
+    if (call->phase == OUTER_START) {
+        int got;
+        while ((got = dev_dp_fragment_exchange(dp, call, held, dp->st.snap, p->outer->overlap)) < 0) {}
+        x->in_flight = got;
+        if (got && dp->el.on) { // any wait may stand behind its chunks now
+            dev_dp_hooked = dp;
+            elastic_wait_hook = dev_dp_wait_hook;
+        }
+        return got;
+    }
+    while (dp->el.on) { // -le 1: a replica lost meanwhile makes the survivors redo it (dev_dp_redo_in_flight)
+        dev_dp_drain(dp, f);
+        if (dev_dp_exchange_done(dp, f)) { break; }
+    }
+    x->in_flight = 0;
+    elastic_wait_hook = NULL;
     *sq = dev_dp_fragment_apply(dp, call, held, dp->st.snap);
     return 1;
 }
@@ -1131,6 +1204,9 @@ static void dev_dp_outer_broadcast(DeviceDP* dp) {
 // (elastic_admit) and sent the outer state; returns how many joined.
 static int dev_dp_admit(void* ctx, int step) {
     DeviceDP* dp = (DeviceDP*)ctx;
+    for (int f = 0; dp->xch && f < dp->plan.num_fragments; f++) {
+        if (dp->xch[f].in_flight) { return 0; } // -lo: a replica rejoins once the exchange in flight is applied
+    }
     int n = elastic_admit(&dp->el, &dp->link, &dp->plan.mesh, step);
     if (n > 0) {
         dev_dp_note_bytes(dp);
@@ -1198,6 +1274,20 @@ static void dev_dp_elastic_room(DeviceDP* dp) {
         dp->shard_grads = (float*)device_alloc((p->layout.shard_elements + R) * sizeof(float));
     }
     if (dp->st.residual) { dp->res_keep = (float*)device_alloc(p->sync_owned * sizeof(float)); }
+    if (dp->st.held) { // -lo: a held sum cut into R' slices (one fragment: -lf is not built with -le)
+        cudaCheck(cudaFree(dp->st.held));
+        dp->st.held = (float*)device_alloc((p->held_off[p->num_fragments] + R) * sizeof(float));
+    }
+    for (int f = 0; dp->xch && f < p->num_fragments; f++) { // -lo tau >= 2, dense: R' ranges of a chunk
+        if (!dp->xch[f].tmp) { continue; }
+        size_t most = 0;
+        for (int r = 1; r <= R; r++) {
+            size_t n = (size_t)r * ceil_div(ceil_div(p->frag_count[f], r), p->outer->overlap);
+            most = n > most ? n : most;
+        }
+        cudaCheck(cudaFree(dp->xch[f].tmp));
+        dp->xch[f].tmp = (float*)device_alloc(most * sizeof(float));
+    }
     if (!dp->wire_send) { return; }
     WireSpec w = dev_dp_wire_spec(p->outer), owner = w;
     for (int r = 1; r <= R; r++) {

@@ -144,6 +144,15 @@ static void elastic_recover(Elastic* e, DeviceLink* k, const Mesh* mesh, const c
     free(kept);
 }
 
+// A wait ended on an NCCL error of `failed` or at its limit (why): where this rank's own replica
+// lost a rank it stops, else the survivors recover (elastic_recover).
+static void elastic_failed(Elastic* e, DeviceLink* k, const Mesh* mesh, const char* why, ncclComm_t failed) {
+    ncclResult_t shard_error = ncclSuccess;
+    if (k->shard) { ncclCheck(ncclCommGetAsyncError(k->shard, &shard_error)); }
+    int own = failed == k->shard || (shard_error != ncclSuccess && shard_error != ncclInProgress);
+    elastic_recover(e, k, mesh, why, own);
+}
+
 // Stream 0 up to now has run (the host waits on ev, recorded here); returns 1, or 0 after a failure
 // of a replica-spanning collective was recovered from (elastic_recover): the caller redoes its work
 // on the shrunk communicators.
@@ -153,10 +162,7 @@ static int elastic_wait(Elastic* e, DeviceLink* k, const Mesh* mesh, const char*
     ncclComm_t failed = NULL;
     WaitEnd end = wait_event_until(k->host_event, what, 1, 1, &failed, why, sizeof(why));
     if (end == WAIT_DONE) { return 1; }
-    ncclResult_t shard_error = ncclSuccess;
-    if (k->shard) { ncclCheck(ncclCommGetAsyncError(k->shard, &shard_error)); }
-    int own = failed == k->shard || (shard_error != ncclSuccess && shard_error != ncclInProgress);
-    elastic_recover(e, k, mesh, why, own);
+    elastic_failed(e, k, mesh, why, failed);
     return 0;
 }
 

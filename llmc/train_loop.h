@@ -605,7 +605,7 @@ static void run_membership(TrainRun* r, const TrainerOps* ops, int step, int* st
 static void run_admit_replicas(TrainRun* r, const TrainerOps* ops, int t) {
     if (!ops->dp.admit || ops->dp.admit(ops->dp.ctx, t) == 0) { return; }
     run_note_replicas(r, ops, t + 1);
-    run_check_replicas(r, ops, t, 0);
+    if (r->outer->overlap == 0) { run_check_replicas(r, ops, t, 0); } // (-lo: each keeps its steps since the exchange began)
     run_check_replicas(r, ops, t, 1);
 }
 
@@ -620,6 +620,7 @@ static void run_join(TrainRun* r, const TrainerOps* ops, int step) {
     }
     r->start_step = step;
     r->outer_ready = 1;
+    for (int f = 0; f < outer_num_fragments(r->outer); f++) { r->outer_inflight[f] = -1; } // (its checkpoint's: gone)
     const char* note = NULL;
     r->live_replicas = ops->dp.live_replicas(ops->dp.ctx, &note, NULL);
     r->tokens_per_step = (int)((long)r->args->total_batch / r->mesh->dp_replicate * r->live_replicas);
@@ -665,6 +666,27 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     run_membership(r, ops, step + 1, stop); // a replica lost in the sync
     if (*synced && !*stop) { run_admit_replicas(r, ops, step + 1); }
     return verdict;
+}
+
+// -le 1: replica 0 lost, or fewer than -lm replicas left, after `step` and its checkpoint (where
+// one was written): the run stops, saying why and what resumes it.
+static void run_stop_elastic(const TrainRun* r, int step) {
+    char why[256], then[256];
+    if (r->rank0_lost) {
+        snprintf(why, sizeof(why), "replica 0, holding world rank 0 (the logs, the rendezvous, the agreement), is lost, "
+                 "and moving those roles is not built yet");
+    } else {
+        snprintf(why, sizeof(why), "%d of %d replicas are left, fewer than -lm %d", r->live_replicas,
+                 r->mesh->dp_replicate, r->args->min_replicas);
+    }
+    if (r->last_complete == step) {
+        snprintf(then, sizeof(then), "after checkpoint %d (-y 1 with every replica resumes it, rebuilding the lost ones "
+                 "from the outer state)", step);
+    } else {
+        snprintf(then, sizeof(then), "at step %d without a checkpoint of it (%s): -y 1 resumes from the newest complete "
+                 "one", step, r->args->log_dir[0] ? "an -lo exchange was in flight" : "no -o");
+    }
+    fail("%s: the run stops %s", why, then);
 }
 
 // -op 1: the profile's table on stdout and its record in metrics.jsonl (rank 0's).
@@ -730,7 +752,10 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         }
         if (synced) { logger_log_outer(&r->logger, step + 1, r->last_pg_norm); }
         int no_joiner = r->live_replicas <= before; // the ranks rejoining now start at the next step
-        if (a->log_dir[0] && no_joiner && (stop || (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0))) {
+        // -le 1 -lo: no checkpoint holds an exchange in flight while a replica is missing (its held sum is
+        // cut into the survivors' slices; the checkpoint layout is the full mesh's)
+        int holdable = r->live_replicas == r->mesh->dp_replicate || !run_outer_pending(r);
+        if (a->log_dir[0] && no_joiner && holdable && (stop || (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0))) {
             char why[4600];
             if (run_save_checkpoint(r, step + 1, ops, ctx, why, sizeof(why))) {
                 r->ckpt_failures = 0;
@@ -739,21 +764,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
                 run_checkpoint_failed(r, step + 1, why, stop);
             }
         }
-        if (r->rank0_lost) {
-            fail("replica 0, holding world rank 0 (the logs, the rendezvous, the agreement), is lost, and moving those "
-                 "roles is not built yet: the run stops after %s %d (-y 1 with every replica resumes it, rebuilding the "
-                 "lost ones from the outer state)", a->log_dir[0] ? "the survivors' checkpoint" : "step",
-                 step + 1);
-        }
-        if (r->below_min && !a->log_dir[0]) {
-            fail("%d of %d replicas are left, fewer than -lm %d: the run stops at step %d (no -o: no checkpoint)",
-                 r->live_replicas, r->mesh->dp_replicate, a->min_replicas, step + 1);
-        }
-        if (r->below_min) {
-            fail("%d of %d replicas are left, fewer than -lm %d: the run stops after checkpoint %d (-y 1 with every "
-                 "replica resumes it, rebuilding the lost ones from the outer state)", r->live_replicas,
-                 r->mesh->dp_replicate, a->min_replicas, step + 1);
-        }
+        if (r->rank0_lost || r->below_min) { run_stop_elastic(r, step + 1); }
         if (stop) {
             preempt_report(&r->logger, a->log_dir, step + 1, r->rank);
             r->preempted = 1;

@@ -3,7 +3,8 @@
 # NCCL's own transport lets die and join: a replica killed or hung at a stated step and the
 # survivors' losses and weights against train_gpt2.py --drop (and the time from the kill to rank 0's
 # line), a replica killed in an outer sync (before its flag, inside the exchange) and the
-# survivors redoing it, the same through -pi fs files, a killed replica started again with -y 1 rejoining against --rejoin, checkpoints written
+# survivors redoing it, lost while an -lo exchange is in flight (redone) and a rejoin with -lo,
+# the same through -pi fs files, a killed replica started again with -y 1 rejoining against --rejoin, checkpoints written
 # without the lost replica and resumed by all (it is rebuilt from the outer state), the lost
 # replica's other rank, replica 0 lost, -lm, a stray connection; the refusals; a survivor averaging
 # over R instead of R', and a rebuilt replica keeping replica 0's moments, must fail. The elastic
@@ -18,6 +19,7 @@ check_bg elastic_drop_2x2_rank0_lm /usr/bin/python3 dev/test_elastic.py drop_b
 check_bg elastic_rejoin /usr/bin/python3 dev/test_elastic.py rejoin
 check_bg elastic_resume /usr/bin/python3 dev/test_elastic.py resume
 check_bg elastic_lost_in_sync /usr/bin/python3 dev/test_elastic.py sync
+check_bg elastic_overlap /usr/bin/python3 dev/test_elastic.py overlap
 check_bg elastic_pi_fs /usr/bin/python3 dev/test_elastic.py fs
 check_bg elastic_checked_reverse_random /usr/bin/python3 dev/test_elastic.py checked
 check_bg elastic_mutants_mean_rebuild /usr/bin/python3 dev/test_elastic.py mutant
