@@ -167,15 +167,16 @@ def launch(trainer, world, args, name, stray=False, restart=None, before_restart
     return d, res
 
 
-def reference(R, drop, extra=()):
+def reference(R, drop, extra=(), steps=STEPS):
     """train_gpt2.py's losses and final weights for R replicas of ROWS // R rows each, `drop`."""
     rows = rows_for(R)
     tag = f"ref_R{R}_rows{rows}_drop{drop.replace('@', '_')}" + "_".join(extra).replace("-", "").replace("@", "_")
+    tag += f"_x{steps}" if steps != STEPS else ""
     losses, final = f"{OUT}/{tag}.txt", f"{OUT}/{tag}.bin"
     if not os.path.exists(final):  # written under this process's names, then renamed (checks run side by side)
         mine = f".{os.getpid()}"
         subprocess.run([PY, "train_gpt2.py", "--load", model_file(), "--data", DATA, "--B", str(rows // R),
-                        "--T", str(T), "--steps", str(STEPS), "--lr", "1e-3", "--weight-decay", "0.1",
+                        "--T", str(T), "--steps", str(steps), "--lr", "1e-3", "--weight-decay", "0.1",
                         "--replicas", str(R), "--sync-every", str(H), "--outer-lr", "0.7", "--outer-momentum",
                         "0.9", "--drop", drop, *extra, "--write-losses", losses + mine, "--write-final", final + mine],
                        check=True, capture_output=True)
@@ -320,17 +321,17 @@ def drop_part_b(trainer):
            f"{(err.strip().splitlines() or [''])[-1][:240]}")
 
 
-def sync_case(trainer, world, fault, R, k, s, name, wire=None, more=()):
+def sync_case(trainer, world, fault, R, k, s, name, wire=None, more=(), steps=STEPS):
     """R x 1 ZeRO 1, rank k killed (fault) in the outer sync after step s: the survivors redo the
     sync over R - 1 replicas. Replica k took part in step s (its loss is in step s's mean), so
     step s's loss is checked against train_gpt2.py --drop k@s+1, everything else (the sync after
     step s and on, the final weights) against --drop k@s."""
     extra = ("--wire-format", wire, "--wire-shards", "1") if wire else ()
     args = ["-ds", "1", "-z", "1", "-fi", fault, "-d", str(T * rows_for(R))] + (["-rq", wire] if wire else [])
-    d, res = launch(trainer, world, args + list(more), name)
+    d, res = launch(trainer, world, args + list(more) + ["-x", str(steps)], name)
     kept = [r for r in range(world) if r != k]
-    ref_l, ref_w = reference(R, f"{k}@{s}", extra)
-    at_s = reference(R, f"{k}@{s + 1}", extra)[0][s]
+    ref_l, ref_w = reference(R, f"{k}@{s}", extra, steps)
+    at_s = reference(R, f"{k}@{s + 1}", extra, steps)[0][s]
     le = we = float("inf")
     try:
         got, w = td.train_losses(d + "/main.log"), td.weights(d + "/model_final.bin")
@@ -382,14 +383,15 @@ RESTORE = ("cudaCheck(cudaMemcpyAsync(dp->st.residual, dp->res_keep, p->sync_own
            "                                          cudaMemcpyDeviceToDevice, 0));")
 
 
-def checked_case(trainer, sched):
-    """2 x 1 -rq int8, rank 1 killed as the exchange after step 4 is issued, on the trainer built
-    with emucc --check (races, stream order, memory) under EMU_SCHED=sched. -wt 20: a checked
-    build's collective call runs its stream's pending kernels first, seconds on a loaded machine."""
+def checked_case(trainer, sched, tag="checked"):
+    """2 x 1 -rq int8, 6 steps, rank 1 killed as the exchange after step 4 is issued, on the trainer
+    built with emucc --check (races, stream order, memory) under EMU_SCHED=sched (log dir named by
+    tag and sched). -wt 20: a checked build's collective call runs its stream's pending kernels
+    first, seconds on a loaded machine."""
     os.environ["EMU_SCHED"] = sched
     try:
-        return sync_case(trainer, 2, "die_xchg@4:1", 2, 1, 4, f"checked_{sched.replace(':', '')}",
-                         wire="int8", more=("-wt", "20"))
+        return sync_case(trainer, 2, "die_xchg@4:1", 2, 1, 4, f"{tag}_{sched.replace(':', '')}",
+                         wire="int8", more=("-wt", "20"), steps=6)
     finally:
         os.environ.pop("EMU_SCHED")
 
@@ -620,7 +622,7 @@ def cmd_mutant():
             # the residual restored on the communication stream: nothing orders it before stream 0's
             # messages of the redone exchange read it (emucc --check must see the race)
             ("mutant_restore_stream", "llmc/dp_device.cuh", RESTORE, RESTORE.replace("DeviceToDevice, 0)",
-             "DeviceToDevice, dp->link.comm_stream)"), lambda t: checked_case(t, "reverse"))):
+             "DeviceToDevice, dp->link.comm_stream)"), lambda t: checked_case(t, "reverse", "mutant_checked"))):
         before = test_diloco.failures
         res = run(mutant_trainer(name, path, target, replacement, check=name == "mutant_restore_stream"))
         caught.append(test_diloco.failures > before)
