@@ -117,8 +117,7 @@ static void elastic_recover(Elastic* e, DeviceLink* k, const Mesh* mesh, const c
         if (mesh->replicate_idx == 0) { fail("%s; asking rank 0 which replicas are left: %s", why, asked); }
         memcpy(kept, was, (size_t)R);
         kept[0] = 0;
-        memcpy(e->mb.alive, kept, (size_t)R);
-        e->mb.epoch++;
+        membership_take(&e->mb, kept);
         snprintf(said, sizeof(said), "%s; rank 0 cannot be asked which replicas are left (%s)", why, asked);
     }
     if (!kept[mesh->replicate_idx]) {

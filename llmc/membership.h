@@ -381,6 +381,12 @@ static int mb_report(Membership* m, int step, uint8_t* kept, char* why, size_t l
     return !ok;
 }
 
+// An agreement made: the replicas kept (R bytes) train from here, and the next agreement counts on.
+static void membership_take(Membership* m, const uint8_t* kept) {
+    memcpy(m->alive, kept, (size_t)m->R);
+    m->epoch++;
+}
+
 // Every rank that saw a replica-spanning collective fail: the replicas kept after this agreement
 // (kept, R bytes); returns 0, or 1 with why when rank 0 could not be asked. m->alive follows.
 static int membership_agree(Membership* m, int step, uint8_t* kept, char* why, size_t len) {
@@ -390,8 +396,7 @@ static int membership_agree(Membership* m, int step, uint8_t* kept, char* why, s
     } else if (m->dir ? mb_fs_report(m, step, kept, why, len) : mb_report(m, step, kept, why, len)) {
         return 1;
     }
-    memcpy(m->alive, kept, (size_t)m->R);
-    m->epoch++;
+    membership_take(m, kept);
     return 0;
 }
 
