@@ -307,18 +307,24 @@ DILOCO = td.MODEL + ["-i", td.DATA, "-j", "", "-b", "2", "-t", "32", "-d", "256"
                      "-s", "0", "-sf", "1", "-ls", "4", "-ol", "0.7", "-om", "0.9"]
 
 
-def outer_bytes(stdout):
-    """The -ls closed forms the trainer printed (a step without a sync, a sync's bytes across the
-    replicas and inside the replica) and the bytes it measured in a step without and with a sync."""
-    c = re.search(r"communication per outer sync \(every \d+ steps\): (\d+) bytes sent per rank across replicas, "
-                  r"(\d+) inside the replica[^;]*; a step without a sync sends (\d+)", stdout)
+def ls_bytes(stdout, head):
+    """The -ls closed forms of the trainer's line `head` (a step without a sync, one with: the
+    sync's bytes across the replicas and inside the replica added) and the bytes it measured in its
+    last step without and with a sync, as (plain, sync, measured plain, measured sync), or None."""
+    c = re.search(head + r": (\d+) bytes sent per rank across replicas, (\d+) inside[^;]*; a step without a sync "
+                  r"sends (\d+)", stdout)
     m = re.search(r"communication measured \(-ls\): (\d+) bytes sent per rank in a step without an outer sync, "
                   r"(\d+) in one with", stdout)
     if c is None or m is None:
         return None
     replica, inner, plain = (int(x) for x in c.groups())
-    return {"plain": plain, "sync": plain + replica + inner, "measured_plain": int(m.group(1)),
-            "measured_sync": int(m.group(2))}
+    return plain, plain + replica + inner, int(m.group(1)), int(m.group(2))
+
+
+def outer_bytes(stdout):
+    """The start-up report's -ls closed forms and the measured bytes (ls_bytes), as a dict."""
+    b = ls_bytes(stdout, r"communication per outer sync \(every \d+ steps\)")
+    return b and dict(zip(("plain", "sync", "measured_plain", "measured_sync"), b))
 
 
 def state_master(path):

@@ -934,6 +934,7 @@ static void dev_dp_redo_in_flight(DeviceDP* dp) {
     for (int f = 0; dp->xch && f < dp->plan.num_fragments; f++) {
         DevExchange* x = &dp->xch[f];
         if (!x->in_flight) { continue; }
+        device_link_comm_wait(&dp->link); // after its encoding and chunks (the residual, dst), abandoned or not
         if (dp->res_keep && outer_compressed(&x->c)) {
             cudaCheck(cudaMemcpyAsync(dp->st.residual, dp->res_keep, dp->plan.sync_owned * sizeof(float),
                                       cudaMemcpyDeviceToDevice, 0));
