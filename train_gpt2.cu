@@ -608,7 +608,7 @@ int main(int argc, char** argv) {
     RdvJoin join = {-1, 0, 0, NULL}; // -le 1: whether this rank's replica rejoins a running job
     ncclComm_t world_comm = nccl_world_init(&proc, args.init_method, args.init_path, args.server_ip, args.server_port,
                                             &rdv, args.elastic ? &join : NULL,
-                                            args.dp_shard > 0 ? args.dp_shard : proc.world);
+                                            args.dp_shard > 0 ? args.dp_shard : proc.world, args.fault);
     watch_comm(world_comm);
     int world = proc.world, rank = proc.rank, zero = args.zero_stage;
     matmul_init();
@@ -684,7 +684,7 @@ int main(int argc, char** argv) {
     run_free(&run);
     gpt2_free(&gpu.model);
     dev_dp_free(&gpu.dp);
-    ncclCheck(ncclCommDestroy(gpu.dp.link.world)); // world_comm, or (-le 1) what it shrank to
+    nccl_destroy(gpu.dp.link.world); // world_comm, or (-le 1) what it shrank to
     num_watched_comms = 0;
     matmul_free();
     if (proc.use_mpi) { MPI_Finalize(); }

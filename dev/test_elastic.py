@@ -481,6 +481,31 @@ def cmd_rejoin(trainer):
     d, res = launch(trainer, 4, ["-ds", "2", "-z", "2", "-n", "4", "-fi", "die@6:3", "-d", str(T * ROWS)],
                     "rejoin_2x2", restart=[2, 3])
     rejoin_check(d, res, [0, 1], [4, 5], "2 x 2 ZeRO 2, rank 3 killed at step 6, ranks 2 and 3")
+    if len(sys.argv) < 4 or sys.argv[3] != "quick":
+        rejoin_dies(trainer)
+
+
+def rejoin_dies(trainer):
+    """3 x 1, rank 1 killed at step 6 and started again, dies once admitted (-fi die_join), before the
+    grown communicators exist: ranks 0 and 2 give up on them after -wt, agree on it over their own
+    world, drop the rejoin and train on as two replicas (against --replicas 3 --drop 1@6)."""
+    d, res = launch(trainer, 3, ["-ds", "1", "-z", "1", "-n", "4", "-fi", "die@6:1,die_join@8:1", "-d", str(T * rows_for(3))], "rejoin_dies",
+                    restart=1)
+    codes, new, out0 = [res[r][0] for r in (0, 2)], res.get(3, ("none", "", "", 0))[0], res[0][1]
+    m = re.search(r"replica 1 did not rejoin after the outer sync of step (\d+) \(([^)]*)\)", out0)
+    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    logged = "s:6 replicas:2" in log and "replicas:3" not in log.split("s:6 replicas:2", 1)[-1]
+    ckpt = subprocess.run(["./ckpt_tool", "verify", d, "12"], capture_output=True, text=True).returncode == 0
+    le, we = against_reference(d, 3, "1@6")
+    ok = codes == [0, 0] and new == -signal.SIGKILL and m and logged and ckpt and le <= TOL and we <= TOL
+    report(ok, f"3 x 1, rank 1 killed at step 6, started again, dies once admitted: survivors [0, 2] exit {codes}, "
+               f"the new rank exit {new}; rank 0 says {repr(m.group(0)[:160]) if m else 'NO failed-rejoin line'}; "
+               f"main.log {'s:6 replicas:2, never 3 after' if logged else 'WRONG'}; checkpoint 12 "
+               f"{'verifies' if ckpt else 'does NOT verify'}; against train_gpt2.py --replicas 3 --drop 1@6: max loss "
+               f"error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
+    if not ok:
+        for r in sorted(k for k in res if isinstance(k, int)):
+            print("      " + tail(res, r))
 
 
 def manifest_missing(d, step):

@@ -66,6 +66,67 @@ static ncclComm_t elastic_comms[2];
 
 static int comm_is_elastic(ncclComm_t c) { return c && (c == elastic_comms[0] || c == elastic_comms[1]); }
 
+// -le 1 makes those communicators nonblocking (NCCL's blocking 0, nccl_world_init): NCCL may answer
+// any call on one with ncclInProgress, and its state must then be polled out of ncclInProgress
+// (ncclCommGetAsyncError) before the next call on it or work on its streams. nccl_settle polls for
+// up to limit_s seconds: the state then (ncclInProgress where the limit passed).
+static ncclResult_t nccl_settle(ncclComm_t comm, double limit_s) {
+    double deadline = now_seconds() + limit_s;
+    for (;;) {
+        ncclResult_t r = ncclInProgress, q = ncclCommGetAsyncError(comm, &r);
+        if (q != ncclSuccess) { return q; }
+        if (r != ncclInProgress || now_seconds() > deadline) { return r; }
+        usleep(20);
+    }
+}
+
+// ncclCheck for a call on comm, which may be nonblocking: an ncclInProgress is polled out of within
+// the wait's limit. What is left (an error, or still in progress at the limit) on a communicator
+// that spans the replicas and is no longer healthy goes to the elastic wait that follows each of
+// their calls (it sees the error, or its own limit passes); anything else fails here.
+#define ncclCheckOn(comm, call)                                         \
+    do {                                                                \
+        watchdog_arm("an NCCL call");                                   \
+        ncclResult_t nccl_result_ = (call);                             \
+        watchdog_disarm_after(0);                                       \
+        nccl_check_on((comm), nccl_result_, #call, __FILE__, __LINE__); \
+    } while (0)
+static void nccl_check_on(ncclComm_t comm, ncclResult_t r, const char* what, const char* file, int line) {
+    if (r == ncclInProgress) {
+        char src[96];
+        r = nccl_settle(comm, wait_limit_s(src, sizeof(src)));
+    }
+    if (r == ncclSuccess) { return; }
+    ncclResult_t state = ncclSuccess;
+    if (comm_is_elastic(comm) && ncclCommGetAsyncError(comm, &state) == ncclSuccess && state != ncclSuccess) { return; }
+    nccl_check(r, what, file, line);
+}
+
+// Destroys c, blocking or not (a nonblocking one is finalized first and polled out of ncclInProgress
+// within the wait limit, as NCCL asks before its destroy).
+static void nccl_destroy(ncclComm_t c) {
+    ncclResult_t r = ncclCommFinalize(c);
+    if (r == ncclInProgress) {
+        char src[96];
+        r = nccl_settle(c, wait_limit_s(src, sizeof(src)));
+    }
+    nccl_check(r, "ncclCommFinalize", __FILE__, __LINE__);
+    ncclCheck(ncclCommDestroy(c));
+}
+
+// ncclCommSplit of parent (which may be nonblocking) into *child, which is blocking where
+// blocking_child, else as the parent; both polled out of ncclInProgress for up to limit_s seconds.
+// Returns ncclSuccess or what failed (ncclInProgress where the limit passed).
+static ncclResult_t nccl_split_settled(ncclComm_t parent, int color, int key, ncclComm_t* child, int blocking_child,
+                                       double limit_s) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER; // (blocking 1)
+    *child = NULL;
+    ncclResult_t r = ncclCommSplit(parent, color, key, child, blocking_child ? &config : NULL);
+    if (r != ncclInProgress) { return r; }
+    r = nccl_settle(parent, limit_s);
+    return r == ncclSuccess && *child ? nccl_settle(*child, limit_s) : r;
+}
+
 // Polls ev and the watched communicators' asynchronous errors (those of elastic_comms only where
 // `elastic`) until the work before ev's last record has run (WAIT_DONE; where `elastic`, with no
 // error on elastic_comms: a collective that ends on a communicator in error lacks a lost peer's

@@ -466,7 +466,7 @@ static void dev_dp_finish_gradients(DeviceDP* dp) {
         device_link_order_on_main(&dp->link);
         double bytes = 0.0;
         if (dp->replica_reduce && W > 1) {
-            ncclCheck(ncclAllReduce(dp->grads, dp->grads, dp->grads_elements, ncclFloatX, ncclAvg, dp->link.world, 0));
+            ncclCheckOn(dp->link.world, ncclAllReduce(dp->grads, dp->grads, dp->grads_elements, ncclFloatX, ncclAvg, dp->link.world, 0));
             bytes = ring_bytes((double)dp->grads_elements * sizeof(floatX), W, 1);
         } else if (!dp->replica_reduce && S > 1) {
             size_t padded = round_up(p->num_parameters, S);
@@ -482,7 +482,7 @@ static void dev_dp_finish_gradients(DeviceDP* dp) {
     double bytes = 0.0;
     if (dp->replica_reduce && R > 1) {
         size_t padded = round_up(p->layout.shard_elements, R);
-        ncclCheck(ncclAllReduce(dp->shard_grads, dp->shard_grads, padded, ncclFloat, ncclSum, dp->link.replica, cs));
+        ncclCheckOn(dp->link.replica, ncclAllReduce(dp->shard_grads, dp->shard_grads, padded, ncclFloat, ncclSum, dp->link.replica, cs));
         bytes = ring_bytes((double)padded * sizeof(float), R, 1);
     }
     scale(dp->shard_grads, p->layout.shard_elements, 1.0f / (float)(dp->replica_reduce ? W : S), cs);
@@ -596,7 +596,7 @@ static float dev_dp_mean_over_world(DeviceDP* dp, const char* what) {
         int span = op_span_begin(OP_COMM, 0);
         device_link_order_on_main(&dp->link); // e.g. after the shard group's parameter all-gathers, on every rank
         int n = dp->el.live_W; // W, or the ranks left (-le 1): one slot each, as the closed form counts
-        if (n > 1) { ncclCheck(ncclAllReduce(dp->loss, dp->loss, n, ncclFloat, ncclSum, dp->link.world, 0)); }
+        if (n > 1) { ncclCheckOn(dp->link.world, ncclAllReduce(dp->loss, dp->loss, n, ncclFloat, ncclSum, dp->link.world, 0)); }
         op_span_end(span, 0.0, ring_bytes((double)n * sizeof(float), n, 1));
         if (!dp->el.on) {
             wait_device(0, dp->link.host_event, what);
@@ -704,7 +704,7 @@ static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, si
     if (dense && R == 1) { return; }
     int span = op_span_begin(OP_COMM, cs);
     if (dense) {
-        ncclCheck(ncclAllReduce(dst, dst, slice * R, ncclFloat, ncclSum, dp->link.replica, cs));
+        ncclCheckOn(dp->link.replica, ncclAllReduce(dst, dst, slice * R, ncclFloat, ncclSum, dp->link.replica, cs));
         device_link_carry(&dp->link, ring_bytes((double)slice * R * sizeof(float), R, 1));
         op_span_end(span, 0.0, ring_bytes((double)slice * R * sizeof(float), R, 1));
     } else {
@@ -714,15 +714,15 @@ static void dev_dp_wire_exchange(DeviceDP* dp, const WireSpec* w, float* dst, si
         ncclCheck(ncclGroupStart());
         for (int j = 0; j < R; j++) {
             if (j == me) { continue; }
-            ncclCheck(ncclSend(send + j * bytes, bytes, ncclUint8, j, dp->link.replica, cs));
-            ncclCheck(ncclRecv(recv + j * bytes, bytes, ncclUint8, j, dp->link.replica, cs));
+            ncclCheckOn(dp->link.replica, ncclSend(send + j * bytes, bytes, ncclUint8, j, dp->link.replica, cs));
+            ncclCheckOn(dp->link.replica, ncclRecv(recv + j * bytes, bytes, ncclUint8, j, dp->link.replica, cs));
         }
-        ncclCheck(ncclGroupEnd());
+        ncclCheckOn(dp->link.replica, ncclGroupEnd());
         cudaCheck(cudaMemcpyAsync(recv + me * bytes, send + me * bytes, bytes, cudaMemcpyDeviceToDevice, cs));
         float* mine = dst + (size_t)me * slice;
         wire_spec_decode_sum(w, mine, recv, slice, 1, R, cs);
         wire_spec_encode_slices(&owner, mine, slice, 1, recv + me * obytes, 0, cs);
-        ncclCheck(ncclAllGather(recv + me * obytes, recv, obytes, ncclUint8, dp->link.replica, cs));
+        ncclCheckOn(dp->link.replica, ncclAllGather(recv + me * obytes, recv, obytes, ncclUint8, dp->link.replica, cs));
         wire_spec_decode_sum(&owner, dst, recv, slice, R, 1, cs);
         device_link_carry(&dp->link, (double)(R - 1) * (double)(bytes + obytes));
         op_span_end(span, 0.0, (double)(R - 1) * (double)(bytes + obytes));
@@ -761,7 +761,7 @@ static void dev_dp_issue_chunk(DeviceDP* dp, int f) {
                                       cudaMemcpyDeviceToDevice, cs));
         }
         int span = op_span_begin(OP_COMM, cs);
-        ncclCheck(ncclAllReduce(x->tmp, x->tmp, len * R, ncclFloat, ncclSum, dp->link.replica, cs));
+        ncclCheckOn(dp->link.replica, ncclAllReduce(x->tmp, x->tmp, len * R, ncclFloat, ncclSum, dp->link.replica, cs));
         for (int j = 0; j < R; j++) {
             cudaCheck(cudaMemcpyAsync(x->dst + j * x->slice + a, x->tmp + j * len, len * sizeof(float),
                                       cudaMemcpyDeviceToDevice, cs));
@@ -790,10 +790,10 @@ static void dev_dp_issue_chunk(DeviceDP* dp, int f) {
             if (j == me) { continue; }
             const uint8_t* out = phase2 ? recv + me * obytes + a : send + j * bytes + a;
             uint8_t* in = phase2 ? recv + j * obytes + a : recv + j * bytes + a;
-            ncclCheck(ncclSend(out, b - a, ncclUint8, j, dp->link.replica, cs));
-            ncclCheck(ncclRecv(in, b - a, ncclUint8, j, dp->link.replica, cs));
+            ncclCheckOn(dp->link.replica, ncclSend(out, b - a, ncclUint8, j, dp->link.replica, cs));
+            ncclCheckOn(dp->link.replica, ncclRecv(in, b - a, ncclUint8, j, dp->link.replica, cs));
         }
-        ncclCheck(ncclGroupEnd());
+        ncclCheckOn(dp->link.replica, ncclGroupEnd());
         device_link_carry(&dp->link, (double)(R - 1) * (double)(b - a));
         op_span_end(span, 0.0, (double)(R - 1) * (double)(b - a));
         if (c == n - 1) { wire_spec_decode_sum(&owner, x->dst, recv, x->slice, R, 1, cs); }
@@ -835,7 +835,7 @@ static int dev_dp_messages_finite(DeviceDP* dp, const float* x, size_t n) {
     int span = op_span_begin(OP_COMM, 0);
     device_link_order_on_main(&dp->link);
     int ranks = dp->el.live_W; // W, or the ranks left (-le 1)
-    if (ranks > 1) { ncclCheck(ncclAllReduce(dp->flag, dp->flag, ranks, ncclFloat, ncclSum, dp->link.world, 0)); }
+    if (ranks > 1) { ncclCheckOn(dp->link.world, ncclAllReduce(dp->flag, dp->flag, ranks, ncclFloat, ncclSum, dp->link.world, 0)); }
     op_span_end(span, 0.0, ring_bytes((double)ranks * sizeof(float), ranks, 1));
     if (!dp->el.on) {
         wait_device(0, dp->link.host_event, "the outer sync's finiteness flag");
@@ -1073,7 +1073,7 @@ static void dev_dp_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
     crc_to_floats(crc, mine);
     cudaCheck(cudaMemcpy(dp->crc_buf + 2 * me, mine, sizeof(mine), cudaMemcpyHostToDevice));
     device_link_order_on_main(&dp->link);
-    ncclCheck(ncclAllGather(dp->crc_buf + 2 * me, dp->crc_buf, 2, ncclFloat, dp->link.replica, 0));
+    ncclCheckOn(dp->link.replica, ncclAllGather(dp->crc_buf + 2 * me, dp->crc_buf, 2, ncclFloat, dp->link.replica, 0));
     wait_device(0, dp->link.host_event, "the replicas' CRC-32Cs");
     cudaCheck(cudaMemcpy(host, dp->crc_buf, 2 * (size_t)R * sizeof(float), cudaMemcpyDeviceToHost));
     for (int r = 0; r < R; r++) { crcs[r] = crc_from_floats(host + 2 * r); }
@@ -1194,9 +1194,9 @@ static void dev_dp_outer_broadcast(DeviceDP* dp) {
     size_t n = dp->plan.sync_owned;
     device_link_order_on_main(&dp->link);
     ncclCheck(ncclGroupStart());
-    ncclCheck(ncclBroadcast(dp->st.outer, dp->st.outer, n, ncclFloat, 0, dp->link.replica, 0));
-    ncclCheck(ncclBroadcast(dp->st.momentum, dp->st.momentum, n, ncclFloat, 0, dp->link.replica, 0));
-    ncclCheck(ncclGroupEnd());
+    ncclCheckOn(dp->link.replica, ncclBroadcast(dp->st.outer, dp->st.outer, n, ncclFloat, 0, dp->link.replica, 0));
+    ncclCheckOn(dp->link.replica, ncclBroadcast(dp->st.momentum, dp->st.momentum, n, ncclFloat, 0, dp->link.replica, 0));
+    ncclCheckOn(dp->link.replica, ncclGroupEnd());
     watchdog_grace(); // the joining ranks build their model and load their checkpoint first
     wait_device(0, dp->link.host_event, "the outer state for the replicas rejoining (-le 1)");
 }

@@ -58,8 +58,13 @@ static void device_link_init(DeviceLink* k, ncclComm_t world, const Mesh* mesh, 
     memset(k, 0, sizeof(*k));
     k->world = world;
     k->mbps = mbps;
-    ncclCheck(ncclCommSplit(world, mesh->replicate_idx, mesh->shard_idx, &k->shard, NULL));
-    ncclCheck(ncclCommSplit(world, mesh->shard_idx, mesh->replicate_idx, &k->replica, NULL));
+    // the shard communicator blocking; the replica one as the world (-le 1: nonblocking)
+    char src[96];
+    double limit = wait_limit_s(src, sizeof(src));
+    nccl_check(nccl_split_settled(world, mesh->replicate_idx, mesh->shard_idx, &k->shard, 1, limit),
+               "ncclCommSplit (the shard communicator)", __FILE__, __LINE__);
+    nccl_check(nccl_split_settled(world, mesh->shard_idx, mesh->replicate_idx, &k->replica, 0, limit),
+               "ncclCommSplit (the replica communicator)", __FILE__, __LINE__);
     watch_comm(k->shard);
     watch_comm(k->replica);
     cudaCheck(cudaStreamCreateWithFlags(&k->comm_stream, cudaStreamNonBlocking));
@@ -80,8 +85,8 @@ static void device_link_free(DeviceLink* k, int num_layers) {
     for (int i = 0; i <= num_layers; i++) { cudaCheck(cudaEventDestroy(k->params_ready[i].ev)); }
     free(k->params_ready);
     cudaCheck(cudaStreamDestroy(k->comm_stream));
-    ncclCheck(ncclCommDestroy(k->shard));
-    ncclCheck(ncclCommDestroy(k->replica));
+    nccl_destroy(k->shard);
+    nccl_destroy(k->replica);
 }
 
 // -rb: the host catches up with stream 0 (the emulator runs queued stream work when the host waits

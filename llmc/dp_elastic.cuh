@@ -93,7 +93,10 @@ static ncclComm_t elastic_shrink(ncclComm_t comm, const uint8_t* was, const uint
         }
     }
     ncclComm_t c = NULL;
-    ncclCheck(ncclCommShrink(comm, gone, n, &c, NULL, NCCL_SHRINK_ABORT));
+    char src[96];
+    ncclResult_t r = ncclCommShrink(comm, gone, n, &c, NULL, NCCL_SHRINK_ABORT); // (nonblocking, as comm)
+    if (r == ncclInProgress) { r = nccl_settle(c, wait_limit_s(src, sizeof(src))); }
+    nccl_check(r, "ncclCommShrink", __FILE__, __LINE__);
     free(gone);
     elastic_rewatch(comm, c);
     ncclCommAbort(comm);
@@ -180,7 +183,7 @@ static int elastic_joining(Elastic* e, DeviceLink* k, const Mesh* mesh, int step
     for (int q = 0; q < R; q++) { mask[q] = joining[q]; }
     cudaCheck(cudaMemcpy(e->scratch, mask, count * sizeof(int32_t), cudaMemcpyHostToDevice));
     device_link_order_on_main(k);
-    ncclCheck(ncclAllReduce(e->scratch, e->scratch, count, ncclInt32, ncclSum, k->world, 0));
+    ncclCheckOn(k->world, ncclAllReduce(e->scratch, e->scratch, count, ncclInt32, ncclSum, k->world, 0));
     wait_device(0, k->host_event, "the list of replicas rejoining (-le 1)");
     cudaCheck(cudaMemcpy(mask, e->scratch, R * sizeof(int32_t), cudaMemcpyDeviceToHost));
     for (int q = 0; q < R; q++) {
@@ -189,6 +192,49 @@ static int elastic_joining(Elastic* e, DeviceLink* k, const Mesh* mesh, int step
     }
     free(mask);
     return n;
+}
+
+// The grown world of the replicas training from here (rank 0's new id), nonblocking, and its shard
+// (blocking) and replica splits, as device_link_init makes them, into now[3]: 1, or 0 with why where
+// one failed or was not made in time (the world within -wt of rank 0's answer to the joining ranks,
+// the splits within 10 x -wt: the joining ranks build their model first).
+static int elastic_grow(Elastic* e, const Mesh* mesh, const ncclUniqueId* id, ncclComm_t* now, char* why, size_t len) {
+    double wt = watchdog_timeout_s > 0.0 ? watchdog_timeout_s : peer_timeout_s();
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&now[0], e->live_W, *id, e->live_me * mesh->dp_shard + mesh->shard_idx, &config);
+    if (r == ncclInProgress) { r = nccl_settle(now[0], wt); }
+    const char* what = "the grown world communicator";
+    double limit = wt;
+    if (r == ncclSuccess) {
+        what = "its shard communicator";
+        limit = 10.0 * wt;
+        r = nccl_split_settled(now[0], mesh->replicate_idx, mesh->shard_idx, &now[1], 1, limit);
+    }
+    if (r == ncclSuccess) {
+        what = "its replica communicator";
+        r = nccl_split_settled(now[0], mesh->shard_idx, mesh->replicate_idx, &now[2], 0, limit);
+    }
+    if (r == ncclSuccess) { return 1; }
+    if (r == ncclInProgress) {
+        snprintf(why, len, "%s was not made within %g s", what, limit);
+    } else {
+        snprintf(why, len, "%s failed: NCCL %s", what, ncclGetErrorString(r));
+    }
+    return 0;
+}
+
+// Whether every survivor made its new communicators (grown: this rank's; the minimum over the
+// survivors' world, which is whole: a collective ends on all or none of them).
+static int elastic_all_grew(Elastic* e, DeviceLink* k, const Mesh* mesh, int grown) {
+    (void)mesh;
+    int32_t v = grown;
+    cudaCheck(cudaMemcpy(e->scratch, &v, sizeof(v), cudaMemcpyHostToDevice));
+    device_link_order_on_main(k);
+    ncclCheckOn(k->world, ncclAllReduce(e->scratch, e->scratch, 1, ncclInt32, ncclMin, k->world, 0));
+    wait_device(0, k->host_event, "whether every survivor made the grown communicators (-le 1)");
+    cudaCheck(cudaMemcpy(&v, e->scratch, sizeof(v), cudaMemcpyDeviceToHost));
+    return v == 1;
 }
 
 // After the outer sync of `step`, with a replica missing: the replicas whose ranks wait on rank 0's
@@ -210,27 +256,39 @@ static int elastic_admit(Elastic* e, DeviceLink* k, const Mesh* mesh, int step) 
     uint8_t* id_dev = (uint8_t*)(e->scratch + R + mesh->world);
     cudaCheck(cudaMemcpy(id_dev, &id, sizeof(id), cudaMemcpyHostToDevice));
     device_link_order_on_main(k);
-    ncclCheck(ncclBroadcast(id_dev, id_dev, sizeof(id), ncclUint8, 0, k->world, 0));
+    ncclCheckOn(k->world, ncclBroadcast(id_dev, id_dev, sizeof(id), ncclUint8, 0, k->world, 0));
     wait_device(0, k->host_event, "the grown world's NCCL id (-le 1)");
     cudaCheck(cudaMemcpy(&id, id_dev, sizeof(id), cudaMemcpyDeviceToHost));
     membership_admit(&e->mb, step, joining, &id, sizeof(id));
     int first = -1;
     for (int q = 0; q < R && first < 0; q++) { first = joining[q] ? q : -1; }
     elastic_live(e, mesh);
-    watchdog_grace(); // the joining ranks build their model before their splits
-    ncclComm_t world = NULL, shard = NULL, replica = NULL;
-    ncclCheck(ncclCommInitRank(&world, e->live_W, id, (e->live_me * mesh->dp_shard) + mesh->shard_idx));
-    ncclCheck(ncclCommSplit(world, mesh->replicate_idx, mesh->shard_idx, &shard, NULL));
-    ncclCheck(ncclCommSplit(world, mesh->shard_idx, mesh->replicate_idx, &replica, NULL));
+    ncclComm_t now[3] = {NULL, NULL, NULL};
+    char why[256];
+    int grown = elastic_grow(e, mesh, &id, now, why, sizeof(why));
+    if (!elastic_all_grew(e, k, mesh, grown)) { // a joining rank died or hangs: the survivors go on as they were
+        for (int i = 0; i < 3; i++) {
+            if (now[i]) { ncclCommAbort(now[i]); }
+        }
+        membership_unadmit(&e->mb, joining);
+        elastic_live(e, mesh);
+        if (mesh->rank == 0) {
+            printf("elastic: replica %d did not rejoin after the outer sync of step %d (%s); %d replicas train on\n",
+                   first, step, grown ? "another survivor's new communicators failed" : why, e->live_R);
+            fflush(stdout);
+        }
+        free(joining);
+        return 0;
+    }
     device_link_host_wait(k, "the collectives on the communicators being replaced (-le 1)"); // none in flight at their end
-    ncclComm_t old[3] = {k->world, k->shard, k->replica}, now[3] = {world, shard, replica};
+    ncclComm_t old[3] = {k->world, k->shard, k->replica};
     for (int i = 0; i < 3; i++) {
         elastic_rewatch(old[i], now[i]);
-        ncclCheck(ncclCommDestroy(old[i]));
+        nccl_destroy(old[i]);
     }
-    k->world = world;
-    k->shard = shard;
-    k->replica = replica;
+    k->world = now[0];
+    k->shard = now[1];
+    k->replica = now[2];
     elastic_watch(e, k);
     e->changes++;
     snprintf(e->note, sizeof(e->note), "replica %d rejoined after the outer sync of step %d%s", first, step,

@@ -13,6 +13,8 @@
 //   die_sync  (-ls) this rank kills itself as the outer sync after step STEP begins, before the
 //             finiteness flag of its pseudo-gradients
 //   die_xchg  (-ls) the same after that flag, as the exchange of the pseudo-gradients is issued
+//   die_join  (-le 1) this rank, started again to rejoin, kills itself once rank 0 has admitted it
+//             after the outer sync of step STEP or a later one, before it builds the grown communicator
 //   preempt   this rank sends itself SIGUSR1 as step STEP begins (a preemption at a known step)
 //   enospc    this rank's checkpoint write of step STEP fails as a full disk would (ENOSPC), half
 //             way through its state file (rank 0 has written the model file by then)
@@ -34,7 +36,7 @@
 typedef enum {
     FAULT_NONE, FAULT_NAN, FAULT_DIE, FAULT_HANG, FAULT_DIE_CKPT, FAULT_SPIKE, FAULT_USR1, FAULT_ENOSPC,
     FAULT_ENOSPC_MODEL, FAULT_ENOSPC_DONE, FAULT_ENOSPC_FINAL, FAULT_HANG_FWD, FAULT_HANG_CKPT, FAULT_HANG_EVAL,
-    FAULT_NAN_GRAD, FAULT_NAN_PG, FAULT_INF_PG, FAULT_DIE_SYNC, FAULT_DIE_XCHG
+    FAULT_NAN_GRAD, FAULT_NAN_PG, FAULT_INF_PG, FAULT_DIE_SYNC, FAULT_DIE_XCHG, FAULT_DIE_JOIN
 } FaultKind;
 
 #define FAULT_MAX 16
@@ -53,7 +55,7 @@ static Fault fault_parse(const char* spec) {
     if (spec == NULL || spec[0] == '\0') { return f; }
     static const char* names[] = {"", "nan", "die", "hang", "die_ckpt", "spike", "preempt", "enospc", "enospc_model",
                                   "enospc_done", "enospc_final", "hang_fwd", "hang_ckpt", "hang_eval", "nan_grad",
-                                  "nan_pg", "inf_pg", "die_sync", "die_xchg"};
+                                  "nan_pg", "inf_pg", "die_sync", "die_xchg", "die_join"};
     const int num_names = (int)(sizeof(names) / sizeof(names[0]));
     const char* at = spec;
     for (;;) {
@@ -68,7 +70,7 @@ static Fault fault_parse(const char* spec) {
             f.count == FAULT_MAX) {
             fail("-fi %s: expected KIND@STEP[:RANK] (at most %d, separated by commas) with KIND nan, spike, die, "
                  "hang, die_ckpt, preempt, enospc, enospc_model, enospc_done, enospc_final, hang_fwd, hang_ckpt, "
-                 "hang_eval, nan_grad, nan_pg, inf_pg, die_sync or die_xchg", spec, FAULT_MAX);
+                 "hang_eval, nan_grad, nan_pg, inf_pg, die_sync, die_xchg or die_join", spec, FAULT_MAX);
         }
         f.kind[f.count] = k;
         f.step[f.count] = step;
@@ -144,6 +146,13 @@ static void fault_die_at(const Fault* f, FaultKind kind, int step, int rank, con
         fprintf(stderr, "fault injection: rank %d kills itself in %s after step %d\n", rank, where, step);
         fflush(stderr);
         raise(SIGKILL);
+    }
+}
+
+// The same where `kind` names `step` or an earlier one.
+static void fault_die_from(const Fault* f, FaultKind kind, int step, int rank, const char* where) {
+    for (int i = 0; i < f->count; i++) {
+        if (f->kind[i] == kind && f->step[i] <= step && f->rank[i] == rank) { fault_die_at(f, kind, f->step[i], rank, where); }
     }
 }
 

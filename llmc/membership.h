@@ -461,4 +461,12 @@ static void membership_admit(Membership* m, int step, const uint8_t* joining, co
     }
 }
 
+// Every survivor: the replicas admitted (joining) did not make it into the grown communicators (a
+// joining rank died or hangs): they count as missing again; a later hello of theirs rejoins as any.
+static void membership_unadmit(Membership* m, const uint8_t* joining) {
+    for (int q = 0; q < m->R; q++) {
+        if (joining[q]) { m->alive[q] = 0; }
+    }
+}
+
 #endif

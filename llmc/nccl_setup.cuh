@@ -12,6 +12,7 @@
 #include "process_info.h" // <mpi.h>, or llmc/mpi_single.h in a -DNO_MPI build
 #include "watchdog.h"
 #include "rendezvous.h"
+#include "faults.h"
 
 // Every NCCL call is watched (llmc/watchdog.h): in the emulator's --check builds a collective
 // blocks inside the call until the peers join, and a dead or hung peer must not keep it there. A grace
@@ -36,9 +37,12 @@ static void nccl_check(ncclResult_t r, const char* what, const char* file, int l
 // The world communicator: rank 0 creates the NCCL id and hands it to every rank (-pi mpi: MPI_Bcast;
 // fs, tcp: llmc/rendezvous.h, only to the ranks of this job, rdv). join (-le 1, else NULL): where
 // rank 0 answers that this rank rejoins a running job, the communicator is the one of the
-// replicas training from there (join->alive, S ranks each, in world-rank order).
+// replicas training from there (join->alive, S ranks each, in world-rank order), and the
+// communicator is nonblocking (NCCL's blocking 0: its calls may return ncclInProgress, to be
+// polled out of; llmc/device_wait.cuh, ncclCheckOn), as are the replica communicators split from it.
+// faults: -fi (its die_join).
 static ncclComm_t nccl_world_init(const ProcessInfo* p, const char* method, const char* fs_dir, const char* host,
-                                  int port, const Rendezvous* rdv, RdvJoin* join, int S) {
+                                  int port, const Rendezvous* rdv, RdvJoin* join, int S, const char* faults) {
     ncclUniqueId id;
     memset(&id, 0, sizeof(id));
     if (join) { join->step = -1; }
@@ -55,6 +59,8 @@ static ncclComm_t nccl_world_init(const ProcessInfo* p, const char* method, cons
     }
     int n = p->world, me = p->rank;
     if (join && join->step >= 0) { // the ranks of the replicas training from join->step on
+        Fault f = fault_parse(faults);
+        fault_die_from(&f, FAULT_DIE_JOIN, join->step, p->rank, "its rejoin, once admitted,");
         n = 0;
         for (int r = 0; r < p->world; r++) {
             if (!join->alive[r / S]) { continue; }
@@ -63,7 +69,20 @@ static ncclComm_t nccl_world_init(const ProcessInfo* p, const char* method, cons
         }
     }
     ncclComm_t comm = NULL;
-    ncclCheck(ncclCommInitRank(&comm, n, id, me));
+    if (join) {
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        watchdog_arm("the world communicator's set-up (NCCL)"); // (its deadline, as for a blocking call)
+        ncclResult_t r = ncclCommInitRankConfig(&comm, n, id, me, &config);
+        while (r == ncclInProgress) {
+            usleep(100);
+            if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) { r = ncclInternalError; }
+        }
+        watchdog_disarm_after(0);
+        nccl_check(r, "ncclCommInitRankConfig (nonblocking)", __FILE__, __LINE__);
+    } else {
+        ncclCheck(ncclCommInitRank(&comm, n, id, me));
+    }
     if (strcmp(method, "fs") == 0 && p->rank == 0 && p->world > 1) { rendezvous_fs_cleanup(rdv, fs_dir); }
     return comm;
 }

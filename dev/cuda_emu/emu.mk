@@ -2,6 +2,7 @@
 # standalone: make -f dev/cuda_emu/emu.mk emu-tests. Paths are relative to the repository root.
 #   emu-tests  every test program, plain and AddressSanitizer builds, in build/cuda_emu/ (and
 #              test_nccl_peer_stops, test_nccl_p2p_plants, test_nccl_shrink, test_nccl_elastic,
+#              test_nccl_nonblocking,
 #              emulator-only, for tests/check_*.sh)
 #   emu-nvcc   the same test sources compiled by nvcc for sm_80 and sm_90 (proves they are real CUDA)
 #   emu-bugs   tests/bugs/NAME.cu, one GPU bug each: NAME_plain (emucc), NAME_check (emucc --check; a
@@ -23,7 +24,7 @@ EMU_MPI_INC := $(addprefix -I,$(shell mpicxx --showme:incdirs 2>/dev/null))
 
 emu-tests: $(addprefix $(EMU_BUILD)/,$(EMU_UNIT_TESTS) $(addsuffix _asan,$(EMU_UNIT_TESTS)) oob_write_asan \
     test_primitives_ucontext two_units test_nccl_peer_stops test_nccl_p2p_plants test_ptx_plant1 test_ptx_plant2 \
-    test_nccl_shrink test_nccl_shrink_plant1 test_nccl_elastic test_nccl_elastic_plant2)
+    test_nccl_shrink test_nccl_shrink_plant1 test_nccl_elastic test_nccl_elastic_plant2 test_nccl_nonblocking)
 emu-nvcc: $(addprefix $(EMU_BUILD)/nvcc/,$(addsuffix .o,$(EMU_UNIT_TESTS) oob_write two_units_main two_units_kernels bank_conflicts))
 EMU_BUGS := $(basename $(notdir $(wildcard $(EMU_DIR)/tests/bugs/*.cu)))
 EMU_CHECK_TESTS := test_primitives test_bf16_errors test_cublaslt test_nccl plain_reduction test_wmma test_ptx bank_conflicts

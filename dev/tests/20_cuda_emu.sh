@@ -33,6 +33,10 @@ check_bg emu_nccl_shrink dev/cuda_emu/tests/check_nccl_shrink.sh
 # naming it, shrink, all-reduce, and take in a 4th process through a new ncclCommInitRank; a planted
 # emulator whose ended connections are never reported must fail (dev/cuda_emu/tests/check_nccl_elastic.sh)
 check_bg emu_nccl_elastic dev/cuda_emu/tests/check_nccl_elastic.sh
+# Nonblocking communicators: ncclInProgress from init, split and collectives, polled out of; an init
+# a rank never joins aborted; a call on a communicator that owes its poll must be reported
+# (dev/cuda_emu/tests/check_nccl_nonblocking.sh)
+check_bg emu_nccl_nonblocking dev/cuda_emu/tests/check_nccl_nonblocking.sh
 check emu_asan_catches_oob dev/cuda_emu/tests/expect_asan_report.sh build/cuda_emu/oob_write_asan
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     check emu_tests_compile_with_nvcc make -s -j2 -f dev/cuda_emu/emu.mk emu-nvcc

@@ -103,6 +103,13 @@ struct ncclComm {
     std::atomic<bool> by_notice{true};    // that peer said it stopped (else its connection ended)
     std::atomic<bool> revoked{false};     // ncclCommRevoke or ncclCommShrink(NCCL_SHRINK_ABORT): its
                                           // collectives in flight are abandoned, new ones refused
+    // nonblocking communicators (config->blocking 0; "nonblocking" below):
+    bool nonblocking = false;
+    std::atomic<int> job{0};              // ncclResult_t of its creation on a thread (init, split)
+    std::atomic<int> polls_due{0};        // polls that still see ncclInProgress after a call returned it
+    std::atomic<bool> owes_poll{false};   // a call returned ncclInProgress; not yet polled out of it
+    std::atomic<bool> cancel{false};      // aborted while its creation runs
+    ncclComm* creating = nullptr;         // a split of this one still being created
 };
 typedef ncclComm* ncclComm_t;
 
@@ -457,7 +464,9 @@ inline int listen_at(uint64_t id, int rank, int backlog) {
     }
     return fd;
 }
-inline int connect_until(uint64_t id, int rank, double deadline) {
+// cancel (a nonblocking communicator's creation, NULL otherwise): ncclCommAbort ends the waits.
+inline bool cancelled(const std::atomic<bool>* cancel) { return cancel && cancel->load(); }
+inline int connect_until(uint64_t id, int rank, double deadline, const std::atomic<bool>* cancel) {
     sockaddr_un a;
     socklen_t len = rank_address(&a, id, rank);
     do {
@@ -466,21 +475,21 @@ inline int connect_until(uint64_t id, int rank, double deadline) {
         if (connect(fd, (sockaddr*)&a, len) == 0) return fd;
         close(fd);
         usleep(10000);  // not listening yet
-    } while (now_s() < deadline);
+    } while (now_s() < deadline && !cancelled(cancel));
     return -1;
 }
-inline bool wait_readable(int fd, double deadline) {
+inline bool wait_readable(int fd, double deadline, const std::atomic<bool>* cancel) {
     for (;;) {
         int ms = (int)((deadline - now_s()) * 1000.0);
-        if (ms <= 0) return false;
+        if (ms <= 0 || cancelled(cancel)) return false;
         pollfd p{fd, POLLIN, 0};
-        int r = poll(&p, 1, ms);
+        int r = poll(&p, 1, ms < 20 ? ms : 20);
         if (r > 0) return true;
         if (r < 0 && errno != EINTR) return false;
     }
 }
-inline bool read_hello(int fd, Hello* h, double deadline) {
-    return wait_readable(fd, deadline) && recv_all(fd, h, sizeof(*h)) && h->magic == kHelloMagic;
+inline bool read_hello(int fd, Hello* h, double deadline, const std::atomic<bool>* cancel) {
+    return wait_readable(fd, deadline, cancel) && recv_all(fd, h, sizeof(*h)) && h->magic == kHelloMagic;
 }
 inline ncclResult_t init_fail(ncclResult_t r, int rank, int nranks, const char* what, int peer) {
     fprintf(stderr, "cuda_emu: ncclCommInitRank, rank %d of %d: %s rank %d\n", rank, nranks, what, peer);
@@ -488,7 +497,8 @@ inline ncclResult_t init_fail(ncclResult_t r, int rank, int nranks, const char* 
 }
 // Connects rank `rank` of nranks to every other (the lower ranks by connecting, the higher ones by
 // accepting), filling peers[].
-inline ncclResult_t rendezvous(uint64_t id, int nranks, int rank, std::vector<Conn*>& peers) {
+inline ncclResult_t rendezvous(uint64_t id, int nranks, int rank, std::vector<Conn*>& peers,
+                               const std::atomic<bool>* cancel = nullptr) {
     Net& n = net();
     double deadline = now_s() + init_timeout_s();
     int lfd = listen_at(id, rank, nranks);
@@ -496,9 +506,9 @@ inline ncclResult_t rendezvous(uint64_t id, int nranks, int rank, std::vector<Co
     Hello mine{kHelloMagic, id, n.puid, nranks, rank}, theirs;
     ncclResult_t r = ncclSuccess;
     for (int q = 0; q < rank && r == ncclSuccess; q++) {
-        int fd = connect_until(id, q, deadline);
-        if (fd < 0) { r = init_fail(ncclSystemError, rank, nranks, "timed out connecting to", q); break; }
-        if (!send_all(fd, &mine, sizeof(mine), 0) || !read_hello(fd, &theirs, deadline) || theirs.id != id ||
+        int fd = connect_until(id, q, deadline, cancel);
+        if (fd < 0) { r = cancelled(cancel) ? ncclInvalidUsage : init_fail(ncclSystemError, rank, nranks, "timed out connecting to", q); break; }
+        if (!send_all(fd, &mine, sizeof(mine), 0) || !read_hello(fd, &theirs, deadline, cancel) || theirs.id != id ||
             theirs.nranks != nranks || theirs.rank != q) {
             close(fd);
             r = init_fail(ncclSystemError, rank, nranks, "no valid answer from", q);
@@ -507,9 +517,12 @@ inline ncclResult_t rendezvous(uint64_t id, int nranks, int rank, std::vector<Co
         peers[q] = adopt(fd, theirs.puid);
     }
     for (int k = rank + 1; k < nranks && r == ncclSuccess; k++) {
-        int fd = wait_readable(lfd, deadline) ? accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC) : -1;
-        if (fd < 0) { r = init_fail(ncclSystemError, rank, nranks, "timed out waiting for a higher rank, e.g.", k); break; }
-        if (!read_hello(fd, &theirs, deadline) || theirs.id != id || theirs.nranks != nranks || theirs.rank <= rank ||
+        int fd = wait_readable(lfd, deadline, cancel) ? accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC) : -1;
+        if (fd < 0) {
+            r = cancelled(cancel) ? ncclInvalidUsage : init_fail(ncclSystemError, rank, nranks, "timed out waiting for a higher rank, e.g.", k);
+            break;
+        }
+        if (!read_hello(fd, &theirs, deadline, cancel) || theirs.id != id || theirs.nranks != nranks || theirs.rank <= rank ||
             theirs.rank >= nranks || peers[theirs.rank] || !send_all(fd, &mine, sizeof(mine), 0)) {
             close(fd);
             r = init_fail(ncclInvalidUsage, rank, nranks, "a connection that is not a higher rank of this id, e.g.", k);
@@ -582,17 +595,62 @@ inline void quiesce() {
     wait_ticket(coll_tickets);
 #endif
 }
-inline ncclComm_t new_comm(uint64_t uid, int rank, int device, std::vector<Conn*> peers, std::vector<int> root_rank) {
-    ncclComm_t comm = new ncclComm;
+// Fills comm in and makes it live (its peers' stops reported on it), unless it was aborted while
+// its creation ran (nonblocking); returns whether it is live.
+inline bool fill_comm(ncclComm_t comm, uint64_t uid, int rank, int device, std::vector<Conn*> peers,
+                      std::vector<int> root_rank) {
+    std::lock_guard<std::mutex> l(comms_mutex());
+    if (comm->cancel.load()) return false;
     comm->uid = uid;
     comm->rank = rank;
     comm->size = (int)peers.size();
     comm->device = device;
     comm->peers = std::move(peers);
     comm->root_rank = std::move(root_rank);
-    std::lock_guard<std::mutex> l(comms_mutex());
     live_comms().push_back(comm);
+    return true;
+}
+inline ncclComm_t new_comm(uint64_t uid, int rank, int device, std::vector<Conn*> peers, std::vector<int> root_rank) {
+    ncclComm_t comm = new ncclComm;
+    fill_comm(comm, uid, rank, device, std::move(peers), std::move(root_rank));
     return comm;
+}
+
+// ---- nonblocking communicators (ncclConfig_t blocking 0) ----
+// As NCCL documents them: a call may return ncclInProgress, and then the caller must poll
+// ncclCommGetAsyncError until the state leaves ncclInProgress before any other call on that
+// communicator (and before work on the streams it uses). The emulator returns ncclInProgress
+// wherever NCCL may: ncclCommInitRankConfig and a nonblocking split run their rendezvous on a thread
+// of their own (the communicator is in progress until it ends; ncclCommAbort stops it), a shrink,
+// a collective, a send or receive outside a group and a group's ncclGroupEnd leave their
+// communicators in progress for 1 to 3 polls (in turn). A call on a communicator that still owes its
+// poll is reported (exit 66; NCCL's behaviour is undefined there): nonblocking_owed.
+inline std::atomic<unsigned> nb_turn{0};
+// The state ncclCommGetAsyncError reports (one poll of a call's polls_due spent).
+inline int nb_state(ncclComm_t comm) {
+    int e = comm->async_error.load();
+    if (e != ncclSuccess) return e;
+    int j = comm->job.load();
+    if (j != ncclSuccess) return j;
+    if (comm->creating && comm->creating->job.load() == ncclInProgress) return ncclInProgress;
+    int due = comm->polls_due.load();
+    while (due > 0 && !comm->polls_due.compare_exchange_weak(due, due - 1)) {}
+    return due > 0 ? ncclInProgress : ncclSuccess;
+}
+// A call on a nonblocking communicator returned r: ncclInProgress where it may (it owes a poll).
+inline ncclResult_t nb_returned(ncclComm_t comm, ncclResult_t r) {
+    if (!comm || !comm->nonblocking || r != ncclSuccess) return r;
+    comm->polls_due = 1 + (int)(nb_turn++ % 3);
+    comm->owes_poll = true;
+    return ncclInProgress;
+}
+// `call` on comm while an earlier call's ncclInProgress was never polled out of: reported.
+inline void nonblocking_owed(ncclComm_t comm, const char* call) {
+    if (!comm || !comm->owes_poll.load()) return;
+    fprintf(stderr, "cuda_emu: %s on a nonblocking communicator whose last call returned ncclInProgress, not yet "
+            "polled out of it (NCCL: call ncclCommGetAsyncError until it reports ncclSuccess before any other call on "
+            "that communicator)\n", call);
+    report_exit();
 }
 inline void drop_comm(ncclComm_t comm) {
     std::lock_guard<std::mutex> l(comms_mutex());
@@ -702,10 +760,32 @@ inline ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId 
     *comm = emu::new_comm(uid, rank, dev, std::move(peers), std::move(root));
     return ncclSuccess;
 }
-// config->blocking 0 (a nonblocking communicator) is accepted: every call completes at once and
-// returns ncclSuccess, which NCCL allows (ncclInProgress is never returned).
-inline ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t*) {
-    return ncclCommInitRank(comm, nranks, id, rank);
+// config->blocking 0: a nonblocking communicator, returned at once in progress while its
+// rendezvous runs on a thread of its own (ncclCommGetAsyncError: ncclInProgress, then ncclSuccess
+// or why it failed; ncclCommAbort stops it).
+inline ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
+    if (!config || config->blocking) return ncclCommInitRank(comm, nranks, id, rank);
+    EMU_RUNTIME;
+    if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    uint64_t uid = emu::fnv1a(id.internal, sizeof(id.internal));
+    int dev;
+    cudaGetDevice(&dev);
+    ncclComm_t c = new ncclComm;  // never freed while its thread may run (ncclCommAbort leaves it)
+    c->nonblocking = true;
+    c->job = ncclInProgress;
+    c->owes_poll = true;
+    *comm = c;
+    std::thread([c, uid, nranks, rank, dev] {
+        EMU_RUNTIME;
+        std::vector<emu::Conn*> peers(nranks, nullptr);
+        peers[rank] = emu::net().self;
+        ncclResult_t r = nranks > 1 ? emu::rendezvous(uid, nranks, rank, peers, &c->cancel) : ncclSuccess;
+        std::vector<int> root(nranks);
+        for (int i = 0; i < nranks; i++) root[i] = i;
+        if (r == ncclSuccess && !emu::fill_comm(c, uid, rank, dev, std::move(peers), std::move(root))) r = ncclInvalidUsage;
+        c->job = r;
+    }).detach();
+    return ncclInProgress;
 }
 namespace emu {
 // All-gathers (colour, key) over comm (tag kTagSplit): ncclSuccess, or why not (revoked, a stopped peer).
@@ -725,8 +805,9 @@ inline ncclResult_t split_gather(ncclComm_t comm, int color, int key, std::vecto
     }
     return ncclSuccess;
 }
-// The communicator of the parent's members `keep` (parent ranks, in their new order) with this uid.
-inline ncclComm_t child_comm(ncclComm_t parent, uint64_t uid, const std::vector<int>& keep) {
+// c filled in as the communicator of the parent's members `keep` (parent ranks, in their new order)
+// with this uid; whether it is live (fill_comm).
+inline bool child_fill(ncclComm_t c, ncclComm_t parent, uint64_t uid, const std::vector<int>& keep) {
     std::vector<Conn*> peers;
     std::vector<int> root;
     int rank = -1;
@@ -735,24 +816,56 @@ inline ncclComm_t child_comm(ncclComm_t parent, uint64_t uid, const std::vector<
         peers.push_back(parent->peers[p]);
         root.push_back(parent->root_rank[p]);
     }
-    return new_comm(uid, rank, parent->device, std::move(peers), std::move(root));
+    return fill_comm(c, uid, rank, parent->device, std::move(peers), std::move(root));
+}
+inline ncclComm_t child_comm(ncclComm_t parent, uint64_t uid, const std::vector<int>& keep) {
+    ncclComm_t c = new ncclComm;
+    child_fill(c, parent, uid, keep);
+    return c;
+}
+// The members of colour `color` in the order of their keys (then of their parent ranks).
+inline std::vector<int> split_members(const std::vector<std::pair<int, int>>& all, int color) {
+    std::vector<int> keep;
+    for (int p = 0; p < (int)all.size(); p++)
+        if (all[p].first == color) keep.push_back(p);
+    std::stable_sort(keep.begin(), keep.end(), [&](int a, int b) { return all[a].second < all[b].second; });
+    return keep;
 }
 }  // namespace emu
 // Collective over the parent: members of one colour form a communicator, ranked by key, then by
-// parent rank; NCCL_SPLIT_NOCOLOR gives NULL. A stopped member fails it (ncclRemoteError).
-inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* out, ncclConfig_t*) {
+// parent rank; NCCL_SPLIT_NOCOLOR gives NULL. A stopped member fails it (ncclRemoteError). The child
+// is nonblocking where config says so, or (config NULL) where the parent is: then its (colour, key)
+// exchange runs on a thread of its own, the child (and a nonblocking parent) in progress until it ends.
+inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* out, ncclConfig_t* config) {
     EMU_RUNTIME;
     if (!comm || !out || (color < 0 && color != NCCL_SPLIT_NOCOLOR)) return ncclInvalidArgument;
+    emu::nonblocking_owed(comm, "ncclCommSplit");
+    bool nonblocking = config ? config->blocking == 0 : comm->nonblocking;
     uint32_t k = ++comm->derived;
+    *out = nullptr;
+    if (nonblocking && color != NCCL_SPLIT_NOCOLOR) {
+        ncclComm_t c = new ncclComm;  // never freed while its thread may run
+        c->nonblocking = true;
+        c->job = ncclInProgress;
+        c->owes_poll = true;
+        comm->creating = c;
+        if (comm->nonblocking) comm->owes_poll = true;
+        *out = c;
+        std::thread([comm, c, color, key, k] {
+            EMU_RUNTIME;
+            std::vector<std::pair<int, int>> all;
+            ncclResult_t r = emu::split_gather(comm, color, key, all);
+            if (r == ncclSuccess && !emu::child_fill(c, comm, emu::derived_uid(comm->uid, k, 0, color),
+                                                     emu::split_members(all, color)))
+                r = ncclInvalidUsage;
+            c->job = r;
+        }).detach();
+        return ncclInProgress;
+    }
     std::vector<std::pair<int, int>> all;
     ncclResult_t r = emu::split_gather(comm, color, key, all);
-    *out = nullptr;
     if (r != ncclSuccess || color == NCCL_SPLIT_NOCOLOR) return r;
-    std::vector<int> keep;
-    for (int p = 0; p < comm->size; p++)
-        if (all[p].first == color) keep.push_back(p);
-    std::stable_sort(keep.begin(), keep.end(), [&](int a, int b) { return all[a].second < all[b].second; });
-    *out = emu::child_comm(comm, emu::derived_uid(comm->uid, k, 0, color), keep);
+    *out = emu::child_comm(comm, emu::derived_uid(comm->uid, k, 0, color), emu::split_members(all, color));
     return ncclSuccess;
 }
 #ifdef EMU_CHECK
@@ -763,6 +876,7 @@ namespace emu { inline void forget_comm(const void* comm); }
 inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     EMU_RUNTIME;
     if (!comm) return ncclInvalidArgument;
+    emu::nonblocking_owed(comm, "ncclCommDestroy");
 #ifdef EMU_CHECK
     emu::forget_comm(comm);
 #endif
@@ -780,7 +894,12 @@ inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     delete comm;
     return ncclSuccess;
 }
-inline ncclResult_t ncclCommFinalize(ncclComm_t) { return ncclSuccess; }
+// Nothing to flush (a destroy waits for the collectives); a nonblocking communicator is in progress.
+inline ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+    if (!comm) return ncclInvalidArgument;
+    emu::nonblocking_owed(comm, "ncclCommFinalize");
+    return emu::nb_returned(comm, ncclSuccess);
+}
 // NCCL 2.27's revoke (nccl.h 2.28): the communicator's operations in flight stop (the emulator
 // abandons them: a collective waiting on a peer ends unfinished) and it takes no new ones; it can
 // still be shrunk, split or destroyed. revokeFlags must be NCCL_REVOKE_DEFAULT.
@@ -794,9 +913,12 @@ inline ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 // old order with the gaps closed. NCCL_SHRINK_DEFAULT: the parent must have nothing in flight (the
 // emulator waits for it, as a GPU's stream would); NCCL_SHRINK_ABORT: the parent is revoked first,
 // its operations in flight abandoned (a collective stuck on a stopped peer ends unfinished). No
-// message is exchanged: the members derive the same uid from the parent's.
+// message is exchanged: the members derive the same uid from the parent's. The child is nonblocking
+// where config says so, or (config NULL) where the parent is: then it is returned in progress. (The
+// parent's owed poll is not asked for: a shrink with NCCL_SHRINK_ABORT is how a caller leaves a
+// communicator stuck in progress.)
 inline ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* out,
-                                   ncclConfig_t*, int shrinkFlags) {
+                                   ncclConfig_t* config, int shrinkFlags) {
     EMU_RUNTIME;
     if (!comm || !out || excludeRanksCount < 0 || (excludeRanksCount > 0 && !excludeRanksList)) return ncclInvalidArgument;
     if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) return ncclInvalidArgument;
@@ -811,12 +933,18 @@ inline ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int e
     std::vector<int> keep;
     for (int p = 0; p < comm->size; p++)
         if (!seen[p]) keep.push_back(p);
+    if (shrinkFlags != NCCL_SHRINK_ABORT) emu::nonblocking_owed(comm, "ncclCommShrink");
     *out = emu::child_comm(comm, emu::derived_uid(comm->uid, ++comm->derived, 1, 0), keep);
-    return ncclSuccess;
+    (*out)->nonblocking = config ? config->blocking == 0 : comm->nonblocking;
+    return emu::nb_returned(*out, ncclSuccess);
 }
 // Leaves the communicator's pending collectives where they are (they may never end) and forgets it.
 inline ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
+    {
+        std::lock_guard<std::mutex> l(emu::comms_mutex());
+        comm->cancel = true;  // a creation still running stops (fill_comm)
+    }
 #ifdef EMU_CHECK
     emu::forget_comm(comm);
 #endif
@@ -828,7 +956,9 @@ inline ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* r) { *r = comm-
 inline ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* d) { *d = comm->device; return ncclSuccess; }
 inline ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* e) {
     if (!comm) return ncclInvalidArgument;
-    *e = (ncclResult_t)comm->async_error.load();
+    int s = emu::nb_state(comm);
+    if (s != ncclInProgress) comm->owes_poll = false;
+    *e = (ncclResult_t)s;
     return ncclSuccess;
 }
 // Emulator extensions (guard with #ifdef EMU_CUDA): the root-communicator rank whose stop this
@@ -852,6 +982,7 @@ inline void emu_nccl_stop_answering(void) {
 namespace emu {
 inline int nccl_group_depth = 0;                                // open ncclGroupStart calls
 inline std::vector<std::function<ncclResult_t()>> nccl_group;  // the collectives they deferred
+inline std::vector<ncclComm_t> nccl_group_nonblocking;         // their nonblocking communicators
 
 // A collective runs as an operation of its stream; under --check after the stream's earlier work,
 // with its buffers recorded as read / written for the cross-stream order check. Inside a group it
@@ -927,11 +1058,13 @@ template <class F> ncclResult_t nccl_run(ncclComm_t comm, cudaStream_t s, const 
         return ncclSuccess;
 #endif
     };
+    nonblocking_owed(comm, what);
     if (nccl_group_depth > 0) {
         nccl_group.push_back(issue);
+        if (comm->nonblocking) nccl_group_nonblocking.push_back(comm);
         return ncclSuccess;
     }
-    return issue();
+    return nb_returned(comm, issue());
 }
 }  // namespace emu
 
@@ -947,13 +1080,17 @@ inline ncclResult_t ncclGroupEnd() {
     if (--emu::nccl_group_depth > 0) return ncclSuccess;
     std::vector<std::function<ncclResult_t()>> ops;
     ops.swap(emu::nccl_group);
+    std::vector<ncclComm_t> nonblocking;
+    nonblocking.swap(emu::nccl_group_nonblocking);
     emu::group_p2p_clear();
     ncclResult_t result = ncclSuccess;
     for (auto& op : ops) {
         ncclResult_t r = op();
         if (result == ncclSuccess) result = r;
     }
-    return result;
+    if (result != ncclSuccess || nonblocking.empty()) return result;
+    for (ncclComm_t c : nonblocking) emu::nb_returned(c, ncclSuccess);  // each owes its poll
+    return ncclInProgress;
 }
 
 // recvbuff[i] = op over ranks of sendbuff[i]; sendbuff == recvbuff is allowed.
@@ -1082,8 +1219,10 @@ inline ncclResult_t p2p_issue(cudaStream_t s, P2pList ops) {
 inline ncclResult_t p2p_call(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                              cudaStream_t s) {
     if (!comm || peer < 0 || peer >= comm->size) return ncclInvalidArgument;
+    nonblocking_owed(comm, send ? "ncclSend" : "ncclRecv");
     P2p o{send, (void*)buf, count * nccl_size(t), peer, comm};
-    if (nccl_group_depth == 0) return p2p_issue(s, std::make_shared<std::vector<P2p>>(1, o));
+    if (nccl_group_depth == 0) return nb_returned(comm, p2p_issue(s, std::make_shared<std::vector<P2p>>(1, o)));
+    if (comm->nonblocking) nccl_group_nonblocking.push_back(comm);
     for (auto& sp : group_p2p)
         if (sp.first == s) {
             sp.second->push_back(o);
