@@ -567,8 +567,8 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
     AdamW moments and residual, its AdamW step count the global step's."""
     R, H, S = replicas, sync_every, sync_start
     alive_at = replica_schedule(R, steps, H, S, drops, rejoins) if drops or rejoins else None
-    if alive_at and fragments > 1:
-        raise ValueError("--drop/--rejoin do not combine with --fragments > 1")
+    if alive_at and fragments > 1 and overlap > 0:
+        raise ValueError("--drop/--rejoin do not combine with --fragments > 1 and --overlap > 0 together")
     for k, s in (rejoins if alive_at and overlap > 0 else []):
         if in_flight_after(s - 1, H, S, overlap, steps):
             raise ValueError(f"--rejoin {k}@{s}: with --overlap {overlap} an exchange is in flight after step "
@@ -676,7 +676,8 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
                     delta = outer_fragment_delta(outer, [reps[r] for r in over], all_masks[f], wire, fragment_layouts[f],
                                                  None if res is None else [res[r] for r in over], topk)
                 else:
-                    delta = outer_fragment_delta(outer, [reps[r] for r in over], all_masks[f])
+                    delta = outer_fragment_delta(outer, [reps[r] for r in over], all_masks[f],
+                                                 divide=R if DROP_BUG == 1 and alive_at else None)
                 if overlap > 0 and t != steps:
                     pending[f] = (t, delta, [{n: rep[n].clone() for n in PARAM_NAMES} for rep in reps], over, kept)
                 else:
@@ -1082,14 +1083,16 @@ def main(argv=None):
                          "rows of the R*B-row batches (no re-sharding). Step s is line s of --write-losses, printed as "
                          "'step s-1'. With --overlap, an exchange in flight when a replica it was over is dropped is "
                          "redone by the survivors from its start (their snapshots and residuals then), applied as "
-                         "scheduled. Not with --fragments > 1. Repeatable, or comma-separated")
+                         "scheduled. With --fragments, each fragment's sync is over the replicas alive at it "
+                         "(not with --overlap as well). Repeatable, or comma-separated")
     ap.add_argument("--rejoin", action="append", default=[], metavar="k@s",
                     help="replica k, dropped earlier, takes part again from step s (the C trainer's live rejoin "
                          "comes after an outer sync, s-1 = --sync-start + a multiple of H; a resume from a "
                          "checkpoint written without replica k rejoins it at the checkpoint's step + 1, any "
                          "step): it starts from the outer parameters of the last sync, with zero AdamW moments (its step count, the bias "
                          "correction, the global step's), a zero residual, and the rows it would have read had "
-                         "it never left. Repeatable, or comma-separated")
+                         "it never left; with --fragments, every fragment's outer parameters of its last sync. "
+                         "Repeatable, or comma-separated")
     ap.add_argument("--drop-bug", type=int, default=0, choices=[0, 1, 2, 3, 4, 5], help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.replicas < 1:
@@ -1119,8 +1122,8 @@ def main(argv=None):
                 ap.error(f"{flag}: want k@s (replica k, 1-based step s), comma-separated (got {item!r})")
             elastic[flag].append((int(m.group(1)), int(m.group(2))))
     if elastic["--drop"] or elastic["--rejoin"]:
-        if a.fragments > 1:
-            ap.error("--drop/--rejoin do not combine with --fragments > 1 (not simulated)")
+        if a.fragments > 1 and a.overlap > 0:
+            ap.error("--drop/--rejoin do not combine with --fragments > 1 and --overlap > 0 together (not simulated)")
         for k, s in elastic["--rejoin"] if a.overlap > 0 else []:
             if in_flight_after(s - 1, a.sync_every, a.sync_start, a.overlap, a.steps):
                 ap.error(f"--rejoin {k}@{s}: with --overlap {a.overlap} an exchange is in flight after step {s - 1} "

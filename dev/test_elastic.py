@@ -227,15 +227,19 @@ def tail(res, r):
 
 
 def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, name, stray=False, wire=None, lo=0,
-                   more=(), steps=STEPS):
+                   more=(), steps=STEPS, lf=1):
     """R replicas of `shard` ranks, ZeRO `stage`, -fi fault; the reference drops `drop`; wire: -rq's
     format (the reference's slices and blocks cut as ZeRO `stage` over `shard` ranks); lo: -lo (the
-    exchange in flight when the replica is lost redone by the survivors; no closed-form check)."""
+    exchange in flight when the replica is lost redone by the survivors; no closed-form check); lf:
+    -lf (no closed-form check: the fragments' syncs differ in size)."""
     args = ["-ds", str(shard), "-z", str(stage), "-fi", fault, "-d", str(T * rows_for(R))] + (["-rq", wire] if wire else [])
     extra = ("--wire-format", wire, "--wire-shards", str(shard if stage else 0)) if wire else ()
     if lo:
         args += ["-lo", str(lo)]
         extra += ("--overlap", str(lo))
+    if lf > 1:
+        args += ["-lf", str(lf)]
+        extra += ("--fragments", str(lf))
     args += list(more)
     d, res = launch(trainer, world, args, name, stray, hung=lost_ranks if fault.startswith("hang") else ())
     kept = [r for r in range(world) if r not in lost_ranks]
@@ -245,9 +249,10 @@ def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, nam
     le, we = against_reference(d, R, drop, extra, steps=steps)
     log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
     said = f"replica {k} lost at step {s}" in out0 and f"s:{s} replicas:{R - 1}" in log
-    where = f"{R} x {shard} ZeRO {stage}{' -rq ' + wire if wire else ''}{' -lo %d' % lo if lo else ''}, -fi {fault}"
+    where = f"{R} x {shard} ZeRO {stage}{' -rq ' + wire if wire else ''}{' -lo %d' % lo if lo else ''}" \
+            f"{' -lf %d' % lf if lf > 1 else ''}, -fi {fault}"
     b = after_drop_bytes(out0)
-    if not lo:  # (-lo: the measured step may hold a chunk of an exchange the closed form counts in another)
+    if not lo and lf == 1:  # (-lo: the measured step may hold a chunk of an exchange the closed form counts in another)
         report(b is not None and b[0] == b[1], f"{where}: after the drop, rank 0's closed forms (a step without and "
                                                f"with a sync) {b and b[0]} = the bytes the emulated NCCL sent {b and b[1]}")
     detect = detection_s(res, lost_ranks[-1] if fault.startswith("die") else None, k, s)
@@ -413,15 +418,15 @@ def cmd_checked(trainer):
 
 def cmd_matrix(trainer):
     """The slower suite (not in make test): 4 x 1 and 2 x 2, ZeRO 1 and 2, fp32 and -rq int8, -lo 0
-    and 1, replica 1 killed as step 5 begins (with -lo 1: while the exchange of the sync after step
-    4 is in flight)."""
+    and 1 and -lf 2, replica 1 killed as step 5 begins (with -lo 1: while the exchange of the sync
+    after step 4 is in flight)."""
     for (R, S) in ((4, 1), (2, 2)):
         for stage in (1, 2):
             for wire in (None, "int8"):
-                for lo in (0, 1):
+                for lo, lf in ((0, 1), (1, 1), (0, 2)):
                     lost = list(range(S, 2 * S))
                     survivors_case(trainer, R * S, S, stage, f"die@5:{2 * S - 1}", R, "1@5", lost,
-                                   f"matrix_{R}x{S}_z{stage}_{wire or 'fp32'}_lo{lo}", wire=wire, lo=lo)
+                                   f"matrix_{R}x{S}_z{stage}_{wire or 'fp32'}_lo{lo}_lf{lf}", wire=wire, lo=lo, lf=lf)
 
 
 def fake_hellos(port):
@@ -483,6 +488,19 @@ def cmd_rejoin(trainer):
     rejoin_check(d, res, [0, 1], [4, 5], "2 x 2 ZeRO 2, rank 3 killed at step 6, ranks 2 and 3")
     if len(sys.argv) < 4 or sys.argv[3] != "quick":
         rejoin_dies(trainer)
+        rejoin_fragments(trainer)
+
+
+def rejoin_fragments(trainer):
+    """2 x 1 -lf 2 (fragment 0 syncs after steps 4, 8, 12, fragment 1 after 2, 6, 10, 12): rank 1
+    killed at step 6, started again with -y 1; it rejoins after whichever fragment's sync first
+    finds it waiting, with both fragments' outer values (against --fragments 2 --drop 1@6 --rejoin
+    1@s+1, s read from rank 0's line)."""
+    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-lf", "2", "-fi", "die@6:1"], "rejoin_lf2",
+                    restart=1)
+    m = re.search(r"replica 1 rejoined after the outer sync of step (\d+)", res[0][1])
+    rejoin_check(d, res, [0], [2], "2 x 1 -lf 2, rank 1 killed at step 6", after=int(m.group(1)) if m else 8,
+                 ref=("--fragments", "2"))
 
 
 def rejoin_dies(trainer):
@@ -616,8 +634,8 @@ def cmd_refusals():
     refused([FP32] + [a for a in common if a not in ("-ls", str(H))] + ["-ls", "0"] + tcp, "needs -ls H > 0",
             "-le 1 without -ls")
     refused([FP32] + common + tcp + ["-wt", "0"], "needs -wt > 0", "-le 1 -wt 0")
-    refused([FP32] + common + tcp + ["-lf", "2"], "not built yet with -lf", "-le 1 -lf 2")
-    refused([FP32] + common + tcp + ["-lss", "2"], "not built yet with -lf or -lss", "-le 1 -lss 2")
+    refused([FP32] + common + tcp + ["-lf", "2", "-lo", "1"], "not built yet with -lf and -lo", "-le 1 -lf 2 -lo 1")
+    refused([FP32] + common + tcp + ["-lss", "2"], "not built yet with -lss", "-le 1 -lss 2")
     refused([FP32] + common + tcp, "needs at least 2 replicas", "-le 1 on one rank", env)
 
 

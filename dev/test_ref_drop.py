@@ -168,7 +168,24 @@ def adamw(P, g, m, v, step, lr=1e-3, wd=0.1, clip=1.0, b1=0.9, b2=0.95, eps=1e-8
         P[n] = P[n] - lr * (mh / (torch.sqrt(vh) + eps) + w * P[n])
 
 
-def naive(tokens, R, H, steps, alive, fmt="fp32", density=0.0, shards=0, olr=0.7, mom=0.9, overlap=0):
+def fragment_masks(P0, L, F):
+    """Flat boolean masks of the F streaming fragments, by the documented rule: layer l's tensors
+    (their first index) in fragment l * F // L, wte and wpe in fragment 0, lnfw and lnfb in F - 1."""
+    masks = []
+    for f in range(F):
+        parts = []
+        for n in tg.PARAM_NAMES:
+            w = P0[n]
+            if n in ("wte", "wpe", "lnfw", "lnfb"):
+                parts.append(np.full(w.numel(), (0 if n in ("wte", "wpe") else F - 1) == f))
+            else:
+                per = w.numel() // L
+                parts.append(np.concatenate([np.full(per, l * F // L == f) for l in range(L)]))
+        masks.append(np.concatenate(parts))
+    return masks
+
+
+def naive(tokens, R, H, steps, alive, fmt="fp32", density=0.0, shards=0, olr=0.7, mom=0.9, overlap=0, fragments=1):
     """alive(r, t): replica r takes part in step t. Returns (losses, the outer model after the last sync).
     fmt not fp32: every shard rank's owned vector (train_gpt2.owned_layout's indices, -1 padding)
     is cut into R' slices, survivor i owning slice i; each survivor sends message + its residual
@@ -176,7 +193,9 @@ def naive(tokens, R, H, steps, alive, fmt="fp32", density=0.0, shards=0, olr=0.7
     (top-k with density > 0, the sum keeping R' times as many). overlap > 0: a sync (but the last)
     keeps every live replica's parameters and residual, and `overlap` steps later (or at the last
     step) the exchange is computed from those over the replicas of it still alive and applied, each
-    live replica keeping what its own steps added since."""
+    live replica keeping what its own steps added since. fragments > 1 (fp32, no overlap): fragment f
+    syncs after the steps t with t - f * H // F a non-negative multiple of H and after the last, each
+    over the replicas alive at t, on its own elements (fragment_masks)."""
     P0, cfg = tg.load_model(MODEL_FILE)
     reps = [{n: t.clone() for n, t in P0.items()} for _ in range(R)]
     mo = [{n: torch.zeros_like(t) for n, t in P0.items()} for _ in range(R)]
@@ -242,6 +261,19 @@ def naive(tokens, R, H, steps, alive, fmt="fp32", density=0.0, shards=0, olr=0.7
             for r in live:
                 reps[r] = unflat(outer + (flat(reps[r]) - snaps[r]), P0)
             pending = None
+        if fragments > 1:
+            for f, m in enumerate(fragment_masks(P0, cfg["L"], fragments)):
+                d = t - f * H // fragments
+                if not (t == steps or (d >= 0 and d % H == 0)):
+                    continue
+                delta = mean_delta([outer - flat(reps[r]) for r in live], live)
+                buf[m] = np.float32(mom) * buf[m] + delta[m]
+                outer[m] = outer[m] - np.float32(olr) * (delta[m] + np.float32(mom) * buf[m])
+                for r in live:
+                    v = flat(reps[r])
+                    v[m] = outer[m]
+                    reps[r] = unflat(v, P0)
+            continue
         if t % H == 0 or t == steps:
             if overlap and t != steps:
                 pending = (t, {r: flat(reps[r]) for r in live}, {r: res[r].copy() for r in live}, live)
@@ -256,7 +288,8 @@ def naive(tokens, R, H, steps, alive, fmt="fp32", density=0.0, shards=0, olr=0.7
 
 ELASTIC = [[0, 1, 2]] * 2 + [[0, 1]] * 2 + [[0, 1, 2]] * 2 + [[1, 2]] * 2  # syncs over 3, 2, 3, 2
 OVERLAPPED = [[0, 1, 2]] * 2 + [[0, 2]] + [[0, 1, 2]] * 3 + [[1, 2]] * 2  # 1 lost in flight, back; 0 lost
-NAIVE_CASES = [  # (format, top-k density, --wire-shards, --drop, --rejoin, the replicas alive at steps 1..8, --overlap)
+NAIVE_CASES = [  # (format, top-k density, --wire-shards, --drop, --rejoin, the replicas alive at steps 1..8, --overlap[,
+    # --fragments])
     ("fp32", 0.0, 0, "1@3,0@6", "1@5", [[0, 1, 2]] * 2 + [[0, 2]] * 2 + [[0, 1, 2]] + [[1, 2]] * 3, 0),
     # rejoined inside a window (step 4 follows step 3, not a sync): a resume that rebuilt replica 2
     ("fp32", 0.0, 0, "2@2", "2@4", [[0, 1, 2]] + [[0, 1]] * 2 + [[0, 1, 2]] * 5, 0),
@@ -266,6 +299,9 @@ NAIVE_CASES = [  # (format, top-k density, --wire-shards, --drop, --rejoin, the 
     # flight (redone by 0 and 2), back at step 4; replica 0 dropped at step 7, in no flight
     ("fp32", 0.0, 0, "1@3,0@7", "1@4", OVERLAPPED, 1),
     ("int8", 0.0, 0, "1@3,0@7", "1@4", OVERLAPPED, 1),
+    # --fragments 2 (fragment 1 syncs after steps 1, 3, 5, 7, fragment 0 after 2, 4, 6, 8): replica 1
+    # dropped at step 3, back at 5 with both fragments' outer values, replica 0 dropped at 6
+    ("fp32", 0.0, 0, "1@3,0@6", "1@5", [[0, 1, 2]] * 2 + [[0, 2]] * 2 + [[0, 1, 2]] + [[1, 2]] * 3, 0, 2),
 ]
 
 
@@ -275,20 +311,23 @@ def cmd_naive(bug=0):
     R, H, steps, out = 3, 2, 8, {}
     toks = np.random.default_rng(7).integers(0, V, R * B * T * steps + 1)
     data = write_shard(f"{TMP}/r3.bin", toks)
-    for fmt, density, shards, drops, rejoins, table, overlap in NAIVE_CASES:
+    for fmt, density, shards, drops, rejoins, table, overlap, *frags in NAIVE_CASES:
         if bug and (fmt == "fp32") != (bug < 4):
             continue
+        F = frags[0] if frags else 1
         args = ["--data", data, "--steps", str(steps), "--replicas", str(R), "--sync-every", str(H),
                 "--wire-format", fmt, "--topk", str(density), "--wire-shards", str(shards),
-                "--drop", drops, "--rejoin", rejoins, "--overlap", str(overlap)] + NESTEROV
+                "--drop", drops, "--rejoin", rejoins, "--overlap", str(overlap), "--fragments", str(F)] + NESTEROV
         key = f"{fmt} --drop {drops} --rejoin {rejoins}" + (f" --overlap {overlap}" if overlap else "")
-        got = reference(args + (["--drop-bug", str(bug)] if bug else []), f"naive_{fmt}_{drops}_{overlap}_{bug}")
-        want = naive(toks, R, H, steps, lambda r, t: r in table[t - 1], fmt, density, shards, overlap=overlap)
+        key += f" --fragments {F}" if F > 1 else ""
+        got = reference(args + (["--drop-bug", str(bug)] if bug else []), f"naive_{fmt}_{drops}_{overlap}_{F}_{bug}")
+        want = naive(toks, R, H, steps, lambda r, t: r in table[t - 1], fmt, density, shards, overlap=overlap,
+                     fragments=F)
         le, we = diffs(got, want)
         out[key] = (le <= 1e-6 and we <= 1e-6, le, we)
         if not bug:
             report(out[key][0], f"R 3 -H 2 {fmt} --topk {density} --wire-shards {shards} --drop {drops} --rejoin "
-                                f"{rejoins}: against the loop written here: max loss error {le:.1e}, max weight "
+                                f"{rejoins}{' --overlap 1' if overlap else ''}{' --fragments 2' if F > 1 else ''}: against the loop written here: max loss error {le:.1e}, max weight "
                                 f"error {we:.1e} (tol 1e-6)")
     if not bug:  # the same loop with everyone alive is the plain reference run (the loop's own check)
         got = reference(["--data", data, "--steps", str(steps), "--replicas", str(R), "--sync-every", str(H)]
@@ -325,7 +364,7 @@ def cmd_refusals():
         (r3 + ["--drop", "1@2", "--drop", "1@4"], "--drop 1@4", "already dropped"),
         (r3 + ["--drop", "0@2,1@3", "--drop", "2@5"], "--drop", "every replica"),
         (r3 + ["--drop", "1@2", "--sync-start", "2"], "--drop 1@2", "--sync-start"),
-        (r3 + ["--drop", "1@2", "--fragments", "2"], "--drop", "--fragments"),
+        (r3 + ["--drop", "1@2", "--fragments", "2", "--overlap", "1"], "--drop", "--fragments"),
         (r3 + ["--drop", "1@2", "--rejoin", "1@3", "--overlap", "1"], "--rejoin 1@3", "in flight"),
         (r3 + ["--drop", "1:2"], "--drop", "k@s"),
         (base + ["--drop", "0@2"], "--replicas", ">= 2"),

@@ -605,7 +605,9 @@ static void run_membership(TrainRun* r, const TrainerOps* ops, int step, int* st
 static void run_admit_replicas(TrainRun* r, const TrainerOps* ops, int t) {
     if (!ops->dp.admit || ops->dp.admit(ops->dp.ctx, t) == 0) { return; }
     run_note_replicas(r, ops, t + 1);
-    if (r->outer->overlap == 0) { run_check_replicas(r, ops, t, 0); } // (-lo: each keeps its steps since the exchange began)
+    // (-lo: each keeps its steps since the exchange began; -lf: the fragments not synced at t differ, as
+    // the joining ranks' run_outer_begin knows too)
+    if (r->outer->overlap == 0 && outer_in_agreement(r->outer, t, r->max_steps)) { run_check_replicas(r, ops, t, 0); }
     run_check_replicas(r, ops, t, 1);
 }
 
