@@ -227,7 +227,7 @@ def tail(res, r):
 
 
 def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, name, stray=False, wire=None, lo=0,
-                   more=(), steps=STEPS, lf=1):
+                   more=(), steps=STEPS, lf=1, ref=()):
     """R replicas of `shard` ranks, ZeRO `stage`, -fi fault; the reference drops `drop`; wire: -rq's
     format (the reference's slices and blocks cut as ZeRO `stage` over `shard` ranks); lo: -lo (the
     exchange in flight when the replica is lost redone by the survivors; no closed-form check); lf:
@@ -241,6 +241,7 @@ def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, nam
         args += ["-lf", str(lf)]
         extra += ("--fragments", str(lf))
     args += list(more)
+    extra += tuple(ref)
     d, res = launch(trainer, world, args, name, stray, hung=lost_ranks if fault.startswith("hang") else ())
     kept = [r for r in range(world) if r not in lost_ranks]
     k, s = drop.split("@")
@@ -321,6 +322,21 @@ def drop_part_b(trainer):
     report(code == 1 and "fewer than -lm 2" in err,
            f"2 x 1 -lm 2, rank 1 killed at step 6: rank 0 exits {code} {took:.0f} s into the run: "
            f"{(err.strip().splitlines() or [''])[-1][:240]}")
+    lss_cases(trainer)
+
+
+def lss_cases(trainer):
+    """-lss 2 (steps 1-2 synchronous, windows of 4 from step 3): 3 x 1, rank 1 killed at step 7, the
+    survivors train on (against --sync-start 2 --drop 1@7); 2 x 1, rank 1 killed at step 2, a
+    synchronous step: rank 0 stops (exit 1) within -wt and a step, saying so."""
+    survivors_case(trainer, 3, 1, 1, "die@7:1", 3, "1@7", [1], "lss_3x1", more=["-lss", "2"],
+                   ref=("--sync-start", "2"))
+    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-fi", "die@2:1", "-lss", "2"], "lss_sync_step")
+    code, _, err, took = res[0]
+    last = (err.strip().splitlines() or [''])[-1]
+    report(code == 1 and "step 2" in last and took < 60,
+           f"2 x 1 -lss 2, rank 1 killed at step 2 (synchronous): rank 0 exits {code} {took:.0f} s into the run: "
+           f"{last[:240]}")
 
 
 def sync_case(trainer, world, fault, R, k, s, name, wire=None, more=(), steps=STEPS):
@@ -635,7 +651,6 @@ def cmd_refusals():
             "-le 1 without -ls")
     refused([FP32] + common + tcp + ["-wt", "0"], "needs -wt > 0", "-le 1 -wt 0")
     refused([FP32] + common + tcp + ["-lf", "2", "-lo", "1"], "not built yet with -lf and -lo", "-le 1 -lf 2 -lo 1")
-    refused([FP32] + common + tcp + ["-lss", "2"], "not built yet with -lss", "-le 1 -lss 2")
     refused([FP32] + common + tcp, "needs at least 2 replicas", "-le 1 on one rank", env)
 
 

@@ -18,6 +18,7 @@
 typedef struct {
     int on;                    // -le 1
     int min_replicas;          // -lm
+    int sync_steps;            // -lss: steps 1..sync_steps are synchronous (no replica can drop there)
     Membership mb;             // the agreement through rank 0 (its alive[]: the replicas training)
     int live_R, live_W;        // replicas and ranks still training
     int live_me;               // this rank's replica among them (its rank in the replica communicator)
@@ -50,6 +51,7 @@ static void elastic_init(Elastic* e, const TrainArgs* a, const Rendezvous* rdv, 
         fail("-lm %d: more than the %d replicas there are", a->min_replicas, mesh->dp_replicate);
     }
     e->min_replicas = a->min_replicas;
+    e->sync_steps = a->outer.start;
     membership_init(&e->mb, rdv, a->server_ip, a->server_port, strcmp(a->init_method, "fs") == 0 ? a->init_path : NULL,
                     mesh->dp_replicate, mesh->dp_shard, a->peer_wait);
     cudaCheck(cudaMalloc((void**)&e->scratch, (mesh->dp_replicate + mesh->world) * sizeof(int32_t) + sizeof(ncclUniqueId)));
@@ -109,6 +111,10 @@ static ncclComm_t elastic_shrink(ncclComm_t comm, const uint8_t* was, const uint
 static void elastic_recover(Elastic* e, DeviceLink* k, const Mesh* mesh, const char* why, int shard_failed) {
     int step = (int)preempt_step, R = mesh->dp_replicate, S = mesh->dp_shard;
     if (shard_failed) { fail("%s: a rank of this replica (%d) is lost, so it stops; the other replicas train on", why, mesh->replicate_idx); }
+    if (step <= e->sync_steps) { // every replica's gradient is in this step's update: none can be dropped
+        fail("%s: a replica was lost in step %d, one of the -lss %d synchronous steps, which need every replica; the "
+             "run stops (resume with -y 1)", why, step, e->sync_steps);
+    }
     uint8_t* was = (uint8_t*)malloc_check((size_t)R);
     uint8_t* kept = (uint8_t*)malloc_check((size_t)R);
     memcpy(was, e->mb.alive, (size_t)R);
