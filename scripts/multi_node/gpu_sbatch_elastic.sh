@@ -6,8 +6,10 @@
 # starts it again with -y 1; it rejoins after the next outer sync. Losing node 0 (world rank 0:
 # the logs, the rendezvous, the agreement) stops every node after the survivors' checkpoint of
 # that step; the job then requeues itself and all resume from it (node 0's replica rebuilt from
-# the outer state). -le 1 needs -pi tcp (or -pi fs -pf DIR), and -lss is not built with it yet, so
-# the replicas train alone from the first step. Ranks come from RANK / WORLD_SIZE / LOCAL_RANK set
+# the outer state). -le 1 needs -pi tcp (or -pi fs -pf DIR). The first 1000 steps are synchronous
+# (-lss 1000): a node lost in them stops every node (those steps need every replica), node 0's
+# step ends and the job requeues, all resuming from the last checkpoint; from step 1001 on a lost
+# node is dropped as above. Ranks come from RANK / WORLD_SIZE / LOCAL_RANK set
 # here (each step's SLURM_PROCID counts within its node); every step passes the job's id as -pj,
 # since the steps' own ids differ. This script has not been run on a cluster (README).
 #SBATCH --job-name=gpt2gpu_elastic
@@ -29,7 +31,7 @@ FLAGS=(-pi tcp -ps "$HOST0" -pp 29512 -pj "$SLURM_JOB_ID" -le 1 -wt 120 -lm 2
        -i "data/fineweb10B/fineweb_train_*.bin" -j "data/fineweb10B/fineweb_val_*.bin" -tk data/gpt2_tokenizer.bin
        -e d24 -b 16 -t 1024 -d 524288 -x 18865
        -l 3e-4 -u 700 -q 0.0 -c 0.1 -v 250 -m 20 -s 20000 -g 144
-       -z 1 -ds "$GPUS" -ls 50 -r 1 -w 1 -n 2000 -y 1 -nk 3 -o "$LOG")
+       -z 1 -ds "$GPUS" -ls 50 -lss 1000 -r 1 -w 1 -n 2000 -y 1 -nk 3 -o "$LOG")
 
 # node n's replica, started again (with -y 1, in FLAGS) whenever it ends without the final model,
 # while node 0 still runs
