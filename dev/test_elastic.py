@@ -18,7 +18,9 @@ step and the others train on. Each process is bounded in time; a hang fails the 
   python3 dev/test_elastic.py mutant            a survivor that averages over R, not R', must fail drop; a
                                                 rebuilt replica keeping replica 0's moments must fail resume;
                                                 the residual restored on the communication stream must fail
-                                                checked (a race emucc --check reports)
+                                                checked (a race emucc --check reports); a trainer that never
+                                                polls a nonblocking communicator's ncclInProgress must fail
+                                                (the emulator reports the next call on it)
 
 drop, each with -ls 4 -ol 0.7 -om 0.9, 12 steps, -wt 3:
   2x1 ZeRO 1, rank 1 killed (SIGKILL) as step 6 begins: rank 0 logs "replica 1 lost at step 6", trains
@@ -670,10 +672,19 @@ def mutant_trainer(name, path, target, replacement, check=False):
     return d + "/trainer"
 
 
+NO_POLL = """    if (r == ncclInProgress) {
+        char src[96];
+        r = nccl_settle(comm, wait_limit_s(src, sizeof(src)));
+    }
+"""
+
+
 def cmd_mutant():
     """A survivor whose outer step still divides by R (not the R' replicas left) must fail drop; a
     replica rebuilt from a checkpoint that keeps the AdamW moments of the replica it read must fail
-    resume."""
+    resume; the residual restored on the communication stream must fail checked (a race); a
+    trainer that never polls a nonblocking communicator's ncclInProgress must fail (the emulator's
+    report)."""
     caught = []
     for name, path, target, replacement, run in (
             ("mutant_mean", "llmc/dp_device.cuh", "float inv_R = 1.0f / (float)dp->el.live_R;",
@@ -685,12 +696,18 @@ def cmd_mutant():
             # the residual restored on the communication stream: nothing orders it before stream 0's
             # messages of the redone exchange read it (emucc --check must see the race)
             ("mutant_restore_stream", "llmc/dp_device.cuh", RESTORE, RESTORE.replace("DeviceToDevice, 0)",
-             "DeviceToDevice, dp->link.comm_stream)"), lambda t: checked_case(t, "reverse", "mutant_checked"))):
+             "DeviceToDevice, dp->link.comm_stream)"), lambda t: checked_case(t, "reverse", "mutant_checked")),
+            # a call on a nonblocking communicator that returned ncclInProgress never polled out of it:
+            # the emulator reports the next call on that communicator (exit 66)
+            ("mutant_no_poll", "llmc/device_wait.cuh", NO_POLL, "    if (r == ncclInProgress) { return; }\n",
+             lambda t: survivors_case(t, 2, 1, 1, "die@6:1", 2, "1@6", [1], "mutant_no_poll_2x1")[1])):
         before = test_diloco.failures
         res = run(mutant_trainer(name, path, target, replacement, check=name == "mutant_restore_stream"))
         caught.append(test_diloco.failures > before)
         if name == "mutant_restore_stream": # caught by the checker, not by chance
             caught[-1] = caught[-1] and "cuda_emu --check" in res[0][2] and "nothing orders them" in res[0][2]
+        if name == "mutant_no_poll":
+            caught[-1] = caught[-1] and res[0][0] == 66 and "not yet polled out of it" in res[0][2]
         print(f"the mutant {name} " + ("fails as it must" if caught[-1] else "PASSED: the test cannot see it"))
     test_diloco.failures = 0 if all(caught) else 1
 

@@ -4,10 +4,12 @@
 # survivors' losses and weights against train_gpt2.py --drop (and the time from the kill to rank 0's
 # line), a replica killed in an outer sync (before its flag, inside the exchange) and the
 # survivors redoing it, lost while an -lo exchange is in flight (redone) and a rejoin with -lo,
-# the same through -pi fs files, a killed replica started again with -y 1 rejoining against --rejoin, checkpoints written
+# the same through -pi fs files, a killed replica started again with -y 1 rejoining against --rejoin
+# (also with -lf 2; a rejoining rank killed once admitted is given up), -lss, checkpoints written
 # without the lost replica and resumed by all (it is rebuilt from the outer state), the lost
 # replica's other rank, replica 0 lost, -lm, a stray connection; the refusals; a survivor averaging
-# over R instead of R', and a rebuilt replica keeping replica 0's moments, must fail. The elastic
+# over R instead of R', a rebuilt replica keeping replica 0's moments, and a trainer that never polls
+# a nonblocking communicator's ncclInProgress (the emulator reports it), must fail. The elastic
 # path also runs built with emucc --check under two schedules, a residual restored on an unordered
 # stream caught by it. The runs mostly wait (-wt 3), so they run side by side. See
 # dev/test_elastic.py.
