@@ -411,10 +411,11 @@ def replica_schedule(R, steps, H, S, drops=(), rejoins=()):
     return alive
 
 
-def in_flight_after(t, H, S, overlap, steps):
-    """--overlap (one fragment): whether an exchange is still in flight after step t (it starts after
-    a sync step t0 = S + k H before the last step and is applied after step t0 + overlap)."""
-    return any(t0 <= t < t0 + overlap for t0 in range(S + H, steps, H))
+def in_flight_after(t, H, S, overlap, steps, fragments=1):
+    """--overlap: whether an exchange is still in flight after step t (a fragment's starts after a
+    step t0 < steps it is due at and is applied after step t0 + overlap)."""
+    return any(fragment_due(f, fragments, t0, H, S, steps) and t0 <= t < t0 + overlap
+               for f in range(fragments) for t0 in range(1, steps))
 
 
 # dev/test_ref_drop.py's planted bugs (--drop-bug): 1 the outer mean / R instead of / R', 2 a rejoined
@@ -567,10 +568,8 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
     AdamW moments and residual, its AdamW step count the global step's."""
     R, H, S = replicas, sync_every, sync_start
     alive_at = replica_schedule(R, steps, H, S, drops, rejoins) if drops or rejoins else None
-    if alive_at and fragments > 1 and overlap > 0:
-        raise ValueError("--drop/--rejoin do not combine with --fragments > 1 and --overlap > 0 together")
     for k, s in (rejoins if alive_at and overlap > 0 else []):
-        if in_flight_after(s - 1, H, S, overlap, steps):
+        if in_flight_after(s - 1, H, S, overlap, steps, fragments):
             raise ValueError(f"--rejoin {k}@{s}: with --overlap {overlap} an exchange is in flight after step "
                              f"{s - 1} (a replica rejoins only once the exchanges in flight have been applied)")
     residuals = [{} for _ in range(R)] if feedback else None
@@ -1083,8 +1082,8 @@ def main(argv=None):
                          "rows of the R*B-row batches (no re-sharding). Step s is line s of --write-losses, printed as "
                          "'step s-1'. With --overlap, an exchange in flight when a replica it was over is dropped is "
                          "redone by the survivors from its start (their snapshots and residuals then), applied as "
-                         "scheduled. With --fragments, each fragment's sync is over the replicas alive at it "
-                         "(not with --overlap as well). Repeatable, or comma-separated")
+                         "scheduled. With --fragments, each fragment's sync is over the replicas alive at it. "
+                         "Repeatable, or comma-separated")
     ap.add_argument("--rejoin", action="append", default=[], metavar="k@s",
                     help="replica k, dropped earlier, takes part again from step s (the C trainer's live rejoin "
                          "comes after an outer sync, s-1 = --sync-start + a multiple of H; a resume from a "
@@ -1122,10 +1121,8 @@ def main(argv=None):
                 ap.error(f"{flag}: want k@s (replica k, 1-based step s), comma-separated (got {item!r})")
             elastic[flag].append((int(m.group(1)), int(m.group(2))))
     if elastic["--drop"] or elastic["--rejoin"]:
-        if a.fragments > 1 and a.overlap > 0:
-            ap.error("--drop/--rejoin do not combine with --fragments > 1 and --overlap > 0 together (not simulated)")
         for k, s in elastic["--rejoin"] if a.overlap > 0 else []:
-            if in_flight_after(s - 1, a.sync_every, a.sync_start, a.overlap, a.steps):
+            if in_flight_after(s - 1, a.sync_every, a.sync_start, a.overlap, a.steps, a.fragments):
                 ap.error(f"--rejoin {k}@{s}: with --overlap {a.overlap} an exchange is in flight after step {s - 1} "
                          "(a replica rejoins only once the exchanges in flight have been applied)")
         try:

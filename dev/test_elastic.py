@@ -381,8 +381,10 @@ def cmd_overlap(trainer):
     2 x 2 ZeRO 2 -rq int8, rank 3 killed at step 5 (their residuals as they were before it); 2 x 1
     -n 4, rank 1 killed at step 6 and started again: it rejoins after the exchange of the sync after
     step 8 is applied (after step 9), and checkpoint 8 (an exchange in flight, a replica missing) is
-    not written."""
+    not written. And -lf 2 -lo 3 -rq int8, 3 x 1: fragment 0's exchange of step 4 and fragment 1's
+    of step 6 are both in flight when rank 1 is killed as step 7 begins: the survivors redo both."""
     survivors_case(trainer, 3, 1, 1, "die@5:1", 3, "1@5", [1], "lo_3x1", lo=1)
+    survivors_case(trainer, 3, 1, 1, "die@7:1", 3, "1@7", [1], "lo3_lf2_3x1_int8", wire="int8", lo=3, lf=2)
     survivors_case(trainer, 4, 2, 2, "die@5:3", 2, "1@5", [2, 3], "lo_2x2_int8", wire="int8", lo=1)
     d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-lo", "1", "-fi", "die@6:1"], "lo_rejoin", restart=1)
     skipped = not os.path.exists(d + "/DONE_00000008")
@@ -419,8 +421,9 @@ def checked_case(trainer, sched, tag="checked"):
 def cmd_checked(trainer):
     """The elastic path under emucc --check, two schedules: a replica lost inside a blocking
     exchange, the survivor restoring its residual and redoing it (EMU_SCHED=reverse); 2 x 1 -rq int8
-    -lo 1, 6 steps, rank 1 killed at step 5 with the exchange of the sync after step 4 in flight,
-    redone (random:3; the checker found its restore unordered with the communication stream once).
+    -lf 2 -lo 3, 8 steps, rank 1 killed at step 7 with fragment 0's exchange of step 4 and fragment
+    1's of step 6 in flight, both redone (random:3; the checker found the restore unordered with the
+    communication stream once).
     A --check build runs a collective inside the call, so one whose peer stopped ends at once with
     the communicator in error (docs/emulator.md)."""
     global LIMIT_S
@@ -428,20 +431,20 @@ def cmd_checked(trainer):
     checked_case(trainer, "reverse")
     os.environ["EMU_SCHED"] = "random:3"
     try:
-        survivors_case(trainer, 2, 1, 1, "die@5:1", 2, "1@5", [1], "checked_lo_random3", wire="int8", lo=1,
-                       more=("-wt", "20", "-x", "6"), steps=6)
+        survivors_case(trainer, 2, 1, 1, "die@7:1", 2, "1@7", [1], "checked_lf2_lo3_random3", wire="int8", lo=3, lf=2,
+                       more=("-wt", "20", "-x", "8"), steps=8)
     finally:
         os.environ.pop("EMU_SCHED")
 
 
 def cmd_matrix(trainer):
     """The slower suite (not in make test): 4 x 1 and 2 x 2, ZeRO 1 and 2, fp32 and -rq int8, -lo 0
-    and 1 and -lf 2, replica 1 killed as step 5 begins (with -lo 1: while the exchange of the sync
-    after step 4 is in flight)."""
+    and 1, each with -lf 1 and 2, replica 1 killed as step 5 begins (with -lo 1: while the exchange
+    of the (fragment 0's) sync after step 4 is in flight)."""
     for (R, S) in ((4, 1), (2, 2)):
         for stage in (1, 2):
             for wire in (None, "int8"):
-                for lo, lf in ((0, 1), (1, 1), (0, 2)):
+                for lo, lf in ((0, 1), (1, 1), (0, 2), (1, 2)):
                     lost = list(range(S, 2 * S))
                     survivors_case(trainer, R * S, S, stage, f"die@5:{2 * S - 1}", R, "1@5", lost,
                                    f"matrix_{R}x{S}_z{stage}_{wire or 'fp32'}_lo{lo}_lf{lf}", wire=wire, lo=lo, lf=lf)
@@ -510,15 +513,16 @@ def cmd_rejoin(trainer):
 
 
 def rejoin_fragments(trainer):
-    """2 x 1 -lf 2 (fragment 0 syncs after steps 4, 8, 12, fragment 1 after 2, 6, 10, 12): rank 1
-    killed at step 6, started again with -y 1; it rejoins after whichever fragment's sync first
-    finds it waiting, with both fragments' outer values (against --fragments 2 --drop 1@6 --rejoin
-    1@s+1, s read from rank 0's line)."""
-    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-lf", "2", "-fi", "die@6:1"], "rejoin_lf2",
-                    restart=1)
+    """2 x 1 -lf 2 -lo 1 (fragment 0's exchanges start after steps 4 and 8, fragment 1's after 2, 6
+    and 10, each applied a step later; both sync after 12): rank 1 killed at step 6, started again
+    with -y 1; it rejoins after whichever apply first finds it waiting with no exchange in flight,
+    with both fragments' outer values (against --fragments 2 --overlap 1 --drop 1@6 --rejoin 1@s+1,
+    s read from rank 0's line)."""
+    d, res = launch(trainer, 2, ["-ds", "1", "-z", "1", "-n", "4", "-lf", "2", "-lo", "1", "-fi", "die@6:1"],
+                    "rejoin_lf2", restart=1)
     m = re.search(r"replica 1 rejoined after the outer sync of step (\d+)", res[0][1])
-    rejoin_check(d, res, [0], [2], "2 x 1 -lf 2, rank 1 killed at step 6", after=int(m.group(1)) if m else 8,
-                 ref=("--fragments", "2"))
+    rejoin_check(d, res, [0], [2], "2 x 1 -lf 2 -lo 1, rank 1 killed at step 6", after=int(m.group(1)) if m else 8,
+                 ref=("--fragments", "2", "--overlap", "1"))
 
 
 def rejoin_dies(trainer):

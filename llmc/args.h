@@ -263,10 +263,6 @@ static void args_validate_elastic(const TrainArgs* a, int gpu) {
              "-pi fs");
     }
     if (a->peer_wait <= 0.0f) { fail("-le 1: needs -wt > 0 (how long a silent replica has before it is dropped)"); }
-    if (a->outer.fragments > 1 && a->outer.overlap > 0) {
-        fail("-le 1: not built yet with -lf and -lo together (fragments' exchanges in flight side by side); -lf with "
-             "blocking syncs, or -lo with one fragment");
-    }
 }
 
 // Range checks that need no model or data.

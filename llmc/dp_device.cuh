@@ -137,7 +137,8 @@ typedef struct {
     float* outer_msg;
     float* crc_buf;
     float* flag;               // -ls: a sync's finiteness flag, world floats (the ring's padding)
-    float* res_keep;           // -le 1 with a residual: the residual before an exchange, to redo it over fewer replicas
+    float* res_keep;           // -le 1 with a residual: each fragment's residual before its exchange, to redo it over fewer replicas
+    size_t* held_at;           // -lo: where each fragment's held sum starts in st.held (plan.held_off; -le 1: room for R' slices)
     CommEvent* exchanged;
     // -rq/-rk (llmc/wire_kernels.cuh; NULL without): this rank's encoded message and every replica's
     // (-lo: one pair per fragment, wire_bytes apart; exchanges of several fragments may be in flight)
@@ -204,6 +205,8 @@ static void dev_dp_init(DeviceDP* dp, ncclComm_t world, int rank, int world_size
         if (outer->overlap > 0) { // -lo: the held sums and local values (not in the memory line)
             dp->st.held = (float*)device_alloc(p->held_off[F] * sizeof(float));
             dp->st.snap = (float*)device_alloc(p->sync_owned * sizeof(float));
+            dp->held_at = (size_t*)malloc_check((F + 1) * sizeof(size_t));
+            memcpy(dp->held_at, p->held_off, (F + 1) * sizeof(size_t));
         }
     } else if (compressed && zero_stage == 0) { // -ls 0's fp32 message of the owned gradient
         dp->outer_msg = (float*)device_alloc(p->owned_padded * sizeof(float));
@@ -253,6 +256,7 @@ static void dev_dp_free(DeviceDP* dp) {
     free(dp->exchanged);
     for (int f = 0; dp->xch && f < dp->plan.num_fragments; f++) { if (dp->xch[f].tmp) { cudaCheck(cudaFree(dp->xch[f].tmp)); } }
     free(dp->xch);
+    free(dp->held_at);
     free(dp->unit_grads);
     elastic_free(&dp->el);
     device_link_free(&dp->link, dp->plan.layout.num_layers);
@@ -869,6 +873,17 @@ static size_t dev_dp_pack_messages(DeviceDP* dp, int f, const OuterConfig* c, fl
     return padded;
 }
 
+// -le 1: fragment f's owned elements of the residual from src to dst (stream 0): kept as they were
+// before its exchange, or restored from there (the fragments' elements are disjoint, so exchanges of
+// several fragments in flight each keep their own).
+static void dev_dp_residual_runs(DeviceDP* dp, int f, float* dst, const float* src) {
+    const DpPlan* p = &dp->plan;
+    for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
+        const DpRun* r = &p->runs[i];
+        cudaCheck(cudaMemcpyAsync(dst + r->owned, src + r->owned, r->count * sizeof(float), cudaMemcpyDeviceToDevice, 0));
+    }
+}
+
 // Fragment f's exchange of its packed messages dst: with -rq/-rk every slice encoded on the
 // communication stream (after stream 0's messages; the residual keeps what that lost, -le 1 after
 // keeping it as it was), then the sum over the replicas in `chunks` chunks (dev_dp_issue_chunk):
@@ -878,9 +893,7 @@ static void dev_dp_exchange_issue(DeviceDP* dp, int f, const OuterConfig* c, flo
     int R = dp->el.live_R;
     float* res = outer_compressed(c) ? dp->st.residual : NULL;
     cudaStream_t cs = dp->link.comm_stream;
-    if (dp->res_keep && res) { // -le 1: the residual as it was, should the exchange be redone
-        cudaCheck(cudaMemcpyAsync(dp->res_keep, res, p->sync_owned * sizeof(float), cudaMemcpyDeviceToDevice, 0));
-    }
+    if (dp->res_keep && res) { dev_dp_residual_runs(dp, f, dp->res_keep, res); } // -le 1: should it be redone
     int copy = p->outer->overlap > 0 ? f : 0; // -lo: the fragment's own wire buffers
     DevExchange* x = &dp->xch[f];
     x->next = 0;
@@ -931,14 +944,21 @@ static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* 
 // flight is redone over them from its start, at once (the residual as it was then, the messages
 // from the snapshot of the local values then, cut into R' slices); its apply stays where it was.
 static void dev_dp_redo_in_flight(DeviceDP* dp) {
-    for (int f = 0; dp->xch && f < dp->plan.num_fragments; f++) {
+    int any = 0;
+    for (int f = 0; dp->xch && f < dp->plan.num_fragments; f++) { any |= dp->xch[f].in_flight; }
+    if (!any) { return; }
+    // after every exchange's encoding and chunks so far (the residual, dst), abandoned or not, and
+    // before any redone one (-lf: several in flight; stream 0 must not wait for the redone ones)
+    device_link_comm_wait(&dp->link);
+    for (int f = 0; f < dp->plan.num_fragments; f++) {
+        DevExchange* x = &dp->xch[f];
+        if (x->in_flight && dp->res_keep && outer_compressed(&x->c)) {
+            dev_dp_residual_runs(dp, f, dp->st.residual, dp->res_keep);
+        }
+    }
+    for (int f = 0; f < dp->plan.num_fragments; f++) {
         DevExchange* x = &dp->xch[f];
         if (!x->in_flight) { continue; }
-        device_link_comm_wait(&dp->link); // after its encoding and chunks (the residual, dst), abandoned or not
-        if (dp->res_keep && outer_compressed(&x->c)) {
-            cudaCheck(cudaMemcpyAsync(dp->st.residual, dp->res_keep, dp->plan.sync_owned * sizeof(float),
-                                      cudaMemcpyDeviceToDevice, 0));
-        }
         OuterConfig c = x->c;
         dev_dp_pack_messages(dp, f, &c, x->dst, dp->st.snap, NULL);
         dev_dp_exchange_issue(dp, f, &c, x->dst, 1, 1);
@@ -1019,14 +1039,13 @@ static int dev_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
             if (got == 0) { return 0; }
             if (got > 0 && dev_dp_exchange_done(dp, f)) { break; }
             if (got > 0 && dp->res_keep && outer_compressed(&call->c)) { // the residual before the encoding
-                cudaCheck(cudaMemcpyAsync(dp->st.residual, dp->res_keep, p->sync_owned * sizeof(float),
-                                          cudaMemcpyDeviceToDevice, 0));
+                dev_dp_residual_runs(dp, f, dp->st.residual, dp->res_keep);
             }
         }
         *sq = dev_dp_fragment_apply(dp, call, buf, NULL);
         return 1;
     }
-    float* held = dp->st.held + p->held_off[f];
+    float* held = dp->st.held + dp->held_at[f];
     DevExchange* x = &dp->xch[f];
     if (call->phase == OUTER_START) {
         int got;
@@ -1043,7 +1062,9 @@ static int dev_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
         if (dev_dp_exchange_done(dp, f)) { break; }
     }
     x->in_flight = 0;
-    elastic_wait_hook = NULL;
+    int others = 0;
+    for (int g = 0; g < p->num_fragments; g++) { others += dp->xch[g].in_flight; }
+    if (!others) { elastic_wait_hook = NULL; } // (-lf: another fragment's exchange may still be in flight)
     *sq = dev_dp_fragment_apply(dp, call, held, dp->st.snap);
     return 1;
 }
@@ -1120,7 +1141,10 @@ static void dev_dp_write_state(void* ctx, const char* path, const TrainState* s)
         size_t total = p->held_off[p->num_fragments];
         float* packed = (float*)malloc_check(total * sizeof(float));
         cudaCheck(cudaMemcpy(h.snap, dp->st.snap, ns * sizeof(float), cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(packed, dp->st.held, total * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int f = 0; f < p->num_fragments; f++) { // (every replica training: R slices each)
+            cudaCheck(cudaMemcpy(packed + p->held_off[f], dp->st.held + dp->held_at[f],
+                                 (p->held_off[f + 1] - p->held_off[f]) * sizeof(float), cudaMemcpyDeviceToHost));
+        }
         dp_plan_held_owned(p, packed, at[STATE_PEND_SUM], 1);
         free(packed);
     }
@@ -1180,7 +1204,10 @@ static void dev_dp_read_state(void* ctx, const char* dir, int step, const StateT
         float* packed = (float*)calloc_check(total, sizeof(float));
         cudaCheck(cudaMemcpy(dp->st.snap, at[STATE_PEND_SNAP], ns * sizeof(float), cudaMemcpyHostToDevice));
         dp_plan_held_owned(p, packed, at[STATE_PEND_SUM], 0);
-        cudaCheck(cudaMemcpy(dp->st.held, packed, total * sizeof(float), cudaMemcpyHostToDevice));
+        for (int f = 0; f < p->num_fragments; f++) {
+            cudaCheck(cudaMemcpy(dp->st.held + dp->held_at[f], packed + p->held_off[f],
+                                 (p->held_off[f + 1] - p->held_off[f]) * sizeof(float), cudaMemcpyHostToDevice));
+        }
         free(packed);
     }
     free(host);
@@ -1275,9 +1302,10 @@ static void dev_dp_elastic_room(DeviceDP* dp) {
         dp->shard_grads = (float*)device_alloc((p->layout.shard_elements + R) * sizeof(float));
     }
     if (dp->st.residual) { dp->res_keep = (float*)device_alloc(p->sync_owned * sizeof(float)); }
-    if (dp->st.held) { // -lo: a held sum cut into R' slices (one fragment: -lf is not built with -le)
+    if (dp->st.held) { // -lo: each fragment's held sum cut into R' slices (round_up(count, R') < count + R)
+        for (int f = 0; f < p->num_fragments; f++) { dp->held_at[f + 1] = dp->held_at[f] + p->frag_count[f] + R; }
         cudaCheck(cudaFree(dp->st.held));
-        dp->st.held = (float*)device_alloc((p->held_off[p->num_fragments] + R) * sizeof(float));
+        dp->st.held = (float*)device_alloc(dp->held_at[p->num_fragments] * sizeof(float));
     }
     for (int f = 0; dp->xch && f < p->num_fragments; f++) { // -lo tau >= 2, dense: R' ranges of a chunk
         if (!dp->xch[f].tmp) { continue; }
@@ -1291,18 +1319,21 @@ static void dev_dp_elastic_room(DeviceDP* dp) {
     }
     if (!dp->wire_send) { return; }
     WireSpec w = dev_dp_wire_spec(p->outer), owner = w;
-    for (int r = 1; r <= R; r++) {
-        size_t slice = ceil_div(p->frag_count[0], r);
-        owner.mult = r;
-        size_t sent = wire_spec_bytes(&w, slice), gathered = wire_spec_bytes(&owner, slice);
-        if (r * sent > dp->wire_send_bytes) { dp->wire_send_bytes = r * sent; }
-        if (r * gathered > dp->wire_recv_bytes) { dp->wire_recv_bytes = r * gathered; }
-        if (r * sent > dp->wire_recv_bytes) { dp->wire_recv_bytes = r * sent; }
+    for (int f = 0; f < p->num_fragments; f++) {
+        for (int r = 1; r <= R; r++) {
+            size_t slice = ceil_div(p->frag_count[f], r);
+            owner.mult = r;
+            size_t sent = wire_spec_bytes(&w, slice), gathered = wire_spec_bytes(&owner, slice);
+            if (r * sent > dp->wire_send_bytes) { dp->wire_send_bytes = r * sent; }
+            if (r * gathered > dp->wire_recv_bytes) { dp->wire_recv_bytes = r * gathered; }
+            if (r * sent > dp->wire_recv_bytes) { dp->wire_recv_bytes = r * sent; }
+        }
     }
+    int copies = p->outer->overlap > 0 ? p->num_fragments : 1; // -lo: one pair per fragment
     cudaCheck(cudaFree(dp->wire_send));
     cudaCheck(cudaFree(dp->wire_recv));
-    dp->wire_send = (uint8_t*)device_alloc(dp->wire_send_bytes);
-    dp->wire_recv = (uint8_t*)device_alloc(dp->wire_recv_bytes);
+    dp->wire_send = (uint8_t*)device_alloc(copies * dp->wire_send_bytes);
+    dp->wire_recv = (uint8_t*)device_alloc(copies * dp->wire_recv_bytes);
 }
 
 // -le 1 (after dev_dp_init): the agreement through rank 0 (rdv: this job's rendezvous, whose port
