@@ -603,9 +603,11 @@ int main(int argc, char** argv) {
     cudaCheck(cudaSetDevice(device));
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, device));
-    Rendezvous rdv = {.rank = proc.rank, .world = proc.world, .timeout_s = peer_timeout_s(), .keep_listening = args.elastic};
+    Rendezvous rdv = {.rank = proc.rank, .world = proc.world, .timeout_s = peer_timeout_s(), .keep_listening = args.elastic,
+                      .start_wait = args.start_wait, .shard = args.dp_shard > 0 ? args.dp_shard : proc.world,
+                      .min_replicas = args.min_replicas};
     rendezvous_job(&rdv, args.job_token, argc, argv);
-    RdvJoin join = {-1, 0, 0, NULL}; // -le 1: whether this rank's replica rejoins a running job
+    RdvJoin join = {-1, 0, 0, NULL, 0}; // -le 1: whether this rank's replica rejoins a running job (-lw: or starts without some)
     ncclComm_t world_comm = nccl_world_init(&proc, args.init_method, args.init_path, args.server_ip, args.server_port,
                                             &rdv, args.elastic ? &join : NULL,
                                             args.dp_shard > 0 ? args.dp_shard : proc.world, args.fault);
@@ -646,6 +648,9 @@ int main(int argc, char** argv) {
                run.resume_step >= 0 ? "resumed" : "none, fresh");
         fflush(stdout);
         run_join(&run, &ops, join.step);
+        free(join.alive);
+    } else if (join.partial) { // -lw: the run starts without some replicas
+        run_start_partial(&run, &ops);
         free(join.alive);
     }
 

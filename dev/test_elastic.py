@@ -93,7 +93,8 @@ def rows_for(R):
     return 6 if R == 3 else ROWS
 
 
-def launch(trainer, world, args, name, stray=False, restart=None, before_restart=None, hung=(), keep=False, fs=False):
+def launch(trainer, world, args, name, stray=False, restart=None, before_restart=None, hung=(), keep=False, fs=False,
+           absent=(), late=None):
     """Starts `world` ranks without mpirun; returns the log dir and per rank (exit code, stdout,
     stderr, seconds it ran). A stray connection to rank 0's port, if asked, once training runs;
     restart (a rank, or a list: a replica's ranks): once that rank's process has been killed (every
@@ -101,7 +102,8 @@ def launch(trainer, world, args, name, stray=False, restart=None, before_restart
     world, world + 1, ...; the start time in res["restarted_at"]), after before_restart(port).
     hung: ranks that stop answering for good (-fi hang), killed once every other process has ended.
     keep: the log dir of an earlier launch is kept (a resume, -y 1 in args). fs: -pi fs through
-    the directory d.rdv (the elastic agreement and rejoins through files) instead of -pi tcp."""
+    the directory d.rdv (the elastic agreement and rejoins through files) instead of -pi tcp. absent:
+    ranks not started; late (seconds, extra args): those started then (keys world, world + 1, ...)."""
     d = f"{OUT}/{name}"
     if not keep:
         subprocess.run(["rm", "-rf", d, d + ".rdv"])
@@ -127,7 +129,7 @@ def launch(trainer, world, args, name, stray=False, restart=None, before_restart
         for f, into in ((p.stdout, lines[key]), (p.stderr, lines[(key, "err")])):
             threading.Thread(target=read, args=(key, f, into), daemon=True).start()
         return p
-    procs = {r: start(r) for r in range(world)}
+    procs = {r: start(r) for r in range(world) if r not in absent}
     if stray:
         while not os.path.exists(d + "/main.log") and time.time() - t0 < 60:
             time.sleep(0.2)
@@ -139,7 +141,8 @@ def launch(trainer, world, args, name, stray=False, restart=None, before_restart
             print(f"      the stray connection to port {port} failed: {e}")
     res = {}
     again = [restart] if isinstance(restart, int) else list(restart or [])
-    while len([r for r in res if r in procs]) < len(procs) and time.time() - t0 < LIMIT_S:
+    while (len([r for r in res if r in procs]) < len(procs) or (late and "late_at" not in res)) and \
+            time.time() - t0 < LIMIT_S:
         for r, p in list(procs.items()):
             if r not in res and p.poll() is not None:
                 res[r] = (p.returncode, time.time() - t0)
@@ -150,7 +153,11 @@ def launch(trainer, world, args, name, stray=False, restart=None, before_restart
             res["restarted_at"] = time.time() - t0
             for i, r in enumerate(again):
                 procs[world + i] = start(r, ["-y", "1"], key=world + i)
-        if all(r in res for r in procs if r not in hung):
+        if late and "late_at" not in res and time.time() - t0 >= late[0]:
+            res["late_at"] = time.time() - t0
+            for i, r in enumerate(absent):
+                procs[world + i] = start(r, late[1], key=world + i)
+        if all(r in res for r in procs if r not in hung) and (not late or "late_at" in res):
             for r in hung:
                 if r not in res:
                     procs[r].kill()
@@ -525,6 +532,61 @@ def rejoin_fragments(trainer):
                  ref=("--fragments", "2", "--overlap", "1"))
 
 
+def start_without(trainer):
+    """-lw 2 (issue 36 item 4: a run starts under another membership): 3 x 1 started without rank 1;
+    after 2 s rank 0 starts replicas 0 and 2, and rank 1, started 3 s in, rejoins at an outer sync
+    (against --replicas 3 --drop 1@1 --rejoin 1@s+1). Then a checkpoint of all three replicas
+    (step 4, from a run whose rank 1 is killed at step 6) resumed by ranks 0 and 2 alone with -lw 2
+    (against --drop 1@5): a checkpoint written under one membership resumes under another."""
+    d, res = launch(trainer, 3, ["-ds", "1", "-z", "1", "-lw", "2", "-d", str(T * rows_for(3))], "lw_fresh",
+                    absent=(1,), late=(3.0, []))
+    out0 = res[0][1]
+    m = re.search(r"replica 1 rejoined after the outer sync of step (\d+)", out0)
+    after = int(m.group(1)) if m else -1
+    said = "-lw: 2 of 3 replicas train from step 1 (missing: 1)" in out0
+    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    logged = "s:1 replicas:2" in log and f"s:{after + 1} replicas:3" in log
+    codes = [res[r][0] for r in (0, 2, 3)]
+    le, we = against_reference(d, 3, "1@1", ("--rejoin", f"1@{after + 1}")) if m else (float("inf"),) * 2
+    report(codes == [0, 0, 0] and said and logged and le <= TOL and we <= TOL,
+           f"-lw 2, 3 x 1 without rank 1: ranks 0, 2 and rank 1 (started {res.get('late_at', -1):.0f} s in) exit {codes}; "
+           f"rank 0 {'says 2 of 3 start' if said else 'does NOT say 2 of 3 start'}, rank 1 rejoined after step {after}, "
+           f"main.log {'s:1 replicas:2, s:%d replicas:3' % (after + 1) if logged else 'WITHOUT the replicas lines'}; "
+           f"against train_gpt2.py --replicas 3 --drop 1@1 --rejoin 1@{after + 1}: max loss error {le:.2e}, max weight "
+           f"error {we:.2e} (tol {TOL:.0e})")
+    if not (codes == [0, 0, 0] and said):
+        for r in (0, 2, 3):
+            print("      " + tail(res, r))
+    args = ["-ds", "1", "-z", "1", "-n", "4", "-d", str(T * rows_for(3))]
+    d, res = launch(trainer, 3, args + ["-fi", "die@6:1"], "lw_resume")
+    for f in os.listdir(d):
+        if re.match(r"(DONE|model|state)_0000000[89]|(DONE|model|state)_00000012|model_final", f):
+            os.remove(f"{d}/{f}")
+    d, res2 = launch(trainer, 3, args + ["-y", "1", "-lw", "2"], "lw_resume", keep=True, absent=(1,))
+    out0 = res2[0][1]
+    said = "-lw: 2 of 3 replicas train from step 5 (missing: 1)" in out0 and "resumed from step 4" in out0
+    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    codes = [res2[r][0] for r in (0, 2)]
+    le, we = against_reference(d, 3, "1@5")
+    ckpt = subprocess.run(["./ckpt_tool", "verify", d, "12"], capture_output=True, text=True).returncode == 0
+    report(codes == [0, 0] and said and "s:5 replicas:2" in log and ckpt and le <= TOL and we <= TOL,
+           f"-lw 2, checkpoint 4 of 3 replicas resumed by ranks 0 and 2 alone: exits {codes}; rank 0 "
+           f"{'says 2 of 3 train from step 5' if said else 'does NOT say so'}; checkpoint 12 "
+           f"{'verifies' if ckpt else 'does NOT verify'}; against train_gpt2.py --replicas 3 --drop 1@5: max loss error "
+           f"{le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
+    if not (codes == [0, 0] and said):
+        for r in (0, 2):
+            print("      " + tail(res2, r))
+    # 2 x 2 ZeRO 2 without rank 3: replica 1 is not whole, so its rank 2 is told so (exit 1) and
+    # replica 0 trains alone (against --replicas 2 --drop 1@1)
+    d, res = launch(trainer, 4, ["-ds", "2", "-z", "2", "-lw", "2", "-d", str(T * ROWS)], "lw_2x2", absent=(3,))
+    codes, last2 = [res[r][0] for r in (0, 1, 2)], tail(res, 2)
+    le, we = against_reference(d, 2, "1@1")
+    report(codes == [0, 0, 1] and "replica 1 was not whole" in last2 and le <= TOL and we <= TOL,
+           f"-lw 2, 2 x 2 ZeRO 2 without rank 3: ranks 0-2 exit {codes} ({last2[:200]}); against train_gpt2.py "
+           f"--replicas 2 --drop 1@1: max loss error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
+
+
 def rejoin_dies(trainer):
     """3 x 1, rank 1 killed at step 6 and started again, dies once admitted (-fi die_join), before the
     grown communicators exist: ranks 0 and 2 give up on them after -wt, agree on it over their own
@@ -604,6 +666,7 @@ def cmd_resume(trainer):
                 "1@6", "1@7", (1, "fewer than -lm 2: the run stops after checkpoint 6"))
     resume_case(trainer, "resume_rank0", ["-ds", "1", "-z", "1", "-fi", "die@6:0"], 2, 6, (),
                 "0@6", "0@7", (1, "is lost, and moving those roles is not built yet: the run stops after checkpoint 6"), k=0, absent=(6,))
+    start_without(trainer)
 
 
 def stale_report(d, job, rank):
@@ -656,8 +719,9 @@ def cmd_refusals():
     refused([FP32] + [a for a in common if a not in ("-ls", str(H))] + ["-ls", "0"] + tcp, "needs -ls H > 0",
             "-le 1 without -ls")
     refused([FP32] + common + tcp + ["-wt", "0"], "needs -wt > 0", "-le 1 -wt 0")
-    refused([FP32] + common + tcp + ["-lf", "2", "-lo", "1"], "not built yet with -lf and -lo", "-le 1 -lf 2 -lo 1")
     refused([FP32] + common + tcp, "needs at least 2 replicas", "-le 1 on one rank", env)
+    refused([FP32] + [a for a in common if a != "-le"][:-1] + tcp + ["-lw", "2"], "needs -le 1", "-lw 2 without -le")
+    refused([FP32] + common + ["-pi", "fs", "-pf", OUT, "-lw", "2"], "not built yet with -pi fs", "-le 1 -lw 2 -pi fs")
 
 
 def mutant_trainer(name, path, target, replacement, check=False):

@@ -56,6 +56,7 @@ typedef struct {
     const char* wire_name;     // -rq: fp32 | bf16 | int8 | int4 (llmc/wire_format.h; outer.wire after parsing)
     int elastic;               // -le: a lost replica is dropped, the others train on (0|1; GPU trainer, -pi tcp)
     int min_replicas;          // -lm: -le stops the run when fewer replicas are left
+    float start_wait;          // -lw: -le starts without the replicas not all there after this long (0: waits for all)
     // GPU trainer only
     int recompute;             // -r
     int master_weights;        // -w
@@ -133,6 +134,7 @@ static const ArgSpec arg_specs[] = {
     ARG("-rk", ARG_FLOAT, outer.topk, 0, "top-k: send the fraction D of each 4096-value chunk, largest first (0 = all)"),
     ARG("-le", ARG_INT, elastic, 0, "-ls: elastic replicas, a lost one is dropped and the others train on (0|1; -pi tcp or fs)"),
     ARG("-lm", ARG_INT, min_replicas, 0, "-le: stop when fewer than M replicas are left"),
+    ARG("-lw", ARG_FLOAT, start_wait, 0, "-le -pi tcp: start without the replicas whose ranks are not all there after S s (0 = wait for all)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-at", ARG_STRING, attention, 1, "attention: ours | cudnn (empty: cudnn in make USE_CUDNN=1 BF16 builds, else ours)"),
@@ -252,6 +254,8 @@ static void args_validate_wire(const TrainArgs* a) {
 static void args_validate_elastic(const TrainArgs* a, int gpu) {
     require_int("-le", a->elastic, 0, 1);
     require_int("-lm", a->min_replicas, 1, 1 << 20);
+    require_float("-lw", a->start_wait, 0.0f, 1e7f);
+    if (a->start_wait > 0.0f && !a->elastic) { fail("-lw %g: needs -le 1 (a start without some replicas)", a->start_wait); }
     if (!a->elastic) { return; }
     if (!gpu) {
         fail("-le 1: the CPU trainer's ranks talk over Open MPI 4.1, which has no fault-tolerant communicators "
@@ -263,6 +267,9 @@ static void args_validate_elastic(const TrainArgs* a, int gpu) {
              "-pi fs");
     }
     if (a->peer_wait <= 0.0f) { fail("-le 1: needs -wt > 0 (how long a silent replica has before it is dropped)"); }
+    if (a->start_wait > 0.0f && strcmp(a->init_method, "tcp") != 0) {
+        fail("-lw %g: not built yet with -pi %s (a start without some replicas needs -pi tcp)", a->start_wait, a->init_method);
+    }
 }
 
 // Range checks that need no model or data.

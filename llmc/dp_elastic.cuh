@@ -55,7 +55,7 @@ static void elastic_init(Elastic* e, const TrainArgs* a, const Rendezvous* rdv, 
     membership_init(&e->mb, rdv, a->server_ip, a->server_port, strcmp(a->init_method, "fs") == 0 ? a->init_path : NULL,
                     mesh->dp_replicate, mesh->dp_shard, a->peer_wait);
     cudaCheck(cudaMalloc((void**)&e->scratch, (mesh->dp_replicate + mesh->world) * sizeof(int32_t) + sizeof(ncclUniqueId)));
-    if (join && join->step >= 0) {
+    if (join && (join->step >= 0 || join->partial)) { // a rejoin, or (-lw) a start without some replicas
         memcpy(e->mb.alive, join->alive, (size_t)mesh->dp_replicate);
         e->mb.epoch = join->epoch;
         elastic_live(e, mesh);

@@ -58,9 +58,9 @@ static ncclComm_t nccl_world_init(const ProcessInfo* p, const char* method, cons
         rendezvous_tcp(rdv, &id, sizeof(id), host, port, join);
     }
     int n = p->world, me = p->rank;
-    if (join && join->step >= 0) { // the ranks of the replicas training from join->step on
+    if (join && (join->step >= 0 || join->partial)) { // the ranks of the replicas training from join->step on (-lw: from the start)
         Fault f = fault_parse(faults);
-        fault_die_from(&f, FAULT_DIE_JOIN, join->step, p->rank, "its rejoin, once admitted,");
+        if (join->step >= 0) { fault_die_from(&f, FAULT_DIE_JOIN, join->step, p->rank, "its rejoin, once admitted,"); }
         n = 0;
         for (int r = 0; r < p->world; r++) {
             if (!join->alive[r / S]) { continue; }

@@ -37,6 +37,8 @@ typedef struct {
     double timeout_s;   // how long any rank waits for the others
     int keep_listening; // -le 1 (llmc/membership.h): -pi tcp, rank 0's port stays open after the start-up;
                         // -pi fs, the ranks' nonces are kept (rdv_fs_nonce)
+    double start_wait;  // -lw (-pi tcp): start without the replicas not all there after this long (0: all)
+    int shard, min_replicas; // -lw: ranks per replica (-ds), -lm
 } Rendezvous;
 
 static int rendezvous_listen_fd = -1; // rank 0's listening socket, kept by keep_listening
@@ -110,6 +112,7 @@ typedef struct {
 } RdvAnswer;
 
 #define RDV_JOIN 2
+#define RDV_START 3 // -lw: an RdvJoin (step -1), R bytes and the blob follow: the replicas starting the run
 
 // -le 1: what a rank that rejoins a running job learns from rank 0 (llmc/membership.h): the step
 // the survivors have finished (an outer sync's), the agreements so far, and which of the R
@@ -119,6 +122,7 @@ typedef struct {
     uint32_t epoch;
     int32_t replicas;
     uint8_t* alive;
+    int partial; // -lw: the run starts without some replicas (alive names those starting; step -1)
 } RdvJoin;
 
 // Reads n bytes from fd before the deadline; returns how many came (fewer: closed or timed out).
@@ -156,8 +160,54 @@ static int rdv_refuse(const Rendezvous* me, const RdvHello* h, size_t got, const
     return 1;
 }
 
-// Rank 0: listens on port and answers world - 1 valid, distinct ranks with the blob.
-static void rdv_tcp_serve(const Rendezvous* me, const void* blob, size_t n, int port, const char* what) {
+// -lw: which replicas start (alive, R bytes) from the ranks that came (joined, rank 0's own set):
+// those all of whose S ranks came; 1 where that is at least -lm of them with replica 0 among them.
+static int rdv_startable(const Rendezvous* me, const int* joined, uint8_t* alive) {
+    int R = me->world / me->shard, n = 0;
+    for (int q = 0; q < R; q++) {
+        alive[q] = 1;
+        for (int s = 0; s < me->shard; s++) { alive[q] &= (uint8_t)(joined[q * me->shard + s] != 0); }
+        n += alive[q];
+    }
+    return alive[0] && n >= me->min_replicas;
+}
+
+// Rank 0, -lw: the ranks whose hello it holds (fds, -1: none) answered: the replicas that start
+// (alive) with RDV_START, the list and the blob; the others refused, naming why.
+static void rdv_tcp_start(const Rendezvous* me, const void* blob, size_t n, int* fds, const uint8_t* alive,
+                          const char* what) {
+    int R = me->world / me->shard, whole = 1;
+    for (int q = 0; q < R; q++) { whole &= alive[q]; }
+    RdvJoin head = {-1, 0, R, NULL, 1};
+    for (int r = 1; r < me->world; r++) {
+        if (fds[r] < 0) { continue; }
+        int c = fds[r];
+        if (alive[r / me->shard]) { // (every replica there: the plain answer)
+            RdvAnswer a = {RDV_MAGIC, whole ? 0 : RDV_START};
+            int ok = send(c, &a, sizeof(a), MSG_NOSIGNAL) == (ssize_t)sizeof(a) &&
+                     (whole || (send(c, &head, 3 * sizeof(int32_t), MSG_NOSIGNAL) == (ssize_t)(3 * sizeof(int32_t)) &&
+                                send(c, alive, (size_t)R, MSG_NOSIGNAL) == (ssize_t)R)) &&
+                     send(c, blob, n, MSG_NOSIGNAL) == (ssize_t)n;
+            if (!ok) { printf("%s: rank %d's start could not be sent (%s)\n", what, r, strerror(errno)); }
+        } else {
+            RdvAnswer a = {RDV_MAGIC, 1};
+            char reason[RDV_REASON];
+            memset(reason, 0, sizeof(reason));
+            snprintf(reason, sizeof(reason), "-lw: replica %d was not whole when the run started without it; start its "
+                     "ranks again (all of them) to rejoin at an outer sync", r / me->shard);
+            if (send(c, &a, sizeof(a), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(a)) {
+                send(c, reason, sizeof(reason), MSG_NOSIGNAL | MSG_DONTWAIT);
+            }
+        }
+        close(c);
+    }
+}
+
+// Rank 0: listens on port and answers world - 1 valid, distinct ranks with the blob. -lw (start,
+// rank 0's RdvJoin: NULL without): holds them instead until every rank came, or -lw seconds have
+// passed and the replicas all there can start (rdv_startable; until then it waits on), then
+// answers as rdv_tcp_start does; start->partial says whether some replica is left out.
+static void rdv_tcp_serve(const Rendezvous* me, const void* blob, size_t n, int port, const char* what, RdvJoin* start) {
     int s = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -170,13 +220,21 @@ static void rdv_tcp_serve(const Rendezvous* me, const void* blob, size_t n, int 
         fail("%s: cannot listen on port %d (%s)", what, port, strerror(errno));
     }
     int* joined = (int*)calloc_check(me->world, sizeof(int));
-    double deadline = now_seconds() + me->timeout_s;
+    int hold = start != NULL && me->start_wait > 0.0;
+    int* fds = (int*)malloc_check(me->world * sizeof(int));
+    for (int r = 0; r < me->world; r++) { fds[r] = -1; }
+    uint8_t* alive = hold ? (uint8_t*)malloc_check((size_t)(me->world / me->shard)) : NULL;
+    joined[0] = 1;
+    double deadline = now_seconds() + me->timeout_s, start_at = now_seconds() + me->start_wait;
     for (int left = me->world - 1; left > 0;) {
+        if (hold && now_seconds() >= start_at && rdv_startable(me, joined, alive)) { break; }
         struct pollfd p = {s, POLLIN, 0};
         double wait = deadline - now_seconds();
+        if (hold && start_at - now_seconds() < wait) { wait = start_at > now_seconds() ? start_at - now_seconds() : 0.05; }
         if (wait <= 0.0 || poll(&p, 1, (int)(wait * 1000.0) + 1) <= 0) {
             if (now_seconds() < deadline) { continue; }
-            fail("%s: %d of %d ranks did not join within %.0f s", what, left, me->world - 1, me->timeout_s);
+            fail("%s: %d of %d ranks did not join within %.0f s%s", what, left, me->world - 1, me->timeout_s,
+                 hold ? " (-lw: nor did at least -lm whole replicas, replica 0 among them)" : "");
         }
         struct sockaddr_in peer;
         socklen_t plen = sizeof(peer);
@@ -188,6 +246,12 @@ static void rdv_tcp_serve(const Rendezvous* me, const void* blob, size_t n, int 
         size_t got = rdv_read(c, &h, sizeof(h), until < deadline ? until : deadline);
         char why[RDV_REASON];
         RdvAnswer ans = {RDV_MAGIC, rdv_refuse(me, &h, got, joined, why, sizeof(why))};
+        if (ans.status == 0 && hold) { // answered once the run starts
+            joined[h.rank] = 1;
+            fds[h.rank] = c;
+            left--;
+            continue;
+        }
         if (ans.status == 0) {
             int ok = send(c, &ans, sizeof(ans), MSG_NOSIGNAL) == (ssize_t)sizeof(ans) &&
                      send(c, blob, n, MSG_NOSIGNAL) == (ssize_t)n;
@@ -210,6 +274,24 @@ static void rdv_tcp_serve(const Rendezvous* me, const void* blob, size_t n, int 
         fflush(stdout);
         close(c);
     }
+    if (hold) {
+        int R = me->world / me->shard, n_alive = 0;
+        if (!rdv_startable(me, joined, alive)) { fail("%s: internal: the start's replicas", what); }
+        for (int q = 0; q < R; q++) { n_alive += alive[q]; }
+        rdv_tcp_start(me, blob, n, fds, alive, what);
+        start->partial = n_alive < R;
+        start->replicas = R;
+        start->alive = alive;
+        if (start->partial) {
+            printf("%s: -lw %g: the run starts with %d of %d replicas (missing:", what, me->start_wait, n_alive, R);
+            for (int q = 0; q < R; q++) {
+                if (!alive[q]) { printf(" %d", q); }
+            }
+            printf(")\n");
+            fflush(stdout);
+        }
+    }
+    free(fds);
     free(joined);
     if (me->keep_listening) { rendezvous_listen_fd = s; }
     else { close(s); }
@@ -251,8 +333,9 @@ static void rdv_tcp_join(const Rendezvous* me, void* blob, size_t n, const char*
                 rdv_read(c, &ans, sizeof(ans), deadline) != sizeof(ans) || ans.magic != RDV_MAGIC) {
                 fail("%s: rank 0 closed the connection without an answer (is another program on that port?)", what);
             }
-            if (ans.status == RDV_JOIN && join) {
+            if ((ans.status == RDV_JOIN || ans.status == RDV_START) && join) {
                 if (!rdv_read_join(c, join, deadline)) { fail("%s: rank 0's answer to a rejoin was cut short", what); }
+                join->partial = ans.status == RDV_START;
             } else if (ans.status != 0) {
                 char reason[RDV_REASON + 1];
                 memset(reason, 0, sizeof(reason));
@@ -275,8 +358,11 @@ static void rdv_tcp_join(const Rendezvous* me, void* blob, size_t n, const char*
 static void rendezvous_tcp(const Rendezvous* me, void* blob, size_t n, const char* host, int port, RdvJoin* join) {
     char what[512];
     snprintf(what, sizeof(what), "-pi tcp: rendezvous on %s:%d", host, port);
-    if (join) { join->step = -1; }
-    if (me->rank == 0) { rdv_tcp_serve(me, blob, n, port, what); }
+    if (join) {
+        join->step = -1;
+        join->partial = 0;
+    }
+    if (me->rank == 0) { rdv_tcp_serve(me, blob, n, port, what, join); }
     else { rdv_tcp_join(me, blob, n, host, port, what, join); }
 }
 

@@ -628,6 +628,26 @@ static void run_join(TrainRun* r, const TrainerOps* ops, int step) {
     r->tokens_per_step = (int)((long)r->args->total_batch / r->mesh->dp_replicate * r->live_replicas);
 }
 
+// -lw: the run starts without the replicas that were not all there (llmc/rendezvous.h): the tokens
+// per step are those of the replicas training, rank 0 says so and main.log gets s:S replicas:R' at
+// the first step; the missing ones rejoin as lost ones do.
+static void run_start_partial(TrainRun* r, const TrainerOps* ops) {
+    const char* note = NULL;
+    const uint8_t* alive = NULL;
+    int R = r->mesh->dp_replicate;
+    r->live_replicas = ops->dp.live_replicas(ops->dp.ctx, &note, &alive);
+    r->tokens_per_step = (int)((long)r->args->total_batch / R * r->live_replicas);
+    if (r->rank == 0) {
+        printf("-lw: %d of %d replicas train from step %d (missing:", r->live_replicas, R, r->start_step + 1);
+        for (int q = 0; q < R; q++) {
+            if (!alive[q]) { printf(" %d", q); }
+        }
+        printf("): %d tokens per step\n", r->tokens_per_step);
+        fflush(stdout);
+    }
+    logger_log_replicas(&r->logger, r->start_step + 1, r->live_replicas);
+}
+
 // One optimizer step (0-based `step`): grad_accum micro-steps, the gradient reduction and norm,
 // the agreement (loss and preemption votes), the skip decision (llmc/step_guard.h), clipping,
 // the scheduled lr, AdamW unless skipped, then (-ls) the outer sync when one is due. Fills the
