@@ -532,14 +532,11 @@ def rejoin_fragments(trainer):
                  ref=("--fragments", "2", "--overlap", "1"))
 
 
-def start_without(trainer):
-    """-lw 2 (issue 36 item 4: a run starts under another membership): 3 x 1 started without rank 1;
-    after 2 s rank 0 starts replicas 0 and 2, and rank 1, started 3 s in, rejoins at an outer sync
-    (against --replicas 3 --drop 1@1 --rejoin 1@s+1). Then a checkpoint of all three replicas
-    (step 4, from a run whose rank 1 is killed at step 6) resumed by ranks 0 and 2 alone with -lw 2
-    (against --drop 1@5): a checkpoint written under one membership resumes under another."""
-    d, res = launch(trainer, 3, ["-ds", "1", "-z", "1", "-lw", "2", "-d", str(T * rows_for(3))], "lw_fresh",
-                    absent=(1,), late=(3.0, []))
+def lw_fresh(trainer, fs):
+    """-lw 2, 3 x 1 started without rank 1, which comes 3 s in and rejoins at an outer sync (-pi tcp,
+    or -pi fs: the start answered by the _join file)."""
+    d, res = launch(trainer, 3, ["-ds", "1", "-z", "1", "-lw", "2", "-d", str(T * rows_for(3))],
+                    "lw_fresh_fs" if fs else "lw_fresh", absent=(1,), late=(3.0, []), fs=fs)
     out0 = res[0][1]
     m = re.search(r"replica 1 rejoined after the outer sync of step (\d+)", out0)
     after = int(m.group(1)) if m else -1
@@ -549,7 +546,7 @@ def start_without(trainer):
     codes = [res[r][0] for r in (0, 2, 3)]
     le, we = against_reference(d, 3, "1@1", ("--rejoin", f"1@{after + 1}")) if m else (float("inf"),) * 2
     report(codes == [0, 0, 0] and said and logged and le <= TOL and we <= TOL,
-           f"-lw 2, 3 x 1 without rank 1: ranks 0, 2 and rank 1 (started {res.get('late_at', -1):.0f} s in) exit {codes}; "
+           f"-lw 2{' -pi fs' if fs else ''}, 3 x 1 without rank 1: ranks 0, 2 and rank 1 (started {res.get('late_at', -1):.0f} s in) exit {codes}; "
            f"rank 0 {'says 2 of 3 start' if said else 'does NOT say 2 of 3 start'}, rank 1 rejoined after step {after}, "
            f"main.log {'s:1 replicas:2, s:%d replicas:3' % (after + 1) if logged else 'WITHOUT the replicas lines'}; "
            f"against train_gpt2.py --replicas 3 --drop 1@1 --rejoin 1@{after + 1}: max loss error {le:.2e}, max weight "
@@ -557,6 +554,16 @@ def start_without(trainer):
     if not (codes == [0, 0, 0] and said):
         for r in (0, 2, 3):
             print("      " + tail(res, r))
+
+
+def start_without(trainer):
+    """-lw 2 (issue 36 item 4: a run starts under another membership): 3 x 1 started without rank 1;
+    after 2 s rank 0 starts replicas 0 and 2, and rank 1, started 3 s in, rejoins at an outer sync
+    (against --replicas 3 --drop 1@1 --rejoin 1@s+1). Then a checkpoint of all three replicas
+    (step 4, from a run whose rank 1 is killed at step 6) resumed by ranks 0 and 2 alone with -lw 2
+    (against --drop 1@5): a checkpoint written under one membership resumes under another."""
+    for fs in (False, True):
+        lw_fresh(trainer, fs)
     args = ["-ds", "1", "-z", "1", "-n", "4", "-d", str(T * rows_for(3))]
     d, res = launch(trainer, 3, args + ["-fi", "die@6:1"], "lw_resume")
     for f in os.listdir(d):
@@ -721,7 +728,6 @@ def cmd_refusals():
     refused([FP32] + common + tcp + ["-wt", "0"], "needs -wt > 0", "-le 1 -wt 0")
     refused([FP32] + common + tcp, "needs at least 2 replicas", "-le 1 on one rank", env)
     refused([FP32] + [a for a in common if a != "-le"][:-1] + tcp + ["-lw", "2"], "needs -le 1", "-lw 2 without -le")
-    refused([FP32] + common + ["-pi", "fs", "-pf", OUT, "-lw", "2"], "not built yet with -pi fs", "-le 1 -lw 2 -pi fs")
 
 
 def mutant_trainer(name, path, target, replacement, check=False):

@@ -134,7 +134,7 @@ static const ArgSpec arg_specs[] = {
     ARG("-rk", ARG_FLOAT, outer.topk, 0, "top-k: send the fraction D of each 4096-value chunk, largest first (0 = all)"),
     ARG("-le", ARG_INT, elastic, 0, "-ls: elastic replicas, a lost one is dropped and the others train on (0|1; -pi tcp or fs)"),
     ARG("-lm", ARG_INT, min_replicas, 0, "-le: stop when fewer than M replicas are left"),
-    ARG("-lw", ARG_FLOAT, start_wait, 0, "-le -pi tcp: start without the replicas whose ranks are not all there after S s (0 = wait for all)"),
+    ARG("-lw", ARG_FLOAT, start_wait, 0, "-le: start without the replicas whose ranks are not all there after S s (0 = wait for all)"),
     ARG("-r", ARG_INT, recompute, 1, "recompute activations: 0 none, 1 GELU, 2 GELU and LayerNorm"),
     ARG("-w", ARG_INT, master_weights, 1, "keep fp32 master weights (0|1)"),
     ARG("-at", ARG_STRING, attention, 1, "attention: ours | cudnn (empty: cudnn in make USE_CUDNN=1 BF16 builds, else ours)"),
@@ -267,9 +267,6 @@ static void args_validate_elastic(const TrainArgs* a, int gpu) {
              "-pi fs");
     }
     if (a->peer_wait <= 0.0f) { fail("-le 1: needs -wt > 0 (how long a silent replica has before it is dropped)"); }
-    if (a->start_wait > 0.0f && strcmp(a->init_method, "tcp") != 0) {
-        fail("-lw %g: not built yet with -pi %s (a start without some replicas needs -pi tcp)", a->start_wait, a->init_method);
-    }
 }
 
 // Range checks that need no model or data.

@@ -197,21 +197,7 @@ static void mb_fs_admit(Membership* m, int step, const uint8_t* joining, const v
             m->fresh[r] = 0;
         }
     }
-    uint32_t head[2] = {RDV_MAGIC, RDV_JOIN};
-    int32_t world = W, v[3] = {step, (int32_t)m->epoch, m->R};
-    size_t bytes = sizeof(head) + 8 + 4 + sizeof(v) + (size_t)W * 8 + (size_t)m->R + n, at = 0;
-    uint8_t* b = (uint8_t*)malloc_check(bytes);
-    memcpy(b + at, head, sizeof(head)); at += sizeof(head);
-    memcpy(b + at, &m->rdv.job, 8); at += 8;
-    memcpy(b + at, &world, 4); at += 4;
-    memcpy(b + at, v, sizeof(v)); at += sizeof(v);
-    memcpy(b + at, rdv_fs_nonce, (size_t)W * 8); at += (size_t)W * 8;
-    memcpy(b + at, m->alive, (size_t)m->R); at += (size_t)m->R;
-    memcpy(b + at, blob, n);
-    char path[4096];
-    rdv_fs_path(path, sizeof(path), m->dir, &m->rdv, "join", -1);
-    rdv_fs_write(path, b, bytes, NULL, 0);
-    free(b);
+    rdv_fs_write_join(&m->rdv, m->dir, RDV_JOIN, step, m->epoch, m->R, rdv_fs_nonce, m->alive, blob, n);
 }
 
 static int membership_count(const Membership* m) {

@@ -414,7 +414,61 @@ static uint64_t rdv_fs_hello_of(const Rendezvous* me, const char* dir, int r) {
     return ok ? h.nonce : 0;
 }
 
-static void rdv_fs_serve(const Rendezvous* me, const void* blob, size_t n, const char* dir) {
+// Rank 0: the _join file (status RDV_JOIN: replicas rejoining a running job after step; RDV_START,
+// -lw: the run starts with the replicas alive, step -1): the job, the world, the step, the
+// agreements, R, every rank's nonce (those it is for), alive (R bytes), the blob.
+static void rdv_fs_write_join(const Rendezvous* me, const char* dir, uint32_t status, int step, uint32_t epoch, int R,
+                              const uint64_t* nonces, const uint8_t* alive, const void* blob, size_t n) {
+    int W = me->world;
+    uint32_t head[2] = {RDV_MAGIC, status};
+    int32_t world = W, v[3] = {step, (int32_t)epoch, R};
+    size_t bytes = sizeof(head) + 8 + 4 + sizeof(v) + (size_t)W * 8 + (size_t)R + n, at = 0;
+    uint8_t* b = (uint8_t*)malloc_check(bytes);
+    memcpy(b + at, head, sizeof(head)); at += sizeof(head);
+    memcpy(b + at, &me->job, 8); at += 8;
+    memcpy(b + at, &world, 4); at += 4;
+    memcpy(b + at, v, sizeof(v)); at += sizeof(v);
+    memcpy(b + at, nonces, (size_t)W * 8); at += (size_t)W * 8;
+    memcpy(b + at, alive, (size_t)R); at += (size_t)R;
+    memcpy(b + at, blob, n);
+    char path[4096];
+    rdv_fs_path(path, sizeof(path), dir, me, "join", -1);
+    rdv_fs_write(path, b, bytes, NULL, 0);
+    free(b);
+}
+
+// -lw (start: rank 0's RdvJoin, NULL without): once -lw seconds have passed with some rank's hello
+// missing and the replicas all there can start (rdv_startable), rank 0 answers them with the _join
+// file (RDV_START; the ranks of a replica not whole find it not alive and stop) instead of the id.
+static int rdv_fs_start(const Rendezvous* me, const void* blob, size_t n, const char* dir, const uint64_t* now,
+                        uint64_t* written, RdvJoin* start) {
+    int W = me->world, R = W / me->shard;
+    int* joined = (int*)calloc_check(W, sizeof(int));
+    uint8_t* alive = (uint8_t*)malloc_check((size_t)R);
+    for (int r = 0; r < W; r++) { joined[r] = r == 0 || now[r] != 0; }
+    int ok = rdv_startable(me, joined, alive);
+    free(joined);
+    if (!ok) {
+        free(alive);
+        return 0;
+    }
+    memcpy(written + 1, now + 1, (W - 1) * sizeof(uint64_t));
+    rdv_fs_write_join(me, dir, RDV_START, -1, 0, R, written, alive, blob, n);
+    start->partial = 1;
+    start->replicas = R;
+    start->alive = alive;
+    int k = 0;
+    for (int q = 0; q < R; q++) { k += alive[q]; }
+    printf("-pi fs: -lw %g: the run starts with %d of %d replicas (missing:", me->start_wait, k, R);
+    for (int q = 0; q < R; q++) {
+        if (!alive[q]) { printf(" %d", q); }
+    }
+    printf(")\n");
+    fflush(stdout);
+    return 1;
+}
+
+static void rdv_fs_serve(const Rendezvous* me, const void* blob, size_t n, const char* dir, RdvJoin* start) {
     char id_path[4096], path[4096];
     rdv_fs_path(id_path, sizeof(id_path), dir, me, "id", -1);
     remove(id_path); // an earlier run's: nobody can take it (its nonces are not this run's)
@@ -436,12 +490,16 @@ static void rdv_fs_serve(const Rendezvous* me, const void* blob, size_t n, const
     memcpy(id + 8, &me->job, 8);
     memcpy(id + 16, &world, 4);
     memcpy(id + head + W * sizeof(uint64_t), blob, n);
-    double deadline = now_seconds() + me->timeout_s;
+    double deadline = now_seconds() + me->timeout_s, start_at = now_seconds() + me->start_wait;
     for (;;) {
         int missing = 0, acked = 0;
         for (int r = 1; r < W; r++) {
             now[r] = rdv_fs_hello_of(me, dir, r);
             missing += now[r] == 0;
+        }
+        if (start && me->start_wait > 0.0 && missing > 0 && now_seconds() >= start_at &&
+            rdv_fs_start(me, blob, n, dir, now, written, start)) {
+            break;
         }
         if (missing == 0 && memcmp(now + 1, written + 1, (W - 1) * sizeof(uint64_t)) != 0) {
             memcpy(written + 1, now + 1, (W - 1) * sizeof(uint64_t));
@@ -471,6 +529,8 @@ static void rdv_fs_serve(const Rendezvous* me, const void* blob, size_t n, const
 // -le 1, a rank starting again: rank 0's _join file answers its hello (nonce) when its replica
 // rejoins a running job: join and blob filled, the nonces kept; returns 1, else 0.
 static int rdv_fs_take_join(const Rendezvous* me, const char* dir, uint64_t nonce, void* blob, size_t n, RdvJoin* join) {
+    // (status RDV_START: -lw, the run starts without some replicas; this rank's replica must be among
+    // those that start)
     char path[4096];
     rdv_fs_path(path, sizeof(path), dir, me, "join", -1);
     FILE* f = fopen(path, "rb");
@@ -481,15 +541,21 @@ static int rdv_fs_take_join(const Rendezvous* me, const char* dir, uint64_t nonc
     int32_t v[3], world;
     uint64_t* nonces = (uint64_t*)malloc_check(W * sizeof(uint64_t));
     if (fread(head, 4, 2, f) == 2 && fread(&job, 8, 1, f) == 1 && fread(&world, 4, 1, f) == 1 &&
-        fread(v, 4, 3, f) == 3 && head[0] == RDV_MAGIC && head[1] == RDV_JOIN && job == me->job && world == W &&
+        fread(v, 4, 3, f) == 3 && head[0] == RDV_MAGIC && (head[1] == RDV_JOIN || head[1] == RDV_START) &&
+        job == me->job && world == W &&
         v[2] >= 1 && v[2] <= W && fread(nonces, 8, W, f) == (size_t)W && nonces[me->rank] == nonce) {
         uint8_t* alive = (uint8_t*)malloc_check((size_t)v[2]);
         ok = fread(alive, 1, (size_t)v[2], f) == (size_t)v[2] && fread(blob, 1, n, f) == n && fgetc(f) == EOF;
+        if (ok && head[1] == RDV_START && !alive[me->rank / me->shard]) {
+            fail("-pi fs: rank 0 refused this rank: -lw: replica %d was not whole when the run started without it; "
+                 "start its ranks again (all of them) to rejoin at an outer sync", me->rank / me->shard);
+        }
         if (ok) {
             join->step = v[0];
             join->epoch = (uint32_t)v[1];
             join->replicas = v[2];
             join->alive = alive;
+            join->partial = head[1] == RDV_START;
             rdv_fs_nonce = nonces;
             nonces = NULL;
         } else {
@@ -549,18 +615,23 @@ static void rdv_fs_join(const Rendezvous* me, void* blob, size_t n, const char* 
 // -pi fs: the blob through dir (a directory every rank sees). join: see rdv_fs_join (NULL where
 // the job is not elastic).
 static void rendezvous_fs(const Rendezvous* me, void* blob, size_t n, const char* dir, RdvJoin* join) {
-    if (me->rank == 0) { rdv_fs_serve(me, blob, n, dir); }
+    if (join) {
+        join->step = -1;
+        join->partial = 0;
+    }
+    if (me->rank == 0) { rdv_fs_serve(me, blob, n, dir, join); }
     else { rdv_fs_join(me, blob, n, dir, join); }
 }
 
-// Rank 0, once every rank holds the blob (after the communicator is up): the files go.
+// Rank 0, once every rank holds the blob (after the communicator is up): the files go (-le 1: but
+// a hello this run has not taken, of a rank of a missing replica that came after the start, -lw).
 static void rendezvous_fs_cleanup(const Rendezvous* me, const char* dir) {
     char path[4096];
     rdv_fs_path(path, sizeof(path), dir, me, "id", -1);
     remove(path);
     for (int r = 1; r < me->world; r++) {
         rdv_fs_path(path, sizeof(path), dir, me, "hello", r);
-        remove(path);
+        if (!rdv_fs_nonce || rdv_fs_hello_of(me, dir, r) == rdv_fs_nonce[r]) { remove(path); }
         rdv_fs_path(path, sizeof(path), dir, me, "ack", r);
         remove(path);
     }
