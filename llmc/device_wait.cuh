@@ -119,7 +119,8 @@ static void nccl_destroy(ncclComm_t c) {
 // Returns ncclSuccess or what failed (ncclInProgress where the limit passed).
 static ncclResult_t nccl_split_settled(ncclComm_t parent, int color, int key, ncclComm_t* child, int blocking_child,
                                        double limit_s) {
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER; // (blocking 1)
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 1; // (not left to NCCL's default)
     *child = NULL;
     ncclResult_t r = ncclCommSplit(parent, color, key, child, blocking_child ? &config : NULL);
     if (r != ncclInProgress) { return r; }
