@@ -408,8 +408,7 @@ def cmd_sync(trainer):
 
 
 CHECKED = "build/gpu/train_gpt2emu_fp32_check"
-RESTORE = ("cudaCheck(cudaMemcpyAsync(dp->st.residual, dp->res_keep, p->sync_owned * sizeof(float),\n"
-           "                                          cudaMemcpyDeviceToDevice, 0));")
+RESTORE = "dev_dp_residual_runs(dp, f, dp->st.residual, dp->res_keep, 0); // (the restore: the messages read it)"
 
 
 def checked_case(trainer, sched, tag="checked"):
@@ -769,8 +768,8 @@ def cmd_mutant():
                                        (12,), "1@6", "1@9", (0, ""))),
             # the residual restored on the communication stream: nothing orders it before stream 0's
             # messages of the redone exchange read it (emucc --check must see the race)
-            ("mutant_restore_stream", "llmc/dp_device.cuh", RESTORE, RESTORE.replace("DeviceToDevice, 0)",
-             "DeviceToDevice, dp->link.comm_stream)"), lambda t: checked_case(t, "reverse", "mutant_checked")),
+            ("mutant_restore_stream", "llmc/dp_device.cuh", RESTORE, RESTORE.replace("res_keep, 0)",
+             "res_keep, dp->link.comm_stream)"), lambda t: checked_case(t, "reverse", "mutant_checked")),
             # a call on a nonblocking communicator that returned ncclInProgress never polled out of it:
             # the emulator reports the next call on that communicator (exit 66)
             ("mutant_no_poll", "llmc/device_wait.cuh", NO_POLL, "    if (r == ncclInProgress) { return; }\n",

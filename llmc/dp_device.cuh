@@ -873,14 +873,14 @@ static size_t dev_dp_pack_messages(DeviceDP* dp, int f, const OuterConfig* c, fl
     return padded;
 }
 
-// -le 1: fragment f's owned elements of the residual from src to dst (stream 0): kept as they were
-// before its exchange, or restored from there (the fragments' elements are disjoint, so exchanges of
-// several fragments in flight each keep their own).
-static void dev_dp_residual_runs(DeviceDP* dp, int f, float* dst, const float* src) {
+// -le 1: fragment f's owned elements of the residual from src to dst on stream s (0, where the
+// messages are packed): kept as they were before its exchange, or restored from there (the
+// fragments' elements are disjoint, so exchanges of several fragments in flight each keep their own).
+static void dev_dp_residual_runs(DeviceDP* dp, int f, float* dst, const float* src, cudaStream_t s) {
     const DpPlan* p = &dp->plan;
     for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
         const DpRun* r = &p->runs[i];
-        cudaCheck(cudaMemcpyAsync(dst + r->owned, src + r->owned, r->count * sizeof(float), cudaMemcpyDeviceToDevice, 0));
+        cudaCheck(cudaMemcpyAsync(dst + r->owned, src + r->owned, r->count * sizeof(float), cudaMemcpyDeviceToDevice, s));
     }
 }
 
@@ -893,7 +893,7 @@ static void dev_dp_exchange_issue(DeviceDP* dp, int f, const OuterConfig* c, flo
     int R = dp->el.live_R;
     float* res = outer_compressed(c) ? dp->st.residual : NULL;
     cudaStream_t cs = dp->link.comm_stream;
-    if (dp->res_keep && res) { dev_dp_residual_runs(dp, f, dp->res_keep, res); } // -le 1: should it be redone
+    if (dp->res_keep && res) { dev_dp_residual_runs(dp, f, dp->res_keep, res, 0); } // -le 1: should it be redone
     int copy = p->outer->overlap > 0 ? f : 0; // -lo: the fragment's own wire buffers
     DevExchange* x = &dp->xch[f];
     x->next = 0;
@@ -953,7 +953,7 @@ static void dev_dp_redo_in_flight(DeviceDP* dp) {
     for (int f = 0; f < dp->plan.num_fragments; f++) {
         DevExchange* x = &dp->xch[f];
         if (x->in_flight && dp->res_keep && outer_compressed(&x->c)) {
-            dev_dp_residual_runs(dp, f, dp->st.residual, dp->res_keep);
+            dev_dp_residual_runs(dp, f, dp->st.residual, dp->res_keep, 0);
         }
     }
     for (int f = 0; f < dp->plan.num_fragments; f++) {
@@ -1039,7 +1039,7 @@ static int dev_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
             if (got == 0) { return 0; }
             if (got > 0 && dev_dp_exchange_done(dp, f)) { break; }
             if (got > 0 && dp->res_keep && outer_compressed(&call->c)) { // the residual before the encoding
-                dev_dp_residual_runs(dp, f, dp->st.residual, dp->res_keep);
+                dev_dp_residual_runs(dp, f, dp->st.residual, dp->res_keep, 0); // (the restore: the messages read it)
             }
         }
         *sq = dev_dp_fragment_apply(dp, call, buf, NULL);
