@@ -250,7 +250,7 @@ def rank_pids(p):
 def preempt():
     trainer = os.environ.get("PREEMPT_TRAINER", TRAINER)
     tag = os.path.basename(trainer)
-    steps = 14
+    steps = 40  # (the signal, sent once step 4 is read, must land before the last step on a loaded host)
     args = COMMON + ["-x", str(steps), "-z", "1"]
     base = fresh(f"build/res/preempt_full_{tag}")
     r = run(2, args + ["-o", base]) if trainer == TRAINER else subprocess.run(
