@@ -211,6 +211,16 @@ def against_reference(d, R, drop, extra=(), absent=(), steps=STEPS):
     return max(abs(got[s] - ref_l[s]) for s in ref_l), float(np.max(np.abs(w - ref_w)))
 
 
+def main_log(d):
+    """The text of d's main.log ('' where there is none)."""
+    return open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+
+
+def verifies(d, step):
+    """Whether ckpt_tool verifies checkpoint `step` in d."""
+    return subprocess.run(["./ckpt_tool", "verify", d, str(step)], capture_output=True, text=True).returncode == 0
+
+
 def after_drop_bytes(out):
     """The closed forms rank 0 printed with the drop (a step without a sync, one with) and the bytes
     the emulated NCCL sent in the last of each, or None."""
@@ -259,7 +269,7 @@ def survivors_case(trainer, world, shard, stage, fault, R, drop, lost_ranks, nam
     out0 = res[0][1]
     ok_exit = all(res[r][0] == 0 for r in kept)
     le, we = against_reference(d, R, drop, extra, steps=steps)
-    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    log = main_log(d)
     said = f"replica {k} lost at step {s}" in out0 and f"s:{s} replicas:{R - 1}" in log
     where = f"{R} x {shard} ZeRO {stage}{' -rq ' + wire if wire else ''}{' -lo %d' % lo if lo else ''}" \
             f"{' -lf %d' % lf if lf > 1 else ''}, -fi {fault}"
@@ -370,7 +380,7 @@ def sync_case(trainer, world, fault, R, k, s, name, wire=None, more=(), steps=ST
     except (OSError, ValueError):
         pass
     out0 = res[0][1]
-    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    log = main_log(d)
     said = f"replica {k} lost at step {s}" in out0 and f"s:{s} replicas:{R - 1}" in log
     ok = all(res[r][0] == 0 for r in kept) and said and le <= TOL and we <= TOL
     where = f"{R} x 1{' -rq ' + wire if wire else ''}, -fi {fault}"
@@ -488,10 +498,10 @@ def rejoin_check(d, res, survivors, joiners, what, extra_ok=True, extra_text="",
     new = [res.get(k, ("none", "", "", 0))[0] for k in joiners]
     out0 = res[0][1]
     said = "replica 1 lost at step 6" in out0 and f"replica 1 rejoined after the outer sync of step {after}" in out0
-    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    log = main_log(d)
     logged = "s:6 replicas:1" in log and f"s:{after + 1} replicas:2" in log
     le, we = against_reference(d, 2, "1@6", ("--rejoin", f"1@{after + 1}") + tuple(ref))
-    ckpt = subprocess.run(["./ckpt_tool", "verify", d, "12"], capture_output=True, text=True).returncode == 0
+    ckpt = verifies(d, 12)
     ok = codes == [0] * len(codes) and new == [0] * len(new) and said and logged and ckpt and extra_ok
     ok = ok and le <= TOL and we <= TOL
     report(ok, f"{what}, started again with -y 1 after {res.get('restarted_at', -1):.0f} s: survivors {survivors} exit "
@@ -543,7 +553,7 @@ def lw_fresh(trainer, fs):
     m = re.search(r"replica 1 rejoined after the outer sync of step (\d+)", out0)
     after = int(m.group(1)) if m else -1
     said = "-lw: 2 of 3 replicas train from step 1 (missing: 1)" in out0
-    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    log = main_log(d)
     logged = "s:1 replicas:2" in log and f"s:{after + 1} replicas:3" in log
     codes = [res[r][0] for r in (0, 2, 3)]
     le, we = against_reference(d, 3, "1@1", ("--rejoin", f"1@{after + 1}")) if m else (float("inf"),) * 2
@@ -572,10 +582,10 @@ def start_without(trainer):
     d, res2 = launch(trainer, 3, args + ["-y", "1", "-lw", "2"], "lw_resume", keep=True, absent=(1,))
     out0 = res2[0][1]
     said = "-lw: 2 of 3 replicas train from step 5 (missing: 1)" in out0 and "resumed from step 4" in out0
-    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    log = main_log(d)
     codes = [res2[r][0] for r in (0, 2)]
     le, we = against_reference(d, 3, "1@5")
-    ckpt = subprocess.run(["./ckpt_tool", "verify", d, "12"], capture_output=True, text=True).returncode == 0
+    ckpt = verifies(d, 12)
     report(codes == [0, 0] and said and "s:5 replicas:2" in log and ckpt and le <= TOL and we <= TOL,
            f"-lw 2, checkpoint 4 of 3 replicas resumed by ranks 0 and 2 alone: exits {codes}; rank 0 "
            f"{'says 2 of 3 train from step 5' if said else 'does NOT say so'}; checkpoint 12 "
@@ -602,9 +612,9 @@ def rejoin_dies(trainer):
                     restart=1)
     codes, new, out0 = [res[r][0] for r in (0, 2)], res.get(3, ("none", "", "", 0))[0], res[0][1]
     m = re.search(r"replica 1 did not rejoin after the outer sync of step (\d+) \(([^)]*)\)", out0)
-    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    log = main_log(d)
     logged = "s:6 replicas:2" in log and "replicas:3" not in log.split("s:6 replicas:2", 1)[-1]
-    ckpt = subprocess.run(["./ckpt_tool", "verify", d, "12"], capture_output=True, text=True).returncode == 0
+    ckpt = verifies(d, 12)
     le, we = against_reference(d, 3, "1@6")
     ok = codes == [0, 0] and new == -signal.SIGKILL and m and logged and ckpt and le <= TOL and we <= TOL
     report(ok, f"3 x 1, rank 1 killed at step 6, started again, dies once admitted: survivors [0, 2] exit {codes}, "
@@ -645,7 +655,7 @@ def resume_case(trainer, name, args, world, ckpt, cut, drop, rejoin, want0, k=1,
     d, res2 = launch(trainer, world, [a for a in args if not a.startswith(("die", "-fi"))] + ["-y", "1"], name, keep=True)
     rebuilt = f"checkpoint {ckpt} lost replica {k}" in res2[k][1]
     said = f"checkpoint {ckpt} was written by 1 of 2 replicas" in res2[0][1]
-    log = open(d + "/main.log").read() if os.path.exists(d + "/main.log") else ""
+    log = main_log(d)
     logged = f"s:{ckpt + 1} replicas:2" in log
     le, we = against_reference(d, 2, drop, ("--rejoin", rejoin), absent)
     ok = first_ok and missing == f"missing dp_shard 1 replicas {k}" and gone and verified and rebuilt and said and logged

@@ -232,8 +232,7 @@ static int elastic_grow(Elastic* e, const Mesh* mesh, const ncclUniqueId* id, nc
 
 // Whether every survivor made its new communicators (grown: this rank's; the minimum over the
 // survivors' world, which is whole: a collective ends on all or none of them).
-static int elastic_all_grew(Elastic* e, DeviceLink* k, const Mesh* mesh, int grown) {
-    (void)mesh;
+static int elastic_all_grew(Elastic* e, DeviceLink* k, int grown) {
     int32_t v = grown;
     cudaCheck(cudaMemcpy(e->scratch, &v, sizeof(v), cudaMemcpyHostToDevice));
     device_link_order_on_main(k);
@@ -272,7 +271,7 @@ static int elastic_admit(Elastic* e, DeviceLink* k, const Mesh* mesh, int step) 
     ncclComm_t now[3] = {NULL, NULL, NULL};
     char why[256];
     int grown = elastic_grow(e, mesh, &id, now, why, sizeof(why));
-    if (!elastic_all_grew(e, k, mesh, grown)) { // a joining rank died or hangs: the survivors go on as they were
+    if (!elastic_all_grew(e, k, grown)) { // a joining rank died or hangs: the survivors go on as they were
         for (int i = 0; i < 3; i++) {
             if (now[i]) { ncclCommAbort(now[i]); }
         }
