@@ -82,8 +82,10 @@ only=${TESTS:-}
 for file in "${TEST_DIR:-dev/tests}"/*.sh; do
     if [ -n "$only" ] && [[ "$file" != *"$only"* ]]; then continue; fi
     echo "== $file"
+    file_start=$SECONDS
     source "$file"
     check_wait
+    echo "== $file: $((SECONDS - file_start)) s"
 done
 
 if [ $failed -gt 0 ]; then
