@@ -10,14 +10,15 @@ step and the others train on. Each process is bounded in time; a hang fails the 
   python3 dev/test_elastic.py sync [TRAINER]   a replica lost inside an outer sync
   python3 dev/test_elastic.py fs [TRAINER]     -pi fs: a drop (a stale report file planted) and a start
                                                 without a replica that joins later (-lw)
-  python3 dev/test_elastic.py checked [TRAINER] a replica lost in an exchange, the trainer built with
-                                                emucc --check, EMU_SCHED reverse and random:5
+  python3 dev/test_elastic.py checked [TRAINER] two fragments' exchanges in flight when a replica is lost,
+                                                the trainer built with emucc --check, EMU_SCHED random:3
   python3 dev/test_elastic.py matrix [TRAINER] the slower suite: 4x1 and 2x2, ZeRO 1 and 2, fp32 and int8,
                                                 -lo 0 and 1, -lf 1 and 2; a killed replica's rejoin
-                                                through -pi fs files
+                                                through -pi fs files; a replica lost inside a blocking
+                                                exchange under emucc --check, EMU_SCHED reverse
   python3 dev/test_elastic.py overlap [TRAINER] -lo 1: a replica lost while an exchange is in flight, a rejoin
   python3 dev/test_elastic.py refusals          -le where it cannot run: one line each, exit 1
-  python3 dev/test_elastic.py mutant            a survivor that averages over R, not R', must fail drop; a
+  python3 dev/test_elastic.py mutant_a|mutant_b  (mutant_a: the first two, mutant_b: the last two) a survivor that averages over R, not R', must fail drop; a
                                                 rebuilt replica keeping replica 0's moments must fail resume;
                                                 the residual restored on the communication stream must fail
                                                 checked (a race emucc --check reports); a trainer that never
@@ -437,16 +438,14 @@ def checked_case(trainer, sched, tag="checked"):
 
 
 def cmd_checked(trainer):
-    """The elastic path under emucc --check, two schedules: a replica lost inside a blocking
-    exchange, the survivor restoring its residual and redoing it (EMU_SCHED=reverse); 2 x 1 -rq int8
-    -lf 2 -lo 3, 7 steps, rank 1 killed at step 7 (the last) with fragment 0's exchange of step 4
-    and fragment 1's of step 6 in flight, both redone (random:3; the checker found the restore unordered with the
-    communication stream once).
+    """The elastic path under emucc --check: 2 x 1 -rq int8 -lf 2 -lo 3, 7 steps, rank 1 killed at
+    step 7 (the last) with fragment 0's exchange of step 4 and fragment 1's of step 6 in flight, both
+    redone (EMU_SCHED=random:3; the checker found the restore unordered with the communication
+    stream once). The slower suite adds a replica lost inside a blocking exchange under reverse.
     A --check build runs a collective inside the call, so one whose peer stopped ends at once with
     the communicator in error (docs/emulator.md)."""
     global LIMIT_S
     LIMIT_S = 400
-    checked_case(trainer, "reverse")
     os.environ["EMU_SCHED"] = "random:3"
     try:
         survivors_case(trainer, 2, 1, 1, "die@7:1", 2, "1@7", [1], "checked_lf2_lo3_random3", wire="int8", lo=3, lf=2,
@@ -458,7 +457,9 @@ def cmd_checked(trainer):
 def cmd_matrix(trainer):
     """The slower suite (not in make test): 4 x 1 and 2 x 2, ZeRO 1 and 2, fp32 and -rq int8, -lo 0
     and 1, each with -lf 1 and 2, replica 1 killed as step 5 begins (with -lo 1: while the exchange
-    of the (fragment 0's) sync after step 4 is in flight); and fs_rejoin."""
+    of the (fragment 0's) sync after step 4 is in flight); fs_rejoin; and on the --check build under
+    EMU_SCHED=reverse, a replica lost inside a blocking exchange (the survivor restores its residual
+    and redoes it)."""
     for (R, S) in ((4, 1), (2, 2)):
         for stage in (1, 2):
             for wire in (None, "int8"):
@@ -467,6 +468,9 @@ def cmd_matrix(trainer):
                     survivors_case(trainer, R * S, S, stage, f"die@5:{2 * S - 1}", R, "1@5", lost,
                                    f"matrix_{R}x{S}_z{stage}_{wire or 'fp32'}_lo{lo}_lf{lf}", wire=wire, lo=lo, lf=lf)
     fs_rejoin(trainer)
+    global LIMIT_S
+    LIMIT_S = 400
+    checked_case(CHECKED, "reverse")
 
 
 def fake_hellos(port):
@@ -770,14 +774,14 @@ NO_POLL = """    if (r == ncclInProgress) {
 """
 
 
-def cmd_mutant():
-    """A survivor whose outer step still divides by R (not the R' replicas left) must fail drop; a
+def cmd_mutant(part):
+    """part a: a survivor whose outer step still divides by R (not the R' replicas left) must fail drop; a
     replica rebuilt from a checkpoint that keeps the AdamW moments of the replica it read must fail
-    resume; the residual restored on the communication stream must fail checked (a race); a
+    resume; part b: the residual restored on the communication stream must fail checked (a race); a
     trainer that never polls a nonblocking communicator's ncclInProgress must fail (the emulator's
     report)."""
     caught = []
-    for name, path, target, replacement, run in (
+    mutants = (
             ("mutant_mean", "llmc/dp_device.cuh", "float inv_R = 1.0f / (float)dp->el.live_R;",
              "float inv_R = 1.0f / (float)p->mesh.dp_replicate;",
              lambda t: survivors_case(t, 2, 1, 1, "die@6:1", 2, "1@6", [1], "mutant_2x1")),
@@ -791,7 +795,8 @@ def cmd_mutant():
             # a call on a nonblocking communicator that returned ncclInProgress never polled out of it:
             # the emulator reports the next call on that communicator (exit 66)
             ("mutant_no_poll", "llmc/device_wait.cuh", NO_POLL, "    if (r == ncclInProgress) { return; }\n",
-             lambda t: launch(t, 2, ["-ds", "1", "-z", "1", "-x", "2"], "mutant_no_poll_2x1")[1])):
+             lambda t: launch(t, 2, ["-ds", "1", "-z", "1", "-x", "2"], "mutant_no_poll_2x1")[1]))
+    for name, path, target, replacement, run in mutants[:2] if part == "a" else mutants[2:]:
         before = test_diloco.failures
         res = run(mutant_trainer(name, path, target, replacement, check=name == "mutant_restore_stream"))
         caught.append(test_diloco.failures > before)
@@ -814,8 +819,8 @@ if __name__ == "__main__":
         commands[what](trainer)
     elif what == "refusals":
         cmd_refusals()
-    elif what == "mutant":
-        cmd_mutant()  # (its checks fail as they must: their failures are not this test's)
+    elif what in ("mutant_a", "mutant_b"):
+        cmd_mutant(what[-1])  # (its checks fail as they must: their failures are not this test's)
     else:
         sys.exit(__doc__)
     sys.exit(1 if test_diloco.failures else 0)

@@ -5,6 +5,14 @@
 # Every good run lands in the goldens' ledger, compared bit for bit at the end (dev/test_golden.py).
 /usr/bin/python3 dev/test_golden.py reset diloco
 check diloco_vs_pytorch /usr/bin/python3 dev/test_diloco.py reference
+# -lf (streaming fragments) on 2 x 2: against train_gpt2.py --fragments (fp32, int8), -lf 1 bit for
+# bit plain -ls, bytes per fragment against the closed form, resumes with fragments at different
+# phases, -lo 1 against --overlap 1, -lo checkpoints and SIGUSR1 with exchanges in flight resumed
+# bit for bit, the -lo memory line's closed form, planted bugs caught (a late offset in the
+# reference, a rank issuing fragments in reverse order, blocking and on the -lo thread), refusals;
+# 60-90 s on the shared 2-core host; it runs beside the checks below (its own directories, frag_*
+# and lo_one_*; the d2 model is written by the first check).
+check_bg diloco_fragments /usr/bin/python3 dev/test_diloco.py fragments
 check diloco_data_invariance /usr/bin/python3 dev/test_diloco.py invariance
 check diloco_identities /usr/bin/python3 dev/test_diloco.py identity
 check diloco_accounting /usr/bin/python3 dev/test_diloco.py accounting
@@ -18,13 +26,6 @@ check wire_formats_vs_reference /usr/bin/python3 dev/test_wire_format.py formats
 check wire_diloco_vs_pytorch /usr/bin/python3 dev/test_wire_format.py reference
 check wire_resume_and_refusals /usr/bin/python3 dev/test_wire_format.py resume
 check wire_mutants_caught /usr/bin/python3 dev/test_wire_format.py mutants
-# -lf (streaming fragments) on 2 x 2: against train_gpt2.py --fragments (fp32, int8), -lf 1 bit for
-# bit plain -ls, bytes per fragment against the closed form, resumes with fragments at different
-# phases, -lo 1 against --overlap 1, -lo checkpoints and SIGUSR1 with exchanges in flight resumed
-# bit for bit, the -lo memory line's closed form, planted bugs caught (a late offset in the
-# reference, a rank issuing fragments in reverse order, blocking and on the -lo thread), refusals;
-# 60-90 s on the shared 2-core host.
-check diloco_fragments /usr/bin/python3 dev/test_diloco.py fragments
 # -lo's goal, by the trainer's link-wait counter: with the link (-rb) at half a step per exchange,
 # -lo 1 waits at most a tenth of what blocking -lo 0 is held (at least 0.75 of the link time); 6-15 s.
 check diloco_overlap_link /usr/bin/python3 dev/test_diloco.py overlap
@@ -34,4 +35,5 @@ check diloco_overlap_link /usr/bin/python3 dev/test_diloco.py overlap
 # alone, which its line says (dev/test_diloco.py guards; about 10 s)
 check diloco_guards /usr/bin/python3 dev/test_diloco.py guards
 # the runs above against dev/tests/golden/diloco.txt: losses, records, model and state files bit for bit
+check_wait
 check diloco_golden /usr/bin/python3 dev/test_golden.py check diloco

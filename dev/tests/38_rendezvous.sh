@@ -4,7 +4,6 @@
 # duplicate rank are dropped and logged; an earlier run's files in the -pf directory are never read
 # (dev/test_rendezvous.py). Two mutants, applied to a copy, must fail it: rank 0 not comparing the
 # job's identity, and not removing an earlier run's acknowledgements.
-check rendezvous_strays bash -c "make -s build/rendezvous_tool && /usr/bin/python3 dev/test_rendezvous.py"
 rendezvous_mutant() {
     local d=build/rendezvous/mutant_$1 pattern=$2
     rm -rf $d && mkdir -p $d/llmc $d/dev && cp llmc/rendezvous.h llmc/utils.h $d/llmc/ && cp dev/rendezvous_tool.c $d/dev/ || return 1
@@ -18,4 +17,6 @@ rendezvous_mutant() {
 }
 check_bg rendezvous_mutant_any_job rendezvous_mutant job 's/} else if (h->job != me->job) {/} else if (0) {/'
 check_bg rendezvous_mutant_stale_acks rendezvous_mutant acks 's/for (int r = 1; r < me->world; r++) { \/\/ and its acks/for (int r = 1; r < 1; r++) { \/\/ and its acks/'
+# (the mutants mostly wait out their timeouts: the real tool's run goes beside them)
+check rendezvous_strays bash -c "make -s build/rendezvous_tool && /usr/bin/python3 dev/test_rendezvous.py"
 check_wait
