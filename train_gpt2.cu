@@ -596,6 +596,7 @@ int main(int argc, char** argv) {
     event_wait_fn = wait_event_short; // host waits on events with the deadline (llmc/device_wait.cuh)
 #ifdef EMU_CUDA
     fault_stop_hook = emu_nccl_stop_answering; // -fi hang_*: the emulator's `peer stops` fault
+    fault_ring_hook = emu_nccl_die_in_next_ring; // -fi die_ring: dies inside a collective
 #endif
     char why[512];
     int device = process_device(proc.local_rank, devices, why, sizeof(why));

@@ -52,7 +52,9 @@ rejoin: 2x1 -n 4, rank 1 killed at step 6 and started again with -y 1 (strays me
 sync: 3x1 -rq int8, rank 1 killed as the exchange after step 8 is issued: ranks 0 and 2 restore
   their residuals and redo the sync over 2 replicas; 2x1, rank 1 killed before the finiteness flag
   of the sync after step 4: against --drop 1@8 (1@4), step 8's (4's) loss against --drop 1@9 (1@5)
-  (the lost replica took part in that step).
+  (the lost replica took part in that step). 3x1, rank 1 killed inside step 6's loss all-reduce
+  before its last ring send (-fi die_ring): it ends on rank 0, not on rank 2; rank 0 drops replica 2
+  too (reported from step 6), rank 2 exits 1 told so, against --drop 1@7 --drop 2@7 (also -pi fs).
 resume: 2x1 -n 4, rank 1 killed at step 6: checkpoints 8 and 12 are written by rank 0 alone (the
   manifest names replica 1 as missing, ckpt_tool verifies them); 12 removed, both ranks started with
   -y 1: rank 1 rebuilds its replica from the outer state, against --drop 1@6 --rejoin 1@9. And 2x1
@@ -347,6 +349,28 @@ def drop_part_b(trainer):
     lss_cases(trainer)
 
 
+def ring_case(trainer, fs=False):
+    """3 x 1 (fs: -pi fs), rank 1 killed inside step 6's loss all-reduce, before its last ring send (-fi die_ring):
+    the all-reduce ends on rank 0 (its last chunk comes round from rank 2) and not on rank 2, so the
+    survivors are a step apart when they agree. Rank 0, collecting at step 7, drops replica 2 as well
+    (its rank reported from step 6): rank 2 exits 1, told its replica is dropped; rank 0 trains on
+    alone: its losses and weights against --drop 1@7 --drop 2@7 (step 6's all-reduce had them all)."""
+    d, res = launch(trainer, 3, ["-ds", "1", "-z", "1", "-fi", "die_ring@6:1", "-d", str(T * rows_for(3))],
+                    "ring_3x1" + ("_fs" if fs else ""), fs=fs)
+    le, we = against_reference(d, 3, "1@7", ("--drop", "2@7"))
+    out0, err2 = res[0][1], res[2][2]
+    said = re.search(r"rank 2 reported from step 6 .*replica 2 is dropped", out0) is not None
+    told = res[2][0] == 1 and "replica 2 is lost" in err2
+    report(res[0][0] == 0 and said and told and le <= TOL and we <= TOL,
+           f"3 x 1{' -pi fs' if fs else ''}, rank 1 killed inside step 6's loss all-reduce (ended on rank 0, not on rank 2): rank 0 exit "
+           f"{res[0][0]}, its line on rank 2 {'said' if said else 'NOT said'}; rank 2 exit {res[2][0]} "
+           f"{'told its replica is lost' if told else 'NOT told'}; against train_gpt2.py --replicas 3 --drop 1@7 "
+           f"--drop 2@7: max loss error {le:.2e}, max weight error {we:.2e} (tol {TOL:.0e})")
+    if not (said and told):
+        for r in range(3):
+            print("      " + tail(res, r))
+
+
 def lss_cases(trainer):
     """-lss 2 (steps 1-2 synchronous, windows of 4 from step 3): 2 x 1, rank 1 killed at step 7, rank 0
     trains on (against --sync-start 2 --drop 1@7); 2 x 1, rank 1 killed at step 2, a synchronous
@@ -415,9 +439,11 @@ def cmd_overlap(trainer):
 def cmd_sync(trainer):
     """A replica lost in an outer sync: 3 x 1 -rq int8, rank 1 killed as the exchange after step 8
     is issued (the survivors restore their residuals and redo it over 2 replicas); 2 x 1, rank 1
-    killed before the sync's finiteness flag after step 4."""
+    killed before the sync's finiteness flag after step 4. And a loss all-reduce that ends on some
+    survivors only (ring_case)."""
     sync_case(trainer, 3, "die_xchg@8:1", 3, 1, 8, "xchg_3x1_int8", wire="int8")
     sync_case(trainer, 2, "die_sync@4:1", 2, 1, 4, "sync_2x1")
+    ring_case(trainer)
 
 
 CHECKED = "build/gpu/train_gpt2emu_fp32_check"
@@ -722,6 +748,7 @@ def cmd_fs(trainer):
         for r in range(3):
             print("      " + tail(res, r))
     lw_fresh(trainer, True)
+    ring_case(trainer, fs=True)
 
 
 def fs_rejoin(trainer):

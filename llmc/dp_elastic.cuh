@@ -23,6 +23,8 @@ typedef struct {
     int live_R, live_W;        // replicas and ranks still training
     int live_me;               // this rank's replica among them (its rank in the replica communicator)
     int changes;               // agreements that dropped or admitted a replica
+    uint32_t waits_done;       // elastic waits ended well since the last agreement or admission: with the
+                               // step, where this rank is (a collective can end on some ranks only)
     char note[1536];           // the last one, for the logs: "replica k lost at step s: why"
     int32_t* scratch;          // device: R + W ints (which replicas rejoin, padded), then an NCCL id
 } Elastic;
@@ -120,7 +122,9 @@ static void elastic_recover(Elastic* e, DeviceLink* k, const Mesh* mesh, const c
     memcpy(was, e->mb.alive, (size_t)R);
     char asked[256], said[1024];
     snprintf(said, sizeof(said), "%s", why);
-    if (membership_agree(&e->mb, step, kept, asked, sizeof(asked))) {
+    uint32_t at = e->waits_done;
+    e->waits_done = 0; // every survivor, from this agreement on
+    if (membership_agree(&e->mb, step, at, kept, asked, sizeof(asked))) {
         // rank 0 cannot be asked: its replica is the one taken as lost (where another is lost too, the
         // shrink below fails); the survivors write a checkpoint and stop (llmc/train_loop.h)
         if (mesh->replicate_idx == 0) { fail("%s; asking rank 0 which replicas are left: %s", why, asked); }
@@ -130,8 +134,8 @@ static void elastic_recover(Elastic* e, DeviceLink* k, const Mesh* mesh, const c
         snprintf(said, sizeof(said), "%s; rank 0 cannot be asked which replicas are left (%s)", why, asked);
     }
     if (!kept[mesh->replicate_idx]) {
-        fail("%s: rank 0 says this rank's replica %d is lost (one of its ranks did not report within -wt), so it stops",
-             why, mesh->replicate_idx);
+        fail("%s: rank 0 says this rank's replica %d is lost (one of its ranks did not report within -wt, or reported "
+             "from another point of the run than rank 0's), so it stops", why, mesh->replicate_idx);
     }
     int lost = -1, left = 0;
     for (int q = 0; q < R; q++) {
@@ -169,7 +173,10 @@ static int elastic_wait(Elastic* e, DeviceLink* k, const Mesh* mesh, const char*
     char why[768];
     ncclComm_t failed = NULL;
     WaitEnd end = wait_event_until(k->host_event, what, 1, 1, &failed, why, sizeof(why));
-    if (end == WAIT_DONE) { return 1; }
+    if (end == WAIT_DONE) {
+        e->waits_done++;
+        return 1;
+    }
     elastic_failed(e, k, mesh, why, failed);
     return 0;
 }
@@ -296,6 +303,7 @@ static int elastic_admit(Elastic* e, DeviceLink* k, const Mesh* mesh, int step) 
     k->replica = now[2];
     elastic_watch(e, k);
     e->changes++;
+    e->waits_done = 0; // as on the joining ranks, which start counting here
     snprintf(e->note, sizeof(e->note), "replica %d rejoined after the outer sync of step %d%s", first, step,
              n > 1 ? " (with others)" : "");
     free(joining);

@@ -15,6 +15,10 @@
 //   die_xchg  (-ls) the same after that flag, as the exchange of the pseudo-gradients is issued
 //   die_join  (-le 1) this rank, started again to rejoin, kills itself once rank 0 has admitted it
 //             after the outer sync of step STEP or a later one, before it builds the grown communicator
+//   die_ring  (-le 1, the emulated GPU trainer only) this rank kills itself inside the loss all-reduce
+//             of step STEP, just before its last ring send: the all-reduce ends on the ranks that
+//             get their last chunk around the ring the other way, not on the next rank (a collective
+//             that ends on some survivors only, as NCCL's rings can)
 //   preempt   this rank sends itself SIGUSR1 as step STEP begins (a preemption at a known step)
 //   enospc    this rank's checkpoint write of step STEP fails as a full disk would (ENOSPC), half
 //             way through its state file (rank 0 has written the model file by then)
@@ -36,7 +40,7 @@
 typedef enum {
     FAULT_NONE, FAULT_NAN, FAULT_DIE, FAULT_HANG, FAULT_DIE_CKPT, FAULT_SPIKE, FAULT_USR1, FAULT_ENOSPC,
     FAULT_ENOSPC_MODEL, FAULT_ENOSPC_DONE, FAULT_ENOSPC_FINAL, FAULT_HANG_FWD, FAULT_HANG_CKPT, FAULT_HANG_EVAL,
-    FAULT_NAN_GRAD, FAULT_NAN_PG, FAULT_INF_PG, FAULT_DIE_SYNC, FAULT_DIE_XCHG, FAULT_DIE_JOIN
+    FAULT_NAN_GRAD, FAULT_NAN_PG, FAULT_INF_PG, FAULT_DIE_SYNC, FAULT_DIE_XCHG, FAULT_DIE_JOIN, FAULT_DIE_RING
 } FaultKind;
 
 #define FAULT_MAX 16
@@ -55,7 +59,7 @@ static Fault fault_parse(const char* spec) {
     if (spec == NULL || spec[0] == '\0') { return f; }
     static const char* names[] = {"", "nan", "die", "hang", "die_ckpt", "spike", "preempt", "enospc", "enospc_model",
                                   "enospc_done", "enospc_final", "hang_fwd", "hang_ckpt", "hang_eval", "nan_grad",
-                                  "nan_pg", "inf_pg", "die_sync", "die_xchg", "die_join"};
+                                  "nan_pg", "inf_pg", "die_sync", "die_xchg", "die_join", "die_ring"};
     const int num_names = (int)(sizeof(names) / sizeof(names[0]));
     const char* at = spec;
     for (;;) {
@@ -70,7 +74,7 @@ static Fault fault_parse(const char* spec) {
             f.count == FAULT_MAX) {
             fail("-fi %s: expected KIND@STEP[:RANK] (at most %d, separated by commas) with KIND nan, spike, die, "
                  "hang, die_ckpt, preempt, enospc, enospc_model, enospc_done, enospc_final, hang_fwd, hang_ckpt, "
-                 "hang_eval, nan_grad, nan_pg, inf_pg, die_sync, die_xchg or die_join", spec, FAULT_MAX);
+                 "hang_eval, nan_grad, nan_pg, inf_pg, die_sync, die_xchg, die_join or die_ring", spec, FAULT_MAX);
         }
         f.kind[f.count] = k;
         f.step[f.count] = step;
@@ -129,6 +133,20 @@ static float fault_pseudo_grad(const Fault* f, int step, int rank) {
 // The emulated GPU trainer's way to stop answering its peers' collectives too (the emulator's
 // `peer stops` fault, emu_nccl_stop_answering); NULL elsewhere (a hung process, no more).
 static void (*fault_stop_hook)(void) = NULL;
+
+// The emulated GPU trainer's way to die inside a collective (emu_nccl_die_in_next_ring); NULL elsewhere.
+static void (*fault_ring_hook)(void) = NULL;
+
+// die_ring at `step`: this rank dies inside the collective that comes next (the step's loss
+// all-reduce), before its last ring send; refused where no emulator can do that.
+static void fault_die_in_ring(const Fault* f, int step, int rank) {
+    if (!fault_is(f, FAULT_DIE_RING, step, rank)) { return; }
+    if (!fault_ring_hook) { fail("-fi die_ring: only the emulated GPU trainer can die inside a collective"); }
+    fprintf(stderr, "fault injection: rank %d kills itself inside the loss all-reduce of step %d, before its last ring "
+            "send\n", rank, step);
+    fflush(stderr);
+    fault_ring_hook();
+}
 
 // This rank stops answering (sleeps forever) where `kind` at `step` says, naming `where`.
 static void fault_hang_at(const Fault* f, FaultKind kind, int step, int rank, const char* where) {

@@ -24,6 +24,7 @@ typedef struct {
     uint32_t epoch;
     uint64_t job;
     int32_t rank, world, step;
+    uint32_t done;             // the reporter's elastic waits that ended well since the last agreement
 } MbReport;
 
 typedef struct {
@@ -85,13 +86,25 @@ static void mb_fs_path(char* out, size_t len, const Membership* m, const char* k
     rdv_fs_path(out, len, m->dir, &m->rdv, what, rank);
 }
 
+// Rank 0, a report in hand: where its rank is (step, done) is not where rank 0 is (a collective
+// ended on some ranks and not on others, which then stand at different points of the run): says
+// so and returns 1 (that rank's replica is dropped: rank 0's point is the one the survivors share).
+static int mb_elsewhere(const Membership* m, const MbReport* r, int step, uint32_t done) {
+    if (r->step == step && r->done == done) { return 0; }
+    printf("elastic (step %d): rank %d reported from step %d after %u collectives, rank 0 is at step %d after %u (a "
+           "collective ended on some ranks only): replica %d is dropped\n", step, r->rank, r->step, r->done, step, done,
+           r->rank / m->S);
+    fflush(stdout);
+    return 1;
+}
+
 // Rank 0: collects the report files of the ranks of live replicas until all have come or the
 // window has passed (a file that is not this run's rank's report for this agreement is named once
 // and ignored); kept as mb_collect's, written as the answer file; this agreement's reports and
 // the previous answer go.
-static void mb_fs_collect(Membership* m, int step, uint8_t* kept) {
+static void mb_fs_collect(Membership* m, int step, uint32_t done, uint8_t* kept) {
     int W = m->rdv.world, expected = 0;
-    uint8_t* reported = (uint8_t*)calloc_check((size_t)W, 1);
+    uint8_t* reported = (uint8_t*)calloc_check((size_t)W, 1); // 1: reported, 2: from elsewhere
     uint8_t* named = (uint8_t*)calloc_check((size_t)W, 1);
     for (int r = 1; r < W; r++) { expected += m->alive[r / m->S]; }
     double deadline = now_seconds() + m->window_s;
@@ -105,7 +118,7 @@ static void mb_fs_collect(Membership* m, int step, uint8_t* kept) {
             int ok = f.r.magic == MB_MAGIC && f.r.epoch == m->epoch && f.r.job == m->rdv.job && f.r.world == W &&
                      f.r.rank == r && f.nonce == rdv_fs_nonce[r];
             if (ok) {
-                reported[r] = 1;
+                reported[r] = (uint8_t)(1 + mb_elsewhere(m, &f.r, step, done));
                 expected--;
             } else if (!named[r]) {
                 named[r] = 1;
@@ -119,7 +132,7 @@ static void mb_fs_collect(Membership* m, int step, uint8_t* kept) {
     for (int q = 0; q < m->R; q++) {
         kept[q] = m->alive[q];
         for (int s = 0; s < m->S; s++) {
-            if (q * m->S + s > 0 && !reported[q * m->S + s]) { kept[q] = 0; }
+            if (q * m->S + s > 0 && reported[q * m->S + s] != 1) { kept[q] = 0; }
         }
     }
     MbAnswer a = {MB_MAGIC, m->epoch, m->R};
@@ -145,9 +158,9 @@ static void mb_fs_collect(Membership* m, int step, uint8_t* kept) {
 
 // A rank other than 0: its report file, then rank 0's answer file for this agreement (its nonce
 // rank 0's) into kept; returns 0, or 1 with why when none came in time.
-static int mb_fs_report(Membership* m, int step, uint8_t* kept, char* why, size_t len) {
+static int mb_fs_report(Membership* m, int step, uint32_t done, uint8_t* kept, char* why, size_t len) {
     char path[4096];
-    MbFsReport f = {{MB_MAGIC, m->epoch, m->rdv.job, m->rdv.rank, m->rdv.world, step}, rdv_fs_nonce[m->rdv.rank]};
+    MbFsReport f = {{MB_MAGIC, m->epoch, m->rdv.job, m->rdv.rank, m->rdv.world, step, done}, rdv_fs_nonce[m->rdv.rank]};
     mb_fs_path(path, sizeof(path), m, "mb", m->rdv.rank);
     rdv_fs_write(path, &f, sizeof(f), NULL, 0);
     mb_fs_path(path, sizeof(path), m, "mbans", -1);
@@ -257,10 +270,12 @@ typedef struct {
 } MbHello;
 
 // Rank 0: collects reports until every rank of a live replica has reported or the window has
-// passed; kept[q] = replica q is alive and all its ranks reported (rank 0 counts as reported).
-static void mb_collect(Membership* m, int step, uint8_t* kept) {
+// passed; kept[q] = replica q is alive, all its ranks reported and from where rank 0 is (step and
+// done, mb_elsewhere; rank 0 counts as reported).
+static void mb_collect(Membership* m, int step, uint32_t done, uint8_t* kept) {
     int W = m->rdv.world, expected = 0, fd = rendezvous_listen_fd, hellos = 0;
     int* reported = (int*)malloc_check(W * sizeof(int)); // the connection of each reporter, -1: none
+    uint8_t* elsewhere = (uint8_t*)calloc_check((size_t)W, 1);
     // hellos of ranks starting again meanwhile (strays too): judged once this agreement is made
     MbHello* hello = NULL;
     for (int r = 0; r < W; r++) {
@@ -302,13 +317,14 @@ static void mb_collect(Membership* m, int step, uint8_t* kept) {
             continue;
         }
         reported[r.rank] = c;
+        elsewhere[r.rank] = (uint8_t)mb_elsewhere(m, &r, step, done);
         expected--;
     }
     for (int q = 0; q < m->R; q++) {
         kept[q] = m->alive[q];
         for (int s = 0; s < m->S; s++) {
             int r = q * m->S + s;
-            if (r > 0 && reported[r] < 0) { kept[q] = 0; }
+            if (r > 0 && (reported[r] < 0 || elsewhere[r])) { kept[q] = 0; }
         }
     }
     MbAnswer a = {MB_MAGIC, m->epoch, m->R};
@@ -320,6 +336,7 @@ static void mb_collect(Membership* m, int step, uint8_t* kept) {
         close(reported[r]);
     }
     free(reported);
+    free(elsewhere);
     memcpy(m->alive, kept, (size_t)m->R);
     for (int i = 0; i < hellos; i++) {
         char why[RDV_REASON];
@@ -337,7 +354,7 @@ static void mb_collect(Membership* m, int step, uint8_t* kept) {
 
 // A rank other than 0: reports to rank 0 and reads its answer into kept; returns 0, or 1 with
 // the reason in why when rank 0 cannot be reached or does not answer in time.
-static int mb_report(Membership* m, int step, uint8_t* kept, char* why, size_t len) {
+static int mb_report(Membership* m, int step, uint32_t done, uint8_t* kept, char* why, size_t len) {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_INET;
@@ -351,7 +368,7 @@ static int mb_report(Membership* m, int step, uint8_t* kept, char* why, size_t l
     addr.sin_port = htons((uint16_t)m->port);
     // rank 0 begins collecting once it sees the failure itself (within -wt), then waits the window
     double deadline = now_seconds() + 2.0 * m->window_s + RDV_HELLO_S;
-    MbReport r = {MB_MAGIC, m->epoch, m->rdv.job, m->rdv.rank, m->rdv.world, step};
+    MbReport r = {MB_MAGIC, m->epoch, m->rdv.job, m->rdv.rank, m->rdv.world, step, done};
     int c = socket(AF_INET, SOCK_STREAM, 0);
     if (c < 0 || connect(c, (struct sockaddr*)&addr, sizeof(addr)) != 0) {
         snprintf(why, len, "rank 0 (%s:%d) cannot be reached (%s)", m->host, m->port, strerror(errno));
@@ -373,13 +390,14 @@ static void membership_take(Membership* m, const uint8_t* kept) {
     m->epoch++;
 }
 
-// Every rank that saw a replica-spanning collective fail: the replicas kept after this agreement
-// (kept, R bytes); returns 0, or 1 with why when rank 0 could not be asked. m->alive follows.
-static int membership_agree(Membership* m, int step, uint8_t* kept, char* why, size_t len) {
+// Every rank that saw a replica-spanning collective fail, at `step` after `done` collectives that
+// ended well since the last agreement: the replicas kept after this agreement (kept, R bytes);
+// returns 0, or 1 with why when rank 0 could not be asked. m->alive follows.
+static int membership_agree(Membership* m, int step, uint32_t done, uint8_t* kept, char* why, size_t len) {
     if (m->rdv.rank == 0) {
-        if (m->dir) { mb_fs_collect(m, step, kept); }
-        else { mb_collect(m, step, kept); }
-    } else if (m->dir ? mb_fs_report(m, step, kept, why, len) : mb_report(m, step, kept, why, len)) {
+        if (m->dir) { mb_fs_collect(m, step, done, kept); }
+        else { mb_collect(m, step, done, kept); }
+    } else if (m->dir ? mb_fs_report(m, step, done, kept, why, len) : mb_report(m, step, done, kept, why, len)) {
         return 1;
     }
     membership_take(m, kept);

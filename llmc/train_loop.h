@@ -676,6 +676,7 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     }
     *norm = ops->dp.reduce_gradients(ops->dp.ctx);
     float votes = 0.0f;
+    fault_die_in_ring(&run_fault, step + 1, r->rank);
     *loss = ops->agree(ctx, fault_loss_factor(&run_fault, step + 1, r->rank), preempt_requested(), &votes);
     *stop = votes > 0.0f;
     run_membership(r, ops, step + 1, stop);

@@ -40,6 +40,7 @@
 #define EMU_NCCL_H
 #include <climits>
 #include <cerrno>
+#include <csignal>
 #include <cstddef>
 #include <atomic>
 #include <condition_variable>
@@ -689,11 +690,14 @@ inline void ring_reduce_scatter(const void* in, void* out, const std::vector<siz
     if (!partial.empty()) memcpy(out, partial.data(), partial.size());
 }
 
+inline std::atomic<bool> die_in_ring{false};  // emu_nccl_die_in_next_ring was called
+
 // Ring all-gather in place: buf holds every chunk's place; chunk r is already there.
 inline void ring_all_gather(void* buf, const std::vector<size_t>& off, ncclDataType_t t, ncclComm_t comm) {
     int n = comm->size, r = comm->rank;
     size_t es = nccl_size(t);
     for (int s = 0; s < n - 1; s++) {
+        if (s == n - 2 && n >= 3 && die_in_ring.load()) raise(SIGKILL);
         int sc = ((r - s) % n + n) % n, rc = ((r - s - 1) % n + n) % n;
         char* b = (char*)buf;
         std::vector<char> send(b + off[sc] * es, b + off[sc + 1] * es);
@@ -966,6 +970,11 @@ inline ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* e) {
 // issued have completed, this rank stops answering (its progress thread freezes) and tells every
 // process it is connected to, which then see ncclRemoteError after the delay.
 inline int emu_nccl_stopped_peer(ncclComm_t comm) { return comm ? comm->stopped_peer.load() : -1; }
+// The `dies inside a collective` fault: the next all-gather phase (of an all-reduce or an
+// all-gather) on a communicator of 3 or more ranks kills this process (SIGKILL) just before its last
+// ring send. The rank after it then never gets its last chunk, while the one before it gets its own
+// from the other side of the ring: the collective ends on some survivors and not on others.
+inline void emu_nccl_die_in_next_ring(void) { emu::die_in_ring = true; }
 inline void emu_nccl_stop_answering(void) {
     EMU_RUNTIME;
     emu::quiesce();  // what was issued still runs (a hung host's GPU finishes its queue); nothing after
