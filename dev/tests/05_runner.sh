@@ -5,9 +5,9 @@ runner_counts_planted_results() {
     local out rc=0
     out=$(TEST_DIR=dev/tests/runner TESTS= LOGDIR=build/test_tmp/runner bash dev/run_tests.sh 2>&1) || rc=$?
     echo "$out (exit $rc)"
-    [ $rc -ne 0 ] && [ "$(echo "$out" | tail -1)" = "3 passed, 3 failed" ] || return 1
+    [ $rc -ne 0 ] && [ "$(echo "$out" | tail -1)" = "3 passed, 4 failed" ] || return 1
     [ "$(echo "$out" | grep -oE '^(PASS|FAIL) planted_[a-z_]+' | tr '\n' ' ')" = "PASS planted_plain_pass PASS planted_bg_slow_pass \
-FAIL planted_bg_fail PASS planted_bg_pass FAIL planted_plain_fail FAIL planted_bg_unwaited_fail " ] &&
+FAIL planted_bg_fail PASS planted_bg_pass FAIL planted_plain_fail FAIL planted_early_fail FAIL planted_bg_unwaited_fail " ] &&
         echo "$out" | grep -q "| planted failure"
 }
 check runner_counts_planted_results runner_counts_planted_results

@@ -39,7 +39,7 @@ check_bg emu_nccl_elastic dev/cuda_emu/tests/check_nccl_elastic.sh
 check_bg emu_nccl_nonblocking dev/cuda_emu/tests/check_nccl_nonblocking.sh
 check emu_asan_catches_oob dev/cuda_emu/tests/expect_asan_report.sh build/cuda_emu/oob_write_asan
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
-    check emu_tests_compile_with_nvcc make -s -j2 -f dev/cuda_emu/emu.mk emu-nvcc
+    check emu_tests_compile_with_nvcc early_result emu_nvcc make -s -j2 -f dev/cuda_emu/emu.mk emu-nvcc
     # the SASS of llmc/ptx.cuh's test kernels (sm_90, nvdisasm): HMMA.16816.F32.BF16, LDSM, LDGSTS
     if python3 dev/gpu_kernels/sass_report.py --find-nvdisasm >/dev/null 2>&1; then
         check emu_ptx_sass dev/cuda_emu/tests/check_ptx_sass.sh

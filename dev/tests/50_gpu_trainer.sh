@@ -305,7 +305,7 @@ gpu_first_run_no_gpu() {
 check gpu_model_arithmetic python3 dev/bench/test_gpu_model.py
 check gpu_model_catches_planted gpu_model_catches_planted
 check gpu_first_run_no_gpu gpu_first_run_no_gpu
-check gpu_nvcc_sm80_sm90 make -s -f dev/gpu.mk gpu-nvcc-check
+check gpu_nvcc_sm80_sm90 early_result gpu_nvcc make -s -f dev/gpu.mk gpu-nvcc-check
 check gpu_ptxas_report cat build/gpu/ptxas_report.txt
 check gpu_sass_report cat build/gpu/sass_report.txt
 check gpu_sass_rules_catch_planted gpu_sass_rules_catch_planted

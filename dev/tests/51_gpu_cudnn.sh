@@ -94,7 +94,7 @@ gpu_cudnn_no_gpu_message() { gpu_binary_no_gpu_message build/gpu/train_gpt2_cudn
 
 # nvcc beside the emulated build and checks (the glue first, about 70 s of one core on a fresh
 # clone, then the two programs at once): started first, since it is the longest path of this file
-check_bg gpu_cudnn_nvcc_build make -s -j2 -f dev/gpu.mk build/gpu/train_gpt2_cudnn build/gpu/attention_cudnn
+check_bg gpu_cudnn_nvcc_build early_result gpu_cudnn_nvcc make -s -j2 -f dev/gpu.mk build/gpu/train_gpt2_cudnn build/gpu/attention_cudnn
 check gpu_cudnn_emu_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/attention_emu_cudnn build/gpu/test_gpt2emu_bf16_cudnn \
     build/gpu/train_gpt2emu_bf16_cudnn build/gpu/train_gpt2emu_bf16 && make -s -f dev/cuda_emu/emu.mk build/cuda_emu/test_cudnn_frontend"
 check_bg gpu_cudnn_emulated_frontend build/cuda_emu/test_cudnn_frontend
