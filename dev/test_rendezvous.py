@@ -26,7 +26,7 @@ import test_diloco as dl  # noqa: E402  (report: one ok/FAIL line, counted)
 from test_multi_gpu import free_port  # noqa: E402
 
 TOOL = os.environ.get("RDV_TOOL", "build/rendezvous_tool")  # a mutant's, in dev/tests/38_rendezvous.sh
-OUT = "build/rendezvous"
+OUT = os.environ.get("RDV_OUT", "build/rendezvous")  # a mutant's own, so that runs side by side share no files
 ENV = dict(os.environ, TRAIN_GPT2_TIMEOUT=os.environ.get("RDV_TIMEOUT", "20"))
 report = dl.report
 

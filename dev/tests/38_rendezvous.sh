@@ -10,7 +10,7 @@ rendezvous_mutant() {
     sed -i "$pattern" $d/llmc/rendezvous.h
     cmp -s llmc/rendezvous.h $d/llmc/rendezvous.h && { echo "the mutation did not apply"; return 1; }
     cc -O1 -Wno-unused-function -o $d/tool $d/dev/rendezvous_tool.c || return 1
-    if RDV_TOOL=$d/tool RDV_TIMEOUT=14 /usr/bin/python3 dev/test_rendezvous.py > $d/out.txt 2>&1; then
+    if RDV_TOOL=$d/tool RDV_OUT=$d/run RDV_TIMEOUT=14 /usr/bin/python3 dev/test_rendezvous.py > $d/out.txt 2>&1; then
         cat $d/out.txt; echo "the mutant passed"; return 1
     fi
     echo "caught: $(grep -c '^FAIL' $d/out.txt) failing checks"; grep '^FAIL' $d/out.txt | cut -c1-160
