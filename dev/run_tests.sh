@@ -10,6 +10,11 @@ export LOGDIR=${LOGDIR:-build/test_logs}
 # odls_base_sigkill_timeout seconds (default 1) before each further step of killing them: measured
 # 1.5 s of 2-rank jobs' 0.4 s that only refuse their flags. Many checks run such jobs on purpose.
 export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-0}
+# One OpenMP thread per process unless a check asks for more (40_cpu_speed.sh's thread checks do):
+# the PyTorch references' two threads spin at every barrier while anything else holds a core (the
+# early builds, the checks side by side): train_gpt2.py's DiLoCo references took 33 s against a
+# niced busy loop on each core, 16.4 s with one thread, and 17.2 s with two on an idle machine.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$LOGDIR"
 passed=0
 failed=0
