@@ -80,7 +80,7 @@ check_bg multi_gpu_guards /usr/bin/python3 dev/test_diloco.py guards build/gpu/t
 check_wait
 # -lo tau hides tau steps on the GPU (fix (a) of issue 35), judged by the trainer's counter of the time
 # stream 0 waits on replica exchanges under a modelled link (-rb): -lo 1 at most a tenth of blocking
-# -lo 0's with the exchange at half a step, -lo 2 likewise at one and a half (about 2 minutes)
+# -lo 0's with the exchange at 0.4 of a step, -lo 2 likewise at 1.1 (about 2 minutes)
 check diloco_overlap_link_gpu /usr/bin/python3 dev/test_diloco.py overlap build/gpu/train_gpt2emu_fp32
 # the 8 x 4 mesh: 32 emulated GPUs (ZeRO 1; ZeRO 2 with -ls 2 -rq int8) against the CPU trainer (about 50 s)
 check multi_gpu_mesh_8x4 /usr/bin/python3 dev/test_multi_gpu.py mesh84

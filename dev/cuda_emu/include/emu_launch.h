@@ -125,6 +125,8 @@ struct Block {
     std::vector<Warp> warps;
     int nthreads = 0, alive = 0, current = -1;
     int bar_arrived = 0, bar_count = 0, bar_result = 0;
+    const std::vector<int>* round = nullptr;  // this round's order of the threads (EMU_SCHED's)
+    int round_pos = -1;                       // the position in it of the thread that runs
     Context sched_ctx;
     const void* sched_stack = nullptr;  // scheduler stack bounds, for AddressSanitizer
     size_t sched_stack_size = 0;
@@ -177,14 +179,43 @@ inline void die(const char* msg) {
     abort();
 }
 
-// Switch from the running fiber back to the scheduler; `dying` for the final switch.
+// The next ready thread of this round after the one that runs, in the round's order (-1: none;
+// threads made ready during the round run in it when their turn has not passed yet).
+inline int next_in_round() {
+    const std::vector<int>& order = *blk.round;
+    while (++blk.round_pos < (int)order.size())
+        if (blk.fibers[order[blk.round_pos]].state == State::Ready) return order[blk.round_pos];
+    return -1;
+}
+
+// Makes thread i the running one (its switch follows).
+inline void enter_fiber(int i) {
+    Fiber& f = blk.fibers[i];
+    blk.current = i;
+    threadIdx = f.tid;
+#ifdef EMU_CHECK
+    chk_fiber_stack(f.stack, f.stack_size);
+#endif
+}
+
+// Switch away from the running fiber (`dying` for its final switch): straight to the next ready
+// thread of the round, the order the scheduler's loop would take (one switch instead of two),
+// else back to the scheduler, which starts the next round. Under AddressSanitizer always through
+// the scheduler, whose stack its fiber annotations need.
 inline void to_scheduler(bool dying = false) {
     Fiber& f = blk.fibers[blk.current];
-#if EMU_ASAN
-    __sanitizer_start_switch_fiber(dying ? nullptr : &f.asan_fake_stack, blk.sched_stack, blk.sched_stack_size);
-#endif
+#if !EMU_ASAN
+    (void)dying;
+    int next = next_in_round();
+    if (next >= 0) {
+        enter_fiber(next);
+        ctx_switch(f.ctx, blk.fibers[next].ctx);
+        return;
+    }
     ctx_switch(f.ctx, blk.sched_ctx);
-#if EMU_ASAN
+#else
+    __sanitizer_start_switch_fiber(dying ? nullptr : &f.asan_fake_stack, blk.sched_stack, blk.sched_stack_size);
+    ctx_switch(f.ctx, blk.sched_ctx);
     __sanitizer_finish_switch_fiber(f.asan_fake_stack, &blk.sched_stack, &blk.sched_stack_size);
 #endif
 }
@@ -194,37 +225,44 @@ inline void block_until_ready() {
     to_scheduler();
 }
 
-// Release the warp lanes whose synchronisation group (their mask, restricted to live lanes) has
-// fully arrived.
-inline void warp_try_release(Warp& w) {
-    for (int l = 0; l < 32; l++) {
-        if (!(w.waiting >> l & 1)) continue;
-        uint32_t group = w.mask[l] & w.alive;
-        if ((w.waiting & group) != group) continue;
-        bool same = true;
-        for (int j = 0; j < 32; j++)
-            if ((group >> j & 1) && (w.mask[j] & w.alive) != group) same = false;
-        if (!same) continue;
-        uint32_t ballot = 0;
-        for (int j = 0; j < 32; j++)
-            if ((group >> j & 1) && w.value[j] != 0) ballot |= 1u << j;
-        int warp_index = (int)(&w - blk.warps.data());
+// Whether the lanes of `group` (a synchronisation group: a lane's mask restricted to live lanes)
+// have all arrived, each with this same group.
+inline bool warp_group_ready(const Warp& w, uint32_t group) {
+    if ((w.waiting & group) != group) return false;
+    for (uint32_t g = group; g; g &= g - 1)
+        if ((w.mask[__builtin_ctz(g)] & w.alive) != group) return false;
+    return true;
+}
+
+// Releases the lanes of a ready group together: each gets its source lane's value and the group's ballot.
+inline void warp_release(Warp& w, uint32_t group) {
+    uint32_t ballot = 0;
+    for (uint32_t g = group; g; g &= g - 1)
+        if (w.value[__builtin_ctz(g)] != 0) ballot |= 1u << __builtin_ctz(g);
+    int warp_index = (int)(&w - blk.warps.data());
 #ifdef EMU_CHECK
-        // lanes that meet in a warp operation are ordered: their warp clocks move past everyone's
-        uint16_t top = 0;
-        for (int j = 0; j < 32; j++)
-            if ((group >> j & 1) && chk_clock(warp_index * 32 + j) > top) top = chk_clock(warp_index * 32 + j);
-        for (int j = 0; j < 32; j++)
-            if (group >> j & 1) chk_clock(warp_index * 32 + j) = (uint16_t)(top + 1);
+    // lanes that meet in a warp operation are ordered: their warp clocks move past everyone's
+    uint16_t top = 0;
+    for (uint32_t g = group; g; g &= g - 1)
+        if (chk_clock(warp_index * 32 + __builtin_ctz(g)) > top) top = chk_clock(warp_index * 32 + __builtin_ctz(g));
+    for (uint32_t g = group; g; g &= g - 1) chk_clock(warp_index * 32 + __builtin_ctz(g)) = (uint16_t)(top + 1);
 #endif
-        for (int j = 0; j < 32; j++) {
-            if (!(group >> j & 1)) continue;
-            int s = w.src[j];
-            w.result[j] = (s >= 0 && s < 32 && (group >> s & 1)) ? w.value[s] : w.value[j];
-            w.ballot[j] = ballot;
-            blk.fibers[warp_index * 32 + j].state = State::Ready;
-        }
-        w.waiting &= ~group;
+    for (uint32_t g = group; g; g &= g - 1) {
+        int j = __builtin_ctz(g), s = w.src[j];
+        w.result[j] = (s >= 0 && s < 32 && (group >> s & 1)) ? w.value[s] : w.value[j];
+        w.ballot[j] = ballot;
+        blk.fibers[warp_index * 32 + j].state = State::Ready;
+    }
+    w.waiting &= ~group;
+}
+
+// Release the warp lanes whose synchronisation group has fully arrived, lowest lane first.
+inline void warp_try_release(Warp& w) {
+    for (uint32_t pending = w.waiting; pending; pending &= pending - 1) {
+        int l = __builtin_ctz(pending);
+        if (!(w.waiting >> l & 1)) continue;  // released with an earlier lane's group
+        uint32_t group = w.mask[l] & w.alive;
+        if (warp_group_ready(w, group)) warp_release(w, group);
     }
 }
 
@@ -242,10 +280,9 @@ inline uint64_t warp_exchange(uint32_t mask, uint64_t value, int src, uint32_t* 
     w.waiting |= 1u << lane;
     blk.fibers[t].state = State::Blocked;
     // Only this lane's arrival changed the warp since the last warp_try_release (which left no
-    // group that could go), so a group can go now only if it is this lane's: until all of that
-    // group has arrived, the scan (32 x 32 steps) would release nothing.
+    // group that could go), so a group can go now only if it is this lane's.
     uint32_t group = mask & w.alive;
-    if ((w.waiting & group) == group) warp_try_release(w);
+    if (warp_group_ready(w, group)) warp_release(w, group);
     if (blk.fibers[t].state == State::Blocked) to_scheduler();
     if (ballot) *ballot = w.ballot[lane];
     return w.result[lane];
@@ -324,29 +361,32 @@ inline void run_block(dim3 block) {
 #endif
         ctx_init(f.ctx, f.stack, f.stack_size, fiber_main);
     }
+    // Rounds: each runs the ready threads in EMU_SCHED's order, each until it blocks or ends; a
+    // thread that stops hands over to the next ready one itself (to_scheduler), and the last of the
+    // round comes back here.
     static std::vector<int> order;
+    blk.round = &order;
     while (blk.alive > 0) {
-        bool ran = false;
         sched_order(order, n);
-        for (int i : order) {
+        blk.round_pos = -1;
+#if !EMU_ASAN
+        int first = next_in_round();
+        if (first < 0) die("deadlock: threads wait in __syncthreads or a warp operation that not all threads reach");
+        enter_fiber(first);
+        ctx_switch(blk.sched_ctx, blk.fibers[first].ctx);
+#else
+        bool ran = false;
+        for (int i; (i = next_in_round()) >= 0;) {
             Fiber& f = blk.fibers[i];
-            if (f.state != State::Ready) continue;
             ran = true;
-            blk.current = i;
-            threadIdx = f.tid;
+            enter_fiber(i);
             void* fake = nullptr;
-#if EMU_ASAN
             __sanitizer_start_switch_fiber(&fake, f.stack, f.stack_size);
-#endif
-#ifdef EMU_CHECK
-            chk_fiber_stack(f.stack, f.stack_size);
-#endif
             ctx_switch(blk.sched_ctx, f.ctx);
-#if EMU_ASAN
             __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
-#endif
         }
         if (!ran) die("deadlock: threads wait in __syncthreads or a warp operation that not all threads reach");
+#endif
     }
     blk.current = -1;
 }
