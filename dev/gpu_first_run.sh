@@ -11,7 +11,8 @@
 #      (d12, B 4, T 64, one batch: the logits bound that grows with the model);
 #   3. GPT-2 124M steps at T 1024, B 8, 16, 32, 64, -at ours and -at cudnn (median of steps 4..N of
 #      metrics.jsonl), then -ge 1 against -ge 0 at B 64, then the -op 1 profiles at B 8 and B 64;
-#   4. llm.c's train_gpt2cu at the same shapes, with --llmc PATH (a binary built from llm.c's source);
+#   4. llm.c's train_gpt2cu at the same shapes, with --llmc PATH: a binary built from llm.c's source,
+#      or that source's folder, built beside ours in phase 1 (dev/build_llmc.sh);
 #   5. Nsight Compute (ncu) on the attention kernels of one step at B 8, each path;
 #   6. compute-sanitizer memcheck and racecheck on a small run (reports inside NCCL, cuBLASLt or cuDNN
 #      counted apart from ours: dev/sanitizer_split.py).
@@ -205,12 +206,17 @@ case "$BUDGET" in '' | *[!0-9]*) BUDGET=x ;; esac
 if [ "$BUDGET" = x ] || [ "$BUDGET" -lt 60 ]; then
     echo "gpu_first_run.sh: error: --budget: want whole seconds, at least 60" >&2; exit 1
 fi
+LLMC_SRC=""  # --llmc FOLDER: llm.c's source, built in phase 1 (dev/build_llmc.sh)
 if [ -n "$LLMC" ]; then
-    if [ ! -f "$LLMC" ] || [ ! -x "$LLMC" ]; then
-        echo "gpu_first_run.sh: error: --llmc $LLMC: not an executable file (llm.c's train_gpt2cu, built from its source)" >&2
+    if [ -d "$LLMC" ] && [ -f "$LLMC/train_gpt2.cu" ] && [ -f "$LLMC/Makefile" ] && [ -d "$LLMC/llmc" ]; then
+        LLMC_SRC=$(cd "$LLMC" && pwd)
+        LLMC=""
+    elif [ ! -f "$LLMC" ] || [ ! -x "$LLMC" ]; then
+        echo "gpu_first_run.sh: error: --llmc $LLMC: not an executable file (llm.c's train_gpt2cu, built from its source) nor a folder of that source (train_gpt2.cu, Makefile, llmc/)" >&2
         exit 1
+    else
+        LLMC=$(cd "$(dirname "$LLMC")" && pwd)/$(basename "$LLMC")
     fi
-    LLMC=$(cd "$(dirname "$LLMC")" && pwd)/$(basename "$LLMC")
 fi
 if [ $MODEL_ONLY = 0 ] && ! { command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L 2> /dev/null | grep -q '^GPU '; }; then
     echo "gpu_first_run.sh: error: no NVIDIA GPU found (nvidia-smi absent or lists no device); --model-only writes the report with the model's figures only" >&2
@@ -288,6 +294,12 @@ else
     else
         record build cudnn "skipped: no cuDNN frontend headers in build/cudnn_frontend/include (make deps puts them there; carry that folder, 3.2 MB, from a machine where it ran)"
     fi
+    pid_llmc=""
+    if [ -n "$LLMC_SRC" ]; then  # llm.c from its source, for this GPU, in WORK
+        phase build_llmc 300 bash dev/build_llmc.sh "$LLMC_SRC" --out "$WORK/build/llmc" &
+        pid_llmc=$!
+        PIDS+=("$pid_llmc")
+    fi
 
     # ---- meanwhile on the GPU: our PyTorch GPT-2 (the builds use only the CPU); on the CPU: the reference
     pid_torch=""
@@ -327,6 +339,13 @@ else
         wait "$pid_bcu"; rc=$?
         if [ -x "$BCU/train_gpt2" ] && [ -x "$BCU/test_gpt2" ]; then record build cudnn pass "$(( $(date +%s) - BUILD_T0 )) s"
         else record build cudnn "$(why $rc)" logs/build_cudnn.log; fi
+    fi
+    if [ -n "$pid_llmc" ]; then
+        wait "$pid_llmc"; rc=$?
+        if [ $rc -eq 0 ] && [ -x "$WORK/build/llmc/train_gpt2cu" ]; then
+            LLMC=$WORK/build/llmc/train_gpt2cu
+            record build "llm.c" pass "$(( $(date +%s) - BUILD_T0 )) s, from $LLMC_SRC"
+        else record build "llm.c" "$(why $rc)" logs/build_llmc.log; fi
     fi
     if [ -n "$pid_ref" ]; then
         wait "$pid_ref"; rc=$?

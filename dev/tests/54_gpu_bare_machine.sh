@@ -158,6 +158,7 @@ check bare_nompi_binary bare_nompi_binary
 bare_first_run_bad_args() {
     local args out rc
     for args in "--llmc /nonexistent/train_gpt2cu|--llmc /nonexistent/train_gpt2cu: not an executable file" \
+                "--llmc dev|--llmc dev: not an executable file (llm.c's train_gpt2cu, built from its source) nor a folder" \
                 "--steps 4|--steps: want a whole number from 5 to 1000" "--budget 1m|--budget: want whole seconds" \
                 "--out|--out needs a value" "--fast|unknown argument '--fast'"; do
         # shellcheck disable=SC2086
@@ -369,8 +370,8 @@ PY
 
 # The scripts parse, and shellcheck (where installed) finds nothing.
 bare_first_run_shell() {
-    bash -n dev/gpu_first_run.sh && bash -n dev/gpu_libs.sh || return 1
-    if command -v shellcheck > /dev/null; then shellcheck dev/gpu_first_run.sh dev/gpu_libs.sh && echo "shellcheck: clean"
+    bash -n dev/gpu_first_run.sh && bash -n dev/gpu_libs.sh && bash -n dev/build_llmc.sh || return 1
+    if command -v shellcheck > /dev/null; then shellcheck dev/gpu_first_run.sh dev/gpu_libs.sh dev/build_llmc.sh && echo "shellcheck: clean"
     else echo "shellcheck not installed: bash -n only"; fi
 }
 
@@ -408,3 +409,71 @@ bare_first_run_build_phase() {
         echo "tar copy: ok"
 }
 check bare_first_run_build_phase bare_first_run_build_phase
+
+# dev/build_llmc.sh (--llmc FOLDER) on a stand-in for llm.c's source written here: a Makefile that
+# takes the same variables, adds -lnvidia-ml and -lcudnn as llm.c's does, and a main whose headers
+# make the two calls the script changes (cudaMemAdvise with cudaCpuDeviceId, which CUDA 13's nvcc
+# refuses; NVML where nvml.h is found). Built for sm_90 where the libraries are only in the bare
+# site tree: the binary is made, the checkout untouched, cuDNN linked through the tree (DT_RPATH),
+# NVML off (its header test false in the copy, no -lnvidia-ml on the link line). A copy of the script without the cudaMemAdvise change must fail to build it; a
+# folder that is not llm.c's and a bad --arch are refused in one line. About 10 s (nvcc, twice).
+bare_fake_llmc() { # DIR: the stand-in
+    local d=$1
+    rm -rf $d && mkdir -p $d/llmc || return 1
+    cat > $d/Makefile <<'MK'
+NVCC := $(shell which nvcc)
+NVCC_LDFLAGS = -lcublasLt
+NVCC_LDLIBS =
+ifneq ($(NO_MULTI_GPU), 1)
+  $(error want NO_MULTI_GPU=1)
+endif
+  NVCC_LDFLAGS += -lnvidia-ml
+ifeq ($(USE_CUDNN), 1)
+  ifeq ($(shell [ -d cudnn-frontend/include ] && echo yes), yes)
+    NVCC_LDFLAGS += -lcudnn
+  else
+    $(error no cudnn-frontend/include)
+  endif
+endif
+train_gpt2cu: train_gpt2.cu
+	$(NVCC) -O1 --generate-code arch=compute_$(GPU_COMPUTE_CAPABILITY),code=sm_$(GPU_COMPUTE_CAPABILITY) $< $(NVCC_LDFLAGS) $(NVCC_LDLIBS) -o $@
+MK
+    printf '%s\n' '#include <cuda_runtime.h>' 'inline int host_first(void* p, size_t n) {' \
+        '    return (int)cudaMemAdvise(p, n, cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId);' '}' > $d/llmc/cuda_utils.cuh
+    printf '%s\n' '#if __has_include(<nvml.h>)' '#include <nvml.h>' 'inline int power_probe() { return (int)nvmlInit(); }' \
+        '#else' 'inline int power_probe() { return -1; }' '#endif' > $d/llmc/mfu.h
+    printf '%s\n' '#include "llmc/cuda_utils.cuh"' '#include "llmc/mfu.h"' \
+        'int main() { void* p = nullptr; return host_first(p, 16) + power_probe(); }' > $d/train_gpt2.cu
+}
+bare_build_llmc() {
+    local src=$BARE/llmc_src dest=$BARE/llmc_out plant=$BARE/llmc_plant site sum rc msg out
+    command -v nvcc > /dev/null || { echo "no nvcc here"; return 1; }
+    bare_fake_llmc $src && bare_real_site > /dev/null || return 1
+    site=$(cd $BARE/site && pwd)
+    sum=$(cat $src/Makefile $src/*.cu $src/llmc/* | md5sum)
+    env GPU_LIBS_SYSTEM_DIRS= PYTHONPATH=$site GPU_LIBS_PYTHONS=python3 \
+        bash dev/build_llmc.sh $src --arch 90 --out $dest || { cat $dest/build.log; return 1; }
+    grep nvcc $dest/build.log | cut -c1-240
+    [ -x $dest/train_gpt2cu ] && [ "$(cat $src/Makefile $src/*.cu $src/llmc/* | md5sum)" = "$sum" ] ||
+        { echo "no binary, or the checkout was written to"; return 1; }
+    readelf -d $dest/train_gpt2cu | grep -E "NEEDED|RPATH"
+    readelf -d $dest/train_gpt2cu | grep -q "(RPATH).*$site/nvidia/cudnn/lib" || { echo "cuDNN not linked through the site tree"; return 1; }
+    ! grep -q -- "-lnvidia-ml" $dest/build.log && grep -q "^#if 0" $dest/src/llmc/mfu.h &&
+        ! readelf -d $dest/train_gpt2cu | grep -q "libnvidia-ml" || { echo "NVML is still on"; return 1; }
+    # planted: a copy of the script without its cudaMemAdvise change (beside links to what it uses)
+    rm -rf $plant && mkdir -p $plant/dev $plant/build && ln -s "$(pwd)/dev/gpu_libs.sh" $plant/dev/ &&
+        ln -s "$(pwd)/build/cudnn_frontend" $plant/build/ || return 1
+    sed 's/cudaMemLocation{cudaMemLocationTypeHost, 0}/cudaCpuDeviceId/' dev/build_llmc.sh > $plant/dev/build_llmc.sh
+    cmp -s dev/build_llmc.sh $plant/dev/build_llmc.sh && { echo "the mutation did not apply"; return 1; }
+    env GPU_LIBS_SYSTEM_DIRS= PYTHONPATH=$site GPU_LIBS_PYTHONS=python3 \
+        bash $plant/dev/build_llmc.sh $src --arch 90 > /dev/null 2>&1; rc=$?
+    [ $rc -ne 0 ] && grep -q "cudaMemAdvise" $plant/build/llmc/build.log || { echo "the planted script built it (exit $rc)"; return 1; }
+    echo "planted: the unchanged cudaMemAdvise call fails to build (exit $rc)"
+    for msg in "dev|dev: no Makefile there (want a checkout of llm.c's source)" \
+               "$src --arch 9.0|--arch 9.0: want the compute capability as digits (90)"; do
+        out=$(bash dev/build_llmc.sh ${msg%%|*} --out $BARE/llmc_refused 2>&1); rc=$?
+        echo "${msg%%|*}: $out (exit $rc)"
+        [ $rc -eq 1 ] && [ "$out" = "build_llmc.sh: error: ${msg#*|}" ] || return 1
+    done
+}
+check bare_build_llmc bare_build_llmc
