@@ -75,21 +75,32 @@ static int manifest_missing_line(const char* line, int world, uint8_t* lost, int
     return n;
 }
 
+// The readers below take a manifest that checkpoint_verify passed (text without NUL bytes), a line
+// at a time whatever its length, as checkpoint_verify read it; getline's buffer grows as needed
+// (a "missing" line of many replicas can be long).
+static char* manifest_next_line(FILE* f, char** line, size_t* cap) {
+    ssize_t n = getline(line, cap, f);
+    if (n < 0) { return NULL; }
+    if (n > 0 && (*line)[n - 1] == '\n') { (*line)[n - 1] = '\0'; }
+    return *line;
+}
+
 // The replicas missing from verified checkpoint `step` of dir, written by R replicas (-le 1; lost:
 // R bytes, all 0 when none): returns how many.
 static int checkpoint_missing_replicas(const char* dir, int step, int R, uint8_t* lost) {
-    char path[4096], line[8192];
+    char path[4096], *line = NULL;
+    size_t cap = 0;
     int n = 0, S = 0, world = 0;
     memset(lost, 0, (size_t)R);
     checkpoint_path(path, sizeof(path), dir, "DONE", step, -1);
     FILE* f = fopen_check(path, "rb");
-    while (fgets(line, sizeof(line), f)) {
-        line[strcspn(line, "\n")] = '\0';
+    while (manifest_next_line(f, &line, &cap)) {
         if (sscanf(line, "world %d", &world) == 1) { continue; }
         int got = manifest_missing_line(line, world, NULL, &S);
         if (got < 0 || (got > 0 && world / S != R)) { fail("%s: malformed line '%.200s'", path, line); }
         if (got > 0) { n = manifest_missing_line(line, world, lost, &S); }
     }
+    free(line);
     fclose(f);
     return n;
 }
@@ -221,6 +232,8 @@ static int checkpoint_verify(const char* dir, int step, int* world_out, char* wh
         snprintf(why, why_len, "%s: manifest incomplete or not a manifest (no end line)", path);
     } else if (crc32c_update(0, text, (size_t)(end - text)) != stored) {
         snprintf(why, why_len, "%s: manifest checksum mismatch", path);
+    } else if (strlen(text) != got) { // its lines are read as text, here and by the readers above
+        snprintf(why, why_len, "%s: manifest holds a NUL byte (at offset %zu)", path, strlen(text));
     } else if (strncmp(text, MANIFEST_TITLE "\n", strlen(MANIFEST_TITLE) + 1) != 0) {
         snprintf(why, why_len, "%s: not a %s", path, MANIFEST_TITLE);
     } else {
@@ -250,13 +263,15 @@ static int checkpoint_verify(const char* dir, int step, int* world_out, char* wh
 // The lowest rank whose state file verified checkpoint `step` of dir lists: 0, or with -le 1 where
 // replica 0 was lost when it was written, the first rank of the first replica it has.
 static int checkpoint_first_state_rank(const char* dir, int step) {
-    char path[4096], line[1024];
+    char path[4096], *line = NULL;
+    size_t cap = 0;
     int first = -1, s = -1, r = -1;
     checkpoint_path(path, sizeof(path), dir, "DONE", step, -1);
     FILE* f = fopen_check(path, "rb");
-    while (fgets(line, sizeof(line), f)) {
+    while (manifest_next_line(f, &line, &cap)) {
         if (sscanf(line, "file state_%8d_%5d.bin", &s, &r) == 2 && (first < 0 || r < first)) { first = r; }
     }
+    free(line);
     fclose(f);
     if (first < 0) { fail("%s: lists no state file", path); }
     return first;

@@ -267,7 +267,9 @@ static void args_seeds(void) {
 
 // fuzz_manifest: a settings byte (0: the harness appends the end line), then a manifest's lines for
 // the harness's fixed checkpoint of step 1 (a 16-byte model file, state files of ranks 0-3 of 1048
-// bytes): every rank listed; a replica of 2 ranks lost (-le 1); a file listed twice; a wrong name.
+// bytes): every rank listed; a replica of 2 ranks lost (-le 1); a file listed twice; a wrong name;
+// the lost replica's line padded past 8 KiB (read whole by every reader); and a NUL byte followed by
+// a line that would name every replica lost (a manifest is text: refused, not read two ways).
 static void manifest_seeds(void) {
     uint8_t model[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     char model_line[128], text[2048];
@@ -285,6 +287,16 @@ static void manifest_seeds(void) {
         n += snprintf(text + n, sizeof(text) - n, cases[i][1], model_line);
         write_seed("manifest", cases[i][0], text, (size_t)n);
     }
+    static char big[16384];
+    int n = snprintf(big, sizeof(big), "%c" MANIFEST_TITLE "\nstep 1\nworld 4\nmissing dp_shard 2 replicas", 0);
+    memset(big + n, ' ', 9000);
+    n += 9000;
+    n += snprintf(big + n, sizeof(big) - n, "1\n%sfile state_00000001_00000.bin 1048 self\n"
+                  "file state_00000001_00001.bin 1048 self\n", model_line);
+    write_seed("manifest", "long_line", big, (size_t)n);
+    const char after_nul[] = "\nmissing dp_shard 2 replicas 0 1\n";
+    memcpy(big + n + 1, after_nul, sizeof(after_nul) - 1); // big[n] is the NUL
+    write_seed("manifest", "nul_byte", big, (size_t)n + sizeof(after_nul));
 }
 
 int main(int argc, char** argv) {
