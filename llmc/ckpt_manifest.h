@@ -48,10 +48,23 @@ static void checkpoint_write_manifest(const char* dir, int step, uint32_t model_
     free(text);
 }
 
+// Whether line is exactly what the format makes of the values (as checkpoint_write_manifest wrote
+// it: single spaces, numbers without signs or leading zeros), so that every reader of a verified
+// manifest sees the same lines.
+static int manifest_canonical(const char* line, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static int manifest_canonical(const char* line, const char* fmt, ...) {
+    char canon[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(canon, sizeof(canon), fmt, ap);
+    va_end(ap);
+    return n >= 0 && (size_t)n < sizeof(canon) && strcmp(canon, line) == 0;
+}
+
 // A manifest line "missing dp_shard S replicas k ..." (the replicas lost when the checkpoint was
 // written, -le 1): fills lost (R bytes, zeroed first, where given) and returns how many, 0 for
 // another line; -1 when the line is malformed (a replica out of 0..R-1 or named twice, every
-// replica named, or S not dividing world).
+// replica named, S not dividing world, or not as written: replicas in ascending order).
 static int manifest_missing_line(const char* line, int world, uint8_t* lost, int* dp_shard) {
     int S = 0, at = 0, n = 0;
     if (sscanf(line, "missing dp_shard %d replicas%n", &S, &at) != 1 || at == 0) { return 0; }
@@ -69,6 +82,15 @@ static int manifest_missing_line(const char* line, int world, uint8_t* lost, int
         p = end;
     }
     if (n >= 0 && (*p != '\0' || n == 0 || n == R)) { n = -1; }
+    if (n > 0) { // as written: rebuilt from the replicas named, in ascending order
+        char* canon = (char*)malloc_check((size_t)R * 12 + 64);
+        size_t len = (size_t)sprintf(canon, "missing dp_shard %d replicas", S);
+        for (int q = 0; q < R; q++) {
+            if (seen[q]) { len += (size_t)sprintf(canon + len, " %d", q); }
+        }
+        if (strcmp(canon, line) != 0) { n = -1; }
+        free(canon);
+    }
     if (n > 0 && lost) { memcpy(lost, seen, (size_t)R); }
     free(seen);
     *dp_shard = S;
@@ -156,7 +178,10 @@ static int manifest_check_file(ManifestRead* m, const char* name, long bytes, co
     } else {
         uint32_t crc = crc32c_file_from(g, 0, NULL);
         unsigned want_crc = (unsigned)strtoul(crc_text, NULL, 16);
-        if (crc != want_crc) {
+        if (!manifest_canonical(crc_text, "%08x", want_crc)) {
+            snprintf(why, why_len, "%s: the manifest's checksum '%s' is not 8 lower-case hex digits", file, crc_text);
+            ok = 0;
+        } else if (crc != want_crc) {
             snprintf(why, why_len, "%s: checksum mismatch (manifest %08x, file %08x)", file, want_crc, crc);
             ok = 0;
         }
@@ -170,9 +195,9 @@ static int manifest_check_file(ManifestRead* m, const char* name, long bytes, co
 static int manifest_line(ManifestRead* m, const char* line, char* why, size_t why_len) {
     char name[512], crc_text[16];
     long bytes;
-    int world = 0, S = 1, at = 0;
-    if (sscanf(line, "step %d%n", &m->mstep, &at) == 1 && line[at] == '\0') { return 1; }
-    if (sscanf(line, "world %d%n", &world, &at) == 1 && line[at] == '\0') {
+    int world = 0, S = 1;
+    if (sscanf(line, "step %d", &m->mstep) == 1 && manifest_canonical(line, "step %d", m->mstep)) { return 1; }
+    if (sscanf(line, "world %d", &world) == 1 && manifest_canonical(line, "world %d", world)) {
         if (m->listed || world < 1 || world > MANIFEST_MAX_WORLD) {
             snprintf(why, why_len, "%s: world %d (1-%d, once, before the files)", m->path, world, MANIFEST_MAX_WORLD);
             return 0;
@@ -191,8 +216,8 @@ static int manifest_line(ManifestRead* m, const char* line, char* why, size_t wh
         manifest_missing_line(line, m->world, m->lost, &m->S);
         return 1;
     }
-    at = 0;
-    if (sscanf(line, "file %511s %ld %15s%n", name, &bytes, crc_text, &at) != 3 || line[at] != '\0') {
+    if (sscanf(line, "file %511s %ld %15s", name, &bytes, crc_text) != 3 ||
+        !manifest_canonical(line, "file %s %ld %s", name, bytes, crc_text)) {
         snprintf(why, why_len, "%s: malformed line '%.200s'", m->path, line);
         return 0;
     }

@@ -1,6 +1,7 @@
 // libFuzzer harness for a checkpoint's manifest DONE_S (llmc/ckpt_manifest.h): checkpoint_verify,
 // and for a manifest that verifies, the -le 1 line naming the replicas lost when it was written
-// (checkpoint_missing_replicas). Input: one byte of settings, then the manifest's text. Bit 0 of
+// (checkpoint_missing_replicas) and the lowest rank whose state file it lists
+// (checkpoint_first_state_rank). Input: one byte of settings, then the manifest's text. Bit 0 of
 // the byte clear: the harness appends the end line with the text's right CRC-32C, so that the
 // fuzzer gets past the checksum to the lines; set: the text is the whole manifest. The other files
 // of the checkpoint (step 1) are fixed: model_00000001.bin (16 bytes) and valid state files of
@@ -32,13 +33,14 @@ static void setup(void) {
 }
 
 typedef struct {
-    int R, n;
+    int R, n, first;
     uint8_t lost[STATE_FILES];
 } MissingCall;
 
 static void missing_body(void* ctx) {
     MissingCall* c = (MissingCall*)ctx;
     c->n = checkpoint_missing_replicas(dir, 1, c->R, c->lost);
+    c->first = checkpoint_first_state_rank(dir, 1);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -57,14 +59,18 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(strchr(why, '\n') == NULL && strstr(why, dir) != NULL);
     } else {
         // what it verified: the state files listed are those of the ranks not named as lost
-        int S = 1, listed = 0, lost = 0;
+        int S = 1, listed = 0, lost = 0, first = -1;
         char* save = NULL;
         text[len] = '\0';
         for (char* line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
             int got = manifest_missing_line(line, world, NULL, &S);
             FUZZ_CHECK(got >= 0);
             lost += got;
-            listed += strncmp(line, "file state_", 11) == 0;
+            if (strncmp(line, "file state_", 11) == 0) {
+                int r = atoi(line + strlen("file state_00000001_"));
+                listed++;
+                first = first < 0 || r < first ? r : first;
+            }
         }
         FUZZ_CHECK(world >= 1 && world <= STATE_FILES && world % S == 0);
         FUZZ_CHECK(listed == world - lost * S);
@@ -73,6 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         int named = 0;
         for (int q = 0; q < c.R; q++) { named += c.lost[q]; }
         FUZZ_CHECK(c.n == lost && named == lost && lost < c.R);
+        FUZZ_CHECK(c.first == first); // the lowest rank listed: the writer's view of the checkpoint
     }
     fuzz_end("checkpoint_verify");
     free(text);

@@ -268,8 +268,9 @@ static void args_seeds(void) {
 // fuzz_manifest: a settings byte (0: the harness appends the end line), then a manifest's lines for
 // the harness's fixed checkpoint of step 1 (a 16-byte model file, state files of ranks 0-3 of 1048
 // bytes): every rank listed; a replica of 2 ranks lost (-le 1); a file listed twice; a wrong name;
-// the lost replica's line padded past 8 KiB (read whole by every reader); and a NUL byte followed by
-// a line that would name every replica lost (a manifest is text: refused, not read two ways).
+// a line with two spaces and the lost replica's line padded past 8 KiB (not as written: refused);
+// a NUL byte followed by a line that would name every replica lost (a manifest is text: refused,
+// not read two ways).
 static void manifest_seeds(void) {
     uint8_t model[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     char model_line[128], text[2048];
@@ -281,6 +282,7 @@ static void manifest_seeds(void) {
                  "file state_00000001_00001.bin 1048 self\n"},
         {"twice", "world 2\n%sfile state_00000001_00000.bin 1048 self\nfile state_00000001_00000.bin 1048 self\n"},
         {"lost_listed", "world 2\nmissing dp_shard 1 replicas 1\n%sfile state_00000001_00001.bin 1048 self\n"},
+        {"two_spaces", "world 2\n%sfile  state_00000001_00000.bin 1048 self\nfile state_00000001_00001.bin 1048 self\n"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int n = snprintf(text, sizeof(text), "%c" MANIFEST_TITLE "\nstep 1\n", 0);
