@@ -6,7 +6,7 @@
 FUZZ_CC := clang
 FUZZ_CFLAGS := -g -O1 -Wall -Wextra -Werror -Wno-unused-function -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=all
-FUZZ_HARNESSES := model state shard tokenizer debug_state args manifest
+FUZZ_HARNESSES := model state shard tokenizer debug_state args manifest eval
 FUZZ_SECONDS ?= 60
 FUZZ_DEPS := dev/fuzz/fuzz_common.h $(LLMC_HEADERS)
 

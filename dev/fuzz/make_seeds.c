@@ -1,7 +1,7 @@
 // Writes the seed corpus of every fuzz harness in dev/fuzz: a few tiny valid files written with
 // the project's own writers where there is one (model, state) or by the formats' layouts
-// (shard, tokenizer, debug state, command lines), plus broken ones (truncated, wrong magic,
-// wrong version, headers whose sizes overflow). Seeds are generated at test time, never
+// (shard, tokenizer, debug state, eval file, command lines), plus broken ones (truncated, wrong
+// magic, wrong version, headers whose sizes overflow). Seeds are generated at test time, never
 // committed. Usage: make_seeds OUTDIR  (writes OUTDIR/<harness>/<seed> and OUTDIR/args.dict)
 #include <stdio.h>
 #include <stdlib.h>
@@ -301,6 +301,45 @@ static void manifest_seeds(void) {
     write_seed("manifest", "nul_byte", big, (size_t)n + sizeof(after_nul));
 }
 
+// fuzz_eval: settings (vocab 64, T 16), then an eval file of two examples written here by the
+// format's description (llmc/eval_loader.h), with its broken variants; and one whose second
+// example claims 17 completions.
+static void eval_example(Buf* b, int index, int label, int ctx_len, const int* completion_lens, int nc) {
+    uint16_t w[64];
+    int n = 0;
+    w[n++] = 65535;
+    n++; // its bytes, below
+    w[n++] = (uint16_t)index;
+    w[n++] = (uint16_t)label;
+    w[n++] = (uint16_t)nc;
+    w[n++] = (uint16_t)ctx_len;
+    for (int i = 0; i < ctx_len; i++) { w[n++] = (uint16_t)(3 + i); }
+    for (int c = 0; c < nc; c++) {
+        w[n++] = (uint16_t)completion_lens[c];
+        for (int i = 0; i < completion_lens[c]; i++) { w[n++] = (uint16_t)(10 + c + i); }
+    }
+    w[1] = (uint16_t)(2 * n);
+    put(b, w, 2 * (size_t)n);
+}
+
+static void eval_seeds(void) {
+    unsigned char settings[2] = {63, 15};
+    int lens_a[4] = {1, 2, 3, 2}, lens_b[2] = {5, 1};
+    Buf file = {0};
+    int header[4] = {20240522, 1, 2, 0};
+    put_header(&file, header, 4);
+    eval_example(&file, 0, 2, 4, lens_a, 4);
+    eval_example(&file, 1, 0, 3, lens_b, 2);
+    write_with_variants("eval", "two_examples", settings, 2, &file);
+    file.p[1024 + 2 * (22 + 4)] = 17; // the second example's completion count (after 22 words): 17, of at most 16
+    Buf b = {0};
+    put(&b, settings, 2);
+    put(&b, file.p, file.n);
+    write_seed("eval", "seventeen_completions", b.p, b.n);
+    free(b.p);
+    free(file.p);
+}
+
 int main(int argc, char** argv) {
     if (argc != 2) { fail("usage: %s OUTDIR", argv[0]); }
     out_dir = argv[1];
@@ -308,6 +347,7 @@ int main(int argc, char** argv) {
     model_seeds();
     state_seeds();
     shard_seeds();
+    eval_seeds();
     tokenizer_seeds();
     debug_state_seeds();
     args_seeds();

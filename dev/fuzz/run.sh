@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 mode=$1
 amount=$2
 shift 2
-harnesses=${*:-model state shard tokenizer debug_state args manifest}
+harnesses=${*:-model state shard tokenizer debug_state args manifest eval}
 out=build/fuzz
 rm -rf "$out/seeds" "$out/scratch"
 "$out/make_seeds" "$out/seeds" || exit 1

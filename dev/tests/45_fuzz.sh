@@ -5,7 +5,7 @@
 # set-up by a planted out-of-bounds read that must be caught.
 FUZZ_TEST_RUNS=${FUZZ_TEST_RUNS:-20000}
 check fuzz_build make -s -j2 fuzz-build
-for harness in model state shard tokenizer debug_state args manifest; do
+for harness in model state shard tokenizer debug_state args manifest eval; do
     check "fuzz_$harness" dev/fuzz/run.sh runs "$FUZZ_TEST_RUNS" "$harness"
 done
 check fuzz_planted_bug_found dev/fuzz/run.sh planted 20000
