@@ -4,7 +4,8 @@
 // header so that the fuzzer reaches the arrays, and bit i of the first byte makes expectation
 // i differ, as a resume on another layout would. A file the reader accepts must fill the
 // run's m, v (and master) buffers exactly (ASan) and survive state_write + state_read
-// unchanged; a file it refuses must get an error naming the file.
+// unchanged; a file it refuses must get an error naming the file. With no mismatch bit set, the
+// manifest's check of a state file (state_check_file) must accept exactly what the reader accepts.
 // Build and run: make fuzz (see docs/fuzzing.md).
 #include "fuzz_common.h"
 #include "../../llmc/checkpoint.h"
@@ -29,6 +30,19 @@ static int same_state(const TrainState* a, const TrainState* b) {
            a->rng == b->rng && a->owned == b->owned && a->has_master == b->has_master;
 }
 
+// checkpoint_verify's check of a state file (header and payload CRC), as the manifest reader runs it
+typedef struct {
+    const char* path;
+    int ok;
+} CheckCall;
+
+static void check_body(void* ctx) {
+    CheckCall* c = (CheckCall*)ctx;
+    TrainState s;
+    char why[8192];
+    c->ok = state_check_file(c->path, &s, why, sizeof(why));
+}
+
 static float* buffer(uint64_t owned) { return (float*)calloc(owned ? owned : 1, sizeof(float)); }
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -40,6 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_write_file(path, sizeof(path), "state.bin", file, file_size);
 
     TrainState e;
+    memset(&e, 0, sizeof(e)); // no -ls arrays (has_local, has_outer): state_read reads m, v, master only
     e.rank = fuzz_int_at(file, file_size, 8);
     e.world = fuzz_int_at(file, file_size, 12);
     e.dp_shard = fuzz_int_at(file, file_size, 16);
@@ -63,7 +78,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (e.owned > MAX_OWNED) { e.owned = MAX_OWNED; } // the run's own size: it never matches such a file
     // what a run allocates for itself, from its own expectation
     StateCall call = {path, e, {0}, buffer(e.owned), buffer(e.owned), e.has_master ? buffer(e.owned) : NULL};
-    if (fuzz_call(read_body, &call)) {
+    int refused = fuzz_call(read_body, &call);
+    if (refused) {
         fuzz_require_names(path);
     } else {
         FUZZ_CHECK(call.got.owned == e.owned && call.got.has_master == e.has_master);
@@ -80,6 +96,15 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         free(call2.v);
         free(call2.master);
     }
+    // The manifest's check of a state file must take exactly the files the strict reader takes on
+    // their own layout (else a resume would pick a checkpoint it cannot read, or pass one over):
+    // files without -ls arrays (header slots 24, 25, 31, 38), of the sizes a run here allocates.
+    CheckCall check = {path, 0};
+    FUZZ_CHECK(fuzz_call(check_body, &check) == 0);
+    uint64_t header_owned = (uint32_t)fuzz_int_at(file, file_size, 72) | (uint64_t)(uint32_t)fuzz_int_at(file, file_size, 76) << 32;
+    int plain = !fuzz_int_at(file, file_size, 96) && !fuzz_int_at(file, file_size, 100) &&
+                !fuzz_int_at(file, file_size, 124) && !fuzz_int_at(file, file_size, 152);
+    if (flip == 0 && plain && header_owned <= MAX_OWNED) { FUZZ_CHECK(check.ok == !refused); }
     free(call.m);
     free(call.v);
     free(call.master);
