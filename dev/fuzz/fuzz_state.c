@@ -62,7 +62,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     e.B = fuzz_int_at(file, file_size, 24);
     e.T = fuzz_int_at(file, file_size, 28);
     e.total_batch = fuzz_int_at(file, file_size, 32);
-    e.owned = (uint32_t)fuzz_int_at(file, file_size, 72) | (uint64_t)(uint32_t)fuzz_int_at(file, file_size, 76) << 32;
+    uint64_t header_owned = (uint32_t)fuzz_int_at(file, file_size, 72) | (uint64_t)(uint32_t)fuzz_int_at(file, file_size, 76) << 32;
+    e.owned = header_owned;
     e.has_master = fuzz_int_at(file, file_size, 64);
     e.step = e.epoch = e.file_pos = 0;
     e.row_pos = 0;
@@ -101,7 +102,6 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // files without -ls arrays (header slots 24, 25, 31, 38), of the sizes a run here allocates.
     CheckCall check = {path, 0};
     FUZZ_CHECK(fuzz_call(check_body, &check) == 0);
-    uint64_t header_owned = (uint32_t)fuzz_int_at(file, file_size, 72) | (uint64_t)(uint32_t)fuzz_int_at(file, file_size, 76) << 32;
     int plain = !fuzz_int_at(file, file_size, 96) && !fuzz_int_at(file, file_size, 100) &&
                 !fuzz_int_at(file, file_size, 124) && !fuzz_int_at(file, file_size, 152);
     if (flip == 0 && plain && header_owned <= MAX_OWNED) { FUZZ_CHECK(check.ok == !refused); }
