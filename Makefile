@@ -18,12 +18,17 @@ CPU_MPI_FLAGS := $(if $(filter single,$(CPU_MPI)),-DNO_MPI)
 CPU_MPI_WHY := $(if $(filter cc,$(CC)),no Open MPI (mpicc; make deps installs it),CC=$(CC) is not an MPI wrapper)
 CPU_MPI_NOTE := $(if $(filter single,$(CPU_MPI)),@echo "note: $(CPU_MPI_WHY): building single-process CPU trainers")
 CPU_ARCH ?= native
-CFLAGS := -O3 -march=$(CPU_ARCH) -fopenmp -fno-math-errno -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
+CFLAGS := -O3 -march=$(CPU_ARCH) -ffp-contract=off -fopenmp -fno-math-errno -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation
 LDLIBS := -lm
 PYTHON := /usr/bin/python3
 LLMC_HEADERS := $(wildcard llmc/*.h)
 
-.PHONY: all deps data-kjv quickstart quickstart-run docs-img test clean
+.PHONY: all deps data-kjv quickstart quickstart-run docs-img test clean cpu-cflags
+
+# The CPU code's compiler flags, for the scripts that build copies or helpers of it (one place:
+# -ffp-contract=off keeps the bits the same on every target, docs/design.md).
+cpu-cflags:
+	@echo $(CFLAGS)
 
 all: train_gpt2cpu test_gpt2cpu ckpt_tool
 

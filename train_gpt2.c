@@ -52,14 +52,13 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * C;
-        float m = 0.0f;
-        #pragma omp simd reduction(+ : m)
-        for (int c = 0; c < C; c++) { m += x[c]; }
-        m /= C;
-        float var = 0.0f;
-        #pragma omp simd reduction(+ : var)
-        for (int c = 0; c < C; c++) { float d = x[c] - m; var += d * d; }
-        var /= C;
+        float m = vf_array_sum(x, C) / C;
+        vf_lanes v = vf_lanes_splat(0.0f); // sum of (x - m)^2; past the row's end x reads as m
+        for (int c = 0; c < C; c += VF_LANES) {
+            vf_lanes xc = vf_lanes_load(x + c, C - c, m);
+            for (int j = 0; j < VF_PARTS; j++) { vfloat d = xc.p[j] - m; v.p[j] = vf_fma(d, d, v.p[j]); }
+        }
+        float var = vf_lanes_sum(v) / C;
         float s = 1.0f / sqrtf(var + 1e-5f);
         float* y = out + (size_t)n * C;
         for (int c = 0; c < C; c++) { y[c] = (x[c] - m) * s * weight[c] + bias[c]; }
@@ -134,16 +133,19 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
         const float* dy = dout + (size_t)n * C;
         const float* x = inp + (size_t)n * C;
         float m = mean[n], s = rstd[n];
-        float mean_dnorm = 0.0f, mean_dnorm_norm = 0.0f;
-        #pragma omp simd reduction(+ : mean_dnorm, mean_dnorm_norm)
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s;
-            float dnorm = dy[c] * weight[c];
-            mean_dnorm += dnorm;
-            mean_dnorm_norm += dnorm * norm;
+        // sums of dnorm = dy w and of dnorm norm, norm = (x - m) s; past the row's end dy and w read
+        // as 0 and x as m, so both terms are +0 there
+        vf_lanes sd = vf_lanes_splat(0.0f), sdn = vf_lanes_splat(0.0f);
+        for (int c = 0; c < C; c += VF_LANES) {
+            vf_lanes dyc = vf_lanes_load(dy + c, C - c, 0.0f), wc = vf_lanes_load(weight + c, C - c, 0.0f);
+            vf_lanes xc = vf_lanes_load(x + c, C - c, m);
+            for (int j = 0; j < VF_PARTS; j++) {
+                vfloat dnorm = dyc.p[j] * wc.p[j], norm = (xc.p[j] - m) * s;
+                sd.p[j] += dnorm;
+                sdn.p[j] = vf_fma(dnorm, norm, sdn.p[j]);
+            }
         }
-        mean_dnorm /= C;
-        mean_dnorm_norm /= C;
+        float mean_dnorm = vf_lanes_sum(sd) / C, mean_dnorm_norm = vf_lanes_sum(sdn) / C;
         float* dx = dinp + (size_t)n * C;
         for (int c = 0; c < C; c++) {
             float norm = (x[c] - m) * s;
@@ -567,6 +569,7 @@ int main(int argc, char** argv) {
     fail_abort_all = mpi_abort_all;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN); // ring_exchange reports errors with the step
 
+    vf_check_no_contraction("train_gpt2cpu");
     TrainArgs args;
     args_parse(&args, argc, argv, 0);
     args_validate(&args, 0);

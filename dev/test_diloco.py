@@ -412,7 +412,7 @@ def cmd_fragments():
     open(mdir + "/train_gpt2.c", "w").write(text.replace(init, init.replace(
         "MPI_THREAD_MULTIPLE", 'getenv("MUTANT_FUNNELED") ? MPI_THREAD_FUNNELED : MPI_THREAD_MULTIPLE')))
     mutant = os.path.abspath(mdir + "/train_gpt2cpu")
-    subprocess.run(["mpicc"] + tw.CFLAGS + ["-fopenmp", "-o", mutant, mdir + "/train_gpt2.c", "-lm"], check=True)
+    subprocess.run(["mpicc"] + tw.CFLAGS + ["-o", mutant, mdir + "/train_gpt2.c", "-lm"], check=True)
     funnel = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2", "-x",
               "OMP_NUM_THREADS=1", "-x", "MUTANT_FUNNELED=1", mutant, "-e", model_file()] + BASE + \
              ["-x", "4", "-ls", "2", "-lo", "1", "-ds", "1", "-o", ""]

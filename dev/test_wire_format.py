@@ -38,7 +38,9 @@ import train_gpt2 as ref  # noqa: E402
 PY = dl.PY
 OUT = dl.OUT
 STEPS, H = 9, 3
-CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-Wall", "-Wextra", "-Werror", "-Wno-unused-function"]
+# the CPU code's flags as make builds it (-ffp-contract=off among them: a copy built otherwise has other bits)
+CFLAGS = subprocess.run(["make", "-s", "--no-print-directory", "cpu-cflags"], check=True, capture_output=True,
+                        text=True).stdout.split()
 TOOL = os.environ.get("WIRE_TOOL", f"{OUT}/wire_format_tool")
 failures = 0
 PREFIX = ""  # marks the reports of a mutant's runs, which must fail
@@ -318,7 +320,7 @@ def cmd_mutants():
     global failures, PREFIX
     d = mutant_copy("no_feedback", "llmc/dp_host.h", "if (res) { d += res[run->owned + j]; }", "(void)res;")
     trainer = d + "/train_gpt2cpu"
-    subprocess.run(["mpicc"] + CFLAGS + ["-fopenmp", "-o", trainer, d + "/train_gpt2.c", "-lm"], check=True)
+    subprocess.run(["mpicc"] + CFLAGS + ["-o", trainer, d + "/train_gpt2.c", "-lm"], check=True)
     saved, failures, PREFIX = failures, 0, "[mutant, must fail] "
     global CASES
     cases, CASES = CASES, [("int8", 1, 0, 1, 0.0)]
@@ -330,7 +332,7 @@ def cmd_mutants():
     report(caught, "mutant with the residual never added to the message: `reference` fails (above)")
     d = mutant_copy("no_grad_feedback", "llmc/dp_host.h", "g[i] += dp->st.residual[i];", "(void)g;")
     trainer = d + "/train_gpt2cpu"
-    subprocess.run(["mpicc"] + CFLAGS + ["-fopenmp", "-o", trainer, d + "/train_gpt2.c", "-lm"], check=True)
+    subprocess.run(["mpicc"] + CFLAGS + ["-o", trainer, d + "/train_gpt2.c", "-lm"], check=True)
     saved, failures, PREFIX = failures, 0, "[mutant, must fail] "
     cases, CASES = CASES, []
     SYNC_CASES = [("int8", 1, 0, 1, 0.0)]

@@ -82,15 +82,6 @@ static void att_lower_transposed_product(float* c, size_t ld, const float* p, co
     }
 }
 
-// sum of x[i] y[i] over i < n, in vector lanes (whole vectors, then one partial vector)
-static float att_dot(const float* x, const float* y, int n) {
-    vfloat acc = (vfloat){0};
-    int full = n / VEC_W * VEC_W;
-    for (int i = 0; i < full; i += VEC_W) { acc += vf_load(x + i) * vf_load(y + i); }
-    if (full < n) { acc += vf_load_n(x + full, n - full, 0.0f) * vf_load_n(y + full, n - full, 0.0f); }
-    return vf_hsum(acc);
-}
-
 static void att_backward_head(float* dq, float* dk, float* dv, size_t ld, float* p, const float* dy, size_t ldy,
                               const float* q, const float* k, const float* v, int T, int hs, float* scratch) {
     int Tn = att_round_up(T, GEMM_NR), hn = att_round_up(hs, GEMM_NR);
@@ -115,7 +106,7 @@ static void att_backward_head(float* dq, float* dk, float* dv, size_t ld, float*
             float* pr = p + (size_t)(ir + r) * T;
             const float* d = datt + (size_t)r * Tn;
             int n = ir + r + 1;
-            float dot = att_dot(pr, d, n);
+            float dot = vf_array_dot(pr, d, n);
             for (int t2 = 0; t2 < n; t2++) { pr[t2] = pr[t2] * (d[t2] - dot) * scale; }
         }
         gemm_pack_a(pa, p + (size_t)ir * T, T, 1, m, kend);

@@ -4,8 +4,8 @@
 // 256-bit and 8x16 on AMD Zen 4 (AVX-512 in two 256-bit halves), 256-bit and 6x16 with AVX,
 // 128-bit and 6x8 otherwise (plain C on targets without SIMD); -DGEMM_VW=.. -DGEMM_MR=.. sets
 // another. Every output element is produced by exactly one thread, summing over k in a fixed order
-// (in k order within a KC block, then the blocks in sequence), so results depend neither on the
-// thread count nor on the tile. An output written once and not read again soon (a weight
+// (in k order within a KC block, one fused multiply-add per term, then the blocks in sequence), so
+// results depend neither on the thread count nor on the tile nor on the target. An output written once and not read again soon (a weight
 // gradient) can bypass the caches with streaming stores (GEMM_STREAM).
 #ifndef LLMC_CPU_MATMUL_H
 #define LLMC_CPU_MATMUL_H
@@ -15,9 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "utils.h"
-#if defined(__SSE__)
-#include <immintrin.h>
-#endif
+#include "cpu_vecmath.h"
 
 #if defined(GEMM_VW) != defined(GEMM_MR)
 #error "GEMM_VW and GEMM_MR are set together"
@@ -51,6 +49,7 @@
 
 typedef float gemm_vec __attribute__((vector_size(GEMM_VW * 4)));
 typedef float gemm_vec_u __attribute__((vector_size(GEMM_VW * 4), aligned(4)));
+#define gemm_fma VF_CAT(vf, GEMM_VW, _fma) // c + a b in one rounding (llmc/cpu_vecmath.h)
 
 // How a micro-kernel writes its tile: over what is there, added to it, or over it with
 // non-temporal (streaming) stores that skip the caches and the read of the lines they replace.
@@ -85,8 +84,8 @@ static inline void gemm_micro_kernel(int kc, const float* restrict a, const floa
         #pragma GCC unroll 16
         for (int i = 0; i < GEMM_MR; i++) {
             gemm_vec ai = ak[i] - (gemm_vec){0}; // a broadcast (x - 0 is exactly x, unlike 0 + x for -0)
-            acc0[i] += ai * b0;
-            acc1[i] += ai * b1;
+            acc0[i] = gemm_fma(ai, b0, acc0[i]);
+            acc1[i] = gemm_fma(ai, b1, acc1[i]);
         }
     }
     if (m == GEMM_MR && n == GEMM_NR) {
@@ -112,7 +111,9 @@ static inline void gemm_micro_kernel(int kc, const float* restrict a, const floa
     }
     for (int i = 0; i < m; i++) {
         float* row = c + i * ldc;
-        for (int j = 0; j < n; j++) { row[j] = (accumulate ? row[j] : bias ? bias[j] : 0.0f) + tile[i][j]; }
+        // the same operations as a whole tile's (no `0 + x`, which would turn -0 into +0): which
+        // outputs fall in an edge tile depends on the tile's shape, their values must not
+        for (int j = 0; j < n; j++) { row[j] = accumulate ? row[j] + tile[i][j] : bias ? bias[j] + tile[i][j] : tile[i][j]; }
     }
 }
 

@@ -9,7 +9,7 @@ mkdir -p $CPUK_TMP
 # Builds and runs dev/tests/cpu_kernels_test.c with extra compiler flags $@ (a small shared-pack
 # budget so that large K goes through several rounds; weight gradients of any size streamed).
 cpuk_kernels() {
-    gcc -O3 -march=native -fopenmp -fno-math-errno -Wall -Wextra -Werror -Wno-unused-function -Illmc -DGEMM_SHARED_FLOATS=8192 \
+    gcc $(make -s --no-print-directory cpu-cflags) -Illmc -DGEMM_SHARED_FLOATS=8192 \
         -DGEMM_STREAM_BYTES=0 "$@" \
         dev/tests/cpu_kernels_test.c -o $CPUK_TMP/kernels -lm || return 1
     $CPUK_TMP/kernels
@@ -36,7 +36,28 @@ cpuk_thread_determinism() {
     cmp $CPUK_TMP/det1/main.log $CPUK_TMP/det2/main.log && cmp $CPUK_TMP/det2/main.log $CPUK_TMP/det3/main.log
 }
 
+# The kernel test's bitwise order checks fail on a copy whose 16 lane partials are added in sequence
+# instead of by the specified tree (a reduction order of its own), and the trainer refuses to start
+# when built with GCC's default contraction of a * b + c (-ffp-contract=fast).
+cpuk_order_plant() {
+    local d=$CPUK_TMP/plant
+    rm -rf $d && mkdir -p $d && cp -r llmc $d/ || return 1
+    sed -i 's|for (int i = 0; i < h; i++) { l\[i\] += l\[i + h\]; }|for (int i = 1; i < 16; i++) { l[0] += l[i]; } break;|' $d/llmc/cpu_vecmath.h
+    cmp -s llmc/cpu_vecmath.h $d/llmc/cpu_vecmath.h && { echo "the plant did not apply"; return 1; }
+    gcc $(make -s --no-print-directory cpu-cflags) -I$d/llmc -DGEMM_SHARED_FLOATS=8192 dev/tests/cpu_kernels_test.c \
+        -o $d/kernels -lm || return 1
+    $d/kernels > $d/out.txt && { echo "the planted order passed"; return 1; }
+    grep "FAIL" $d/out.txt
+    grep -q "^FAIL sum, dot, exp-sum, max: the specified order's bits" $d/out.txt || return 1
+    mpicc $(make -s --no-print-directory cpu-cflags) -ffp-contract=fast -o $d/train_contracted train_gpt2.c -lm || return 1
+    local out
+    out=$($d/train_contracted -h 2>&1) && { echo "the contracted build started"; return 1; }
+    echo "$out"
+    [ "$out" = "error: train_gpt2cpu was compiled with floating-point contraction: build it with -ffp-contract=off, as make does (docs/design.md, \"The same bits on every host\")" ]
+}
+
 check cpu_kernels_native cpuk_kernels
+check cpu_kernels_order_plant cpuk_order_plant
 # native picks one of these on an AVX-512 host (8x16 of 256-bit on Zen 4, 12x32 elsewhere): both are tested
 check cpu_kernels_12x32 cpuk_kernels -DGEMM_VW=16 -DGEMM_MR=12
 check cpu_kernels_8x16 cpuk_kernels -DGEMM_VW=8 -DGEMM_MR=8

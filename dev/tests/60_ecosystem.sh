@@ -46,7 +46,7 @@ check eco_plot_png eco_plot
 # helper that includes the CPU trainer.
 eco_hf() {
     mkdir -p build
-    mpicc -O2 -march=native -fopenmp -Wall -Wextra -Werror -Wno-unused-function -Wno-format-truncation \
+    mpicc $(make -s --no-print-directory cpu-cflags) \
         -o build/c_forward dev/tests/c_forward.c -lm || return 1
     rm -rf "$ECO/hf"
     OMP_NUM_THREADS=1 $ECO_PY dev/test_hf.py "$ECO/hf" build/c_forward

@@ -2,9 +2,10 @@
 // against naive double-precision loops: matmul forward and backward on odd shapes (edges of every
 // tile size, both operand-sharing branches, several K rounds through a small shared budget,
 // streaming stores where 40_cpu_speed.sh builds it with GEMM_STREAM_BYTES=0),
-// causal attention forward and backward, bitwise independence of the thread count, and exp /
-// GELU / GELU' accuracy. Exits non-zero on a failure.
-//   gcc -O3 -march=native -fopenmp -fno-math-errno -Illmc -DGEMM_SHARED_FLOATS=8192 dev/tests/cpu_kernels_test.c -lm
+// causal attention forward and backward, bitwise independence of the thread count, exp /
+// GELU / GELU' accuracy, and the bits of the reductions and of the GEMM against scalar loops of
+// the order the headers specify (the same on every target). Exits non-zero on a failure.
+//   gcc $(make -s cpu-cflags) -Illmc -DGEMM_SHARED_FLOATS=8192 dev/tests/cpu_kernels_test.c -lm
 #include <math.h>
 #include <stdio.h>
 #include "cpu_matmul.h"
@@ -281,6 +282,68 @@ static void test_vecmath(void) {
     expect(bad == 0, "partial vector loads and stores, every n", bad);
 }
 
+// The order every target must keep (llmc/cpu_vecmath.h, cpu_matmul.h), written as scalar loops with
+// no vectors: 16 lane partials taking elements l, l + 16, ... (+0 past the end), combined by the
+// tree l + 8, + 4, + 2, + 1; a GEMM output as bias (or its old value) plus each KC block's fused
+// chain from 0, the blocks in order. Every build of this test (each vector width and tile) must
+// give these exact bits, so all builds give the same ones.
+static float spec_tree(float* l) {
+    for (int h = 8; h >= 1; h /= 2) {
+        for (int i = 0; i < h; i++) { l[i] += l[i + h]; }
+    }
+    return l[0];
+}
+static float spec_sum(const float* x, int n, const float* y) { // y: a dot product, fused per term
+    float l[16] = {0};
+    for (int i = 0; i < (n + 15) / 16 * 16; i++) {
+        float xi = i < n ? x[i] : 0.0f;
+        l[i % 16] = y ? fmaf(xi, i < n ? y[i] : 0.0f, l[i % 16]) : l[i % 16] + xi;
+    }
+    return spec_tree(l);
+}
+static float spec_exp_sum(const float* x, int n, float shift) {
+    float l[16] = {0};
+    for (int i = 0; i < (n + 15) / 16 * 16; i++) { l[i % 16] += i < n ? vf_exp(vf_splat(x[i] - shift))[0] : 0.0f; }
+    return spec_tree(l);
+}
+static void test_reduction_order(void) {
+    float* x = rnd_array(1100);
+    float* y = rnd_array(1100);
+    int bad = 0, cases = 0;
+    for (int n = 0; n <= 1100; n += n < 80 ? 1 : 97) {
+        float want[4] = {spec_sum(x, n, NULL), spec_sum(x, n, y), spec_exp_sum(x, n, 0.5f), -__builtin_inff()};
+        for (int i = 0; i < n; i++) { want[3] = x[i] > want[3] ? x[i] : want[3]; }
+        float got[4] = {vf_array_sum(x, n), vf_array_dot(x, y, n), vf_array_exp_sum(NULL, x, n, 0.5f), vf_array_max(x, n)};
+        for (int k = 0; k < 4; k++) { bad += memcmp(&want[k], &got[k], sizeof(float)) != 0; }
+        cases += 4;
+    }
+    expect(bad == 0, "sum, dot, exp-sum, max: the specified order's bits", (double)bad / cases);
+    free(x); free(y);
+}
+static void test_gemm_order(int M, int N, int K, int with_bias, int accumulate) {
+    float *a = rnd_array((size_t)M * K), *b = rnd_array((size_t)K * N), *bias = rnd_array(N);
+    float *c = rnd_array((size_t)M * N), *want = (float*)malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            float v = c[(size_t)i * N + j];
+            for (int k0 = 0; k0 < K; k0 += GEMM_KC) {
+                float acc = 0.0f;
+                for (int k = k0; k < K && k < k0 + GEMM_KC; k++) { acc = fmaf(a[(size_t)i * K + k], b[(size_t)k * N + j], acc); }
+                v = k0 > 0 || accumulate ? v + acc : with_bias ? bias[j] + acc : acc;
+            }
+            want[(size_t)i * N + j] = v;
+        }
+    }
+    gemm_bias(M, N, K, a, K, 1, b, N, 1, c, N, accumulate ? GEMM_ADD : GEMM_SET | GEMM_STREAM, with_bias ? bias : NULL);
+    char what[128];
+    snprintf(what, sizeof(what), "gemm %dx%dx%d%s%s: the specified order's bits", M, N, K, with_bias ? " bias" : "",
+             accumulate ? " +=" : "");
+    size_t bad = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++) { bad += memcmp(&want[i], &c[i], sizeof(float)) != 0; }
+    expect(bad == 0, what, (double)bad / ((double)M * N));
+    free(a); free(b); free(bias); free(c); free(want);
+}
+
 int main(void) {
     omp_set_num_threads(2);
     int shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {13, 37, 100}, {100, 37, 13}, {37, 300, 65}, {65, 300, 37},
@@ -292,6 +355,11 @@ int main(void) {
     int att_shapes[][4] = {{1, 1, 4, 1}, {2, 13, 10, 2}, {3, 37, 96, 3}, {2, 64, 128, 2}, {1, 100, 48, 1}, {2, 130, 80, 1}};
     for (int i = 0; i < 6; i++) { test_attention(att_shapes[i][0], att_shapes[i][1], att_shapes[i][2], att_shapes[i][3]); }
     test_vecmath();
+    test_reduction_order();
+    test_gemm_order(37, 45, 600, 1, 0);
+    test_gemm_order(100, 13, 300, 0, 1);
+    test_gemm_order(13, 100, 257, 0, 0);
+    test_gemm_order(70, 70, 1, 1, 0);
     printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
     return failures != 0;
 }
