@@ -25,6 +25,15 @@ dev/tests/golden/GROUP.txt, are such ledgers recorded from a tree whose numbers 
                                                         AdamW eps is 1e-4 larger in relative terms (every
                                                         tolerance check still passes) must differ from the
                                                         golden of build/dist/r2_s2_z1
+  python3 dev/test_golden.py targets [--plant]          the same bits on every host: TARGET_RUNS, golden runs
+                                                        of dist and diloco (replayed from the commands the
+                                                        ledger kept), made again by CPU trainers built for
+                                                        x86-64-v3 (AVX2, 6x16 tiles of 256-bit vectors) and,
+                                                        on a host with AVX-512, x86-64-v4 (12x32 tiles of
+                                                        512-bit vectors), must equal their goldens bit for
+                                                        bit (--plant: x86-64-v3 and build/dist/base only, a
+                                                        copy whose layernorm mean is summed in lanes of the
+                                                        vector width, which must differ)
 """
 import hashlib
 import json
@@ -89,6 +98,8 @@ def note(trainer, n, args, returncode):
     os.makedirs(LEDGER, exist_ok=True)
     with open(os.path.join(LEDGER, parts[1] + ".txt"), "a") as f:
         f.write(_line(os.path.normpath(d), _command_key(trainer, n, args)) + "\n")
+    with open(os.path.join(LEDGER, parts[1] + ".cmd"), "a") as f: # the command itself, for `targets`
+        f.write(json.dumps({"dir": os.path.normpath(d), "trainer": trainer, "n": n, "args": list(args)}) + "\n")
 
 
 def _read(path):
@@ -185,8 +196,9 @@ def mutant():
     text = open(hits[0]).read().replace(old, old.replace("+ eps)", "+ eps * 1.0001f)"))
     open(hits[0], "w").write(text)
     trainer = d + "/train_gpt2cpu"
-    subprocess.run(["mpicc", "-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-o", trainer, d + "/train_gpt2.c",
-                    "-lm"], check=True)
+    flags = subprocess.run(["make", "-s", "--no-print-directory", "cpu-cflags"], check=True, capture_output=True,
+                           text=True).stdout.split()
+    subprocess.run(["mpicc"] + flags + ["-o", trainer, d + "/train_gpt2.c", "-lm"], check=True)
     args = td.COMMON + ["-z", "1", "-ds", "2"]
     want = _read(f"{GOLDEN}/dist.txt").get("build/dist/r2_s2_z1")
     if want is None or want.split()[1] != _command_key("./train_gpt2cpu", 2, args + ["-o", "build/dist/r2_s2_z1"]):
@@ -204,7 +216,94 @@ def mutant():
     sys.exit(0 if "model" in differ else 1)
 
 
+# The runs `targets` makes again: one rank, ZeRO 1 on 2 ranks, ZeRO 2 on a 2 x 2 mesh, DiLoCo on a
+# 2 x 2 mesh, top-k with error feedback (the run whose one near-tie choice differed on an Intel host
+# with the old build), int4 with top-k, and streamed fragments overlapped with training.
+TARGET_RUNS = ["build/dist/base", "build/dist/r2_s2_z1", "build/dist/r4_s2_z2", "build/diloco/ref_4_2_2",
+               "build/diloco/wf_ref_fp32_1_3_1_0.05", "build/diloco/wf_sync_int4_1_2_2_0.05",
+               "build/diloco/frag_lo_1"]
+
+
+def _host_has_avx512():
+    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+    return all(f in flags for f in ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"))
+
+
+def _build_copy(d, arch, plant):
+    """train_gpt2.c and llmc/ copied into d and built there with make's CFLAGS for -march=arch."""
+    import shutil
+    import subprocess
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree("llmc", d + "/llmc")
+    shutil.copy("train_gpt2.c", d)
+    if plant: # a layernorm mean summed in lanes of the vector width: the bits follow the target
+        text = open(d + "/train_gpt2.c").read()
+        old = "float m = vf_array_sum(x, C) / C;"
+        new = "vfloat mv = (vfloat){0}; for (int c = 0; c < C; c += VEC_W) { mv += vf_load_n(x + c, " \
+              "C - c < VEC_W ? C - c : VEC_W, 0.0f); } float m = 0.0f; for (int j = 0; j < VEC_W; j++) { m += mv[j]; } m /= C;"
+        if text.count(old) != 1:
+            sys.exit("the plant did not apply")
+        open(d + "/train_gpt2.c", "w").write(text.replace(old, new))
+    flags = subprocess.run(["make", "-s", "--no-print-directory", "cpu-cflags", f"CPU_ARCH={arch}"], check=True,
+                           capture_output=True, text=True).stdout.split()
+    subprocess.run(["mpicc"] + flags + ["-o", d + "/train_gpt2cpu", d + "/train_gpt2.c", "-lm"], check=True)
+    return d + "/train_gpt2cpu"
+
+
+def targets(plant):
+    import subprocess
+    cmds = {}
+    for group in ("dist", "diloco"):
+        for text in open(f"{LEDGER}/{group}.cmd") if os.path.exists(f"{LEDGER}/{group}.cmd") else []:
+            c = json.loads(text)
+            cmds[c["dir"]] = c
+    golden = {**_read(f"{GOLDEN}/dist.txt"), **_read(f"{GOLDEN}/diloco.txt")}
+    arches = ["x86-64-v3"] + (["x86-64-v4"] if _host_has_avx512() and not plant else [])
+    runs = TARGET_RUNS[:1] if plant else TARGET_RUNS
+    print(f"host: AVX-512 {'yes' if _host_has_avx512() else 'no'}; native build against the goldens: "
+          f"dev/test_golden.py check; here: {', '.join(arches)}{' (planted)' if plant else ''}")
+    bad = 0
+    for arch in arches:
+        d = f"build/golden_targets/{arch}{'_plant' if plant else ''}"
+        trainer = _build_copy(d, arch, plant)
+        tile = None
+        for run_dir in runs:
+            c = cmds.get(run_dir)
+            if c is None or run_dir not in golden:
+                print(f"FAIL  {run_dir}: {'no golden' if c else 'not run in this make test (no command kept)'}")
+                bad += 1
+                continue
+            args = list(c["args"])
+            out = f"{d}/{os.path.basename(run_dir)}"
+            args[len(args) - 1 - args[::-1].index("-o") + 1] = out
+            import shutil
+            shutil.rmtree(out, ignore_errors=True)
+            r = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(c["n"]),
+                                "-x", "OMP_NUM_THREADS=1", trainer] + args, capture_output=True, text=True, timeout=300)
+            if r.returncode != 0:
+                print(f"FAIL  {arch} {run_dir}: the run failed:\n{r.stdout[-800:]}{r.stderr[-800:]}")
+                bad += 1
+                continue
+            tile = tile or re.search(r"matmul tile (\S+ of \d+-bit vectors)", r.stdout)
+            want = golden[run_dir]
+            if want.split()[1] != _command_key(c["trainer"], c["n"], c["args"]):
+                print(f"FAIL  {run_dir}: the kept command is not the golden's")
+                bad += 1
+                continue
+            a, b = _fields(want), _fields(_line(out, "-"))
+            differ = [k for k in ("trl", "rec", "model", "state") if a[k] != b[k]]
+            bad += bool(differ)
+            print(f"{'FAIL' if differ else 'ok  '}  {arch} {run_dir} ({c['n']} ranks): "
+                  f"{', '.join(differ) + ' differ' if differ else 'losses, records, model and state files bit for bit'}")
+        print(f"      {arch}: matmul tile {tile.group(1) if tile else '?'}")
+    print(f"{len(arches) * len(runs)} runs of other targets compared, {bad} failing"
+          + ((" (caught)" if bad == len(runs) else " (NOT caught)") if plant else ""))
+    sys.exit((bad != len(runs)) if plant else (1 if bad else 0))
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "targets":
+        targets("--plant" in sys.argv)
     if sys.argv[1] == "mutant":
         mutant()
     cmd, group = sys.argv[1], sys.argv[2]
@@ -215,8 +314,8 @@ if __name__ == "__main__":
     elif cmd == "add":
         add(group)
     elif cmd == "reset":
-        path = f"{LEDGER}/{group}.txt"
-        if os.path.exists(path):
-            os.remove(path)
+        for path in (f"{LEDGER}/{group}.txt", f"{LEDGER}/{group}.cmd"):
+            if os.path.exists(path):
+                os.remove(path)
     else:
         sys.exit(__doc__)

@@ -37,3 +37,8 @@ check diloco_guards /usr/bin/python3 dev/test_diloco.py guards
 # the runs above against dev/tests/golden/diloco.txt: losses, records, model and state files bit for bit
 check_wait
 check diloco_golden /usr/bin/python3 dev/test_golden.py check diloco
+# the same bits on every host: seven golden runs of dist and diloco made again by CPU trainers built
+# for x86-64-v3 and, on a host with AVX-512, x86-64-v4 (dev/test_golden.py targets; 15-40 s), and
+# the test of that test, a copy whose layernorm mean sums in lanes of the vector width, which must differ
+check_bg cpu_targets_golden /usr/bin/python3 dev/test_golden.py targets
+check_bg cpu_targets_catch_a_plant /usr/bin/python3 dev/test_golden.py targets --plant
