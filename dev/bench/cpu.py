@@ -20,6 +20,9 @@ FLOPs per step (matmuls only, causal attention counted over the unmasked half):
     /usr/bin/python3 dev/bench/cpu.py [--rounds 4] [--steps 5] [--threads 2] [--configs 124M,6x384,quickstart]
         [--arch x86-64-v3]   (the C trainer and the peak built for that -march, e.g. the AVX2 code path;
                               default native; the trainer is left built for it until the next make)
+        [--against REV]      (a third side: the C trainer of git revision REV, built the way REV's Makefile
+                              builds it for the same -march, alternating with the other two; the table adds
+                              this tree's speed against it, the before-and-after of a change in one run)
     /usr/bin/python3 dev/bench/cpu.py --blas-only   (the machine, its peak and PyTorch's BLAS; no training)
     /usr/bin/python3 dev/bench/cpu.py --worker L C NH V B T STEPS   (the PyTorch side, used by the above)
     /usr/bin/python3 dev/bench/cpu.py --blas-probe   (PyTorch's OpenBLAS core and sgemm, used by the above)
@@ -263,6 +266,19 @@ def prepare(blas_only, arch):
         subprocess.run(["bash", os.path.join(ROOT, "dev/data/kjv.sh")], cwd=ROOT, check=True)
 
 
+def build_revision(rev, arch):
+    """REV's train_gpt2cpu, built from `git archive REV` in build/bench/rev_REV for -march=arch."""
+    sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    d = os.path.join(BUILD, f"rev_{sha}")
+    if not os.path.exists(os.path.join(d, "Makefile")):
+        os.makedirs(d, exist_ok=True)
+        archive = subprocess.run(["git", "archive", sha], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", d], input=archive, check=True)
+    subprocess.run(["make", "-s", "train_gpt2cpu", f"CPU_ARCH={arch}"], cwd=d, check=True)
+    return sha, os.path.join(d, "train_gpt2cpu")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=4, help="alternating runs per side and config")
@@ -271,6 +287,7 @@ def main():
     ap.add_argument("--configs", default="124M,6x384,quickstart")
     ap.add_argument("--arch", default="native", help="-march of the C trainer and the peak (x86-64-v3: AVX2)")
     ap.add_argument("--blas-only", action="store_true", help="the machine, its peak and PyTorch's BLAS only")
+    ap.add_argument("--against", metavar="REV", help="also time the C trainer of git revision REV")
     ap.add_argument("--worker", nargs=7, type=int, metavar=("L", "C", "NH", "V", "B", "T", "STEPS"))
     ap.add_argument("--blas-probe", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -281,6 +298,7 @@ def main():
         blas_probe()
         return
     prepare(args.blas_only, args.arch)
+    rev, rev_trainer = build_revision(args.against, args.arch) if args.against and not args.blas_only else (None, None)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     cpu = cpu_info("model name") or "?"
     print(f"{time.strftime('%Y-%m-%d %H:%M %Z')} | {cpu} | {os.cpu_count()} CPUs | {args.threads} threads | "
@@ -303,9 +321,11 @@ def main():
         c_cmd = ["./train_gpt2cpu", "-i", data, "-j", "", "-b", str(B), "-t", str(T), "-x", str(args.steps),
                  "-v", "0", "-s", "0", "-c", "0.1"] + flags
         t_cmd = [sys.executable, os.path.abspath(__file__), "--worker", *map(str, (L, C, NH, V, B, T, args.steps))]
-        res = {"C": ([], []), "PyTorch": ([], [])}
+        sides = [("C", c_cmd, env)] + ([(f"C@{rev}", [rev_trainer] + c_cmd[1:], env)] if rev else []) + \
+                [("PyTorch", t_cmd, t_env)]
+        res = {side: ([], []) for side, _, _ in sides}
         for r in range(args.rounds):
-            for side, cmd, side_env in (("C", c_cmd, env), ("PyTorch", t_cmd, t_env)):
+            for side, cmd, side_env in sides:
                 out, rss = run(cmd, side_env)
                 if side == "PyTorch" and "openblas-openmp/libopenblas" not in out:
                     sys.exit("the PyTorch worker did not load the OpenMP OpenBLAS:\n" + out[:2000])
@@ -321,7 +341,7 @@ def main():
         if again > peak:
             peak, peak_line = again, again_line
         flops = step_flops(L, C, V, B, T)
-        for side in ("C", "PyTorch"):
+        for side, _, _ in sides:
             ms, rss = res[side]
             med = statistics.median(ms)
             rows.append((name, side, med, min(ms), max(ms), B * T / med * 1000, flops / med / 1e6,
@@ -337,6 +357,12 @@ def main():
         print(f"| {name} | {side} | {med:.0f} ({lo:.0f}-{hi:.0f}) | {tps:.0f} ({B_T[name] / lo * 1000:.0f}) | "
               f"{gf:.1f} ({gf_best:.1f}) | {100 * gf / peak:.0f}% ({100 * gf_best / peak:.0f}%) | {rss:.0f} | "
               f"{ratio:.2f}x ({ratio_best:.2f}x) |")
+    if rev:
+        print(f"\nthis tree's C trainer against C@{rev}'s, same -march, same run (median step; fastest step):")
+        for name in args.configs.split(","):
+            now = {side: (med, lo) for n, side, med, lo, *_ in rows if n == name}
+            (m0, l0), (m1, l1) = now["C"], now[f"C@{rev}"]
+            print(f"  {name}: {m1 / m0:.3f}x ({l1 / l0:.3f}x) speed, {100 * (m0 / m1 - 1):+.1f}% step time")
     print(f"\nFLOPs per step: " +
           ", ".join(f"{n} {step_flops(*CONFIGS[n][0:2], *CONFIGS[n][3:6]) / 1e9:.1f} G" for n in args.configs.split(",")))
 
