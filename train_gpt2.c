@@ -61,7 +61,7 @@ static void layernorm_forward(float* out, float* mean, float* rstd, const float*
         float var = vf_lanes_sum(v) / C;
         float s = 1.0f / sqrtf(var + 1e-5f);
         float* y = out + (size_t)n * C;
-        for (int c = 0; c < C; c++) { y[c] = (x[c] - m) * s * weight[c] + bias[c]; }
+        for (int c = 0; c < C; c++) { y[c] = fmaf((x[c] - m) * s, weight[c], bias[c]); }
         mean[n] = m;
         rstd[n] = s;
     }
@@ -150,7 +150,7 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
         for (int c = 0; c < C; c++) {
             float norm = (x[c] - m) * s;
             float dnorm = dy[c] * weight[c];
-            dx[c] += s * (dnorm - mean_dnorm - norm * mean_dnorm_norm);
+            dx[c] = fmaf(s, fmaf(-norm, mean_dnorm_norm, dnorm - mean_dnorm), dx[c]);
         }
     }
     int nthreads = omp_get_max_threads();
@@ -166,7 +166,7 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
             const float* x = inp + (size_t)n * C;
             float m = mean[n], s = rstd[n];
             for (int c = c0; c < c1; c++) {
-                dweight[c] += dy[c] * (x[c] - m) * s;
+                dweight[c] = fmaf(dy[c], (x[c] - m) * s, dweight[c]);
                 dbias[c] += dy[c];
             }
         }

@@ -246,7 +246,9 @@ static inline float* vf_thread_scratch(size_t floats) {
 #define CPU_GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
 
 // exp(-2u), u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 (1 + tanh u) = 1 / (1 + exp(-2u))
-static inline vfloat vf_gelu_exp(vfloat x) { return vf_exp(-2.0f * CPU_GELU_SCALE * (x + 0.044715f * x * x * x)); }
+static inline vfloat vf_gelu_exp(vfloat x) {
+    return vf_exp(-2.0f * CPU_GELU_SCALE * vf_fma(0.044715f * x * x, x, x));
+}
 
 static inline vfloat vf_gelu(vfloat x) { return x / (1.0f + vf_gelu_exp(x)); }
 
@@ -255,7 +257,7 @@ static inline vfloat vf_gelu(vfloat x) { return x / (1.0f + vf_gelu_exp(x)); }
 static inline vfloat vf_gelu_grad(vfloat x) {
     vfloat e = vf_gelu_exp(x);
     vfloat s = 1.0f / (1.0f + e);
-    return s + 2.0f * x * s * (e * s) * CPU_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    return vf_fma(2.0f * x * s * (e * s) * CPU_GELU_SCALE, vf_fma(3.0f * 0.044715f * x, x, vf_splat(1.0f)), s);
 }
 
 #endif

@@ -310,15 +310,22 @@ static void host_dp_finish_gradients(HostDP* dp) {
 }
 
 // Sum of squares of x[0..n) in double, in 64 fixed chunks: the same result for any thread count.
+// A chunk sums in 8 lane partials (lane l takes its elements l, l + 8, ..., fused), combined as a
+// tree (l + 4, + 2, + 1): the same order whatever the vector width (llmc/cpu_vecmath.h).
 static double host_sum_of_squares(const float* x, size_t n) {
     double parts[64];
     #pragma omp parallel for schedule(static)
     for (int p = 0; p < 64; p++) {
-        size_t i0 = n * p / 64, i1 = n * (p + 1) / 64;
-        double s = 0.0;
-        #pragma omp simd reduction(+ : s)
-        for (size_t i = i0; i < i1; i++) { s += (double)x[i] * x[i]; }
-        parts[p] = s;
+        size_t i0 = n * p / 64, i1 = n * (p + 1) / 64, i = i0;
+        double l[8] = {0};
+        for (; i + 8 <= i1; i += 8) {
+            for (int j = 0; j < 8; j++) { l[j] = __builtin_fma((double)x[i + j], (double)x[i + j], l[j]); }
+        }
+        for (int j = 0; i + j < i1; j++) { l[j] = __builtin_fma((double)x[i + j], (double)x[i + j], l[j]); }
+        for (int h = 4; h >= 1; h /= 2) {
+            for (int j = 0; j < h; j++) { l[j] += l[j + h]; }
+        }
+        parts[p] = l[0];
     }
     double total = 0.0;
     for (int p = 0; p < 64; p++) { total += parts[p]; }
@@ -349,12 +356,12 @@ static void host_adamw_update(float* params, const float* grads, float* m, float
     #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float g = grads[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        float mi = fmaf(beta1, m[i], (1.0f - beta1) * g); // fused where written: the build contracts
+        float vi = fmaf(beta2, v[i], (1.0f - beta2) * g * g); // nothing by itself (llmc/cpu_vecmath.h)
         m[i] = mi;
         v[i] = vi;
         float mhat = mi / bias1, vhat = vi / bias2;
-        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
+        params[i] = fmaf(-lr, fmaf(weight_decay, params[i], mhat / (sqrtf(vhat) + eps)), params[i]);
     }
 }
 
