@@ -188,7 +188,7 @@ def mutant():
     shutil.rmtree(d, ignore_errors=True)
     shutil.copytree("llmc", d + "/llmc")
     shutil.copy("train_gpt2.c", d)
-    old = "params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);"
+    old = "params[i] = fmaf(-lr, fmaf(weight_decay, params[i], mhat / (sqrtf(vhat) + eps)), params[i]);"
     hits = [f for f in [d + "/train_gpt2.c"] + [os.path.join(d, "llmc", x) for x in os.listdir(d + "/llmc")]
             if old in open(f).read()]
     if len(hits) != 1:
