@@ -1,11 +1,12 @@
 # GPU trainer checks (sourced by dev/run_tests.sh): nvcc builds for sm_80 and sm_90 with the
-# per-kernel register/spill report, the no-GPU message, and, through the CUDA emulator, the test
-# against the PyTorch reference in FP32 and BF16 (with recompute, master-weight and GELU-epilogue
-# variants), two tests of that test (a perturbed gradient, an off-by-one attention mask), 20 steps
-# against the CPU trainer, checkpoint resume, recomputation, and the kernel tests (also under
-# AddressSanitizer, and the BF16 stochastic rounding and AdamW); the attention kernels against a
-# double reference (the fa2 and fallback versions, and a mask bug both must catch), the
-# trainer's BF16 tensor-core attention against PyTorch, and the activation memory against llm.c's.
+# per-kernel register/spill report and every launch against the hardware's limits, the no-GPU
+# message, and, through the CUDA emulator, the test against the PyTorch reference in FP32 and BF16
+# (with recompute, master-weight and GELU-epilogue variants), two tests of that test (a perturbed
+# gradient, an off-by-one attention mask), 20 steps against the CPU trainer, checkpoint resume,
+# recomputation, and the kernel tests (also under AddressSanitizer, and the BF16 stochastic rounding
+# and AdamW); the attention kernels against a double reference (the fa2 and fallback versions, and
+# a mask bug both must catch), the trainer's BF16 tensor-core attention against PyTorch, and the
+# activation memory against llm.c's.
 # The kernel tests and test_gpt2emu are emucc --check builds, also run under the reverse and random
 # schedules (dev/cuda_emu/README.md).
 GPU_TMP=build/test_tmp/gpu
@@ -336,6 +337,113 @@ gpu_model_launch_catches_planted() {
 }
 check gpu_model_launch_table python3 dev/bench/gpu_model.py --check-launch $GPU_LAUNCH
 check gpu_model_launch_catches_planted gpu_model_launch_catches_planted
+# Launch limits (dev/gpu_kernels/launch_limits.py, docs/gpu.md "Launch limits"): every kernel instance
+# of the two trainer builds gpu_nvcc_sm80_sm90 made, at its launch site, against sm_80's and sm_90's
+# limits (threads and __launch_bounds__, registers a block, static and dynamic shared memory and the
+# raised limit, grids at 124M and 1558M), from their ptxas logs and PTX; docs/gpu.md's table is what
+# it prints now.
+check gpu_launch_limits python3 dev/gpu_kernels/launch_limits.py
+check gpu_launch_limits_doc python3 dev/gpu_kernels/launch_limits.py --check-doc docs/gpu.md
+# limits_log_plant LOG OUT MANGLED_PREFIX regs|smem VALUE [ARCH]: a copy of a ptxas log with that
+# kernel's registers or static shared bytes set (on ARCH, else on both)
+limits_log_plant() {
+    python3 - "$@" <<'PY'
+import re, sys
+src, out, prefix, field, value = sys.argv[1:6]
+arch = sys.argv[6] if len(sys.argv) > 6 else None
+lines, hit, n = open(src).read().split("\n"), False, 0
+for i, l in enumerate(lines):
+    m = re.search(r"Compiling entry function '([^']+)' for '(sm_\d+)'", l)
+    if m:
+        hit = m.group(1).startswith(prefix) and arch in (None, m.group(2))
+    elif hit and "Used" in l:
+        if field == "regs":
+            lines[i] = re.sub(r"Used \d+ registers", "Used %s registers" % value, l)
+        elif " bytes smem" in l:
+            lines[i] = re.sub(r"\d+ bytes smem", "%s bytes smem" % value, l)
+        else:
+            lines[i] = l.replace(" registers, ", " registers, %s bytes smem, " % value, 1)
+        hit, n = False, n + 1
+open(out, "w").write("\n".join(lines))
+sys.exit(0 if n else "no kernel %s in %s" % (prefix, src))
+PY
+}
+# The test of the launch limits: launch_limits.py on planted copies must name each fault, and pass
+# the two configurations exactly at a limit. Run A, copies of the build's outputs and of the model:
+# 30 KiB of static shared memory in the head-size-32 forward (beside its 20 KiB dynamic, no raise),
+# 24 KiB in the head-size-32 dq pass (beside 24 KiB: exactly 48 KiB); 65 registers in the classifier
+# (1024 threads: 73728 allocated), 64 in loss_accumulate (1024 threads: 65536); the classifier's
+# __launch_bounds__ (its PTX .maxntid) at 512; the classifier's rows in grid y (gpu_model.py: 65536
+# > 65535 at 124M). Run B, a copy of the sources: the dq pass at head size 64 as it was (256 B static
+# beside FA2_DQ_SMEM(64) dynamic, its limit raised only where the dynamic bytes pass 48 KiB: its
+# raise replaced by such a helper), the forward's shared memory tripled (head size 128 raised to
+# 245760 B, above the opt-in), a launch SITES does not know, a kernel in the log without a launch site.
+gpu_launch_limits_catch_planted() {
+    local d=$GPU_TMP/limits_planted G=build/gpu rc=0 out want
+    rm -rf $d && mkdir -p $d/keep $d/model $d/src || return 1
+    limits_log_plant $G/ptxas_train_gpt2_BF16.log $d/a1.log _Z28attention_forward_fa2_kernelILi32E smem 30720 &&
+        limits_log_plant $d/a1.log $d/a2.log _Z32attention_backward_fa2_dq_kernelILi32E smem 24576 &&
+        limits_log_plant $d/a2.log $d/a3.log _Z23fused_classifier_kernel regs 65 sm_90 &&
+        limits_log_plant $d/a3.log $d/a.log _Z22loss_accumulate_kernel regs 64 sm_90 || return 1
+    cp $G/keep_train_gpt2_BF16/train_gpt2.compute_80.ptx $d/keep/ || return 1
+    python3 - $G/keep_train_gpt2_BF16/train_gpt2.compute_90.ptx $d/keep/train_gpt2.compute_90.ptx <<'PY' || return 1
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"\.entry _Z23fused_classifier_kernel\w*\([^{]*?\.maxntid 1024, 1, 1", text)
+open(sys.argv[2], "w").write(text[:m.end()].replace(".maxntid 1024, 1, 1", ".maxntid 512, 1, 1") + text[m.end():])
+PY
+    sed 's/return Launch("fused_classifier_kernel", BT, 1024,/return Launch("fused_classifier_kernel", (1, BT), 1024,/' \
+        dev/bench/gpu_model.py > $d/model/gpu_model.py && ! cmp -s dev/bench/gpu_model.py $d/model/gpu_model.py ||
+        { echo "the model's mutation did not apply"; return 1; }
+    out=$d/a.txt
+    if GPU_MODEL_DIR=$d/model python3 dev/gpu_kernels/launch_limits.py --build BF16:$d/a.log:$d/keep \
+        --build FP32:$G/ptxas_train_gpt2_FP32.log:$G/keep_train_gpt2_FP32 > $out; then
+        echo "run A passed"; return 1
+    fi
+    for want in 'FAIL: BF16 sm_90 attention_forward_fa2_kernel<32> .*: 30720 B static \+ 20480 B dynamic = 51200 B > 49152 B and its limit is not raised' \
+        'FAIL: BF16 sm_90 fused_classifier_kernel .*: 65 registers x 1024 threads: 73728 allocated' \
+        'FAIL: BF16 sm_90 fused_classifier_kernel .*: 1024 threads a block, its __launch_bounds__ allow 512' \
+        'FAIL: BF16 sm_80 fused_classifier_kernel .*: grid \(1, 65536, 1\) at 124M'; do
+        grep -E "$want" $out || { echo "NOT caught: $want"; rc=1; }
+    done
+    if grep -E "FAIL: .*(attention_backward_fa2_dq_kernel<32>|loss_accumulate_kernel)" $out; then
+        echo "a configuration exactly at its limit failed"; rc=1
+    fi
+    cp -r train_gpt2.cu llmc scripts $d/src/ &&
+        grep -v 'attention_backward_fa2_dq_kernel<64>' llmc/attention_fa2_backward.cuh > $d/src/llmc/attention_fa2_backward.cuh &&
+        cat >> $d/src/llmc/attention_fa2_backward.cuh <<'EOF' || return 1
+template <typename K> static void fa2_smem_limit_planted(K kernel, int bytes) {
+    if (bytes > 48 * 1024) { cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)); }
+}
+static void fa2_planted_setup(void) {
+    static int setup = 0;
+    if (!setup) {
+        fa2_smem_limit_planted(attention_backward_fa2_dq_kernel<64>, FA2_DQ_SMEM(64));
+        setup = 1;
+    }
+}
+EOF
+    echo 'static void planted_launch(void) { planted_kernel<<<1, 32>>>(); }' >> $d/src/llmc/gelu.cuh
+    sed -i 's/^#define FA2_SMEM(D) (5 \* FA2_TILE_ELEMS(D) \* 2)/#define FA2_SMEM(D) (15 * FA2_TILE_ELEMS(D) * 2)/' \
+        $d/src/llmc/attention_fa2.cuh
+    grep -q '(15 \* FA2_TILE_ELEMS' $d/src/llmc/attention_fa2.cuh || { echo "the FA2_SMEM mutation did not apply"; return 1; }
+    limits_log_plant $G/ptxas_train_gpt2_BF16.log $d/b.log _Z32attention_backward_fa2_dq_kernelILi64E smem 256 &&
+        printf "%s\n" "ptxas info    : Compiling entry function '_Z13orphan_kernelv' for 'sm_90'" \
+            "ptxas info    : Used 8 registers, used 0 barriers, 352 bytes cmem[0]" >> $d/b.log || return 1
+    out=$d/b.txt
+    if python3 dev/gpu_kernels/launch_limits.py --src $d/src --build BF16:$d/b.log:$G/keep_train_gpt2_BF16 \
+        --build FP32:$G/ptxas_train_gpt2_FP32.log:$G/keep_train_gpt2_FP32 > $out; then
+        echo "run B passed"; return 1
+    fi
+    for want in 'FAIL: BF16 sm_90 attention_backward_fa2_dq_kernel<64> .*: 256 B static \+ [0-9]+ B dynamic = [0-9]+ B > 49152 B and its limit is not raised' \
+        "FAIL: BF16 sm_90 attention_forward_fa2_kernel<128> .*: raised to 245760 B .* above sm_90's opt-in 232448 B" \
+        "error: planted_kernel \(llmc/gelu.cuh:[0-9]+\): a launch site launch_limits.py's SITES does not know" \
+        'error: BF16 orphan_kernel: 0 launch sites in the sources'; do
+        grep -E "$want" $out || { echo "NOT caught: $want"; rc=1; }
+    done
+    return $rc
+}
+check gpu_launch_limits_catch_planted gpu_launch_limits_catch_planted
 check gpu_nvcc_link make -s -f dev/gpu.mk gpu-nvcc-link
 check gpu_no_gpu_message gpu_no_gpu_message
 check gpu_reference gpu_reference
