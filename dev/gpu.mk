@@ -160,9 +160,12 @@ build/gpu/attention_emu_fp32: dev/cuda/attention.cu dev/cuda/common.cuh dev/cuda
 build/gpu/attention_emu_check: dev/cuda/attention.cu $(GPU_SOURCES)
 	@mkdir -p build/gpu
 	$(GPU_EMUCC) --check $(GPU_EMUCC_FLAGS) -o $@ dev/cuda/attention.cu
-# what make USE_CUDNN=1 train_gpt2 builds (BF16), into build/gpu so that the tests leave the root binary alone
+# what make USE_CUDNN=1 train_gpt2 builds (BF16), into build/gpu so that the tests leave the root binary alone;
+# its ptxas -v output in build/gpu/train_gpt2_cudnn.ptxas.log (51_gpu_cudnn.sh: the kernels of the BF16 build;
+# not a ptxas_*.log, which gpu-nvcc-check clears)
 build/gpu/train_gpt2_cudnn: $(GPU_SOURCES) build/gpu/cudnn_att.o
-	$(NVCC) $(NVCC_FLAGS) -DENABLE_CUDNN -o $@ train_gpt2.cu build/gpu/cudnn_att.o $(GPU_LIBS) $(CUDNN_LIBS)
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_CUDNN -Xptxas -v -o $@ train_gpt2.cu build/gpu/cudnn_att.o $(GPU_LIBS) $(CUDNN_LIBS) \
+	  2> build/gpu/train_gpt2_cudnn.ptxas.log || { cat build/gpu/train_gpt2_cudnn.ptxas.log; exit 1; }
 # dev/cuda/attention.cu with the cuDNN version, for a GPU: both paths checked and timed
 build/gpu/attention_cudnn: dev/cuda/attention.cu dev/cuda/common.cuh $(GPU_SOURCES) build/gpu/cudnn_att.o
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_CUDNN -o $@ dev/cuda/attention.cu build/gpu/cudnn_att.o $(CUDNN_LIBS)

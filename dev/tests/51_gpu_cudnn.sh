@@ -1,8 +1,9 @@
 # The cuDNN attention path (-at cudnn, make USE_CUDNN=1; sourced by dev/run_tests.sh after
 # 50_gpu_trainer.sh, whose head-size-64 reference model $GREF64 and emulated builds it reuses; alone:
 # TESTS=51_gpu_cudnn dev/run_tests.sh): the glue with the real frontend headers through nvcc, linked
-# as make USE_CUDNN=1 train_gpt2 links it; through the emulator's frontend, cuDNN against our
-# tensor-core kernels and a double reference at GPT-2 124M's layer width (T 512) and an odd T, test_gpt2
+# as make USE_CUDNN=1 train_gpt2 links it (its kernels the BF16 build's, by their ptxas resources);
+# through the emulator's frontend, cuDNN against our tensor-core kernels and a double reference at
+# GPT-2 124M's layer width (T 512) and an odd T, test_gpt2
 # -at cudnn against PyTorch (a checked build), training steps at T 77 with -at cudnn, -at ours and
 # the CPU trainer (the test model, and one layer of 124M's width); a planted wrong stride in the
 # glue caught; -at cudnn refused where the build has no cuDNN; the emulated frontend's own numbers
@@ -92,6 +93,21 @@ gpu_cudnn_refused_without() {
 # The nvcc-built trainer with cuDNN linked runs up to the GPU check (its libraries load).
 gpu_cudnn_no_gpu_message() { gpu_binary_no_gpu_message build/gpu/train_gpt2_cudnn; }
 
+# Its kernels are the BF16 build's (-DENABLE_CUDNN changes host code only; cuDNN launches its own),
+# with the same registers and static shared memory on sm_80 and sm_90 (its ptxas log against
+# gpu_nvcc_sm80_sm90's), so 50's launch-limits table covers them; a copy of its log with one
+# register more in a kernel must fail the comparison.
+gpu_cudnn_launch_limits() {
+    local log=build/gpu/train_gpt2_cudnn.ptxas.log planted=$CUDNN_TMP/ptxas_planted.log
+    [ -f $log ] || { echo "$log missing: build/gpu/train_gpt2_cudnn is older than its recipe (remove it, rebuild)"; return 1; }
+    python3 dev/gpu_kernels/launch_limits.py --same-kernels build/gpu/ptxas_train_gpt2_BF16.log $log || return 1
+    sed '0,/Used 32 registers/s//Used 33 registers/' $log > $planted && ! cmp -s $log $planted ||
+        { echo "the mutation did not apply"; return 1; }
+    if python3 dev/gpu_kernels/launch_limits.py --same-kernels build/gpu/ptxas_train_gpt2_BF16.log $planted; then
+        echo "the planted register count passed"; return 1
+    fi
+}
+
 # nvcc beside the emulated build and checks (the glue first, about 70 s of one core on a fresh
 # clone, then the two programs at once): started first, since it is the longest path of this file
 check_bg gpu_cudnn_nvcc_build early_result gpu_cudnn_nvcc make -s -j2 -f dev/gpu.mk build/gpu/train_gpt2_cudnn build/gpu/attention_cudnn
@@ -106,3 +122,4 @@ check_bg gpu_cudnn_detects_wrong_stride gpu_cudnn_detects_wrong_stride
 check_bg gpu_cudnn_refused_without gpu_cudnn_refused_without
 check_wait
 check gpu_cudnn_no_gpu_message gpu_cudnn_no_gpu_message
+check gpu_cudnn_launch_limits gpu_cudnn_launch_limits
