@@ -349,9 +349,10 @@ __global__ void __launch_bounds__(FA2_THREADS) attention_backward_fa2_dkv_kernel
         cudaLaunchCheck();                                                                                           \
     } while (0)
 
-// raise a kernel's dynamic shared memory limit above the default 48 KiB where it needs more
+// set a kernel's dynamic shared memory limit to what it launches with, always: the default is 48 KiB
+// minus the kernel's static shared memory (the dq kernel's 256 B sD), so even an exact 48 KiB needs it
 template <typename K> static void fa2_smem_limit(K kernel, int bytes) {
-    if (bytes > 48 * 1024) { cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)); }
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 static void attention_backward_fa2(bf16* dqkv, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
