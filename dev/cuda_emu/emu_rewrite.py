@@ -6,6 +6,10 @@ Three rewrites, each keeping line numbers (no newline is added or removed):
   extern __shared__ T buf[];     ->  T* buf = (T*)::emu::dynamic_smem();
   __shared__                     ->  static            (blocks run one at a time, threads share statics)
 and `#pragma unroll` lines become empty lines (g++ would warn about an unknown pragma).
+A static __shared__ declaration inside a function is followed by its note: once per launch, the first
+thread that reaches it adds its bytes to the kernel's static shared memory (::emu::static_smem), so
+that the launcher can hold static plus dynamic bytes to the GPU's limits; a launch passes the text
+before <<< as the kernel's name (LaunchConfig(...).named).
 With check=True (emucc --check) also: each static __shared__ declaration gets a static_assert that it
 fits in 48 KiB, and each kernel (`__global__` definition) starts with a call of ::emu::kernel_entry
 that gives the launcher the kernel's name and its __launch_bounds__ thread limit.
@@ -144,6 +148,11 @@ def find_text(src, text, i, word=False):
             i = end
 
 
+def c_string(text):
+    """text as a C string literal."""
+    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def rewrite_launches(src):
     out = []
     pos = 0
@@ -166,9 +175,9 @@ def rewrite_launches(src):
         out.append(src[pos:start])
         # The arguments are evaluated at the launch (into a tuple of their decayed types), as CUDA
         # copies them then; the body may run later, when the stream reaches the kernel.
-        out.append("::emu::launch(%s, ::emu::LaunchConfig(%s), %s[=, emu_args_ = ::std::make_tuple(%s)] { "
+        out.append("::emu::launch(%s, ::emu::LaunchConfig(%s).named(%s), %s[=, emu_args_ = ::std::make_tuple(%s)] { "
                    "::std::apply([&](const auto&... emu_a_) { %s(emu_a_...); }, emu_args_); })"
-                   % (kernel_id(name), cfg, gap, args, name))
+                   % (kernel_id(name), cfg, c_string(" ".join(name.split())), gap, args, name))
         pos = args_end + 1
     out.append(src[pos:])
     return "".join(out)
@@ -205,25 +214,58 @@ def declarator_names(decl):
     return names
 
 
+LITERAL = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
+BLOCK_WORDS = ("else", "do", "try", "const", "noexcept", "mutable", "override")
+
+
+def in_statements(masked, i):
+    """Whether position i of the source (masked: its literals blanked) lies in a block of statements
+    (a function body or a block inside one), not at namespace, class or initializer scope: the
+    innermost unclosed { before i follows ) ] { } ; : or one of BLOCK_WORDS."""
+    depth, k = 0, i
+    while True:
+        o, c = masked.rfind("{", 0, k), masked.rfind("}", 0, k)
+        if o < 0:
+            return False
+        if c > o:
+            depth += 1
+            k = c
+            continue
+        if depth:
+            depth -= 1
+            k = o
+            continue
+        before = masked[:o].rstrip()
+        if before and before[-1] in ")]{};:":
+            return True
+        return identifier_before(before, len(before)) in BLOCK_WORDS
+
+
 def rewrite_shared(src, check):
-    """__shared__ -> static; with check, a static_assert after each declaration that it fits in 48 KiB."""
+    """__shared__ -> static, and inside a function the declaration's note (its bytes, once per launch);
+    with check, a static_assert after each declaration that it fits in 48 KiB."""
     out, pos = [], 0
+    masked = None
     while True:
         i = find_text(src, "__shared__", pos, word=True)
         if i < 0:
             break
+        if masked is None:
+            masked = LITERAL.sub(lambda m: " " * len(m.group(0)), src)
         out.append(src[pos:i] + "static")
         pos = i + len("__shared__")
-        if not check:
-            continue
         end, kind = end_of_statement(src, pos)
         names = declarator_names(src[pos:end]) if kind == ";" else []
         out.append(src[pos:end])
         pos = end
-        if names:
+        if not names:
+            continue
+        size = " + ".join("sizeof(%s)" % n for n in names)
+        if check:
             out.append('; static_assert(%s <= %d, "emucc --check: static __shared__ %s uses more than 48 KiB '
-                       '(nvcc/ptxas refuse it: too much shared data)")'
-                       % (" + ".join("sizeof(%s)" % n for n in names), SMEM_LIMIT, ", ".join(names)))
+                       '(nvcc/ptxas refuse it: too much shared data)")' % (size, SMEM_LIMIT, ", ".join(names)))
+        if in_statements(masked, i):
+            out.append("; { static unsigned long long emu_sn_ = 0; ::emu::static_smem(&emu_sn_, %s); }" % size)
     out.append(src[pos:])
     return "".join(out)
 

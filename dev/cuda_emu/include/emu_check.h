@@ -576,9 +576,11 @@ template <class F> void chk_launch(const void* kid, const LaunchConfig& c, F bod
     }
     if (c.smem > chk::kSmemBytes) { fail(cudaErrorInvalidValue); return; }
     LaunchConfig cfg = c;
-    chk::enqueue(chk::sidx(c.stream), "kernel " + name, [cfg, body, name]() mutable {
+    bool probed = probe_name != nullptr;
+    chk::enqueue(chk::sidx(c.stream), "kernel " + name, [cfg, body, name, probed]() mutable {
         chk::Suspend g;
         chk::kernel_name = name.c_str();
+        if (probed) cfg.name = name.c_str();
         chk::blocks_run().clear();
         chk::releases().clear();
         chk::set_mode(chk::Runtime);

@@ -396,10 +396,14 @@ struct LaunchConfig {
     dim3 grid, block;
     size_t smem;
     cudaStream_t stream;
+    const char* name = nullptr;  // the launch's text before <<< (emu_rewrite.py), or the kernel's own under --check
+    const void* kid = nullptr;   // the kernel's address where known
     LaunchConfig(dim3 g, dim3 b, size_t s = 0, cudaStream_t st = 0) : grid(g), block(b), smem(s), stream(st) {}
+    LaunchConfig named(const char* n) const { LaunchConfig c = *this; c.name = n; return c; }
 };
 
-struct FuncAttrs { int max_dynamic_smem = (int)kSmemDefault; int carveout = -1; };
+// dyn_set: cudaFuncSetAttribute(MaxDynamicSharedMemorySize) was called for the kernel
+struct FuncAttrs { int max_dynamic_smem = (int)kSmemDefault; bool dyn_set = false; int carveout = -1; };
 inline std::map<const void*, FuncAttrs>& func_attrs() { static std::map<const void*, FuncAttrs> m; return m; }
 inline int max_optin_seen = (int)kSmemDefault;  // limit used for kernels whose address is unknown
 
@@ -430,12 +434,68 @@ inline cudaError_t check_config(const void* kid, const LaunchConfig& c) {
     return cudaSuccess;
 }
 
+// ---- static shared memory (a strict rule) ----
+// A GPU gives a block 48 KiB of shared memory in all unless the kernel's
+// cudaFuncSetAttribute(MaxDynamicSharedMemorySize) raised it: the dynamic bytes a launch may ask for are
+// 48 KiB minus the kernel's static __shared__ bytes; a raised limit V admits up to V dynamic bytes, and V
+// plus the static bytes must stay within the opt-in maximum (kSmemOptin). The static bytes are counted as
+// the kernel runs: after each static __shared__ declaration in a function, emu_rewrite.py puts a note that
+// the first thread of each launch to reach it counts (static_smem), so a device function's arrays count
+// for every kernel that calls it. The first note that takes a launch over its limit ends the run, naming
+// the kernel and the numbers (a GPU would have refused the launch, cudaErrorInvalidValue).
+struct RunningLaunch {
+    const void* kid = nullptr;
+    const char* name = nullptr;
+    size_t dynamic = 0, statics = 0;
+};
+inline RunningLaunch running;
+inline unsigned long long launch_serial = 0;  // one more at every grid's start; a note's guard
+// the note: *seen is the declaration's own guard (the launch it was last counted in)
+EMU_UNCHECKED inline void static_smem(unsigned long long* seen, size_t bytes) {
+    if (*seen == launch_serial) return;
+    EMU_RUNTIME;
+    *seen = launch_serial;
+    running.statics += bytes;
+    if (!strict()) return;
+    const RunningLaunch& r = running;
+    bool raised = false;
+    size_t v = 0;
+    if (r.kid) {
+        auto it = func_attrs().find(r.kid);
+        if (it != func_attrs().end() && it->second.dyn_set) raised = true, v = (size_t)it->second.max_dynamic_smem;
+    } else if (max_optin_seen > (int)kSmemDefault) {
+        raised = true, v = r.dynamic;  // a kernel whose address is unknown: taken as raised to what it asks
+    }
+    char why[400];
+    // over 48 KiB of static arrays alone is ptxas's refusal, not the launch's: emucc --check's static_assert
+    if (r.statics > kSmemDefault) return;
+    if (!raised && r.statics + r.dynamic > kSmemDefault)
+        snprintf(why, sizeof why, "%zu bytes of static and %zu of dynamic shared memory, over 49152 in all: without "
+                 "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) the dynamic limit is 49152 - %zu = %zu bytes",
+                 r.statics, r.dynamic, r.statics, kSmemDefault - r.statics);
+    else if (raised && r.statics + v > kSmemOptin)
+        snprintf(why, sizeof why, "%zu bytes of static shared memory and a dynamic limit raised to %zu, over the "
+                 "opt-in maximum %zu in all (at most %zu dynamic bytes may be asked for)", r.statics, v, kSmemOptin,
+                 kSmemOptin - r.statics);
+    else
+        return;
+    char msg[600];
+    snprintf(msg, sizeof msg, "a GPU refuses this launch (cudaErrorInvalidValue): kernel %s has %s",
+             r.name ? r.name : "(launched by cudaLaunchKernelEx)", why);
+    die(msg);
+}
+
 template <class F> void call_body(void* f) { (*(F*)f)(); }
 
 // Every block of the grid, in EMU_SCHED's order, with `smem` as dynamic shared memory.
 template <class F> void run_grid(const LaunchConfig& c, F& body, unsigned char* smem) {
     if (blk.current >= 0) die("kernel launched from device code (dynamic parallelism is not emulated)");
     blk.dyn_smem = smem;
+    running.kid = c.kid;
+    running.name = c.name;
+    running.dynamic = c.smem;
+    running.statics = 0;
+    launch_serial++;
     blk.body = &call_body<F>;
     blk.body_arg = &body;
     blockDim = c.block;
@@ -464,7 +524,9 @@ template <class F> void chk_launch(const void* kid, const LaunchConfig& c, F bod
 #endif
 
 // Run `body` (which calls the kernel) as every thread of every block of the grid.
-template <class F> void launch(const void* kid, const LaunchConfig& c, F body) {
+template <class F> void launch(const void* kid, const LaunchConfig& lc, F body) {
+    LaunchConfig c = lc;
+    c.kid = kid;
     cudaError_t e = check_config(kid, c);
     if (e != cudaSuccess) { fail(e); return; }
 #ifdef EMU_CHECK
@@ -516,6 +578,7 @@ inline cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
         if (value < 0 || (size_t)value > emu::kSmemOptin) return emu::fail(cudaErrorInvalidValue);
         emu::func_attrs()[func].max_dynamic_smem = value;
+        emu::func_attrs()[func].dyn_set = true;
         if (value > emu::max_optin_seen) emu::max_optin_seen = value;
     } else if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) {
         if (value < -1 || value > 100) return emu::fail(cudaErrorInvalidValue);

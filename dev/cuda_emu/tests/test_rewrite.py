@@ -8,8 +8,12 @@ from emu_rewrite import kernel_id, rewrite  # noqa: E402
 
 
 def launch(name, cfg, args, gap=""):
-    return ("::emu::launch(%s, ::emu::LaunchConfig(%s), %s[=, emu_args_ = ::std::make_tuple(%s)] { "
-            "::std::apply([&](const auto&... emu_a_) { %s(emu_a_...); }, emu_args_); })" % (kernel_id(name), cfg, gap, args, name))
+    return ("::emu::launch(%s, ::emu::LaunchConfig(%s).named(\"%s\"), %s[=, emu_args_ = ::std::make_tuple(%s)] { "
+            "::std::apply([&](const auto&... emu_a_) { %s(emu_a_...); }, emu_args_); })"
+            % (kernel_id(name), cfg, name, gap, args, name))
+
+
+NOTE = "; { static unsigned long long emu_sn_ = 0; ::emu::static_smem(&emu_sn_, %s); }"
 
 
 class LaunchRewrite(unittest.TestCase):
@@ -68,6 +72,30 @@ class SharedRewrite(unittest.TestCase):
 
     def test_static_shared(self):
         self.assertEqual(rewrite("__shared__ float tile[32][33];"), "static float tile[32][33];")
+
+    def test_static_shared_in_a_function_is_noted_once_per_launch(self):
+        src = "__device__ float f() { __shared__ float a[32], b[4][8]; return a[0]; }"
+        self.assertEqual(rewrite(src), "__device__ float f() { static float a[32], b[4][8]"
+                         + NOTE % "sizeof(a) + sizeof(b)" + "; return a[0]; }")
+
+    def test_static_shared_in_a_nested_block_of_a_kernel_is_noted(self):
+        src = "__global__ void __launch_bounds__(64) k() { if (1) { __shared__ int t; } }"
+        self.assertIn(NOTE % "sizeof(t)", rewrite(src))
+
+    def test_static_shared_at_namespace_or_class_scope_gets_no_note(self):
+        for src in ('namespace n { __shared__ int t; }', 'extern "C" { __shared__ int t; }',
+                    "struct S { int x; }; __shared__ int t;", "__shared__ int t[2];"):
+            self.assertNotIn("static_smem", rewrite(src), src)
+
+    def test_braces_in_literals_do_not_mislead_the_scope(self):
+        src = 'void h() { puts("}"); } namespace n { char c = \'{\'; __shared__ int t; }'
+        self.assertNotIn("static_smem", rewrite(src))
+        src = 'void h() { puts("{"); __shared__ int t; }'
+        self.assertIn("static_smem", rewrite(src))
+
+    def test_launch_name_is_a_c_string(self):
+        out = rewrite('k<T, "a\\b"><<<1, 1>>>();')
+        self.assertIn('.named("k<T, \\"a\\\\b\\">")', out)
 
     def test_shared_in_a_string_literal_is_untouched(self):
         src = 'puts("__shared__ x"); __shared__ int y;'
