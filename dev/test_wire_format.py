@@ -171,9 +171,14 @@ def cmd_reference(trainer=None):
         # elements are allowed (at most 0.5% of them, each within 2e-3); bf16 and int8: all within tol.
         # The median element must agree to 1e-6 (fp32 noise; a dropped residual gives ~1e-5).
         median = float(np.median(err))
-        # Top-k: a selection that a ~1e-7 difference reorders moves an element by its whole value.
+        # Top-k: a selection that a ~1e-7 difference reorders (a near-tie at the chunk's k-th value,
+        # which the two sides' BLAS, and so the host, decide) moves an element by its whole message:
+        # at most one window's inner steps (H x lr = 3e-3, AdamW's step being at most about lr) times
+        # the outer step's 0.7 x (1 + 0.9), 4e-3; such elements are allowed within 5e-3 (seen: 2.2e-3
+        # on an Intel host with AVX-512, under 2e-3 on AMD Zen 3 and 4).
         loose = fmt == "int4" or topk > 0
-        weights_ok = (we <= tol or (loose and beyond <= 0.005 and we <= 2e-3)) and median <= 1e-6
+        bound = 5e-3 if topk > 0 else 2e-3
+        weights_ok = (we <= tol or (loose and beyond <= 0.005 and we <= bound)) and median <= 1e-6
         report(le <= tol and weights_ok and dl.syncs(d) == [3, 6, 9],
                f"2 x 2 ZeRO {stage} -ls {H} -rq {fmt} -rk {topk} -ref {feedback} -rqs {start}: max loss error "
                f"{le:.2e} (tol "
