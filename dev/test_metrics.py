@@ -16,6 +16,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 
@@ -93,11 +94,12 @@ def main():
     # A run killed after its step-3 checkpoint (its DONE_6 removed), resumed with -y 1: the merged
     # records of each step hold every number once, equal to the uninterrupted run's.
     logdir2 = os.path.join(work, "log_resumed")
+    shutil.rmtree(logdir2, ignore_errors=True)  # a rerun's checkpoints (and their .stale markers) go first
     cmd2 = [x if x != logdir else logdir2 for x in cmd] + ["-n", "3"]
     env1 = dict(os.environ, OMP_NUM_THREADS="1")
     ok = subprocess.run(cmd2, capture_output=True, env=env1).returncode == 0
     for f in os.listdir(logdir2):
-        if f.startswith("DONE_") and int(f[5:]) == 6:
+        if f.startswith("DONE_") and f[5:].isdigit() and int(f[5:]) == 6:
             os.remove(os.path.join(logdir2, f))
     ok = ok and subprocess.run(cmd2 + ["-y", "1"], capture_output=True, env=env1).returncode == 0
     merged, dup = {}, []
