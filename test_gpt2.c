@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     read_reference_losses(losses_path, ref_losses, TEST_STEPS);
     DataLoader loader;
     dataloader_init(&loader, data_path, "data", B, T, 0, 1, 1, config.vocab_size, 0, 0);
-    AdamWConfig adamw = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f};
+    OptimizerConfig adamw = {.kind = OPT_ADAMW, .adamw = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f}};
     for (int step = 0; step < TEST_STEPS; step++) {
         dataloader_next(&loader);
         gpt2_zero_grads(&model);

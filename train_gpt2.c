@@ -584,6 +584,7 @@ int main(int argc, char** argv) {
     host_dp_init(&cpu.dp, &run.config, world, rank, args.dp_shard, zero, &args.outer, cpu.model.params_memory,
                  cpu.model.grads_memory, grad_tensors, cpu.model.grads_one_layer);
     if (args.outer.every > 0 && args.outer.overlap > 0) { host_dp_init_overlap(&cpu.dp); }
+    if (strcmp(args.optimizer, "muon") == 0) { host_dp_init_muon(&cpu.dp, &run.config, MUON_NS_STEPS); }
     TrainerOps ops = cpu_trainer_ops;
     ops.dp = host_dp_ops(&cpu.dp);
     char peak_source[160] = "-pk";
@@ -598,9 +599,11 @@ int main(int argc, char** argv) {
     host_dp_memory(&cpu.dp, &mem);
     CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters, 4, 4, 0,
                                          &args.outer);
-    char extra[128];
-    snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank | matmul tile %dx%d of %d-bit vectors\n",
-             omp_get_max_threads(), GEMM_MR, GEMM_NR, GEMM_VW * 32);
+    char extra[640], line[512];
+    optimizer_describe(&run.opt, &run.config, plan->num_parameters, zero, cpu.dp.muon_mine, cpu.dp.muon_mine_flops,
+                       cpu.dp.muon_most_flops, line, sizeof(line));
+    snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank | matmul tile %dx%d of %d-bit vectors\n%s\n",
+             omp_get_max_threads(), GEMM_MR, GEMM_NR, GEMM_VW * 32, line);
     run_print_start(&run, plan->num_parameters, &mem, &comm, extra);
 
     double train_start = now_seconds();

@@ -164,16 +164,88 @@ class AdamW:
         """Clip by the global norm over all grads, then one AdamW update. Returns the norm."""
         norm = torch.sqrt(sum((grads[n] * grads[n]).sum() for n in PARAM_NAMES))
         scale = self.clip / norm if norm > self.clip else torch.ones((), dtype=norm.dtype)
+        self.update(P, grads, scale)
+        return float(norm)
+
+    def update(self, P, grads, scale):
+        """The AdamW update of the tensors in grads (times scale), one step more."""
         self.t += 1
         c1, c2 = 1.0 - self.b1 ** self.t, 1.0 - self.b2 ** self.t
-        for n in PARAM_NAMES:
+        for n in [n for n in PARAM_NAMES if n in grads]:
             g = grads[n] * scale
             m, v, p = self.m[n], self.v[n], P[n]
             m.mul_(self.b1).add_((1.0 - self.b1) * g)
             v.mul_(self.b2).add_((1.0 - self.b2) * g * g)
             wd = self.wd if n in DECAYED else 0.0
             p.sub_(self.lr * ((m / c1) / (torch.sqrt(v / c2) + self.eps) + wd * p))
+
+
+# ----------------------------------------------------------------------------------------------
+# Muon (torch.optim.Muon's semantics, PyTorch 2.9) on each layer's four block matrices, AdamW on the
+# rest; everything in fp32
+
+MUON_MATRICES = ("qkvw", "attprojw", "fcw", "fcprojw")
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+
+
+def newton_schulz(U, steps=5, eps=1e-7):
+    """The quintic Newton-Schulz iteration toward the orthogonal factor of U (rows x cols as stored):
+    X = U / max(|U|_F, eps), worked on as its wide orientation (transposed when rows > cols), then
+    `steps` times S = X X^T, X = a X + (b S + c S S) X, and turned back."""
+    a, b, c = NS_COEFFICIENTS
+    X = U / torch.clamp(torch.linalg.norm(U), min=eps)
+    tall = U.shape[0] > U.shape[1]
+    if tall:
+        X = X.t()
+    for _ in range(steps):
+        S = X @ X.t()
+        X = a * X + (b * S + c * (S @ S)) @ X
+    return X.t() if tall else X
+
+
+class Muon:
+    """Muon on every layer's qkvw, attprojw, fcw, fcprojw (each layer's slice one matrix), AdamW at
+    lr on everything else (wte, which the classifier shares, wpe, biases, LayerNorm). After the
+    global clip, a matrix's gradient G: M = mu M + (1 - mu) G; U = (1 - mu) G + mu M (Nesterov);
+    W = W (1 - muon_lr wd) - muon_lr sqrt(max(1, rows / cols)) NS5(U)."""
+
+    def __init__(self, P, lr, wd, clip, muon_lr=0.02, momentum=0.95):
+        self.adamw = AdamW(P, lr, wd, clip)
+        self.muon_lr, self.mu = muon_lr, momentum
+        self.momentum = {n: torch.zeros_like(P[n]) for n in MUON_MATRICES}
+
+    @property
+    def t(self):
+        return self.adamw.t
+
+    @t.setter
+    def t(self, value):
+        self.adamw.t = value
+
+    def step(self, P, grads):
+        """Clip by the global norm over all grads, then one step. Returns the norm."""
+        rest = {n: g for n, g in grads.items() if n not in MUON_MATRICES}
+        norm = torch.sqrt(sum((grads[n] * grads[n]).sum() for n in PARAM_NAMES))
+        scale = self.adamw.clip / norm if norm > self.adamw.clip else torch.ones((), dtype=norm.dtype)
+        self.adamw.update(P, rest, scale)
+        for n in MUON_MATRICES:
+            for layer in range(P[n].shape[0]):
+                self.matrix_step(P[n][layer], grads[n][layer] * scale, self.momentum[n][layer])
         return float(norm)
+
+    def matrix_step(self, W, g, M):
+        """One matrix's update in place: W with its clipped gradient g and momentum M."""
+        mu, lr, wd = self.mu, self.muon_lr, self.adamw.wd
+        M.mul_(mu).add_((1.0 - mu) * g)
+        O = newton_schulz((1.0 - mu) * g + mu * M)
+        ratio = math.sqrt(max(1.0, W.shape[0] / W.shape[1]))
+        W.mul_(1.0 - lr * wd).sub_(lr * ratio * O)
+
+
+def make_optimizer(P, optimizer, lr, wd, clip, muon_lr=0.02, muon_momentum=0.95):
+    if optimizer == "muon":
+        return Muon(P, lr, wd, clip, muon_lr, muon_momentum)
+    return AdamW(P, lr, wd, clip)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -546,7 +618,7 @@ def synchronous_step_wire(reps, opts, cfg, x, y, B, fmt, layout, residuals, dens
 def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0, replicas=1,
           sync_every=0, outer_lr=0.7, outer_momentum=0.9, sync_start=0, on_first_batch=None,
           path="data", log=print, wire="fp32", feedback=True, wire_start=0, wire_shards=0, topk=0.0,
-          fragments=1, overlap=0, drops=(), rejoins=()):
+          fragments=1, overlap=0, drops=(), rejoins=(), optimizer="adamw", muon_lr=0.02, muon_momentum=0.95):
     """Train `steps` AdamW steps; returns (losses, reps): each step's loss before its update and
     the R replicas' final parameters (reps[0] is P itself, updated in place; after the final
     outer sync all replicas are equal). Step t (1-based) reads the next global batch of R*B rows
@@ -589,7 +661,10 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
             loss, grads, logits = loss_and_grads(P, cfg, x, y)
             on_first_batch(x, y, logits, loss, grads)
         return [], reps
-    opts = [AdamW(rep, lr, weight_decay, grad_clip) for rep in reps]
+    def new_optimizer(rep):
+        return make_optimizer(rep, optimizer, lr, weight_decay, grad_clip, muon_lr, muon_momentum)
+
+    opts = [new_optimizer(rep) for rep in reps]
     outer = buf = None
 
     def take_outer():
@@ -627,7 +702,7 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
                 for n in PARAM_NAMES:
                     reps[r][n].copy_(outer[n])
                 if DROP_BUG != 2:
-                    opts[r] = AdamW(reps[r], lr, weight_decay, grad_clip)
+                    opts[r] = new_optimizer(reps[r])
                     opts[r].t = 0 if DROP_BUG == 3 else t - 1
                 if residuals is not None and DROP_BUG != 5:
                     residuals[r] = {}
@@ -915,6 +990,42 @@ def selftest():
     diff = max(float((P[n] - ref_p[n].detach()).abs().max()) for n in PARAM_NAMES)
     expect(diff < 1e-12, f"hand AdamW vs torch.optim.AdamW (max diff {diff:.1e})")
 
+    # 4b. Newton-Schulz against its closed form: for U = P diag(s) Q^T every step maps each singular
+    # value x (of U / |U|_F) to a x + b x^3 + c x^5 and keeps the singular vectors; float64, a tall
+    # and a wide matrix (the transposed path)
+    for rows, cols in ((12, 5), (5, 12)):
+        k = min(rows, cols)
+        Pm = torch.linalg.qr(torch.randn(rows, k, dtype=torch.float64))[0]
+        Qm = torch.linalg.qr(torch.randn(cols, k, dtype=torch.float64))[0]
+        sv = torch.linspace(0.05, 2.0, k, dtype=torch.float64)
+        x = sv / torch.sqrt((sv * sv).sum())
+        a_, b_, c_ = NS_COEFFICIENTS
+        for _ in range(5):
+            x = a_ * x + b_ * x ** 3 + c_ * x ** 5
+        want = Pm @ torch.diag(x) @ Qm.t()
+        got = newton_schulz(Pm @ torch.diag(sv) @ Qm.t())
+        err = float((got - want).abs().max())
+        expect(err < 1e-10, f"Newton-Schulz {rows}x{cols} against the closed form (max diff {err:.1e})")
+    # 4c. the Muon step against torch.optim.Muon where this torch has it (2.9 on: its Newton-Schulz
+    # runs in bf16, so the updates agree to bf16's precision: 3e-2 of the update's largest entry)
+    if hasattr(torch.optim, "Muon"):
+        W = torch.randn(48, 16, dtype=torch.float32)  # tall: the lr ratio sqrt(3), the transposed path
+        ref = W.clone().requires_grad_(True)
+        ref_opt = torch.optim.Muon([ref], lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True,
+                                   adjust_lr_fn="original")
+        mine = Muon({"qkvw": W.clone()[None]}, lr=1e-3, wd=0.1, clip=1.0)
+        M = torch.zeros_like(W)
+        for k in range(3):
+            G = torch.randn(48, 16, dtype=torch.float32)
+            ref.grad = G.clone()
+            ref_opt.step()
+            mine.matrix_step(W, G, M)
+        tol = 3e-2 * 0.02 * math.sqrt(3.0)
+        err = float((W - ref.detach()).abs().max())
+        expect(err < tol, f"Muon vs torch.optim.Muon, 3 steps (max diff {err:.1e}, tol {tol:.1e})")
+    else:
+        print("skip  Muon vs torch.optim.Muon (this torch has no torch.optim.Muon; 2.9 and later do)")
+
     # 5. files: round trips and rejections
     with tempfile.TemporaryDirectory() as d:
         P32 = {n: t.float() for n, t in P.items()}
@@ -1092,6 +1203,10 @@ def main(argv=None):
                          "correction, the global step's), a zero residual, and the rows it would have read had "
                          "it never left; with --fragments, every fragment's outer parameters of its last sync. "
                          "Repeatable, or comma-separated")
+    ap.add_argument("--optimizer", default="adamw", choices=["adamw", "muon"],
+                    help="adamw, or muon on the block matrices with AdamW on the rest (default adamw)")
+    ap.add_argument("--muon-lr", type=float, default=0.02, help="Muon's learning rate (default 0.02)")
+    ap.add_argument("--muon-momentum", type=float, default=0.95, help="Muon's momentum (default 0.95)")
     ap.add_argument("--drop-bug", type=int, default=0, choices=[0, 1, 2, 3, 4, 5], help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.replicas < 1:
@@ -1166,7 +1281,8 @@ def main(argv=None):
                          on_first_batch=dump, path=a.data, wire=a.wire_format, feedback=bool(a.error_feedback),
                          wire_start=a.compress_start, wire_shards=a.wire_shards, topk=a.topk,
                          fragments=a.fragments, overlap=a.overlap, drops=elastic["--drop"],
-                         rejoins=elastic["--rejoin"])
+                         rejoins=elastic["--rejoin"], optimizer=a.optimizer, muon_lr=a.muon_lr,
+                         muon_momentum=a.muon_momentum)
     if a.write_losses:
         write_atomic(a.write_losses, ["".join(f"{v:.9f}\n" for v in losses).encode()])
     if a.write_final:  # after the final sync every replica alive at the last step holds the outer model

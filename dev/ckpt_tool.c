@@ -53,7 +53,9 @@ static void info_one(const char* dir, int step) {
            c.max_seq_len, gpt2_num_parameters(&c));
     printf("  written by: %d ranks, dp_shard %d, ZeRO %d, -b %d -t %d -d %d\n", s.world, s.dp_shard, s.zero_stage,
            s.B, s.T, s.total_batch);
-    printf("  optimizer: %llu elements per rank, fp32 master weights: %s\n", (unsigned long long)s.owned,
+    printf("  optimizer: %s, %llu elements per rank%s, fp32 master weights: %s\n",
+           s.optimizer == 1 ? "muon" : s.optimizer == 0 ? "adamw" : "(unknown)", (unsigned long long)s.owned,
+           s.optimizer == 1 ? " (m: Muon's momentum on its matrices, AdamW's m on the rest)" : "",
            s.has_master ? "yes" : "no");
     if (s.sync_stage != s.zero_stage) {
         printf("  replica sync: %llu elements per rank (its ZeRO-%d slices)\n", (unsigned long long)s.sync_owned,

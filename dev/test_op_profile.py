@@ -37,9 +37,10 @@ sys.path.insert(0, os.path.join(ROOT, "dev", "data"))
 from data_common import write_shard  # noqa: E402
 
 FAMILIES = ["matmul forward", "matmul backward", "attention forward", "attention backward", "layernorm (fwd+bwd)",
-            "gelu (fwd+bwd)", "softmax/cross-entropy", "adamw", "grad norm", "communication", "data loading"]
+            "gelu (fwd+bwd)", "softmax/cross-entropy", "adamw", "muon (newton-schulz)", "grad norm", "communication",
+            "data loading"]
 KEYS = ["matmul_forward", "matmul_backward", "attention_forward", "attention_backward", "layernorm", "gelu",
-        "softmax_xent", "adamw", "grad_norm", "communication", "data_loading", "other"]
+        "softmax_xent", "adamw", "muon", "grad_norm", "communication", "data_loading", "other"]
 failures = []
 
 

@@ -29,6 +29,9 @@ typedef struct {
     const char* schedule;      // -k
     float weight_decay;        // -c
     float grad_clip;           // -gc
+    const char* optimizer;     // -opt: adamw | muon (llmc/optimizer.h)
+    float muon_lr;             // -ml: Muon's peak lr (scheduled as -l is)
+    float muon_momentum;       // -mm
     int val_every;             // -v (0 = off)
     int val_batches;           // -m
     int sample_every;          // -s (0 = off)
@@ -98,6 +101,9 @@ static const ArgSpec arg_specs[] = {
     ARG("-k", ARG_STRING, schedule, 0, "lr schedule: cosine | linear | constant | wsd"),
     ARG("-c", ARG_FLOAT, weight_decay, 0, "AdamW weight decay (2-D tensors only)"),
     ARG("-gc", ARG_FLOAT, grad_clip, 0, "global grad-norm clip (0 = off)"),
+    ARG("-opt", ARG_STRING, optimizer, 0, "optimizer: adamw | muon (Muon on the block matrices, AdamW at -l on the rest)"),
+    ARG("-ml", ARG_FLOAT, muon_lr, 0, "-opt muon: Muon's peak learning rate (scheduled as -l is)"),
+    ARG("-mm", ARG_FLOAT, muon_momentum, 0, "-opt muon: Muon's momentum (Nesterov)"),
     ARG("-v", ARG_INT, val_every, 0, "validate every N steps (0 = off)"),
     ARG("-m", ARG_INT, val_batches, 0, "val batches per validation"),
     ARG("-s", ARG_INT, sample_every, 0, "sample text every N steps (0 = off)"),
@@ -156,6 +162,7 @@ static void args_defaults(TrainArgs* a) {
     // batch, schedule, optimizer
     a->B = 4; a->T = 256; a->max_steps = -1;
     a->lr = 3e-4f; a->final_fraction = 1.0f; a->schedule = "cosine"; a->grad_clip = 1.0f;
+    a->optimizer = "adamw"; a->muon_lr = 0.02f; a->muon_momentum = 0.95f;
     // evaluation, sampling, checkpoints
     a->val_every = 20; a->val_batches = 20; a->sample_every = 20; a->gen_tokens = 64; a->max_ckpt_failures = 3;
     a->hellaswag_path = "data/hellaswag/hellaswag_val.bin";
@@ -281,6 +288,14 @@ static void args_validate(const TrainArgs* a, int gpu) {
     require_float("-q", a->final_fraction, 0.0f, 1.0f);
     require_float("-c", a->weight_decay, 0.0f, 10.0f);
     require_float("-gc", a->grad_clip, 0.0f, 1e30f);
+    if (strcmp(a->optimizer, "adamw") && strcmp(a->optimizer, "muon")) {
+        fail("-opt %s: must be adamw or muon", a->optimizer);
+    }
+    require_float("-ml", a->muon_lr, 0.0f, 10.0f);
+    require_float("-mm", a->muon_momentum, 0.0f, 0.999f);
+    if (gpu && strcmp(a->optimizer, "muon") == 0) {
+        fail("-opt muon: the GPU trainer's Muon is not built yet; the CPU trainer train_gpt2cpu has it");
+    }
     require_int("-v", a->val_every, 0, big);
     require_int("-m", a->val_batches, 1, big);
     require_int("-s", a->sample_every, 0, big);

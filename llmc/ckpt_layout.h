@@ -184,6 +184,12 @@ static void state_load_arrays(const char* dir, int step, const StateTarget* t, T
         fail("%s: written with -t %d -d %d; a resume needs the same sequence length and tokens per step (this run: "
              "-t %d -d %d)", path, out->T, out->total_batch, t->T, t->total_batch);
     }
+    if (out->optimizer != t->optimizer) {
+        static const char* names[] = {"adamw", "muon"};
+        int o = out->optimizer == 1 ? 1 : 0;
+        fail("%s: written by a run with -opt %s; this run has -opt %s (the optimizer state does not carry over)", path,
+             out->optimizer == 0 || out->optimizer == 1 ? names[o] : "(unknown)", names[t->optimizer == 1]);
+    }
     // the same mesh and stage read the rank's own file, unless the sync's arrays changed layout (a
     // ZeRO 0 -ls checkpoint from before they were sharded: re-cut inside the replica, exact)
     int nominal = out->world == t->world && out->dp_shard == t->dp_shard && out->zero_stage == t->zero_stage;

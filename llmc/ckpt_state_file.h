@@ -39,6 +39,7 @@ typedef struct {
     int skipped;     // updates skipped so far (non-finite or spiking steps): AdamW's t = step - skipped
     int consecutive_skips;
     int consecutive_sync_skips; // -ls: outer syncs skipped in a row (slot 39)
+    int optimizer;   // -opt (slot 43: 0 AdamW, as every file before Muon; 1 Muon, whose momentum m holds)
     int loss_count;  // entries of loss_history (the spike guard's window, oldest first)
     float loss_history[LOSS_HISTORY_MAX];
     // The run's replica sync (llmc/outer_config.h), as its header keeps it (state_pack_header): -ls,
@@ -122,6 +123,7 @@ static void state_pack_header(int* h, const TrainState* s) {
     }
     h[31] = s->has_residual; h[38] = s->has_pending;
     h[39] = s->consecutive_sync_skips;
+    h[43] = s->optimizer;
     if (s->sync_stage != s->zero_stage || s->sync_owned != s->owned) {
         memcpy(&h[40], &s->sync_owned, 8);
         h[42] = s->sync_stage + 1;
@@ -151,6 +153,7 @@ static void state_unpack_header(const int* h, TrainState* s) {
     s->outer.fragments = h[36];
     s->outer.overlap = h[37]; s->has_pending = h[38];
     s->consecutive_sync_skips = h[39];
+    s->optimizer = h[43];
     memcpy(&s->sync_owned, &h[40], 8);
     s->sync_stage = h[42] - 1;
     if (h[42] == 0) {
@@ -313,6 +316,7 @@ typedef struct {
     const GPT2Config* config; // the model (shapes the shard layouts)
     const OuterConfig* outer; // this run's replica sync (-ls, -lss, -rq, -rqs, -rk, -lf, -lo)
     int has_residual;         // whether this run keeps an error-feedback residual
+    int optimizer;            // -opt: a checkpoint of the other optimizer is refused
 } StateTarget;
 
 #endif

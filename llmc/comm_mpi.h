@@ -75,7 +75,7 @@ static void comm_exchange(CommGroup* g, const void* send, int to, void* recv, in
             fail("step %d: MPI error in %s (%s): a peer has died?", (int)preempt_step, what, msg);
         }
     }
-    comm_bytes_sent += n * size;
+    if (to != MPI_PROC_NULL) { comm_bytes_sent += n * size; }
 }
 
 // Sends count floats to the right neighbour while receiving count floats from the left one.
@@ -88,6 +88,30 @@ static void ring_exchange(CommGroup* g, const float* send, float* recv, size_t c
 // pairwise exchanges of the compressed replica link (llmc/dp_host.h, llmc/wire_format.h).
 static void pair_exchange_bytes(CommGroup* g, const void* send, int to, void* recv, int from, size_t bytes) {
     comm_exchange(g, send, to, recv, from, bytes, MPI_BYTE, 1, 8, "a pairwise exchange");
+}
+
+// One side of a one-way transfer: n floats sent to group rank `to` (-1: none) while n are received
+// from `from` (-1: none); tag 9. The pieces of a gather to one rank and of a chain broadcast.
+static void comm_transfer(CommGroup* g, const float* send, int to, float* recv, int from, size_t n) {
+    // the absent side's buffer is the other's (MPI refuses NULL even where nothing moves)
+    const float* s = send ? send : recv;
+    float* r = recv ? recv : (float*)send;
+    comm_exchange(g, s, to < 0 ? MPI_PROC_NULL : to, r, from < 0 ? MPI_PROC_NULL : from, n, MPI_FLOAT, sizeof(float), 9,
+                  "a transfer to one rank");
+}
+
+// buf (n floats) from group rank `root` to every rank, down the chain root, root + 1, ... (mod the
+// size) in pieces of 64K floats, so that the links carry pieces at once: each rank but the chain's
+// last sends n floats (the group in all (size - 1) n, as an all-gather of n).
+static void chain_broadcast(CommGroup* g, float* buf, size_t n, int root) {
+    int G = g->size, k = (g->rank - root + G) % G;
+    int prev = k == 0 ? -1 : (g->rank + G - 1) % G, next = k == G - 1 ? -1 : (g->rank + 1) % G;
+    const size_t piece = (size_t)1 << 16;
+    for (size_t at = 0; at < n; at += piece) {
+        size_t m = n - at < piece ? n - at : piece;
+        if (prev >= 0) { comm_transfer(g, NULL, -1, buf + at, prev, m); }
+        if (next >= 0) { comm_transfer(g, buf + at, next, NULL, -1, m); }
+    }
 }
 
 static size_t ring_slot(int i, int size) { return (size_t)(((i % size) + size) % size); }

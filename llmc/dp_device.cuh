@@ -547,7 +547,8 @@ static double dev_dp_adamw_bytes(const DeviceDP* dp, size_t grad_size) {
 // AdamW (t = 1-based step) on what this rank owns (one launch, stream 0; every tensor in ZeRO 0,
 // this rank's slice of every unit in stages 1, 2, each slice drawing the stochastic-rounding bits its
 // whole tensor would), then (stages 1, 2) the parameter all-gathers on the communication stream.
-static void dev_dp_update(void* ctx, const AdamWConfig* h, float grad_scale, int t) {
+static void dev_dp_update(void* ctx, const OptimizerConfig* oc, float grad_scale, int t) {
+    const AdamWConfig* h = &oc->adamw; // -opt muon is refused at start-up (llmc/args.h)
     DeviceDP* dp = (DeviceDP*)ctx;
     uint32_t seed = dp->seed;
     const DpPlan* p = &dp->plan;

@@ -16,6 +16,7 @@
 #include "comm_mpi.h"
 #include "comm_thread.h"
 #include "optimizer.h"
+#include "cpu_optimizer.h"
 #include "op_profile.h"
 #include "cpu_memory.h"
 #include "dp_ops.h"
@@ -78,8 +79,14 @@ typedef struct HostDP {
     int last_micro_step;     // set by the training loop: 1 during the step's last backward
     int replica_reduce;      // 1: gradients averaged over every rank; 0 (-ls): over the shard group only
     OuterConfig grad_wire;   // -ls 0: how the step's gradients cross the replicas (-rq, -rk, after -rqs)
-    float* opt_m;            // AdamW's m and v (owned elements)
-    float* opt_v;
+    float* opt_m;            // AdamW's m and v (owned elements); -opt muon: m holds Muon's momentum of its
+    float* opt_v;            // matrices (their v stays 0)
+    int muon;                // -opt muon (ZeRO 0: every rank orthogonalizes every matrix)
+    MuonWork muon_work;
+    GPT2Config muon_model;   // the shapes of its matrices
+    int* muon_owner;         // ZeRO 1, 2: the shard rank that orthogonalizes each unit (-1: not Muon's)
+    int muon_mine;           // the matrices this rank orthogonalizes, their FLOPs, the busiest rank's
+    double muon_mine_flops, muon_most_flops;
     float* shard_grads;      // stages 1, 2: this rank's reduced gradient slices (padded to dp_replicate)
     float* scratch;          // a padded unit, or the stage-0 all-reduce slice
     float* ring_tmp;         // one slice
@@ -348,23 +355,6 @@ static float host_dp_grad_norm(HostDP* dp) {
     return sqrtf(total);
 }
 
-static void host_adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float grad_scale,
-                              float weight_decay, const AdamWConfig* h, float bias1, float bias2) {
-    // the hyperparameters in locals: stores through the float pointers cannot alias them, so the
-    // loop vectorises
-    const float beta1 = h->beta1, beta2 = h->beta2, lr = h->lr, eps = h->eps;
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float g = grads[i] * grad_scale;
-        float mi = fmaf(beta1, m[i], (1.0f - beta1) * g); // fused where written: the build contracts
-        float vi = fmaf(beta2, v[i], (1.0f - beta2) * g * g); // nothing by itself (llmc/cpu_vecmath.h)
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bias1, vhat = vi / bias2;
-        params[i] = fmaf(-lr, fmaf(weight_decay, params[i], mhat / (sqrtf(vhat) + eps)), params[i]);
-    }
-}
-
 // Stages 1, 2: unit u's parameters all-gathered over the shard group from each rank's slice.
 static void host_dp_all_gather_unit(HostDP* dp, int u) {
     const ShardUnit* unit = &dp->plan.layout.units[u];
@@ -378,17 +368,86 @@ static void host_dp_all_gather_unit(HostDP* dp, int u) {
     memcpy(p, buf, unit->size * sizeof(float));
 }
 
-// AdamW (t = 1-based step) on what this rank owns (ZeRO 0: tensor by tensor), then (stages 1, 2)
-// the parameter all-gather.
-static void host_dp_optimizer_step(void* ctx, const AdamWConfig* h, float grad_scale, int t) {
+// -opt muon: Muon's work space, for the model's largest block matrix, and (ZeRO 1, 2) each
+// matrix's owner in the shard group (muon_owners). ZeRO 0: every rank orthogonalizes every matrix.
+static void host_dp_init_muon(HostDP* dp, const GPT2Config* c, int ns_steps) {
+    const DpPlan* p = &dp->plan;
+    const ShardLayout* l = &p->layout;
+    dp->muon = 1;
+    dp->muon_model = *c;
+    size_t C = (size_t)c->channels;
+    muon_work_alloc(&dp->muon_work, 4 * C * C, C);
+    int S = dp->shard.size, matrices = 0;
+    int* units = (int*)malloc_check(l->num_units * sizeof(int));
+    double* load = (double*)calloc_check(S, sizeof(double));
+    for (int u = 0; u < l->num_units; u++) {
+        units[u] = parameter_is_muon[l->units[u].tensor] ? l->units[u].tensor : -1;
+        matrices += units[u] >= 0;
+    }
+    dp->muon_owner = (int*)malloc_check(l->num_units * sizeof(int));
+    muon_owners(units, l->num_units, c, ns_steps, p->zero_stage == 0 ? 1 : S, dp->muon_owner, load);
+    dp->muon_mine = p->zero_stage == 0 ? matrices : 0;
+    for (int u = 0; u < l->num_units && p->zero_stage != 0; u++) { dp->muon_mine += dp->muon_owner[u] == dp->shard.rank; }
+    dp->muon_mine_flops = load[p->zero_stage == 0 ? 0 : dp->shard.rank];
+    dp->muon_most_flops = 0.0;
+    for (int s = 0; s < (p->zero_stage == 0 ? 1 : S); s++) { dp->muon_most_flops = fmax(dp->muon_most_flops, load[s]); }
+    free(units);
+    free(load);
+}
+
+// ZeRO 1, 2: Muon on unit u (one layer's block matrix): each rank blends its slice of the momentum
+// and gradient into its slice of U; the slices go to the matrix's owner (muon_owner), which
+// orthogonalizes the whole U and steps the whole matrix; the matrix then goes down the chain from
+// the owner to the shard group (in place of AdamW's all-gather: the same bytes in all). The
+// momentum stays sliced as AdamW's m (the state file's m), so checkpoints re-cut as ever.
+static void host_dp_muon_unit(HostDP* dp, int u, const MuonConfig* h, float grad_scale) {
+    const ShardUnit* unit = &dp->plan.layout.units[u];
+    int S = dp->shard.size, s = dp->shard.rank, owner = dp->muon_owner[u], rows, cols;
+    muon_matrix_shape(&dp->muon_model, unit->tensor, &rows, &cols);
+    float* full = dp->muon_work.u;
+    size_t first, count = unit_owned(unit, s, &first);
+    OP_TIMED(OP_MUON, 0.0, 4.0 * 4.0 * (double)count,
+             muon_blend(dp->shard_grads + unit->shard_offset, dp->opt_m + unit->shard_offset, full + first, count,
+                        grad_scale, h));
+    for (int k = 1; k < S; k++) { // the slices to the owner, one rank after the other
+        int from = (owner + k) % S;
+        size_t at, n = unit_owned(unit, from, &at);
+        if (n == 0) { continue; }
+        if (s == from) { COMM_TIMED(comm_transfer(&dp->shard, full + first, owner, NULL, -1, n)); }
+        if (s == owner) { COMM_TIMED(comm_transfer(&dp->shard, NULL, -1, full + at, from, n)); }
+    }
+    float* w = dp->params + unit->offset;
+    if (s == owner) {
+        OP_TIMED(OP_MUON, muon_ns_flops(rows, cols, h->ns_steps), 4.0 * 3.0 * (double)unit->size,
+                 muon_apply(w, full, rows, cols, h, &dp->muon_work));
+    }
+    COMM_TIMED(chain_broadcast(&dp->shard, w, unit->size, owner));
+}
+
+// The update (t = 1-based step) of what this rank owns (ZeRO 0: tensor by tensor; -opt muon: each
+// layer's block matrices by Muon, the rest by AdamW), then (stages 1, 2) the parameter all-gather.
+static void host_dp_optimizer_step(void* ctx, const OptimizerConfig* o, float grad_scale, int t) {
     HostDP* dp = (HostDP*)ctx;
     const DpPlan* p = &dp->plan;
+    const AdamWConfig* h = &o->adamw;
     float bias1, bias2;
     adamw_bias_corrections(h, t, &bias1, &bias2);
     if (p->zero_stage == 0) {
         size_t off = 0;
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
             size_t n = p->tensor_sizes[i];
+            if (o->kind == OPT_MUON && parameter_is_muon[i]) {
+                int rows, cols;
+                muon_matrix_shape(&dp->muon_model, i, &rows, &cols);
+                size_t per = (size_t)rows * cols;
+                for (size_t at = off; at < off + n; at += per) {
+                    OP_TIMED(OP_MUON, muon_ns_flops(rows, cols, o->muon.ns_steps), 4.0 * 6.0 * (double)per,
+                             host_muon_update(dp->params + at, dp->grads + at, dp->opt_m + at, rows, cols, grad_scale,
+                                              &o->muon, &dp->muon_work));
+                }
+                off += n;
+                continue;
+            }
             float wd = adamw_weight_decay(h, i);
             OP_TIMED(OP_ADAMW, 0.0, 4.0 * 7.0 * (double)n,
                      host_adamw_update(dp->params + off, dp->grads + off, dp->opt_m + off, dp->opt_v + off, n,
@@ -400,6 +459,10 @@ static void host_dp_optimizer_step(void* ctx, const AdamWConfig* h, float grad_s
     int s = dp->shard.rank;
     for (int u = 0; u < p->layout.num_units; u++) {
         const ShardUnit* unit = &p->layout.units[u];
+        if (o->kind == OPT_MUON && dp->muon_owner[u] >= 0) {
+            host_dp_muon_unit(dp, u, &o->muon, grad_scale);
+            continue;
+        }
         size_t first;
         size_t count = unit_owned(unit, s, &first);
         float wd = adamw_weight_decay(h, unit->tensor);
@@ -736,6 +799,10 @@ static void host_dp_free(HostDP* dp) {
     float* bufs[] = {dp->st.outer, dp->st.momentum, dp->st.residual, dp->st.held, dp->st.snap, dp->opt_m, dp->opt_v,
                      dp->shard_grads, dp->scratch, dp->ring_tmp};
     for (int i = 0; i < 10; i++) { free(bufs[i]); }
+    if (dp->muon) {
+        muon_work_free(&dp->muon_work);
+        free(dp->muon_owner);
+    }
     if (dp->jobs) {
         comm_worker_stop(&dp->worker);
         MPI_Comm_free(&dp->replica_async.comm);

@@ -16,9 +16,9 @@ typedef struct {
     // After the last micro-step: the reduction finished across the ranks; returns the global
     // gradient norm (the replica's between -ls syncs).
     float (*reduce_gradients)(void* ctx);
-    // AdamW at the 1-based step t on what this rank owns (gradients times grad_scale), then the
-    // parameter all-gather of ZeRO 1 and 2.
-    void (*update)(void* ctx, const AdamWConfig* h, float grad_scale, int t);
+    // The optimizer (AdamW, or -opt muon) at the 1-based step t on what this rank owns (gradients
+    // times grad_scale), then the parameter all-gather of ZeRO 1 and 2.
+    void (*update)(void* ctx, const OptimizerConfig* o, float grad_scale, int t);
     // This rank's state file (m, v, master, and the replica sync's arrays), and loading it from
     // checkpoint `step` of dir (any layout: llmc/ckpt_layout.h).
     void (*write_state)(void* ctx, const char* path, const TrainState* s);

@@ -327,6 +327,11 @@ static void logger_log_config(Logger* l, const char* trainer, const char* model_
     json_string(f, a->schedule);
     fprintf(f, ", \"weight_decay\": %.9g, \"grad_clip\": %.9g, \"zero_stage\": %d, \"seed\": %d", a->weight_decay,
             a->grad_clip, a->zero_stage, a->seed);
+    fprintf(f, ", \"optimizer\": ");
+    json_string(f, a->optimizer);
+    if (strcmp(a->optimizer, "muon") == 0) {
+        fprintf(f, ", \"muon_lr\": %.9g, \"muon_momentum\": %.9g", a->muon_lr, a->muon_momentum);
+    }
     fprintf(f, ", \"flops_per_token\": %.9g, \"peak_flops\": %.9g}}\n", flops_per_token, peak_flops);
     fclose(f);
     log_file_append(&l->jsonl, text, len);

@@ -19,6 +19,7 @@ typedef int MPI_Request;
 #define MPI_FLOAT 0
 #define MPI_DOUBLE 1
 #define MPI_BYTE 2
+#define MPI_PROC_NULL (-2)
 #define MPI_SUM 0
 #define MPI_STATUS_IGNORE NULL
 #define MPI_STATUSES_IGNORE NULL

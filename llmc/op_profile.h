@@ -14,15 +14,15 @@
 
 typedef enum {
     OP_MATMUL_FWD, OP_MATMUL_BWD, OP_ATTENTION_FWD, OP_ATTENTION_BWD, OP_LAYERNORM, OP_GELU, OP_SOFTMAX_XENT,
-    OP_ADAMW, OP_GRAD_NORM, OP_COMM, OP_DATA, OP_FAMILIES
+    OP_ADAMW, OP_MUON, OP_GRAD_NORM, OP_COMM, OP_DATA, OP_FAMILIES
 } OpFamily;
 
 static const char* const op_family_names[OP_FAMILIES] = {
     "matmul forward", "matmul backward", "attention forward", "attention backward", "layernorm (fwd+bwd)",
-    "gelu (fwd+bwd)", "softmax/cross-entropy", "adamw", "grad norm", "communication", "data loading"};
+    "gelu (fwd+bwd)", "softmax/cross-entropy", "adamw", "muon (newton-schulz)", "grad norm", "communication", "data loading"};
 static const char* const op_family_keys[OP_FAMILIES] = {
     "matmul_forward", "matmul_backward", "attention_forward", "attention_backward", "layernorm", "gelu",
-    "softmax_xent", "adamw", "grad_norm", "communication", "data_loading"};
+    "softmax_xent", "adamw", "muon", "grad_norm", "communication", "data_loading"};
 
 enum { OP_SECONDS, OP_FLOPS, OP_BYTES };
 

@@ -13,6 +13,7 @@
 #include "checkpoint.h"
 #include "dataloader.h"
 #include "mesh.h"
+#include "optimizer.h"
 
 // Returns the fp32 parameters (huge_alloc_check'd) and fills config; source receives the path or
 // descriptor used. tokenizer_vocab: the tokenizer's vocab size, 0 without one.
@@ -67,6 +68,7 @@ static TrainState train_state_now(const TrainArgs* a, const Mesh* mesh, int zero
     s.B = a->B; s.T = a->T; s.total_batch = a->total_batch; s.step = step;
     s.epoch = train->epoch; s.file_pos = train->file_pos; s.row_pos = train->row_pos;
     s.rng = rng->state; s.owned = owned; s.has_master = has_master;
+    s.optimizer = strcmp(a->optimizer, "muon") == 0 ? OPT_MUON : OPT_ADAMW;
     return s;
 }
 

@@ -89,7 +89,7 @@ typedef struct {
     DataLoader train, val;
     int have_val;
     LRSchedule schedule;
-    AdamWConfig adamw;
+    OptimizerConfig opt;      // -opt and its settings, the learning rates of the current step
     Rng sample_rng;
     Logger logger;
     EvalRun hellaswag;        // -h 1
@@ -216,7 +216,7 @@ static void run_prepare(TrainRun* r, const DpPlan* plan, int opt_has_master, con
     r->opt_has_master = opt_has_master;
     r->have_val = dataloaders_for_run(a, mesh, r->grad_accum, r->config.vocab_size, &r->train, &r->val, &r->max_steps);
     r->schedule = schedule_from_args(a, r->max_steps);
-    r->adamw = adamw_config_from_args(a);
+    r->opt = optimizer_config_from_args(a);
     rng_seed(&r->sample_rng, (uint64_t)a->seed + 1);
     r->start_step = 0;
     r->ckpt_failures = 0;
@@ -237,7 +237,7 @@ static void run_prepare(TrainRun* r, const DpPlan* plan, int opt_has_master, con
                               .B = a->B, .T = a->T, .total_batch = a->total_batch, .owned = opt_owned,
                               .has_master = opt_has_master, .sync_stage = plan->sync_stage,
                               .sync_owned = plan->sync_owned, .config = &r->config, .outer = outer,
-                              .has_residual = outer_has_residual(outer)};
+                              .has_residual = outer_has_residual(outer), .optimizer = r->opt.kind};
         TrainState got;
         ops->dp.read_state(ops->dp.ctx, a->log_dir, r->resume_step, &target, &got);
         r->outer_ready = got.has_outer;
@@ -681,9 +681,9 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     *stop = votes > 0.0f;
     run_membership(r, ops, step + 1, stop);
     StepVerdict verdict = step_guard_judge(&r->guard, step + 1, *loss, *norm, outer_active(r->outer, step + 1), r->mesh);
-    r->adamw.lr = schedule_lr(&r->schedule, step);
+    optimizer_set_lr(&r->opt, a, schedule_lr(&r->schedule, step));
     if (verdict == STEP_APPLY) {
-        ops->dp.update(ops->dp.ctx, &r->adamw, clip_scale(*norm, a->grad_clip), step + 1 - r->guard.skipped);
+        ops->dp.update(ops->dp.ctx, &r->opt, clip_scale(*norm, a->grad_clip), step + 1 - r->guard.skipped);
     }
     *synced = run_outer_after_step(r, ops, step + 1);
     run_membership(r, ops, step + 1, stop); // a replica lost in the sync
@@ -766,12 +766,12 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         op_profile_step_end(dt, step > times.first_step);
         char mark[64] = "";
         if (synced) { snprintf(mark, sizeof(mark), " | outer sync, pseudo-grad norm %.4f", r->last_pg_norm); }
-        progress_step(&times, step, r->max_steps, dt, loss, norm, r->adamw.lr, r->tokens_per_step, mark, r->rank == 0);
+        progress_step(&times, step, r->max_steps, dt, loss, norm, r->opt.adamw.lr, r->tokens_per_step, mark, r->rank == 0);
         if (verdict == STEP_APPLY) {
-            logger_log_train(&r->logger, step + 1, loss, r->adamw.lr, norm, dt * 1000.0, r->tokens_per_step / dt,
+            logger_log_train(&r->logger, step + 1, loss, r->opt.adamw.lr, norm, dt * 1000.0, r->tokens_per_step / dt,
                              times.last_mfu);
         } else {
-            logger_log_skip(&r->logger, step + 1, loss, r->adamw.lr, norm, verdict == STEP_SKIP_SPIKE);
+            logger_log_skip(&r->logger, step + 1, loss, r->opt.adamw.lr, norm, verdict == STEP_SKIP_SPIKE);
         }
         if (synced) { logger_log_outer(&r->logger, step + 1, r->last_pg_norm); }
         int no_joiner = r->live_replicas <= before; // the ranks rejoining now start at the next step

@@ -17,3 +17,10 @@ check dist_golden /usr/bin/python3 dev/test_golden.py check dist
 # the test of that test: a CPU trainer whose AdamW eps is 1e-4 larger (relative) passes the tolerances
 # above but must differ from the golden
 check dist_golden_catches_a_mutant /usr/bin/python3 dev/test_golden.py mutant
+# -opt muon (dev/test_muon.py): one rank against train_gpt2.py's Muon within 1e-5 (and AdamW unmoved),
+# 2 and 4 ranks and a 2 x 2 mesh with ZeRO 0 against one rank, resumes bit for bit and the other -opt
+# refused, the refusals, Muon inside -ls replicas (MuLoCo) against train_gpt2.py, and two planted
+# Muons (no lr ratio, no Nesterov) the reference check must catch; about 40 s on the 2-core host
+for sub in reference ranks resume refusals muloco plant; do
+    check muon_$sub /usr/bin/python3 dev/test_muon.py $sub
+done

@@ -1,0 +1,257 @@
+"""Checks of -opt muon in train_gpt2cpu, run by dev/tests/35_distributed.sh. The d2 byte-level model
+(L 2, C 128: eight block matrices, 128 x 128 to 512 x 128) on KJV's val split, no shuffling.
+
+  reference   one rank against train_gpt2.py --optimizer muon (PyTorch, fp32 Newton-Schulz) over 10
+              steps, with and without weight decay: losses and final weights within 1e-5; -opt adamw the
+              same way (losses 1e-5, weights 1e-4: AdamW's normalization lifts tiny gradients' rounding)
+  ranks       2 and 4 ranks, ZeRO 0, 1 and 2, and a 2 x 2 mesh equal to one rank within 1e-5 (losses,
+              weights; the ring's summation order: AdamW's runs beside, the scale), and with ZeRO 1, 2
+              each rank orthogonalizing an even share of the 8 matrices (or one more)
+  resume      a run stopped at step 4 and resumed gives the uninterrupted run's steps 5..8 bit for
+              bit, and the same final model; a 2-rank ZeRO 1 checkpoint resumed on 1 rank (ZeRO 0), 4
+              (ZeRO 2) and a 2 x 2 mesh within 1e-5 of the uninterrupted run; a resume with the other
+              -opt is refused, naming both
+  refusals    -opt sgd, -ml out of range, -mm 1, -opt muon with -z 1 and -z 2: one line each
+  muloco      -ls 4 with Muon inside each of 2 replicas (2 x 1, and 2 x 2 with ZeRO 0, 1, 2) against
+              train_gpt2.py --replicas 2 --sync-every 4 --optimizer muon within 1e-4
+  plant       trainers built with -DMUON_PLANT_NO_RATIO (a tall matrix's step not scaled by
+              sqrt(rows / cols)) and -DMUON_PLANT_NO_NESTEROV (U = M) must fail `reference`; and one
+              with -DMUON_FULL_PRODUCTS (the symmetric products whole) must give the same bits
+Each subcommand exits non-zero on any mismatch.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+PY = "/usr/bin/python3"
+OUT = "build/muon"
+DATA = "data/kjv/kjv_val.bin"
+TRAINER = os.environ.get("MUON_TRAINER", "./train_gpt2cpu")
+B, T = 4, 32
+failures = 0
+planted = ""  # the plant a `plant` run's trainer carries: its reference checks are meant to fail
+
+
+def report(ok, what):
+    global failures
+    failures += not ok
+    tag = f"{'fails' if not ok else 'passes'} ({planted})" if planted else ('ok  ' if ok else 'FAIL')
+    print(f"{tag}  {what}", flush=True)
+
+
+def model_file():
+    path = f"{OUT}/d2.bin"
+    if not os.path.exists(path):
+        os.makedirs(OUT, exist_ok=True)
+        subprocess.run([PY, "train_gpt2.py", "--model", "d2", "--vocab", "257", "--max-seq", "64",
+                        "--write-model", path], check=True, capture_output=True)
+    return path
+
+
+def base(steps, ranks=1):
+    """B rows of T + 1 tokens per step over all ranks, B / ranks on each."""
+    return ["-e", model_file(), "-i", DATA, "-j", "", "-b", str(B // ranks), "-t", str(T), "-d", str(B * T),
+            "-x", str(steps), "-s", "0", "-sf", "0"]
+
+
+def run(n, args, name, ok=True):
+    d = f"{OUT}/{name}"
+    shutil.rmtree(d, ignore_errors=True)
+    cmd = ([] if n == 1 else ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n),
+                              "-x", "OMP_NUM_THREADS=1"]) + [TRAINER] + args + ["-o", d]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if ok and r.returncode != 0:
+        sys.exit(f"run {name} failed ({n} ranks, {' '.join(args)}):\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+    return d, r
+
+
+def losses(d):
+    return {int(m.group(1)): float(m.group(2))
+            for m in re.finditer(r"s:(\d+) trl:(\S+)", open(d + "/main.log").read())}
+
+
+def weights(path):
+    return np.fromfile(path, dtype=np.float32, offset=1024)
+
+
+def reference(name, args):
+    """train_gpt2.py with args; returns {step: loss}, the final weights."""
+    out_l, out_w = f"{OUT}/{name}.txt", f"{OUT}/{name}.bin"
+    subprocess.run([PY, "train_gpt2.py", "--load", model_file(), "--data", DATA, "--T", str(T), *args,
+                    "--write-losses", out_l, "--write-final", out_w], check=True, capture_output=True)
+    return {i + 1: float(x) for i, x in enumerate(open(out_l))}, weights(out_w)
+
+
+def errors(d, ref_l, ref_w):
+    got = losses(d)
+    if sorted(got) != sorted(ref_l):
+        return float("inf"), float("inf")
+    return max(abs(got[s] - ref_l[s]) for s in ref_l), float(np.max(np.abs(weights(d + "/model_final.bin") - ref_w)))
+
+
+def cmd_reference():
+    tol = 1e-5
+    cases = [("muon", "0.1", "0.02", "0.95"), ("muon", "0", "0.05", "0.9"), ("adamw", "0.1", "0.02", "0.95")]
+    for opt, wd, ml, mm in cases:
+        ref_l, ref_w = reference(f"ref_{opt}_{wd}_{ml}", ["--B", str(B), "--steps", "10", "--lr", "1e-3",
+                                                          "--weight-decay", wd, "--optimizer", opt, "--muon-lr", ml,
+                                                          "--muon-momentum", mm])
+        d, _ = run(1, base(10) + ["-l", "1e-3", "-c", wd, "-k", "constant", "-u", "0", "-opt", opt, "-ml", ml,
+                                  "-mm", mm], f"ref_{opt}_{wd}_{ml}")
+        le, we = errors(d, ref_l, ref_w)
+        wtol = tol if opt == "muon" else 1e-4
+        report(le <= tol and we <= wtol, f"-opt {opt} -c {wd} -ml {ml} -mm {mm}, 10 steps: max loss error {le:.2e}, "
+                                        f"max weight error {we:.2e} against train_gpt2.py (tol {tol:.0e}, {wtol:.0e})")
+
+
+def equal_runs(a, b):
+    la, lb = losses(a), losses(b)
+    if sorted(la) != sorted(lb) or not la:
+        return float("inf"), float("inf")
+    return (max(abs(la[s] - lb[s]) for s in la),
+            float(np.max(np.abs(weights(a + "/model_final.bin") - weights(b + "/model_final.bin")))))
+
+
+def cmd_ranks():
+    # The ranks sum the gradients in the ring's order, not one rank's: fp32 rounding differs in the
+    # last bits and both optimizers carry it on (AdamW's own runs are printed beside, as the scale)
+    tol = 1e-5
+    for opt in ("muon", "adamw"):
+        args = ["-l", "1e-3", "-c", "0.1", "-u", "2", "-opt", opt]
+        one, r = run(1, base(8) + args, f"ranks_{opt}_1")
+        if opt == "muon":
+            line = next((x for x in r.stdout.splitlines() if x.startswith("optimizer: muon on 8 matrices")), None)
+            report(line is not None and "393216 parameters" in line,
+                   f"the start-up line names Muon's 8 matrices and 393216 parameters: {line}")
+        for n, z, ds in [(2, 0, 0), (4, 0, 0), (4, 0, 2), (2, 1, 0), (4, 1, 0), (2, 2, 0), (4, 2, 0), (4, 1, 2),
+                         (4, 2, 2)]:
+            d, r = run(n, base(8, n) + args + ["-z", str(z), "-ds", str(ds)], f"ranks_{opt}_{n}_{z}_{ds}")
+            le, we = equal_runs(one, d)
+            mesh = f"a {n // ds} x {ds} mesh" if ds else f"{n} ranks"
+            share = ""
+            if opt == "muon" and z > 0:  # each rank's share of the 8 matrices: an even share, or one more
+                line = next((x for x in r.stdout.splitlines() if x.startswith("optimizer: muon")), "")
+                m = re.search(r"this rank (\d+) matrices", line)
+                group = ds or n
+                mine = int(m.group(1)) if m else -1
+                ok_share = 8 // group <= mine <= 8 // group + 1
+                share = f", rank 0 orthogonalizes {mine} of 8 matrices"
+                report(ok_share, f"-opt muon, {mesh}, ZeRO {z}: rank 0's share of the Newton-Schulz work: {mine} "
+                                 f"matrices of 8 over a shard group of {group}")
+            report(le <= tol and we <= tol, f"-opt {opt}, {mesh}, ZeRO {z}: max loss error {le:.2e}, max weight error "
+                                            f"{we:.2e} against one rank over 8 steps (tol {tol:.0e}){share}")
+
+
+def cmd_resume():
+    args = base(8) + ["-l", "1e-3", "-c", "0.1", "-u", "2", "-opt", "muon"]
+    full, _ = run(1, args + ["-n", "4"], "resume_full")
+    part = f"{OUT}/resume_part"
+    shutil.rmtree(part, ignore_errors=True)
+    os.makedirs(part)
+    for f in os.listdir(full):
+        if "_00000004" in f:
+            shutil.copy(os.path.join(full, f), part)
+    r = subprocess.run([TRAINER] + args + ["-y", "1", "-o", part], capture_output=True, text=True)
+    tail = {s: l for s, l in losses(full).items() if s > 4}
+    same = r.returncode == 0 and losses(part) == tail
+    files = open(full + "/model_final.bin", "rb").read() == open(part + "/model_final.bin", "rb").read() if same else False
+    report(same and files, "-opt muon stopped at step 4 and resumed: steps 5..8 and the final model bit for bit")
+    info = subprocess.run(["./ckpt_tool", "info", full, "4"], capture_output=True, text=True).stdout
+    report("optimizer: muon" in info, "ckpt_tool info names the optimizer: " +
+           next((x.strip() for x in info.splitlines() if "optimizer:" in x), "(no optimizer line)"))
+    # a checkpoint of 2 ranks with ZeRO 1 resumed on 1 rank (ZeRO 0), 4 ranks (ZeRO 2) and a 2 x 2 mesh
+    # (ZeRO 1): the momentum re-cut exactly, then the rest of the run within the ranks' tolerance
+    tol = 1e-5
+    two, _ = run(2, base(8, 2) + args[len(base(8)):] + ["-z", "1", "-n", "4"], "resume_two")
+    for n, z, ds in [(1, 0, 0), (4, 2, 0), (4, 1, 2)]:
+        d = f"{OUT}/resume_{n}_{z}_{ds}"
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        for f in os.listdir(two):
+            if "_00000004" in f:
+                shutil.copy(os.path.join(two, f), d)
+        cmd = ([] if n == 1 else ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
+                                  str(n), "-x", "OMP_NUM_THREADS=1"]) + [TRAINER] + base(8, n) + args[len(base(8)):] + \
+            ["-z", str(z), "-ds", str(ds), "-y", "1", "-o", d]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        want = {s_: l for s_, l in losses(two).items() if s_ > 4}
+        got = losses(d) if r.returncode == 0 else {}
+        le = max(abs(got[k] - want[k]) for k in want) if sorted(got) == sorted(want) else float("inf")
+        we = float(np.max(np.abs(weights(d + "/model_final.bin") - weights(two + "/model_final.bin")))) \
+            if r.returncode == 0 else float("inf")
+        report(le <= tol and we <= tol, f"-opt muon, 2 ranks ZeRO 1's step-4 checkpoint resumed on {n} ranks ZeRO {z} "
+                                        f"-ds {ds}: steps 5..8 max loss error {le:.2e}, final weights {we:.2e} (tol "
+                                        f"{tol:.0e})")
+    shutil.rmtree(part)
+    os.makedirs(part)
+    for f in os.listdir(full):
+        if "_00000004" in f:
+            shutil.copy(os.path.join(full, f), part)
+    r = subprocess.run([TRAINER] + args[:-2] + ["-opt", "adamw", "-y", "1", "-o", part], capture_output=True, text=True)
+    err = r.stderr.strip().splitlines()
+    report(r.returncode != 0 and len(err) == 1 and "-opt muon; this run has -opt adamw" in err[0],
+           f"a Muon checkpoint resumed with -opt adamw is refused: {err[-1] if err else '(nothing)'}")
+
+
+def cmd_refusals():
+    cases = [(["-opt", "sgd"], "-opt sgd: must be adamw or muon"), (["-opt", "muon", "-ml", "-1"], "-ml -1: must be in"),
+             (["-opt", "muon", "-mm", "1"], "-mm 1: must be in")]
+    for extra, want in cases:
+        r = subprocess.run([TRAINER] + base(2) + extra, capture_output=True, text=True)
+        err = r.stderr.strip().splitlines()
+        report(r.returncode != 0 and len(err) == 1 and want in err[0],
+               f"{' '.join(extra)} refused in one line: {err[-1] if err else '(nothing)'}")
+
+
+def cmd_muloco():
+    tol = 1e-4
+    ref_l, ref_w = reference("muloco", ["--B", str(B // 2), "--steps", "12", "--lr", "1e-3", "--weight-decay", "0.1",
+                                        "--replicas", "2", "--sync-every", "4", "--outer-lr", "0.7",
+                                        "--outer-momentum", "0.9", "--optimizer", "muon"])
+    for n, shard, z in [(2, 1, 0), (4, 2, 0), (4, 2, 1), (4, 2, 2)]:
+        d, _ = run(n, base(12, n) + ["-l", "1e-3", "-c", "0.1", "-k", "constant", "-u", "0", "-opt", "muon", "-ls",
+                                     "4", "-ol", "0.7", "-om", "0.9", "-ds", str(shard), "-z", str(z)],
+                   f"muloco_{n}_{z}")
+        le, we = errors(d, ref_l, ref_w)
+        report(le <= tol and we <= tol, f"-ls 4 with Muon inside 2 replicas, {n} ranks (-ds {shard}), ZeRO {z}: max loss "
+                                        f"error {le:.2e}, max weight error {we:.2e} against train_gpt2.py --replicas 2 "
+                                        f"--optimizer muon (tol {tol:.0e})")
+
+
+def cmd_plant():
+    global TRAINER, planted
+    cflags = subprocess.run(["make", "-s", "cpu-cflags"], capture_output=True, text=True, check=True).stdout.split()
+    for plant in ("MUON_PLANT_NO_RATIO", "MUON_PLANT_NO_NESTEROV"):
+        exe = f"{OUT}/train_gpt2cpu_{plant.lower()}"
+        subprocess.run(["mpicc", *cflags, f"-D{plant}", "-o", exe, "train_gpt2.c", "-lm"], check=True)
+        TRAINER, planted = exe, plant
+        before = failures
+        cmd_reference()
+        caught = failures > before
+        globals()["failures"] = before
+        planted = ""
+        report(caught, f"a trainer built with -D{plant} fails the reference check")
+    # the control: the symmetric products computed whole (-DMUON_FULL_PRODUCTS) give the same bits
+    exe = f"{OUT}/train_gpt2cpu_full_products"
+    subprocess.run(["mpicc", *cflags, "-DMUON_FULL_PRODUCTS", "-o", exe, "train_gpt2.c", "-lm"], check=True)
+    finals = []
+    for t in ("./train_gpt2cpu", exe):
+        TRAINER = t
+        d, _ = run(1, base(6) + ["-l", "1e-3", "-c", "0.1", "-opt", "muon"], "full_products_" + os.path.basename(t))
+        finals.append(open(d + "/model_final.bin", "rb").read())
+    report(finals[0] == finals[1], "X X^T and S S computed a block row from the diagonal on and mirrored: the final "
+                                   "model bit for bit that of the whole products (-DMUON_FULL_PRODUCTS)")
+    TRAINER = "./train_gpt2cpu"
+
+
+if __name__ == "__main__":
+    cmds = {"reference": cmd_reference, "ranks": cmd_ranks, "resume": cmd_resume, "refusals": cmd_refusals,
+            "muloco": cmd_muloco, "plant": cmd_plant}
+    if len(sys.argv) != 2 or sys.argv[1] not in cmds:
+        sys.exit(f"usage: test_muon.py {'|'.join(cmds)}")
+    cmds[sys.argv[1]]()
+    sys.exit(1 if failures else 0)
