@@ -69,7 +69,7 @@ static void train_steps(GPT2* model, DeviceAdamW* opt, const float* params, cons
         gpt2_backward(model, B, T, NULL, NULL);
         float norm = gpt2_grad_norm(model);
         float scale = norm > 1.0f ? 1.0f / norm : 1.0f;
-        device_adamw_tensors(opt, model->sizes);
+        device_adamw_tensors(opt, model->sizes, NULL);
         device_adamw_update(opt, model->params_memory, model->grads_memory, &adamw, scale, step + 1, 1337u);
     }
     gpt2_download_params(model, final_params);

@@ -599,9 +599,15 @@ int main(int argc, char** argv) {
     host_dp_memory(&cpu.dp, &mem);
     CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters, 4, 4, 0,
                                          &args.outer);
-    char extra[640], line[512];
+    char extra[1024], line[768];
     optimizer_describe(&run.opt, &run.config, plan->num_parameters, zero, cpu.dp.muon_mine, cpu.dp.muon_mine_flops,
                        cpu.dp.muon_most_flops, line, sizeof(line));
+    if (cpu.dp.muon && zero != 0 && plan->mesh.dp_shard > 1) {
+        size_t at = strlen(line);
+        snprintf(line + at, sizeof(line) - at, "\nmuon communication: %zu bytes sent by this rank per step (AdamW's %zu "
+                 "%+lld: its slices to their matrices' owners, the matrices down a chain in place of the all-gathers)",
+                 (size_t)((long long)comm.total + cpu.dp.muon_bytes_delta), comm.total, cpu.dp.muon_bytes_delta);
+    }
     snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank | matmul tile %dx%d of %d-bit vectors\n%s\n",
              omp_get_max_threads(), GEMM_MR, GEMM_NR, GEMM_VW * 32, line);
     run_print_start(&run, plan->num_parameters, &mem, &comm, extra);

@@ -636,6 +636,7 @@ int main(int argc, char** argv) {
                 gpu.model.params_memory, gpu.model.grads_memory, gpu.model.grads_elements, unit_grads, grad_layers,
                 args.master_weights, params);
     gpu.dp.seed = (uint32_t)args.seed;
+    if (strcmp(args.optimizer, "muon") == 0) { dev_dp_init_muon(&gpu.dp, &run.config); }
     dev_dp_elastic_init(&gpu.dp, &args, &rdv, &join); // -le 1: the agreement on rank 0's -pi tcp port
     gpu.model.params_wait = dev_dp_params_wait;
     gpu.model.params_ctx = &gpu.dp;
@@ -661,15 +662,23 @@ int main(int argc, char** argv) {
     dev_dp_memory(&gpu.dp, &mem);
     CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters,
                                          sizeof(floatX), sizeof(floatX), gpu.dp.opt.master ? 4 : 0, &args.outer);
-    char extra[640];
+    char extra[1280], opt_line[512];
+    double muon_flops = 0.0; // ZeRO 0: every rank orthogonalizes every matrix
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        int rows, cols;
+        muon_matrix_shape(&run.config, i, &rows, &cols);
+        if (parameter_is_muon[i]) { muon_flops += run.config.num_layers * muon_ns_flops(rows, cols, MUON_NS_STEPS); }
+    }
+    optimizer_describe(&run.opt, &run.config, gpu.model.num_parameters, zero, 4 * run.config.num_layers, muon_flops,
+                       muon_flops, opt_line, sizeof(opt_line));
     snprintf(extra, sizeof(extra),
              "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU %s\n"
              "device: %s | precision %s | recompute %d | master weights %s | GELU %s\n"
-             "attention: %s\n",
+             "attention: %s\n%s\n",
              args.init_method, proc.source, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
              devices == 1 ? "0 of 1 visible" : "= local rank", prop.name, PRECISION_NAME,
              args.recompute, gpu.dp.opt.master ? "fp32" : "none", args.gelu_fusion ? "cuBLASLt epilogues" : "ours",
-             attention_name(gpu.model.att_cudnn, gpu.model.config.channels, gpu.model.config.num_heads));
+             attention_name(gpu.model.att_cudnn, gpu.model.config.channels, gpu.model.config.num_heads), opt_line);
     run_print_start(&run, gpu.model.num_parameters, &mem, &comm, extra);
 
     if (args.op_profile) {

@@ -17,6 +17,11 @@
   plant       trainers built with -DMUON_PLANT_NO_RATIO (a tall matrix's step not scaled by
               sqrt(rows / cols)) and -DMUON_PLANT_NO_NESTEROV (U = M) must fail `reference`; and one
               with -DMUON_FULL_PRODUCTS (the symmetric products whole) must give the same bits
+  gpu         the emulated GPU trainers (build/gpu/train_gpt2emu_fp32, _bf16: cuBLASLt's Newton-Schulz)
+              against the CPU trainer over 10 steps: FP32 within 1e-4 (losses, weights), BF16 within
+              5e-2 (losses: bf16 operands in Newton-Schulz, stochastic rounding of the weights); a
+              BF16 run stopped at step 4 and resumed bit for bit; the emucc --check builds under three
+              schedules, the same bits; the GPU's -z 1 refused
 Each subcommand exits non-zero on any mismatch.
 """
 import os
@@ -75,6 +80,10 @@ def losses(d):
 
 
 def weights(path):
+    """A model file's parameters as fp32 (v3: fp32, v5: bf16)."""
+    version = int(np.fromfile(path, dtype=np.int32, count=2)[1])
+    if version == 5:
+        return (np.fromfile(path, dtype=np.uint16, offset=1024).astype(np.uint32) << 16).view(np.float32)
     return np.fromfile(path, dtype=np.float32, offset=1024)
 
 
@@ -93,10 +102,10 @@ def errors(d, ref_l, ref_w):
     return max(abs(got[s] - ref_l[s]) for s in ref_l), float(np.max(np.abs(weights(d + "/model_final.bin") - ref_w)))
 
 
-def cmd_reference():
+def cmd_reference(first_only=False):
     tol = 1e-5
     cases = [("muon", "0.1", "0.02", "0.95"), ("muon", "0", "0.05", "0.9"), ("adamw", "0.1", "0.02", "0.95")]
-    for opt, wd, ml, mm in cases:
+    for opt, wd, ml, mm in cases[:1] if first_only else cases:
         ref_l, ref_w = reference(f"ref_{opt}_{wd}_{ml}", ["--B", str(B), "--steps", "10", "--lr", "1e-3",
                                                           "--weight-decay", wd, "--optimizer", opt, "--muon-lr", ml,
                                                           "--muon-momentum", mm])
@@ -127,8 +136,8 @@ def cmd_ranks():
             line = next((x for x in r.stdout.splitlines() if x.startswith("optimizer: muon on 8 matrices")), None)
             report(line is not None and "393216 parameters" in line,
                    f"the start-up line names Muon's 8 matrices and 393216 parameters: {line}")
-        for n, z, ds in [(2, 0, 0), (4, 0, 0), (4, 0, 2), (2, 1, 0), (4, 1, 0), (2, 2, 0), (4, 2, 0), (4, 1, 2),
-                         (4, 2, 2)]:
+        meshes = [(2, 0, 0), (4, 0, 0), (4, 0, 2), (2, 1, 0), (4, 1, 0), (2, 2, 0), (4, 2, 0), (4, 1, 2), (4, 2, 2)]
+        for n, z, ds in meshes if opt == "muon" else meshes[:2]:
             d, r = run(n, base(8, n) + args + ["-z", str(z), "-ds", str(ds)], f"ranks_{opt}_{n}_{z}_{ds}")
             le, we = equal_runs(one, d)
             mesh = f"a {n // ds} x {ds} mesh" if ds else f"{n} ranks"
@@ -142,6 +151,15 @@ def cmd_ranks():
                 share = f", rank 0 orthogonalizes {mine} of 8 matrices"
                 report(ok_share, f"-opt muon, {mesh}, ZeRO {z}: rank 0's share of the Newton-Schulz work: {mine} "
                                  f"matrices of 8 over a shard group of {group}")
+            if opt == "muon" and z > 0:  # the bytes: the start-up line's closed form, as measured
+                got = re.search(r"communication measured: (\d+) bytes sent per rank in the last step", r.stdout)
+                want = re.search(r"muon communication: (\d+) bytes sent by this rank per step \(AdamW's (\d+)",
+                                 r.stdout)
+                ok_b = bool(got and want) and int(got.group(1)) == int(want.group(1))
+                report(ok_b, f"-opt muon, {mesh}, ZeRO {z}: rank 0 sent " + (
+                    f"{got.group(1)} bytes in the last step, the start-up line's closed form {want.group(1)} "
+                    f"({int(want.group(1)) / int(want.group(2)):.3f}x AdamW's {want.group(2)})" if got and want
+                    else "(a line is missing)"))
             report(le <= tol and we <= tol, f"-opt {opt}, {mesh}, ZeRO {z}: max loss error {le:.2e}, max weight error "
                                             f"{we:.2e} against one rank over 8 steps (tol {tol:.0e}){share}")
 
@@ -225,19 +243,22 @@ def cmd_muloco():
 def cmd_plant():
     global TRAINER, planted
     cflags = subprocess.run(["make", "-s", "cpu-cflags"], capture_output=True, text=True, check=True).stdout.split()
-    for plant in ("MUON_PLANT_NO_RATIO", "MUON_PLANT_NO_NESTEROV"):
+    plants = ("MUON_PLANT_NO_RATIO", "MUON_PLANT_NO_NESTEROV", "MUON_FULL_PRODUCTS")
+    builds = [subprocess.Popen(["mpicc", *cflags, f"-D{p}", "-o", f"{OUT}/train_gpt2cpu_{p.lower()}", "train_gpt2.c",
+                                "-lm"]) for p in plants]  # side by side: the two cores
+    if any(b.wait() != 0 for b in builds):
+        sys.exit("test_muon.py plant: a build failed")
+    for plant in plants[:2]:
         exe = f"{OUT}/train_gpt2cpu_{plant.lower()}"
-        subprocess.run(["mpicc", *cflags, f"-D{plant}", "-o", exe, "train_gpt2.c", "-lm"], check=True)
         TRAINER, planted = exe, plant
         before = failures
-        cmd_reference()
+        cmd_reference(first_only=True)
         caught = failures > before
         globals()["failures"] = before
         planted = ""
         report(caught, f"a trainer built with -D{plant} fails the reference check")
     # the control: the symmetric products computed whole (-DMUON_FULL_PRODUCTS) give the same bits
-    exe = f"{OUT}/train_gpt2cpu_full_products"
-    subprocess.run(["mpicc", *cflags, "-DMUON_FULL_PRODUCTS", "-o", exe, "train_gpt2.c", "-lm"], check=True)
+    exe = f"{OUT}/train_gpt2cpu_muon_full_products"
     finals = []
     for t in ("./train_gpt2cpu", exe):
         TRAINER = t
@@ -248,9 +269,56 @@ def cmd_plant():
     TRAINER = "./train_gpt2cpu"
 
 
+def cmd_gpu():
+    global TRAINER
+    flags = base(10) + ["-l", "1e-3", "-u", "3", "-c", "0.1", "-opt", "muon"]
+    cpu, _ = run(1, flags, "gpu_cpu")
+    for build, tol, wtol in (("fp32", 1e-4, 1e-4), ("bf16", 5e-2, None)):
+        TRAINER = f"build/gpu/train_gpt2emu_{build}"
+        d, r = run(1, flags, f"gpu_{build}")
+        le, we = equal_runs(cpu, d)
+        line = next((x for x in r.stdout.splitlines() if x.startswith("optimizer: muon on 8 matrices")), "")
+        ok = le <= tol and (wtol is None or we <= wtol) and line != ""
+        report(ok, f"emulated GPU {build.upper()} -opt muon against the CPU trainer, 10 steps: max loss error {le:.2e} "
+                   f"(tol {tol:.0e}), max weight error {we:.2e}" + (f" (tol {wtol:.0e})" if wtol else " (bf16 weights)"))
+    # the checked builds (emucc --check: races, barriers, bounds, launch limits) under three block
+    # schedules, 3 steps: every run passes, and the schedules give the same bits
+    for build in ("fp32", "bf16"):
+        finals = []
+        for sched in ("forward", "reverse", "random:3"):
+            d = f"{OUT}/gpu_check_{build}_{sched.replace(':', '')}"
+            shutil.rmtree(d, ignore_errors=True)
+            r = subprocess.run([f"build/gpu/train_gpt2emu_{build}_check"] + base(3) + ["-opt", "muon", "-o", d],
+                               capture_output=True, text=True, env=dict(os.environ, EMU_SCHED=sched))
+            finals.append(open(d + "/model_final.bin", "rb").read() if r.returncode == 0 else sched)
+        report(len(set(finals)) == 1 and all(isinstance(f, bytes) for f in finals),
+               f"emucc --check {build.upper()} trainer, -opt muon, 3 steps under the forward, reverse and random:3 "
+               f"schedules: " + ("all pass, the same final model" if len(set(finals)) == 1 else "differ or fail"))
+    TRAINER = "build/gpu/train_gpt2emu_bf16"
+    full, _ = run(1, flags[:flags.index("-x") + 1] + ["8"] + flags[flags.index("-x") + 2:] + ["-n", "4"], "gpu_res_a")
+    part = f"{OUT}/gpu_res_b"
+    shutil.rmtree(part, ignore_errors=True)
+    os.makedirs(part)
+    for f in os.listdir(full):
+        if "_00000004" in f:
+            shutil.copy(os.path.join(full, f), part)
+    r = subprocess.run([TRAINER] + flags[:flags.index("-x") + 1] + ["8"] + flags[flags.index("-x") + 2:] +
+                       ["-y", "1", "-o", part], capture_output=True, text=True)
+    tail = {s_: l for s_, l in losses(full).items() if s_ > 4}
+    same = r.returncode == 0 and losses(part) == tail and \
+        open(full + "/model_final.bin", "rb").read() == open(part + "/model_final.bin", "rb").read()
+    report(same, "emulated GPU BF16 -opt muon (fp32 master weights) stopped at step 4 and resumed: steps 5..8 and the "
+                 "final model bit for bit")
+    r = subprocess.run([TRAINER] + base(2) + ["-opt", "muon", "-z", "1"], capture_output=True, text=True)
+    err = r.stderr.strip().splitlines()
+    report(r.returncode != 0 and len(err) == 1 and "-opt muon -z 1: the GPU trainer's Muon runs with ZeRO 0" in err[0],
+           f"the GPU trainer's -opt muon -z 1 refused: {err[-1] if err else '(nothing)'}")
+    TRAINER = "./train_gpt2cpu"
+
+
 if __name__ == "__main__":
     cmds = {"reference": cmd_reference, "ranks": cmd_ranks, "resume": cmd_resume, "refusals": cmd_refusals,
-            "muloco": cmd_muloco, "plant": cmd_plant}
+            "muloco": cmd_muloco, "plant": cmd_plant, "gpu": cmd_gpu}
     if len(sys.argv) != 2 or sys.argv[1] not in cmds:
         sys.exit(f"usage: test_muon.py {'|'.join(cmds)}")
     cmds[sys.argv[1]]()

@@ -293,8 +293,9 @@ static void args_validate(const TrainArgs* a, int gpu) {
     }
     require_float("-ml", a->muon_lr, 0.0f, 10.0f);
     require_float("-mm", a->muon_momentum, 0.0f, 0.999f);
-    if (gpu && strcmp(a->optimizer, "muon") == 0) {
-        fail("-opt muon: the GPU trainer's Muon is not built yet; the CPU trainer train_gpt2cpu has it");
+    if (gpu && strcmp(a->optimizer, "muon") == 0 && a->zero_stage != 0) {
+        fail("-opt muon -z %d: the GPU trainer's Muon runs with ZeRO 0 for now (every rank orthogonalizes every "
+             "matrix); the CPU trainer shards it over ZeRO 1 and 2", a->zero_stage);
     }
     require_int("-v", a->val_every, 0, big);
     require_int("-m", a->val_batches, 1, big);

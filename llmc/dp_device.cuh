@@ -28,6 +28,7 @@
 #include "outer_state.h"
 #include "optimizer.h"
 #include "adamw.cuh"
+#include "muon.cuh"
 #include "nccl_setup.cuh"
 #include "device_wait.cuh"
 #include "shard_kernels.cuh"
@@ -82,13 +83,14 @@ static void device_adamw_update(DeviceAdamW* o, floatX* params, const G* grads, 
                        h->weight_decay, grad_scale, bias1, bias2, seed + (uint32_t)t * NUM_PARAMETER_TENSORS);
 }
 
-// The table of every tensor whole (sizes: the 16 tensors', file order), once.
-static void device_adamw_tensors(DeviceAdamW* o, const size_t* sizes) {
+// The table of every tensor whole (sizes: the 16 tensors', file order; without those `skip` marks,
+// NULL: none), once.
+static void device_adamw_tensors(DeviceAdamW* o, const size_t* sizes, const int* skip) {
     if (o->table_built) { return; }
     adamw_multi_init(&o->table, NUM_PARAMETER_TENSORS);
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        adamw_multi_add(&o->table, off, off, sizes[i], 0, i, parameter_is_matrix[i]);
+        if (!(skip && skip[i])) { adamw_multi_add(&o->table, off, off, sizes[i], 0, i, parameter_is_matrix[i]); }
         off += sizes[i];
     }
     adamw_multi_upload(&o->table);
@@ -122,7 +124,10 @@ typedef struct {
     int last_micro_step;       // set by the training loop: 1 during the step's last backward
     int replica_reduce;        // 1: gradients averaged over every rank; 0 (-ls): over the shard group only
     OuterConfig grad_wire;     // -ls 0: how this step's gradients cross the replicas (-rq/-rk, -rqs)
-    DeviceAdamW opt;           // AdamW's state of the owned elements
+    DeviceAdamW opt;           // AdamW's state of the owned elements (-opt muon: m holds Muon's momentum of its matrices)
+    int muon;                  // -opt muon (ZeRO 0: every rank orthogonalizes every matrix)
+    DeviceMuon muon_work;
+    GPT2Config muon_model;     // the shapes of its matrices
     uint32_t seed;             // the stochastic rounding's seed (-sd)
     float* shard_grads;        // stages 1, 2: reduced fp32 slices, padded to a multiple of dp_replicate
     floatX* group_pad;         // a bucket's units S does not divide, each padded to S slices (or NULL)
@@ -252,6 +257,7 @@ static void dev_dp_free(DeviceDP* dp) {
                     dp->st.snap, dp->flag, dp->master_pad, dp->loss_keep, dp->res_keep};
     for (int i = 0; i < (int)(sizeof(bufs) / sizeof(bufs[0])); i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
     device_adamw_free(&dp->opt);
+    if (dp->muon) { device_muon_free(&dp->muon_work); }
     for (int f = 0; dp->exchanged && f < dp->plan.num_fragments; f++) { cudaCheck(cudaEventDestroy(dp->exchanged[f].ev)); }
     free(dp->exchanged);
     for (int f = 0; dp->xch && f < dp->plan.num_fragments; f++) { if (dp->xch[f].tmp) { cudaCheck(cudaFree(dp->xch[f].tmp)); } }
@@ -544,6 +550,36 @@ static double dev_dp_adamw_bytes(const DeviceDP* dp, size_t grad_size) {
     return per * (double)dp->plan.owned;
 }
 
+// -opt muon: the work space for the model's largest block matrix (ZeRO 0 only, for now: args.h).
+static void dev_dp_init_muon(DeviceDP* dp, const GPT2Config* c) {
+    dp->muon = 1;
+    dp->muon_model = *c;
+    size_t C = (size_t)c->channels;
+    device_muon_alloc(&dp->muon_work, 4 * C * C, C);
+}
+
+// ZeRO 0, -opt muon: every layer's block matrices, one after the other on stream 0 (seed_base +
+// tensor seeds a tensor's rounding, each layer's slice drawing the bits its place in the tensor gives).
+static void dev_dp_muon_update(DeviceDP* dp, const MuonConfig* h, float grad_scale, uint32_t seed_base) {
+    const DpPlan* p = &dp->plan;
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = p->tensor_sizes[i];
+        if (parameter_is_muon[i]) {
+            int rows, cols;
+            muon_matrix_shape(&dp->muon_model, i, &rows, &cols);
+            size_t per = (size_t)rows * cols;
+            for (size_t at = 0; at < n; at += per) {
+                float* master = dp->opt.master ? dp->opt.master + off + at : NULL;
+                OP_SPAN(OP_MUON, 0, muon_ns_flops(rows, cols, h->ns_steps), (double)per * (3.0 * sizeof(floatX) + 12.0),
+                        device_muon_update(&dp->muon_work, dp->params + off + at, master, dp->grads + off + at,
+                                           dp->opt.m + off + at, rows, cols, grad_scale, h, seed_base + (uint32_t)i, at));
+            }
+        }
+        off += n;
+    }
+}
+
 // AdamW (t = 1-based step) on what this rank owns (one launch, stream 0; every tensor in ZeRO 0,
 // this rank's slice of every unit in stages 1, 2, each slice drawing the stochastic-rounding bits its
 // whole tensor would), then (stages 1, 2) the parameter all-gathers on the communication stream.
@@ -554,9 +590,11 @@ static void dev_dp_update(void* ctx, const OptimizerConfig* oc, float grad_scale
     const DpPlan* p = &dp->plan;
     DeviceAdamW* o = &dp->opt;
     if (p->zero_stage == 0) {
-        device_adamw_tensors(o, p->tensor_sizes);
+        int muon = oc->kind == OPT_MUON;
+        device_adamw_tensors(o, p->tensor_sizes, muon ? parameter_is_muon : NULL);
         OP_SPAN(OP_ADAMW, 0, 0.0, dev_dp_adamw_bytes(dp, sizeof(floatX)),
                 device_adamw_update(o, dp->params, dp->grads, h, grad_scale, t, seed));
+        if (muon) { dev_dp_muon_update(dp, &oc->muon, grad_scale, seed + (uint32_t)t * NUM_PARAMETER_TENSORS); }
         return;
     }
     if (!o->table_built) { // this rank's slice of every unit, one segment each

@@ -87,6 +87,8 @@ typedef struct HostDP {
     int* muon_owner;         // ZeRO 1, 2: the shard rank that orthogonalizes each unit (-1: not Muon's)
     int muon_mine;           // the matrices this rank orthogonalizes, their FLOPs, the busiest rank's
     double muon_mine_flops, muon_most_flops;
+    long long muon_bytes_delta; // ZeRO 1, 2: this rank's bytes per step beyond AdamW's (the slices to the
+                                // owners, the chains in place of the all-gathers: may be negative)
     float* shard_grads;      // stages 1, 2: this rank's reduced gradient slices (padded to dp_replicate)
     float* scratch;          // a padded unit, or the stage-0 all-reduce slice
     float* ring_tmp;         // one slice
@@ -391,6 +393,16 @@ static void host_dp_init_muon(HostDP* dp, const GPT2Config* c, int ns_steps) {
     dp->muon_mine_flops = load[p->zero_stage == 0 ? 0 : dp->shard.rank];
     dp->muon_most_flops = 0.0;
     for (int s = 0; s < (p->zero_stage == 0 ? 1 : S); s++) { dp->muon_most_flops = fmax(dp->muon_most_flops, load[s]); }
+    dp->muon_bytes_delta = 0;
+    for (int u = 0; u < l->num_units && p->zero_stage != 0 && S > 1; u++) {
+        const ShardUnit* unit = &l->units[u];
+        int o = dp->muon_owner[u], me = dp->shard.rank;
+        if (o < 0) { continue; }
+        size_t first, count = unit_owned(unit, me, &first);
+        long long sent = me != o ? (long long)count : 0;                    // my slice to the owner
+        sent += (me - o + S) % S != S - 1 ? (long long)unit->size : 0;       // the chain, but its last rank
+        dp->muon_bytes_delta += 4 * (sent - (long long)(S - 1) * (long long)unit->slice); // AdamW's all-gather
+    }
     free(units);
     free(load);
 }

@@ -598,6 +598,12 @@ SITES = {
     "wire_topk_sum_kernel": {"grid": lambda g, i, E: [(cdiv(g["N"], E("WIRE_TOPK_CHUNK")), SLICES, 1)]},
     "wire_gradient_message_kernel": {"grid": lambda g, i, E: [_capped(g["N"], 256, 4096)]},
     "wire_gradient_back_kernel": {"grid": lambda g, i, E: [_capped(g["N"], 256, 4096)]},
+    # -opt muon (llmc/muon.cuh: muon_blocks, ceil(n / 256) blocks at most 4096) over one block matrix,
+    # the largest 4 C x C; the polynomial over S, C x C (the smaller side is C)
+    "muon_blend_kernel<G>": {"grid": lambda g, i, E: [_capped(4 * g["C"] * g["C"], 256, 4096)]},
+    "muon_scale_kernel": {"grid": lambda g, i, E: [_capped(4 * g["C"] * g["C"], 256, 4096)]},
+    "muon_poly_kernel": {"grid": lambda g, i, E: [_capped(g["C"] * g["C"], 256, 4096)]},
+    "muon_step_kernel": {"grid": lambda g, i, E: [_capped(4 * g["C"] * g["C"], 256, 4096)]},
 }
 
 

@@ -160,6 +160,9 @@ PY
 check multi_gpu_checked_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/train_gpt2emu_fp32_check build/gpu/train_gpt2emu_bf16_check &&
     make -s train_gpt2cpu"
 check multi_gpu_checked_fp32_bf16_1_2_ranks multi_gpu_checked
+# -opt muon on the emulated GPU trainers against the CPU trainer (FP32 1e-4, BF16 5e-2), a BF16
+# resume bit for bit, the checked builds above under three schedules, -z 1 refused (dev/test_muon.py gpu)
+check gpu_muon /usr/bin/python3 dev/test_muon.py gpu
 
 # -ls through the checked FP32 build (the outer sync's kernels, its all-reduce on the communication
 # stream, the CRC all-gather, a resume inside a window): 2 x 1 ZeRO 1 under reverse and 2 x 2 ZeRO 0
