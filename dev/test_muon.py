@@ -32,6 +32,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_diloco as dl  # noqa: E402
+
 PY = "/usr/bin/python3"
 OUT = "build/muon"
 DATA = "data/kjv/kjv_val.bin"
@@ -48,13 +51,8 @@ def report(ok, what):
     print(f"{tag}  {what}", flush=True)
 
 
-def model_file():
-    path = f"{OUT}/d2.bin"
-    if not os.path.exists(path):
-        os.makedirs(OUT, exist_ok=True)
-        subprocess.run([PY, "train_gpt2.py", "--model", "d2", "--vocab", "257", "--max-seq", "64",
-                        "--write-model", path], check=True, capture_output=True)
-    return path
+model_file = dl.model_file  # the d2 model dev/test_diloco.py's checks start from (train_gpt2.py's)
+copy_checkpoint = dl.copy_step  # (src, dst, step): dst made afresh with checkpoint step's files of src
 
 
 def base(steps, ranks=1):
@@ -168,11 +166,7 @@ def cmd_resume():
     args = base(8) + ["-l", "1e-3", "-c", "0.1", "-u", "2", "-opt", "muon"]
     full, _ = run(1, args + ["-n", "4"], "resume_full")
     part = f"{OUT}/resume_part"
-    shutil.rmtree(part, ignore_errors=True)
-    os.makedirs(part)
-    for f in os.listdir(full):
-        if "_00000004" in f:
-            shutil.copy(os.path.join(full, f), part)
+    copy_checkpoint(full, part, 4)
     r = subprocess.run([TRAINER] + args + ["-y", "1", "-o", part], capture_output=True, text=True)
     tail = {s: l for s, l in losses(full).items() if s > 4}
     same = r.returncode == 0 and losses(part) == tail
@@ -187,11 +181,7 @@ def cmd_resume():
     two, _ = run(2, base(8, 2) + args[len(base(8)):] + ["-z", "1", "-n", "4"], "resume_two")
     for n, z, ds in [(1, 0, 0), (4, 2, 0), (4, 1, 2)]:
         d = f"{OUT}/resume_{n}_{z}_{ds}"
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d)
-        for f in os.listdir(two):
-            if "_00000004" in f:
-                shutil.copy(os.path.join(two, f), d)
+        copy_checkpoint(two, d, 4)
         cmd = ([] if n == 1 else ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
                                   str(n), "-x", "OMP_NUM_THREADS=1"]) + [TRAINER] + base(8, n) + args[len(base(8)):] + \
             ["-z", str(z), "-ds", str(ds), "-y", "1", "-o", d]
@@ -204,11 +194,7 @@ def cmd_resume():
         report(le <= tol and we <= tol, f"-opt muon, 2 ranks ZeRO 1's step-4 checkpoint resumed on {n} ranks ZeRO {z} "
                                         f"-ds {ds}: steps 5..8 max loss error {le:.2e}, final weights {we:.2e} (tol "
                                         f"{tol:.0e})")
-    shutil.rmtree(part)
-    os.makedirs(part)
-    for f in os.listdir(full):
-        if "_00000004" in f:
-            shutil.copy(os.path.join(full, f), part)
+    copy_checkpoint(full, part, 4)
     r = subprocess.run([TRAINER] + args[:-2] + ["-opt", "adamw", "-y", "1", "-o", part], capture_output=True, text=True)
     err = r.stderr.strip().splitlines()
     report(r.returncode != 0 and len(err) == 1 and "-opt muon; this run has -opt adamw" in err[0],
@@ -297,11 +283,7 @@ def cmd_gpu():
     TRAINER = "build/gpu/train_gpt2emu_bf16"
     full, _ = run(1, flags[:flags.index("-x") + 1] + ["8"] + flags[flags.index("-x") + 2:] + ["-n", "4"], "gpu_res_a")
     part = f"{OUT}/gpu_res_b"
-    shutil.rmtree(part, ignore_errors=True)
-    os.makedirs(part)
-    for f in os.listdir(full):
-        if "_00000004" in f:
-            shutil.copy(os.path.join(full, f), part)
+    copy_checkpoint(full, part, 4)
     r = subprocess.run([TRAINER] + flags[:flags.index("-x") + 1] + ["8"] + flags[flags.index("-x") + 2:] +
                        ["-y", "1", "-o", part], capture_output=True, text=True)
     tail = {s_: l for s_, l in losses(full).items() if s_ > 4}
