@@ -76,7 +76,8 @@ data-kjv: deps data/kjv/kjv_train.bin
 
 # The quick start: a 4-layer, 256-channel byte-level model on the King James Bible (docs/training.md).
 QUICKSTART_FLAGS := -i data/kjv/kjv_train.bin -j data/kjv/kjv_val.bin -tk data/kjv/kjv_tokenizer.bin \
-	-e d4 -sl 256 -b 8 -t 256 -x 900 -l 2e-3 -u 30 -q 0.1 -k cosine -c 0.1 -v 100 -m 16 -s 200 -g 200 \
+	-e d4 -sl 256 -b 8 -t 256 -x 400 -opt muon -ml 0.02 -l 2e-3 -u 30 -q 0.1 -k cosine -c 0.1 -v 100 -m 16 \
+	-s 200 -g 200 \
 	-o log_quickstart
 # deps first, then a fresh make that sees what deps installed (mpicc)
 quickstart: deps
