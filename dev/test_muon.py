@@ -172,6 +172,7 @@ def cmd_resume():
     same = r.returncode == 0 and losses(part) == tail
     files = open(full + "/model_final.bin", "rb").read() == open(part + "/model_final.bin", "rb").read() if same else False
     report(same and files, "-opt muon stopped at step 4 and resumed: steps 5..8 and the final model bit for bit")
+    subprocess.run(["make", "-s", "ckpt_tool"], check=True)  # (a fresh clone has not built it yet)
     info = subprocess.run(["./ckpt_tool", "info", full, "4"], capture_output=True, text=True).stdout
     report("optimizer: muon" in info, "ckpt_tool info names the optimizer: " +
            next((x.strip() for x in info.splitlines() if "optimizer:" in x), "(no optimizer line)"))
