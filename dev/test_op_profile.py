@@ -89,7 +89,7 @@ def check_gpu(out, rows, prof, ranks):
     m = re.search(r"^device times from CUDA events: (\d+) per step", out, re.M)
     expect(m is not None and int(m.group(1)) > 0 and prof.get("events_per_step") == int(m.group(1)),
            f"the CUDA events per step are printed and recorded: {m and m.group(1)}")
-    busy = [f for f in FAMILIES if f not in ("communication", "data loading")]
+    busy = [f for f in FAMILIES if f not in ("communication", "data loading", "muon (newton-schulz)")]  # (-opt adamw)
     expect(all(rows[f][0] > 0.0 for f in busy), f"every compute family, AdamW and the grad norm take time: {busy}")
     if ranks == 1:
         return
