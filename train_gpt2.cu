@@ -663,14 +663,8 @@ int main(int argc, char** argv) {
     CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters,
                                          sizeof(floatX), sizeof(floatX), gpu.dp.opt.master ? 4 : 0, &args.outer);
     char extra[1280], opt_line[512];
-    double muon_flops = 0.0; // ZeRO 0: every rank orthogonalizes every matrix
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        int rows, cols;
-        muon_matrix_shape(&run.config, i, &rows, &cols);
-        if (parameter_is_muon[i]) { muon_flops += run.config.num_layers * muon_ns_flops(rows, cols, MUON_NS_STEPS); }
-    }
-    optimizer_describe(&run.opt, &run.config, gpu.model.num_parameters, zero, 4 * run.config.num_layers, muon_flops,
-                       muon_flops, opt_line, sizeof(opt_line));
+    // ZeRO 0 (the GPU's Muon): every rank orthogonalizes every matrix
+    optimizer_describe(&run.opt, &run.config, gpu.model.num_parameters, zero, -1, 0.0, 0.0, opt_line, sizeof(opt_line));
     snprintf(extra, sizeof(extra),
              "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU %s\n"
              "device: %s | precision %s | recompute %d | master weights %s | GELU %s\n"

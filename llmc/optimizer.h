@@ -100,8 +100,8 @@ static OptimizerConfig optimizer_config_from_args(const TrainArgs* a) {
 }
 
 // The start-up line (no newline): which tensors each optimizer takes and, with Muon, the
-// Newton-Schulz work per step and this rank's share: mine matrices of mine_flops (ZeRO 0: all;
-// ZeRO 1, 2: its shard group's owners, the most any rank has most_flops).
+// Newton-Schulz work per step and this rank's share: mine matrices of mine_flops (mine < 0: all of
+// them, ZeRO 0's; ZeRO 1, 2: its shard group's owners, the most any rank has most_flops).
 static void optimizer_describe(const OptimizerConfig* o, const GPT2Config* c, size_t num_parameters, int zero_stage,
                                int mine, double mine_flops, double most_flops, char* out, size_t len) {
     if (o->kind == OPT_ADAMW) {
@@ -119,6 +119,7 @@ static void optimizer_describe(const OptimizerConfig* o, const GPT2Config* c, si
         flops += (double)L * muon_ns_flops(rows, cols, o->muon.ns_steps);
         matrices += (int)L;
     }
+    if (mine < 0) { mine = matrices, mine_flops = most_flops = flops; }
     char share[160];
     if (zero_stage == 0) { snprintf(share, sizeof(share), "ZeRO 0: every rank all"); }
     else { snprintf(share, sizeof(share), "ZeRO %d: one owner a matrix, the busiest rank %.3g GFLOP", zero_stage,
