@@ -5,6 +5,8 @@
 //   ckpt_tool export DIR STEP OUT.bin    the weights as an fp32 model file (version 3): the fp32
 //                                        master weights gathered from the shards when the
 //                                        checkpoint has them (bf16 GPU runs), else its model file
+//   ckpt_tool slots                      the state header's slot table (llmc/ckpt_state_file.h) as
+//                                        docs/checkpoints.md shows it; exit 1 if two rows overlap
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,7 @@
 #include "llmc/outer_sync.h"
 
 static void usage(void) {
-    fprintf(stderr, "usage: ckpt_tool info|verify DIR [STEP] | ckpt_tool export DIR STEP OUT.bin\n");
+    fprintf(stderr, "usage: ckpt_tool info|verify DIR [STEP] | ckpt_tool export DIR STEP OUT.bin | ckpt_tool slots\n");
     exit(2);
 }
 
@@ -125,7 +127,37 @@ static void export_model(const char* dir, int step, const char* out) {
     free(params);
 }
 
+// The slot table as markdown, after checking that its rows are in slot order, inside the header
+// and apart (returns 1 where they are not, naming the rows).
+static int print_slots(void) {
+    static const char* groups[] = {"always", "with -ls", "with -rq/-rk", "with a sync layout of its own"};
+    int end = 0;
+    for (int k = 0; k < STATE_NUM_SLOTS; k++) {
+        const StateSlot* e = &state_slots[k];
+        int width = state_slot_width(e->type);
+        if (e->slot < end || e->slot + width > STATE_HEADER_INTS) {
+            fprintf(stderr, "state header table: row %s (slot %d, %d ints) overlaps the row before it or leaves the "
+                    "header\n", e->name, e->slot, width);
+            return 1;
+        }
+        end = e->slot + width;
+    }
+    printf("| slot | field | written | meaning |\n| --- | --- | --- | --- |\n");
+    for (int k = 0; k < STATE_NUM_SLOTS; k++) {
+        const StateSlot* e = &state_slots[k];
+        int width = state_slot_width(e->type);
+        char slots[32];
+        if (width == 1) { snprintf(slots, sizeof(slots), "%d", e->slot); }
+        else { snprintf(slots, sizeof(slots), "%d-%d", e->slot, e->slot + width - 1); }
+        char value[32] = "";
+        if (e->type == SLOT_CONST) { snprintf(value, sizeof(value), ", %d", e->value); }
+        printf("| %s | `%s` | %s | %s%s |\n", slots, e->name, groups[e->group], e->meaning, value);
+    }
+    return 0;
+}
+
 int main(int argc, char** argv) {
+    if (argc == 2 && strcmp(argv[1], "slots") == 0) { return print_slots(); }
     if (argc < 3) { usage(); }
     const char* cmd = argv[1];
     const char* dir = argv[2];

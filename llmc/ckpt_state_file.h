@@ -93,80 +93,134 @@ static long state_file_bytes(const TrainState* s) {
     return (long)(1024 + n * 4);
 }
 
+// The header's slots, one row each, in slot order: what the file keeps and where. pack and
+// unpack, the checks that name a slot, and docs/checkpoints.md's slot table (`ckpt_tool slots`)
+// are generated from it. A row's group says when it is written: always, with -ls, on a compressed
+// link (-rq other than fp32, or -rk), or where the sync's layout differs from ZeRO's (sync_stage,
+// sync_owned); a row outside its group stays 0, so a file is byte for byte what it was before the
+// group existed. Every row is read back as it stands (0 where it was not written).
+enum { SLOT_INT, SLOT_FLOAT, SLOT_INT64, SLOT_UINT64, SLOT_PLUS_ONE, SLOT_FRAGMENTS, SLOT_CONST, SLOT_CRC,
+       SLOT_HISTORY };
+enum { SLOT_ALWAYS, SLOT_WITH_LS, SLOT_WITH_WIRE, SLOT_WITH_LAYOUT };
+typedef struct {
+    int slot, type, group;
+    size_t offset; // in TrainState (unused by SLOT_CONST and SLOT_CRC)
+    int value;     // SLOT_CONST's
+    const char* name;
+    const char* meaning;
+} StateSlot;
+#define SLOT(slot, type, group, field, meaning) {slot, type, group, offsetof(TrainState, field), 0, #field, meaning}
+#define SLOT_FIXED(slot, type, value, name, meaning) {slot, type, SLOT_ALWAYS, 0, value, name, meaning}
+enum { STATE_SLOT_PAYLOAD_CRC = 20, STATE_SLOT_HEADER_CRC = 21, STATE_SLOT_SYNC_STAGE = 42, STATE_SLOT_HISTORY = 64 };
+#ifdef STATE_PLANT_OVERLAP // test only: a row laid over another, which `ckpt_tool slots` must refuse
+#define STATE_SLOT_OPTIMIZER 42
+#else
+#define STATE_SLOT_OPTIMIZER 43
+#endif
+static const StateSlot state_slots[] = {
+    SLOT_FIXED(0, SLOT_CONST, STATE_MAGIC, "magic", "the state file's magic number"),
+    SLOT_FIXED(1, SLOT_CONST, STATE_VERSION, "version", "the format's version"),
+    SLOT(2, SLOT_INT, SLOT_ALWAYS, rank, "the rank that wrote it"),
+    SLOT(3, SLOT_INT, SLOT_ALWAYS, world, "ranks in the run"),
+    SLOT(4, SLOT_INT, SLOT_ALWAYS, dp_shard, "-ds: ranks in a shard group"),
+    SLOT(5, SLOT_INT, SLOT_ALWAYS, zero_stage, "-z"),
+    SLOT(6, SLOT_INT, SLOT_ALWAYS, B, "-b"),
+    SLOT(7, SLOT_INT, SLOT_ALWAYS, T, "-t"),
+    SLOT(8, SLOT_INT, SLOT_ALWAYS, total_batch, "-d"),
+    SLOT(9, SLOT_INT, SLOT_ALWAYS, step, "optimizer steps completed (skipped ones included)"),
+    SLOT(10, SLOT_INT, SLOT_ALWAYS, epoch, "the data loader's epoch"),
+    SLOT(11, SLOT_INT, SLOT_ALWAYS, file_pos, "its shard file"),
+    SLOT(12, SLOT_INT64, SLOT_ALWAYS, row_pos, "its row in the file (int64)"),
+    SLOT(14, SLOT_UINT64, SLOT_ALWAYS, rng, "the sampler's generator (uint64)"),
+    SLOT(16, SLOT_INT, SLOT_ALWAYS, has_master, "1: fp32 master weights follow m and v"),
+    SLOT(17, SLOT_INT, SLOT_ALWAYS, skipped, "updates skipped so far (the optimizer's t = step - skipped)"),
+    SLOT(18, SLOT_UINT64, SLOT_ALWAYS, owned, "elements of m, v, master (uint64)"),
+    SLOT_FIXED(STATE_SLOT_PAYLOAD_CRC, SLOT_CRC, 0, "payload_crc", "CRC-32C of everything after the header"),
+    SLOT_FIXED(STATE_SLOT_HEADER_CRC, SLOT_CRC, 0, "header_crc", "CRC-32C of the header with this slot 0"),
+    SLOT(22, SLOT_INT, SLOT_ALWAYS, consecutive_skips, "skipped steps in a row (-sk)"),
+    SLOT(23, SLOT_INT, SLOT_ALWAYS, loss_count, "entries of the spike guard's window"),
+    SLOT(24, SLOT_INT, SLOT_ALWAYS, has_local, "1: the owned local parameters follow (-ls)"),
+    SLOT(25, SLOT_INT, SLOT_ALWAYS, has_outer, "1: the outer parameters and momentum follow (-ls)"),
+    SLOT(26, SLOT_INT, SLOT_WITH_LS, outer.every, "-ls"),
+    SLOT(27, SLOT_INT, SLOT_WITH_LS, outer.start, "-lss"),
+    SLOT(28, SLOT_INT, SLOT_ALWAYS, in_agreement, "1: the replicas held the same parameters at this step"),
+    SLOT(29, SLOT_FLOAT, SLOT_WITH_LS, outer.lr, "-ol (float)"),
+    SLOT(30, SLOT_FLOAT, SLOT_WITH_LS, outer.momentum, "-om (float)"),
+    SLOT(31, SLOT_INT, SLOT_ALWAYS, has_residual, "1: the error-feedback residual follows"),
+    SLOT(32, SLOT_INT, SLOT_WITH_WIRE, outer.wire, "-rq: 0 fp32, 1 bf16, 2 int8, 3 int4"),
+    SLOT(33, SLOT_INT, SLOT_WITH_WIRE, outer.feedback, "-ref"),
+    SLOT(34, SLOT_INT, SLOT_WITH_WIRE, outer.wire_start, "-rqs"),
+    SLOT(35, SLOT_FLOAT, SLOT_WITH_WIRE, outer.topk, "-rk (float)"),
+    SLOT(36, SLOT_FRAGMENTS, SLOT_WITH_LS, outer.fragments, "-lf (0 for one fragment)"),
+    SLOT(37, SLOT_INT, SLOT_WITH_LS, outer.overlap, "-lo"),
+    SLOT(38, SLOT_INT, SLOT_ALWAYS, has_pending, "1: -lo exchanges were in flight: snapshots and held sums follow"),
+    SLOT(39, SLOT_INT, SLOT_ALWAYS, consecutive_sync_skips, "outer syncs skipped in a row (-sk)"),
+    SLOT(40, SLOT_UINT64, SLOT_WITH_LAYOUT, sync_owned, "elements of each replica-sync array (uint64)"),
+    SLOT(STATE_SLOT_SYNC_STAGE, SLOT_PLUS_ONE, SLOT_WITH_LAYOUT, sync_stage, "the sync arrays' layout plus one"),
+    SLOT(STATE_SLOT_OPTIMIZER, SLOT_INT, SLOT_ALWAYS, optimizer, "-opt: 0 adamw, 1 muon (whose momentum m holds)"),
+    SLOT(STATE_SLOT_HISTORY, SLOT_HISTORY, SLOT_ALWAYS, loss_history, "the spike guard's window, oldest first (floats)"),
+};
+#undef SLOT
+#undef SLOT_FIXED
+#define STATE_NUM_SLOTS ((int)(sizeof(state_slots) / sizeof(state_slots[0])))
+
+// How many header ints a row fills.
+static int state_slot_width(int type) {
+    return type == SLOT_INT64 || type == SLOT_UINT64 ? 2 : type == SLOT_HISTORY ? LOSS_HISTORY_MAX : 1;
+}
+
+// Whether a row's group applies to s (its value is written).
+static int state_slot_written(const StateSlot* e, const TrainState* s) {
+    const OuterConfig* o = &s->outer;
+    switch (e->group) {
+    case SLOT_WITH_LS: return o->every > 0;
+    case SLOT_WITH_WIRE: return o->wire != WIRE_FP32 || o->topk > 0.0f;
+    case SLOT_WITH_LAYOUT: return s->sync_stage != s->zero_stage || s->sync_owned != s->owned;
+    default: return 1;
+    }
+}
+
 static void state_pack_header(int* h, const TrainState* s) {
     memset(h, 0, STATE_HEADER_INTS * sizeof(int));
-    h[0] = STATE_MAGIC;
-    h[1] = STATE_VERSION;
-    h[2] = s->rank; h[3] = s->world; h[4] = s->dp_shard; h[5] = s->zero_stage;
-    h[6] = s->B; h[7] = s->T; h[8] = s->total_batch; h[9] = s->step;
-    h[10] = s->epoch; h[11] = s->file_pos;
-    int64_t row = s->row_pos;
-    memcpy(&h[12], &row, 8);
-    memcpy(&h[14], &s->rng, 8);
-    h[16] = s->has_master; h[17] = s->skipped;
-    memcpy(&h[18], &s->owned, 8);
-    h[22] = s->consecutive_skips;
-    h[23] = s->loss_count;
-    h[24] = s->has_local; h[25] = s->has_outer;
-    h[28] = s->in_agreement;
-    const OuterConfig* o = &s->outer;
-    if (o->every > 0) { // slots 26-30, 36, 37 stay 0 without -ls: the files of a synchronous run
-        h[26] = o->every; h[27] = o->start;
-        memcpy(&h[29], &o->lr, 4);
-        memcpy(&h[30], &o->momentum, 4);
-        h[36] = o->fragments > 1 ? o->fragments : 0;
-        h[37] = o->overlap;
+    for (int k = 0; k < STATE_NUM_SLOTS; k++) {
+        const StateSlot* e = &state_slots[k];
+        const char* field = (const char*)s + e->offset;
+        if (e->type == SLOT_CRC || !state_slot_written(e, s)) { continue; }
+        if (e->type == SLOT_CONST) {
+            h[e->slot] = e->value;
+        } else if (e->type == SLOT_PLUS_ONE || e->type == SLOT_FRAGMENTS) {
+            int v;
+            memcpy(&v, field, 4);
+            h[e->slot] = e->type == SLOT_PLUS_ONE ? v + 1 : v > 1 ? v : 0;
+        } else {
+            memcpy(&h[e->slot], field, 4 * (size_t)state_slot_width(e->type));
+        }
     }
-    if (o->wire != WIRE_FP32 || o->topk > 0.0f) { // slots 32-35 stay 0 without -rq/-rk
-        h[32] = o->wire; h[33] = o->feedback; h[34] = o->wire_start;
-        memcpy(&h[35], &o->topk, 4);
-    }
-    h[31] = s->has_residual; h[38] = s->has_pending;
-    h[39] = s->consecutive_sync_skips;
-    h[43] = s->optimizer;
-    if (s->sync_stage != s->zero_stage || s->sync_owned != s->owned) {
-        memcpy(&h[40], &s->sync_owned, 8);
-        h[42] = s->sync_stage + 1;
-    }
-    memcpy(&h[64], s->loss_history, LOSS_HISTORY_MAX * sizeof(float));
 }
 
 static void state_unpack_header(const int* h, TrainState* s) {
     memset(s, 0, sizeof(*s));
-    s->rank = h[2]; s->world = h[3]; s->dp_shard = h[4]; s->zero_stage = h[5];
-    s->B = h[6]; s->T = h[7]; s->total_batch = h[8]; s->step = h[9];
-    s->epoch = h[10]; s->file_pos = h[11];
-    int64_t row;
-    memcpy(&row, &h[12], 8);
-    s->row_pos = (long)row;
-    memcpy(&s->rng, &h[14], 8);
-    s->has_master = h[16]; s->skipped = h[17];
-    memcpy(&s->owned, &h[18], 8);
-    s->consecutive_skips = h[22];
-    s->loss_count = h[23];
-    s->has_local = h[24]; s->has_outer = h[25];
-    s->outer.every = h[26]; s->outer.start = h[27]; s->in_agreement = h[28];
-    memcpy(&s->outer.lr, &h[29], 4);
-    memcpy(&s->outer.momentum, &h[30], 4);
-    s->has_residual = h[31]; s->outer.wire = h[32]; s->outer.feedback = h[33]; s->outer.wire_start = h[34];
-    memcpy(&s->outer.topk, &h[35], 4);
-    s->outer.fragments = h[36];
-    s->outer.overlap = h[37]; s->has_pending = h[38];
-    s->consecutive_sync_skips = h[39];
-    s->optimizer = h[43];
-    memcpy(&s->sync_owned, &h[40], 8);
-    s->sync_stage = h[42] - 1;
-    if (h[42] == 0) {
+    for (int k = 0; k < STATE_NUM_SLOTS; k++) {
+        const StateSlot* e = &state_slots[k];
+        char* field = (char*)s + e->offset;
+        if (e->type == SLOT_CONST || e->type == SLOT_CRC) { continue; }
+        if (e->type == SLOT_PLUS_ONE) {
+            int v = h[e->slot] - 1;
+            memcpy(field, &v, 4);
+        } else {
+            memcpy(field, &h[e->slot], 4 * (size_t)state_slot_width(e->type));
+        }
+    }
+    if (h[STATE_SLOT_SYNC_STAGE] == 0) { // not written: the sync's layout is ZeRO's
         s->sync_stage = s->zero_stage;
         s->sync_owned = s->owned;
     }
-    memcpy(s->loss_history, &h[64], LOSS_HISTORY_MAX * sizeof(float));
 }
 
 static uint32_t state_header_crc(const int* h) {
     int copy[STATE_HEADER_INTS];
     memcpy(copy, h, sizeof(copy));
-    copy[21] = 0;
+    copy[STATE_SLOT_HEADER_CRC] = 0;
     return crc32c_update(0, copy, sizeof(copy));
 }
 
@@ -191,8 +245,8 @@ static void state_write_arrays(const char* path, const TrainState* s, const Stat
         if (arrays->a[k] == NULL) { fail("%s: state array %d missing (a bug)", path, k); }
         fwrite_crc(arrays->a[k], state_array_elements(s, k) * sizeof(float), f, tmp, &crc);
     }
-    header[20] = (int)crc;
-    header[21] = (int)state_header_crc(header);
+    header[STATE_SLOT_PAYLOAD_CRC] = (int)crc;
+    header[STATE_SLOT_HEADER_CRC] = (int)state_header_crc(header);
     if (!soft_write_skip(f) && fseek(f, 0, SEEK_SET) != 0) { write_error("seek", tmp); }
     fwrite_check(header, sizeof(int), STATE_HEADER_INTS, f, tmp);
     commit_tmp(f, tmp, path);
@@ -221,8 +275,8 @@ static int state_read_header(FILE* f, const char* path, TrainState* s, int* head
         snprintf(why, why_len, "%s: unsupported state version %d (expected %d)", path, header[1], STATE_VERSION);
         return 0;
     }
-    if ((uint32_t)header[21] != state_header_crc(header)) {
-        snprintf(why, why_len, "%s: header checksum mismatch (stored %08x, computed %08x)", path, (uint32_t)header[21],
+    if ((uint32_t)header[STATE_SLOT_HEADER_CRC] != state_header_crc(header)) {
+        snprintf(why, why_len, "%s: header checksum mismatch (stored %08x, computed %08x)", path, (uint32_t)header[STATE_SLOT_HEADER_CRC],
                  state_header_crc(header));
         return 0;
     }
@@ -234,7 +288,8 @@ static int state_read_header(FILE* f, const char* path, TrainState* s, int* head
         return 0;
     }
     if ((unsigned)s->sync_stage > 2) {
-        snprintf(why, why_len, "%s: header slot 42 names sync layout %d (0-3)", path, header[42]);
+        snprintf(why, why_len, "%s: header slot %d names sync layout %d (0-3)", path, STATE_SLOT_SYNC_STAGE,
+                 header[STATE_SLOT_SYNC_STAGE]);
         return 0;
     }
     long expected = state_file_bytes(s);
@@ -256,8 +311,8 @@ static int state_check_file(const char* path, TrainState* s, char* why, size_t w
     int ok = state_read_header(f, path, s, header, why, why_len);
     if (ok) {
         uint32_t crc = crc32c_file_from(f, 1024, NULL);
-        if (crc != (uint32_t)header[20]) {
-            snprintf(why, why_len, "%s: checksum mismatch (stored %08x, computed %08x)", path, (uint32_t)header[20], crc);
+        if (crc != (uint32_t)header[STATE_SLOT_PAYLOAD_CRC]) {
+            snprintf(why, why_len, "%s: checksum mismatch (stored %08x, computed %08x)", path, (uint32_t)header[STATE_SLOT_PAYLOAD_CRC], crc);
             ok = 0;
         }
     }
@@ -300,8 +355,8 @@ static void state_read(const char* path, const TrainState* expect, TrainState* o
         crc = crc32c_update(crc, master, out->owned * sizeof(float));
     }
     fclose(f);
-    if (crc != (uint32_t)header[20]) {
-        fail("%s: checksum mismatch (stored %08x, computed %08x)", path, (uint32_t)header[20], crc);
+    if (crc != (uint32_t)header[STATE_SLOT_PAYLOAD_CRC]) {
+        fail("%s: checksum mismatch (stored %08x, computed %08x)", path, (uint32_t)header[STATE_SLOT_PAYLOAD_CRC], crc);
     }
 }
 

@@ -14,3 +14,9 @@ check resilience_nonfinite_and_spike_steps /usr/bin/python3 dev/test_resilience.
 check resilience_resume_on_other_layouts bash -c "make -s ckpt_tool && /usr/bin/python3 dev/test_resilience.py layout"
 check resilience_failed_rank_stops_job /usr/bin/python3 dev/test_resilience.py failed_rank
 check resilience_disk_full_checkpoints bash -c "make -s ckpt_tool && /usr/bin/python3 dev/test_resilience.py diskfull"
+# The state header's slot table (llmc/ckpt_state_file.h) is what docs/checkpoints.md shows, and
+# `ckpt_tool slots` refuses a table whose rows overlap (planted: the optimizer's row on slot 42).
+check resilience_state_slot_table bash -c "make -s ckpt_tool && diff <(./ckpt_tool slots) \
+    <(sed -n '/<!-- generated: ckpt_tool slots -->/,/<!-- end of generated table -->/p' docs/checkpoints.md | sed '1d;\$d') &&
+    mkdir -p build && gcc -O1 -I. -DSTATE_PLANT_OVERLAP -o build/ckpt_tool_plant_overlap dev/ckpt_tool.c -lm &&
+    ! build/ckpt_tool_plant_overlap slots > /dev/null 2>&1"
