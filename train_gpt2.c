@@ -24,6 +24,7 @@
 #include "llmc/cpu_memory.h"
 #include "llmc/op_profile.h"
 #include "llmc/dp_host.h"
+#include "llmc/replica_host.h"
 
 // ----------------------------------------------------------------------------
 // layers, forward
@@ -450,6 +451,7 @@ static double cpu_measured_peak_tflops(char* source, size_t len) {
 typedef struct {
     GPT2 model;
     HostDP dp;       // the data-parallel layer (llmc/dp_host.h)
+    HostReplica sync; // its replica sync (llmc/replica_host.h; empty without -ls, -rq/-rk)
     double loss_sum; // this step's micro-batch mean losses
     int micro_steps; // and how many there were
 } CpuTrainer;
@@ -538,19 +540,7 @@ static size_t cpu_comm_bytes_sent(void* ctx) {
 }
 
 // peak_tflops and peak_source are filled in by main (measured at start-up), dp by the data-parallel layer.
-static const TrainerOps cpu_trainer_ops = {
-    .begin_step = cpu_begin_step,
-    .micro_step = cpu_micro_step,
-    .agree = cpu_agree,
-    .evaluate = cpu_evaluate,
-    .next_logits = cpu_next_logits,
-    .write_model = cpu_write_model,
-    .barrier = cpu_barrier,
-    .comm_bytes_sent = cpu_comm_bytes_sent,
-    .eval_losses = cpu_eval_losses,
-    .sum_count = cpu_sum_count,
-    .name = "train_gpt2cpu",
-};
+static const TrainerOps cpu_trainer_ops = TRAINER_OPS(cpu, cpu_comm_bytes_sent, 0.0, NULL, "train_gpt2cpu");
 
 static void mpi_abort_all(void) {
     int world = 1;
@@ -560,7 +550,7 @@ static void mpi_abort_all(void) {
 
 #ifndef TESTING
 int main(int argc, char** argv) {
-    int thread_level; // -lo's communication thread needs MPI_THREAD_MULTIPLE (checked in host_dp_init_overlap)
+    int thread_level; // -lo's communication thread needs MPI_THREAD_MULTIPLE (checked in host_replica_init_overlap)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
     int world, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -583,10 +573,12 @@ int main(int argc, char** argv) {
     memcpy(grad_tensors, &cpu.model.grads, sizeof(grad_tensors));
     host_dp_init(&cpu.dp, &run.config, world, rank, args.dp_shard, zero, &args.outer, cpu.model.params_memory,
                  cpu.model.grads_memory, grad_tensors, cpu.model.grads_one_layer);
-    if (args.outer.every > 0 && args.outer.overlap > 0) { host_dp_init_overlap(&cpu.dp); }
+    host_replica_init(&cpu.sync, &cpu.dp);
+    if (args.outer.every > 0 && args.outer.overlap > 0) { host_replica_init_overlap(&cpu.sync); }
     if (strcmp(args.optimizer, "muon") == 0) { host_dp_init_muon(&cpu.dp, &run.config, MUON_NS_STEPS); }
     TrainerOps ops = cpu_trainer_ops;
     ops.dp = host_dp_ops(&cpu.dp);
+    ops.replica = host_replica_ops(&cpu.sync);
     char peak_source[160] = "-pk";
     if (args.peak_tflops == 0.0f) { ops.peak_tflops = cpu_measured_peak_tflops(peak_source, sizeof(peak_source)); }
     ops.peak_source = peak_source;
@@ -596,7 +588,7 @@ int main(int argc, char** argv) {
     MemoryBytes mem = memory_bytes_per_rank(&plan->layout, zero, plan->num_parameters, 4, 4, 0, 1,
                                             args.outer.every > 0);
     mem.activations = cpu.model.activation_bytes;
-    host_dp_memory(&cpu.dp, &mem);
+    host_replica_memory(&cpu.sync, &mem);
     CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters, 4, 4, 0,
                                          &args.outer);
     char extra[1024], line[768];
@@ -615,13 +607,14 @@ int main(int argc, char** argv) {
     double train_start = now_seconds();
     run_train(&run, &ops, &cpu);
     if (args.outer.link_mbps > 0.0f && rank == 0) {
-        double total = now_seconds() - train_start, *waited = cpu.dp.link_waited;
+        double total = now_seconds() - train_start, *waited = cpu.sync.link_waited;
         printf("modelled link (-rb %g MB/s): rank 0 waited %.1f ms for it in %.1f ms of training (%.2f%%), and %.1f ms "
                "after the last step (every fragment lands)\n", args.outer.link_mbps, waited[0] * 1e3, total * 1e3,
                100.0 * waited[0] / total, waited[1] * 1e3);
     }
 
     run_free(&run);
+    host_replica_free(&cpu.sync);
     host_dp_free(&cpu.dp);
     gpt2_free(&cpu.model);
     MPI_Finalize();

@@ -42,6 +42,7 @@
 #include "llmc/wire_kernels.cuh"
 #include "llmc/op_events.cuh"
 #include "llmc/dp_device.cuh"
+#include "llmc/replica_device.cuh"
 
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
 
@@ -465,7 +466,7 @@ static void gpt2_zero_grads(GPT2* m) {
 
 typedef struct {
     GPT2 model;
-    DeviceDP dp;   // the data-parallel layer (llmc/dp_device.cuh): ZeRO, AdamW's sharded state, -ls
+    DeviceDP dp;   // the data-parallel layer (llmc/dp_device.cuh; its replica sync llmc/replica_device.cuh)
 } GpuTrainer;
 
 static void gpu_begin_step(void* ctx) {
@@ -560,21 +561,8 @@ static size_t gpu_comm_bytes_sent(void* ctx) {
 #define GPU_COMM_BYTES_SENT NULL
 #endif
 
-static const TrainerOps gpu_trainer_ops = {
-    .begin_step = gpu_begin_step,
-    .micro_step = gpu_micro_step,
-    .agree = gpu_agree,
-    .evaluate = gpu_evaluate,
-    .next_logits = gpu_next_logits,
-    .write_model = gpu_write_model,
-    .barrier = gpu_barrier,
-    .comm_bytes_sent = GPU_COMM_BYTES_SENT,
-    .eval_losses = gpu_eval_losses,
-    .sum_count = gpu_sum_count,
-    .peak_tflops = GPU_PEAK_TFLOPS,
-    .peak_source = GPU_PEAK_SOURCE,
-    .name = "train_gpt2 " PRECISION_NAME,
-};
+static const TrainerOps gpu_trainer_ops =
+    TRAINER_OPS(gpu, GPU_COMM_BYTES_SENT, GPU_PEAK_TFLOPS, GPU_PEAK_SOURCE, "train_gpt2 " PRECISION_NAME);
 
 #ifndef TESTING
 int main(int argc, char** argv) {
@@ -637,6 +625,7 @@ int main(int argc, char** argv) {
                 args.master_weights, params);
     gpu.dp.seed = (uint32_t)args.seed;
     if (strcmp(args.optimizer, "muon") == 0) { dev_dp_init_muon(&gpu.dp, &run.config); }
+    dev_replica_init(&gpu.dp);
     dev_dp_elastic_init(&gpu.dp, &args, &rdv, &join); // -le 1: the agreement on rank 0's -pi tcp port
     gpu.model.params_wait = dev_dp_params_wait;
     gpu.model.params_ctx = &gpu.dp;
@@ -644,22 +633,23 @@ int main(int argc, char** argv) {
     const DpPlan* plan = &gpu.dp.plan;
     TrainerOps ops = gpu_trainer_ops;
     ops.dp = dev_dp_ops(&gpu.dp);
+    ops.replica = dev_replica_ops(&gpu.dp);
     run_prepare(&run, plan, gpu.dp.opt.master != NULL, &ops);
     if (join.step >= 0) { // -le 1: the outer state from replica 0, its data skipped to the survivors' step
         printf("rank %d: rejoins after the outer sync of step %d (its checkpoint: %s)\n", rank, join.step,
                run.resume_step >= 0 ? "resumed" : "none, fresh");
         fflush(stdout);
-        run_join(&run, &ops, join.step);
+        run_join(&run, join.step);
         free(join.alive);
     } else if (join.partial) { // -lw: the run starts without some replicas
-        run_start_partial(&run, &ops);
+        run_start_partial(&run);
         free(join.alive);
     }
 
     MemoryBytes mem = memory_bytes_per_rank(&plan->layout, zero, plan->num_parameters, sizeof(floatX), sizeof(floatX),
                                             gpu.dp.opt.master != NULL, grad_layers, args.outer.every > 0);
     mem.activations = gpu.model.activation_bytes;
-    dev_dp_memory(&gpu.dp, &mem);
+    dev_replica_memory(&gpu.dp, &mem);
     CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters,
                                          sizeof(floatX), sizeof(floatX), gpu.dp.opt.master ? 4 : 0, &args.outer);
     char extra[1280], opt_line[512];
@@ -692,6 +682,7 @@ int main(int argc, char** argv) {
 
     run_free(&run);
     gpt2_free(&gpu.model);
+    dev_replica_free(&gpu.dp);
     dev_dp_free(&gpu.dp);
     nccl_destroy(gpu.dp.link.world); // world_comm, or (-le 1) what it shrank to
     num_watched_comms = 0;

@@ -401,10 +401,10 @@ def cmd_fragments():
     cmd_overlap_checkpoints(lf)
     # a planted bug in the trainer: replica 1 issues the fragments due together in reverse order
     import test_wire_format as tw
-    mdir = tw.mutant_copy("fragment_order", "llmc/train_loop.h",
-                          "    for (int f = 0; f < F; f++) {\n        if (!outer_fragment_due(r->outer, f, t",
-                          "    for (int f0 = 0; f0 < F; f0++) {\n        int f = r->rank == 1 ? F - 1 - f0 : f0;\n"
-                          "        if (!outer_fragment_due(r->outer, f, t")
+    mdir = tw.mutant_copy("fragment_order", "llmc/replica_run.h",
+                          "    for (int f = 0; f < F; f++) {\n        if (!outer_fragment_due(s->outer, f, t",
+                          "    for (int f0 = 0; f0 < F; f0++) {\n        int f = s->rank == 1 ? F - 1 - f0 : f0;\n"
+                          "        if (!outer_fragment_due(s->outer, f, t")
     # and (a second plant, switched on by MUTANT_FUNNELED=1) MPI initialised with MPI_THREAD_FUNNELED
     text = open(mdir + "/train_gpt2.c").read()
     init = "MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);"

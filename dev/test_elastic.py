@@ -458,7 +458,7 @@ def cmd_sync(trainer):
 
 
 CHECKED = "build/gpu/train_gpt2emu_fp32_check"
-RESTORE = "dev_dp_residual_runs(dp, f, dp->st.residual, dp->res_keep, 0); // (the restore: the messages read it)"
+RESTORE = "dev_dp_residual_runs(dp, f, dp->sync->st.residual, dp->sync->res_keep, 0); // (the restore: the messages read it)"
 
 
 def checked_case(trainer, sched, tag="checked"):
@@ -820,7 +820,7 @@ def cmd_mutant(part):
     report)."""
     caught = []
     mutants = (
-            ("mutant_mean", "llmc/dp_device.cuh", "float inv_R = 1.0f / (float)dp->el.live_R;",
+            ("mutant_mean", "llmc/replica_device.cuh", "float inv_R = 1.0f / (float)dp->el.live_R;",
              "float inv_R = 1.0f / (float)p->mesh.dp_replicate;",
              lambda t: survivors_case(t, 2, 1, 1, "die@6:1", 2, "1@6", [1], "mutant_2x1")),
             ("mutant_rebuild", "llmc/ckpt_layout.h", "    memset(arrays->a[STATE_M], 0, t->owned * sizeof(float));\n",
@@ -828,7 +828,7 @@ def cmd_mutant(part):
                                        (12,), "1@6", "1@9", (0, ""))),
             # the residual restored on the communication stream: nothing orders it before stream 0's
             # messages of the redone exchange read it (emucc --check must see the race)
-            ("mutant_restore_stream", "llmc/dp_device.cuh", RESTORE, RESTORE.replace("res_keep, 0)",
+            ("mutant_restore_stream", "llmc/replica_device.cuh", RESTORE, RESTORE.replace("res_keep, 0)",
              "res_keep, dp->link.comm_stream)"), lambda t: checked_case(t, "reverse", "mutant_checked")),
             # a call on a nonblocking communicator that returned ncclInProgress never polled out of it:
             # the emulator reports the next call on that communicator (exit 66)

@@ -323,7 +323,7 @@ def mutant_copy(name, file, old, new):
 
 def cmd_mutants():
     global failures, PREFIX
-    d = mutant_copy("no_feedback", "llmc/dp_host.h", "if (res) { d += res[run->owned + j]; }", "(void)res;")
+    d = mutant_copy("no_feedback", "llmc/replica_host.h", "if (res) { d += res[run->owned + j]; }", "(void)res;")
     trainer = d + "/train_gpt2cpu"
     subprocess.run(["mpicc"] + CFLAGS + ["-o", trainer, d + "/train_gpt2.c", "-lm"], check=True)
     saved, failures, PREFIX = failures, 0, "[mutant, must fail] "
@@ -335,7 +335,7 @@ def cmd_mutants():
     CASES, SYNC_CASES, caught = cases, sync_cases, failures > 0
     failures, PREFIX = saved, ""
     report(caught, "mutant with the residual never added to the message: `reference` fails (above)")
-    d = mutant_copy("no_grad_feedback", "llmc/dp_host.h", "g[i] += dp->st.residual[i];", "(void)g;")
+    d = mutant_copy("no_grad_feedback", "llmc/replica_host.h", "g[i] += x->st.residual[i];", "(void)g;")
     trainer = d + "/train_gpt2cpu"
     subprocess.run(["mpicc"] + CFLAGS + ["-o", trainer, d + "/train_gpt2.c", "-lm"], check=True)
     saved, failures, PREFIX = failures, 0, "[mutant, must fail] "

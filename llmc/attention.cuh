@@ -43,6 +43,14 @@ __device__ __forceinline__ float att_dot(const floatX* a, const floatX* b, int h
     return s;
 }
 
+// acc[k] += c x[lane + 32 k] over the dims a lane owns (lane, lane + 32, ... below hs).
+__device__ __forceinline__ void att_lane_axpy(float* acc, float c, const floatX* x, int lane, int hs) {
+#pragma unroll
+    for (int k = 0; k < ATT_SCALAR_MAX_HS / 32; k++) {
+        if (lane + 32 * k < hs) { acc[k] += c * to_f(x[lane + 32 * k]); }
+    }
+}
+
 // One warp per (b, h, t): lane j scores key c0 + j of each chunk; the running max m, sum l and
 // the output (lane owns dims lane, lane + 32, ...) are rescaled whenever the max grows.
 // out (B, T, C), lse (B, NH, T) indexed by the row number (b * NH + h) * T + t.
@@ -71,11 +79,7 @@ __global__ void attention_forward_scalar_kernel(floatX* __restrict__ out, float*
         for (int k = 0; k < ATT_SCALAR_MAX_HS / 32; k++) { acc[k] *= alpha; }
         for (int j = 0; j < nk; j++) {
             float pj = __shfl_sync(0xffffffffu, p, j);
-            const floatX* v = base + (c0 + j) * rs + 2 * C;
-#pragma unroll
-            for (int k = 0; k < ATT_SCALAR_MAX_HS / 32; k++) {
-                if (lane + 32 * k < hs) { acc[k] += pj * to_f(v[lane + 32 * k]); }
-            }
+            att_lane_axpy(acc, pj, base + (c0 + j) * rs + 2 * C, lane, hs);
         }
     }
     floatX* o = out + ((size_t)b * T + t) * C + h * hs;
@@ -118,11 +122,7 @@ __global__ void attention_backward_query_scalar_kernel(floatX* __restrict__ dqkv
         int nk = min(32, T - c0);
         for (int j = 0; j < nk; j++) {
             float dsj = __shfl_sync(0xffffffffu, ds, j);
-            const floatX* k = base + (c0 + j) * rs + C;
-#pragma unroll
-            for (int kk = 0; kk < ATT_SCALAR_MAX_HS / 32; kk++) {
-                if (lane + 32 * kk < hs) { acc[kk] += dsj * to_f(k[lane + 32 * kk]); }
-            }
+            att_lane_axpy(acc, dsj, base + (c0 + j) * rs + C, lane, hs);
         }
     }
     floatX* dq = dqkv + ((size_t)b * T + t) * rs + h * hs;

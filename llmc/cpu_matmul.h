@@ -117,21 +117,25 @@ static inline void gemm_micro_kernel(int kc, const float* restrict a, const floa
     }
 }
 
+// The full panels (width w, the first `full` rows or columns) of a block whose values of each k are
+// one contiguous run x + k * ld: copied run by run, each panel's w values in one piece, the run 8
+// ahead prefetched (it comes from memory).
+static inline __attribute__((always_inline)) void gemm_pack_runs(float* dst, const float* x, size_t ld, int kc,
+                                                                 int full, int w) {
+    for (int k = 0; k < kc; k++) {
+        const float* src = x + (size_t)k * ld;
+        if (k + 8 < kc) {
+            for (int i = 0; i < full; i += 16) { __builtin_prefetch(src + 8 * ld + i); }
+        }
+        for (int p = 0; p < full; p += w) { memcpy(dst + (size_t)p * kc + (size_t)k * w, src + p, w * sizeof(float)); }
+    }
+}
+
 // Packs A(i0 .. i0+mc, k0 .. k0+kc) into MR-row panels (k-major within a panel, zero rows past mc).
 // A(i, k) = a[i * rs + k * cs].
 static void gemm_pack_a(float* dst, const float* a, size_t rs, size_t cs, int mc, int kc) {
     int full = mc / GEMM_MR * GEMM_MR; // rows in full panels
-    if (rs == 1 && cs != 1 && full > 0) { // columns contiguous: each k's full panels in one sequential read
-        for (int k = 0; k < kc; k++) {
-            const float* src = a + (size_t)k * cs;
-            if (k + 8 < kc) { // columns come from memory: ask for the one 8 ahead
-                for (int i = 0; i < full; i += 16) { __builtin_prefetch(src + 8 * cs + i); }
-            }
-            for (int p = 0; p < full; p += GEMM_MR) {
-                memcpy(dst + (size_t)p * kc + (size_t)k * GEMM_MR, src + p, GEMM_MR * sizeof(float));
-            }
-        }
-    }
+    if (rs == 1 && cs != 1 && full > 0) { gemm_pack_runs(dst, a, cs, kc, full, GEMM_MR); } // columns contiguous
     for (int p = rs == 1 && cs != 1 ? full : 0; p < mc; p += GEMM_MR) {
         int rows = mc - p < GEMM_MR ? mc - p : GEMM_MR;
         float* d = dst + (size_t)p * kc;
@@ -187,17 +191,7 @@ static inline void gemm_transpose_block(float* dst, size_t lds, const float* src
 // B(k, j) = b[k * rs + j * cs].
 static void gemm_pack_b(float* dst, const float* b, size_t rs, size_t cs, int kc, int nc) {
     int full = nc / GEMM_NR * GEMM_NR; // columns in full panels
-    if (cs == 1 && full > 0) { // rows contiguous: each row's full panels in one sequential read
-        for (int k = 0; k < kc; k++) {
-            const float* src = b + (size_t)k * rs;
-            if (k + 8 < kc) { // rows come from memory: ask for the one 8 ahead
-                for (int j = 0; j < full; j += 16) { __builtin_prefetch(src + 8 * rs + j); }
-            }
-            for (int p = 0; p < full; p += GEMM_NR) {
-                memcpy(dst + (size_t)p * kc + (size_t)k * GEMM_NR, src + p, GEMM_NR * sizeof(float));
-            }
-        }
-    }
+    if (cs == 1 && full > 0) { gemm_pack_runs(dst, b, rs, kc, full, GEMM_NR); } // rows contiguous
     for (int p = cs == 1 ? full : 0; p < nc; p += GEMM_NR) {
         int cols = nc - p < GEMM_NR ? nc - p : GEMM_NR;
         float* d = dst + (size_t)p * kc;

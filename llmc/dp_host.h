@@ -1,26 +1,25 @@
-// The data-parallel layer's host backend (the CPU trainer's): ZeRO stages 0, 1, 2 on fp32 host
-// buffers (docs/design.md sections 3, 4), the replica sync (-ls, -rq/-rk, -lf, -lo, -rb; section
-// 4b) on the owned elements, and the checkpoint arrays of both, over the host transport: the ring
-// collectives of llmc/comm_mpi.h (a fixed summation order, every byte counted) and the -lo
-// communication thread of llmc/comm_thread.h. The plan (which elements, which fragment, which
-// format) is llmc/dp_plan.h's, the outer state llmc/outer_state.h's, the element math
-// llmc/outer_sync.h's and the formats llmc/wire_format.h's. The model stays the trainer's: it
-// hands over its parameter and gradient blocks and calls host_dp_grads_ready from backward.
+// The data-parallel layer's host backend (the CPU trainer's ZeRO core): stages 0, 1, 2 on fp32 host
+// buffers (docs/design.md sections 3, 4) over a dp_replicate x dp_shard mesh, through the ring
+// collectives of llmc/comm_mpi.h (a fixed summation order, every byte counted): the gradients
+// reduced (the shard group's reduce-scatter during backward, the replicas' all-reduce), their norm,
+// the optimizer on the owned elements (llmc/cpu_optimizer.h: AdamW, Muon's whole matrices on
+// their owners), the parameter all-gather, and the optimizer's arrays of a state file. The plan is
+// llmc/dp_plan.h's. The replica sync (-ls, -rq/-rk) sits above, in llmc/replica_host.h, reaching
+// in through HostSyncHooks alone. The model stays the trainer's: it hands over its parameter and
+// gradient blocks and calls host_dp_grads_ready from backward.
 #ifndef LLMC_DP_HOST_H
 #define LLMC_DP_HOST_H
 
 #include <math.h>
 #include "utils.h"
 #include "dp_plan.h"
-#include "outer_state.h"
+#include "ckpt_state_file.h"
 #include "comm_mpi.h"
-#include "comm_thread.h"
 #include "optimizer.h"
 #include "cpu_optimizer.h"
 #include "op_profile.h"
 #include "cpu_memory.h"
 #include "dp_ops.h"
-#include "faults.h"
 
 // A collective timed as communication (-op 1), with the bytes it sent (untimed on the -lo
 // communication thread: the profile is the trainer thread's).
@@ -34,51 +33,28 @@
         OP_TIMED(OP_COMM, 0.0, (double)(comm_bytes_sent - comm_sent0_), call);                    \
     } while (0)
 
-// The buffers of one compressed or fp32 replica exchange (outer_exchange_buffers' sizes).
+
+// What the replica sync (llmc/replica_host.h) adds to the core's step and state files; every entry
+// NULL without one.
 typedef struct {
-    float* tmp;      // a slice, fp32
-    uint8_t* sent;   // R encoded slices (or sums)
-    uint8_t* got;    // R encoded slices received
-    float* packed;   // error feedback: the fragment's residual packed like its messages, else NULL
-} ExchangeBuffers;
-
-// Allocates wb with the sizes b; returns their total bytes.
-static size_t exchange_buffers_alloc(ExchangeBuffers* wb, OuterExchangeBuffers b) {
-    wb->tmp = (float*)malloc_check(b.tmp);
-    wb->sent = b.sent ? (uint8_t*)malloc_check(b.sent) : NULL;
-    wb->got = b.got ? (uint8_t*)malloc_check(b.got) : NULL;
-    wb->packed = b.packed ? (float*)malloc_check(b.packed) : NULL;
-    return b.tmp + b.sent + b.got + b.packed;
-}
-
-static void exchange_buffers_free(ExchangeBuffers* wb) {
-    free(wb->tmp);
-    free(wb->sent);
-    free(wb->got);
-    free(wb->packed);
-}
-
-struct HostDP;
-
-// -lo: one fragment's exchange in flight on the communication thread (its completion: the
-// thread's slot of the fragment, llmc/comm_thread.h).
-typedef struct {
-    struct HostDP* dp;
-    OuterCall call;  // the fragment's sync as at its start
-    float* msg;      // in: the fragment's packed messages; out: their sums over the replicas
-    size_t expect;   // the bytes it sends (counted by the trainer at its start)
-} HostExchange;
+    void* ctx;
+    // After the shard group's reduction, with every step's gradients averaged over the world: sums
+    // them over the replicas itself (a compressed link, returns 1) or leaves it to the core (0).
+    int (*sum_gradients)(void* ctx);
+    // A state file's arrays beyond the optimizer's: filled in for writing s, or (s NULL) as the
+    // targets of a read; then done, with what was read (got, NULL after a write).
+    void (*state_arrays)(void* ctx, const TrainState* s, StateArrays* arrays);
+    void (*state_done)(void* ctx, const TrainState* got);
+} HostSyncHooks;
 
 typedef struct HostDP {
     DpPlan plan;
     CommGroup world, shard, replica;
-    CommGroup replica_async; // -lo: the communication thread's duplicate of the replica communicator
     float* params;           // the model's parameters (the trainer's block)
     float* grads;            // the model's gradient block (ZeRO 0, 1: every gradient; 2: the globals and one layer)
     float** unit_grads;      // where each unit's full gradient lives
     int last_micro_step;     // set by the training loop: 1 during the step's last backward
     int replica_reduce;      // 1: gradients averaged over every rank; 0 (-ls): over the shard group only
-    OuterConfig grad_wire;   // -ls 0: how the step's gradients cross the replicas (-rq, -rk, after -rqs)
     float* opt_m;            // AdamW's m and v (owned elements); -opt muon: m holds Muon's momentum of its
     float* opt_v;            // matrices (their v stays 0)
     int muon;                // -opt muon (ZeRO 0: every rank orthogonalizes every matrix)
@@ -92,17 +68,7 @@ typedef struct HostDP {
     float* shard_grads;      // stages 1, 2: this rank's reduced gradient slices (padded to dp_replicate)
     float* scratch;          // a padded unit, or the stage-0 all-reduce slice
     float* ring_tmp;         // one slice
-    OuterState st;           // -ls: outer parameters, momentum, residual, held sums, snapshots
-    ExchangeBuffers sbuf;    // -rq/-rk: the trainer thread's exchange buffers, kept from start-up
-    size_t sbuf_bytes;       // their total
-    HostExchange* jobs;      // -lo: each fragment's exchange on the communication thread
-    CommWorker worker;       // -lo: the communication thread
-    ExchangeBuffers wbuf;    // -lo: its exchange buffers, for the largest fragment
-    OuterExchangeBuffers wbuf_bytes;
-    // -rb: seconds the trainer thread was held by replica exchanges before / after the last step: a
-    // blocking exchange whole (its packing, its sums and the modelled link), an -lo one while the
-    // trainer waited for it to land
-    double link_waited[2];
+    HostSyncHooks hooks;     // the replica sync's (llmc/replica_host.h), or empty
 } HostDP;
 
 // The plan and buffers of rank `rank` of `world` (MPI_COMM_WORLD's) for the model config: params
@@ -128,8 +94,6 @@ static void host_dp_init(HostDP* dp, const GPT2Config* c, int world, int rank, i
     dp->opt_m = (float*)cpu_zeroed_touched(p->owned, sizeof(float), "AdamW's m");
     dp->opt_v = (float*)cpu_zeroed_touched(p->owned, sizeof(float), "AdamW's v");
     int ls = outer->every > 0;
-    dp->st.outer = ls ? (float*)calloc_check(p->sync_owned, sizeof(float)) : NULL;
-    dp->st.momentum = ls ? (float*)calloc_check(p->sync_owned, sizeof(float)) : NULL;
     size_t padded_shard = round_up(l->shard_elements, mesh->dp_replicate);
     dp->shard_grads = zero_stage == 0 ? NULL : (float*)calloc_check(padded_shard, sizeof(float));
     // scratch: a padded unit (stages 1, 2, and a sync sharded over ZeRO 0's shard group) or one slice
@@ -152,58 +116,8 @@ static void host_dp_init(HostDP* dp, const GPT2Config* c, int world, int rank, i
         size_t layer_offset = (one_layer || unit->layer < 0) ? 0 : unit->layer * unit->size;
         dp->unit_grads[u] = grad_tensors[unit->tensor] + layer_offset;
     }
-    if (compressed && outer->feedback) { // the residual, zero, one per owned element (padded to R)
-        dp->st.residual = (float*)calloc_check(p->sync_padded, sizeof(float));
-    }
-    if (compressed) { // the trainer thread's exchange buffers (format after -rqs): the largest
-        // fragment with -ls, the owned gradient (its residual not packed) with -ls 0
-        OuterConfig late = outer_config_at(outer, outer->wire_start + 1);
-        OuterExchangeBuffers b = outer_exchange_buffers(&late, mesh->dp_replicate, ls ? p->frag_max : p->owned_padded);
-        if (!ls) { b.packed = 0; }
-        dp->sbuf_bytes = exchange_buffers_alloc(&dp->sbuf, b);
-    }
 }
 
-static size_t host_dp_exchange_job(void* arg);
-
-// -lo: the held sums and local snapshots, and the communication thread with its own replica
-// communicator and exchange buffers (the largest fragment's, in the format after -rqs). The thread
-// calls MPI while the trainer does: the library must provide MPI_THREAD_MULTIPLE.
-static void host_dp_init_overlap(HostDP* dp) {
-    const DpPlan* p = &dp->plan;
-    const OuterConfig* o = p->outer;
-    int F = p->num_fragments, R = dp->replica.size, level = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&level);
-    if (R > 1 && level < MPI_THREAD_MULTIPLE) {
-        fail("-lo %d: the MPI library provides thread level %d, the communication thread needs MPI_THREAD_MULTIPLE "
-             "(%d); use -lo 0 or an MPI built with thread support", o->overlap, level, MPI_THREAD_MULTIPLE);
-    }
-    dp->st.held = (float*)calloc_check(p->held_off[F], sizeof(float));
-    dp->st.snap = (float*)calloc_check(p->sync_owned, sizeof(float));
-    dp->jobs = (HostExchange*)calloc_check(F, sizeof(HostExchange));
-    MPI_Comm dup;
-    MPI_Comm_dup(dp->replica.comm, &dup);
-    comm_group_from(&dp->replica_async, dup);
-    OuterConfig late = outer_config_at(o, o->wire_start + 1);
-    dp->wbuf_bytes = outer_exchange_buffers(&late, R, p->frag_max);
-    exchange_buffers_alloc(&dp->wbuf, dp->wbuf_bytes);
-    comm_worker_start(&dp->worker, F, host_dp_exchange_job, o->link_mbps);
-}
-
-// The memory of the replica sync beyond the closed forms (the start-up report's memory line): the
-// residual, the trainer thread's exchange buffers, and -lo's snapshots, held sums and thread buffers.
-static void host_dp_memory(const HostDP* dp, MemoryBytes* mem) {
-    const DpPlan* p = &dp->plan;
-    mem->residual = dp->st.residual ? p->sync_owned * 4 : 0;
-    mem->wire = dp->sbuf_bytes;
-    if (dp->st.held) {
-        const OuterExchangeBuffers* b = &dp->wbuf_bytes;
-        mem->overlap_snap = p->sync_owned * 4;
-        mem->overlap_held = p->held_off[p->num_fragments] * 4;
-        mem->overlap_wire = b->tmp + b->sent + b->got + b->packed;
-        mem->overlap = mem->overlap_snap + mem->overlap_held + mem->overlap_wire;
-    }
-}
 
 // ----------------------------------------------------------------------------
 // the ZeRO step
@@ -233,64 +147,6 @@ static int host_dp_grads_ready(HostDP* dp, int layer) {
     return p->zero_stage == 2 && layer < 0;
 }
 
-// -rq/-rk: msg (R slices of `slice` elements: this rank's messages) summed over the replicas through
-// the wire format of c (llmc/wire_format.h). Every slice is encoded (the residual keeps what that lost,
-// where given) and slice j sent to replica j; each replica decodes the R encodings of its own
-// slice and sums them in fp32 in replica order 0..R-1, encodes the sum and sends it to every
-// replica; msg then holds the decoded sums, the same on every replica.
-// Runs over group g (the replicas: the trainer's communicator, or the communication thread's) in the
-// buffers wb (NULL: allocated here for the call).
-static void host_dp_replica_sum_wire(CommGroup* g, float* msg, size_t slice, const OuterConfig* c, float* residual,
-                                     const ExchangeBuffers* wb) {
-    int R = g->size, me = g->rank;
-    WireSpec mine = outer_wire_spec(c, 0, R), owner = outer_wire_spec(c, 1, R);
-    size_t sb = wire_spec_bytes(&mine, slice), ob = wire_spec_bytes(&owner, slice);
-    uint8_t* sent = wb ? wb->sent : (uint8_t*)malloc_check((size_t)R * (sb > ob ? sb : ob));
-    uint8_t* got = wb ? wb->got : (uint8_t*)malloc_check((size_t)R * sb);
-    float* tmp = wb ? wb->tmp : (float*)malloc_check(slice * sizeof(float));
-    for (int j = 0; j < R; j++) {
-        wire_encode_feedback(&mine, msg + j * slice, slice, sent + j * sb, residual ? residual + j * slice : NULL,
-                             tmp);
-    }
-    memcpy(got + me * sb, sent + me * sb, sb);
-    for (int k = 1; k < R; k++) {
-        int to = (me + k) % R, from = (me + R - k) % R;
-        COMM_TIMED(pair_exchange_bytes(g, sent + to * sb, to, got + from * sb, from, sb));
-    }
-    float* sum = msg + me * slice;
-    wire_spec_decode(&mine, got, slice, sum);
-    for (int r = 1; r < R; r++) {
-        wire_spec_decode(&mine, got + r * sb, slice, tmp);
-        for (size_t i = 0; i < slice; i++) { sum[i] += tmp[i]; }
-    }
-    wire_spec_encode(&owner, sum, slice, sent + me * ob);
-    for (int k = 1; k < R; k++) {
-        int to = (me + k) % R, from = (me + R - k) % R;
-        COMM_TIMED(pair_exchange_bytes(g, sent + me * ob, to, sent + from * ob, from, ob));
-    }
-    for (int j = 0; j < R; j++) { wire_spec_decode(&owner, sent + j * ob, slice, msg + j * slice); }
-    if (wb) { return; }
-    free(sent);
-    free(got);
-    free(tmp);
-}
-
-// -ls 0 with -rq/-rk: the gradient (ZeRO 0: all of it after the shard group's all-reduce; 1, 2:
-// the shard accumulator) plus the residual, summed over the replicas by host_dp_replica_sum_wire.
-static void host_dp_replica_sum_gradient(HostDP* dp) {
-    const DpPlan* p = &dp->plan;
-    int R = dp->replica.size;
-    float* g = p->zero_stage == 0 ? dp->grads : dp->shard_grads;
-    if (p->zero_stage == 0) {
-        COMM_TIMED(ring_all_reduce(&dp->shard, g, round_up(p->num_parameters, dp->shard.size), dp->scratch));
-    }
-    memset(g + p->owned, 0, (p->owned_padded - p->owned) * sizeof(float));
-    if (dp->st.residual) {
-        for (size_t i = 0; i < p->owned; i++) { g[i] += dp->st.residual[i]; }
-    }
-    const ExchangeBuffers* wb = dp->sbuf_bytes ? &dp->sbuf : NULL;
-    host_dp_replica_sum_wire(&dp->replica, g, p->owned_padded / R, &dp->grad_wire, dp->st.residual, wb);
-}
 
 // After the last micro-step: finish the reduction across ranks and average over the world (or,
 // with -ls between syncs, over the replica's shard group: the replicas keep their own gradients).
@@ -299,8 +155,8 @@ static void host_dp_finish_gradients(HostDP* dp) {
     CommGroup* group = dp->replica_reduce ? &dp->world : &dp->shard;
     if (group->size == 1) { return; } // nothing to reduce, and the average is the gradient itself
     float inv = 1.0f / (float)group->size;
-    if (dp->replica_reduce && dp->replica.size > 1 && outer_compressed(&dp->grad_wire)) {
-        host_dp_replica_sum_gradient(dp);
+    if (dp->replica_reduce && dp->replica.size > 1 && dp->hooks.sum_gradients &&
+        dp->hooks.sum_gradients(dp->hooks.ctx)) {
         float* g = p->zero_stage == 0 ? dp->grads : dp->shard_grads;
         for (size_t i = 0; i < p->owned; i++) { g[i] *= inv; }
         return;
@@ -492,292 +348,25 @@ static void host_dp_zero_shard_grads(HostDP* dp) {
     }
 }
 
-// ----------------------------------------------------------------------------
-// -ls: the outer sync of the replicas (llmc/outer_sync.h) on this rank's sync elements (the
-// plan's: AdamW's, or with ZeRO 0 its ZeRO-1 slices, every unit all-gathered in the replica after)
-
-// dst (the sync's order) = the parameters of the sync's elements.
-static void host_dp_owned_params(const HostDP* dp, float* dst) {
-    const DpPlan* p = &dp->plan;
-    for (int i = 0; i < p->num_sync_spans; i++) {
-        const OwnedSpan* sp = &p->sync_spans[i];
-        memcpy(dst + sp->owned_offset, dp->params + sp->param_offset, sp->count * sizeof(float));
-    }
-}
-
-// The parameters of the sync's elements = src (the sync's order), then (sync stage 1, 2) every unit
-// all-gathered in the shard group, so that the replica's ranks hold the same full parameters again.
-static void host_dp_set_owned_params(HostDP* dp, const float* src) {
-    const DpPlan* p = &dp->plan;
-    for (int i = 0; i < p->num_sync_spans; i++) {
-        const OwnedSpan* sp = &p->sync_spans[i];
-        memcpy(dp->params + sp->param_offset, src + sp->owned_offset, sp->count * sizeof(float));
-    }
-    if (p->sync_stage == 0) { return; }
-    for (int u = 0; u < p->layout.num_units; u++) { host_dp_all_gather_unit(dp, u); }
-}
-
-// outer = the local parameters of the sync's elements, the outer momentum 0.
-static void host_dp_outer_init(void* ctx) {
-    HostDP* dp = (HostDP*)ctx;
-    memset(dp->st.outer, 0, dp->plan.sync_owned * sizeof(float));
-    memset(dp->st.momentum, 0, dp->plan.sync_owned * sizeof(float));
-    host_dp_owned_params(dp, dp->st.outer);
-}
-
-// -rb: when the modelled link has carried `bytes` sent from t0 on (0 without -rb).
-static double link_ready_time(double t0, size_t bytes, float mbps) {
-    return mbps > 0.0f ? t0 + (double)bytes / ((double)mbps * 1e6) : 0.0;
-}
-
-static void wait_until(double when) {
-    for (double now = now_seconds(); now < when; now = now_seconds()) {
-        double s = when - now;
-        struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-        nanosleep(&ts, NULL);
-    }
-}
-
-// The messages of fragment f (outer_message: the pseudo-gradient outer - local, plus the residual
-// with -rq and error feedback) packed into msg (zeroed to the fragment's R slices first).
-static void host_dp_fragment_messages(const HostDP* dp, int f, int plain, const float* res, float* msg) {
-    const DpPlan* p = &dp->plan;
-    memset(msg, 0, dp_frag_padded(p, f) * sizeof(float));
-    for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
-        const DpRun* run = &p->runs[i];
-        const float* local = dp->params + run->param;
-        const float* outer = dp->st.outer + run->owned;
-        float* out = msg + run->packed;
-        for (size_t j = 0; j < run->count; j++) {
-            float d = outer_message(outer[j], local[j], plain);
-            if (res) { d += res[run->owned + j]; }
-            out[j] = d;
-        }
-    }
-}
-
-// -fi nan_pg, inf_pg: this rank's messages of the syncs after call->step start with a NaN or an infinity.
-static void host_dp_fault_message(const HostDP* dp, const OuterCall* call, float* msg) {
-    float bad = fault_pseudo_grad(&run_fault, call->step, dp->world.rank);
-    if (bad != 0.0f) { msg[0] = bad; }
-}
-
-// Fragment f's residual packed like its messages (into packed, zeroed to its R slices), or (back
-// 1) unpacked.
-static void host_dp_fragment_residual(HostDP* dp, int f, float* packed, int back) {
-    const DpPlan* p = &dp->plan;
-    if (!back) { memset(packed, 0, dp_frag_padded(p, f) * sizeof(float)); }
-    for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
-        const DpRun* run = &p->runs[i];
-        float* res = dp->st.residual + run->owned;
-        float* at = packed + run->packed;
-        memcpy(back ? res : at, back ? at : res, run->count * sizeof(float));
-    }
-}
-
-// Fragment c->fragment's packed messages msg (padded to the replicas) summed over group g (fp32:
-// one ring all-reduce; -rq: host_dp_replica_sum_wire, the residual updated) in buffers wb (NULL:
-// the trainer's scratch, or allocated for the call). Only fragment f's residual is touched.
-static void host_dp_fragment_sum(HostDP* dp, CommGroup* g, const OuterCall* call, float* msg,
-                                 const ExchangeBuffers* wb) {
-    const DpPlan* p = &dp->plan;
-    int f = call->fragment;
-    size_t padded = dp_frag_padded(p, f);
-    if (!outer_compressed(&call->c)) {
-        float* tmp = wb ? wb->tmp : p->zero_stage == 0 ? dp->scratch : dp->ring_tmp;
-        COMM_TIMED(ring_all_reduce(g, msg, padded, tmp));
-        return;
-    }
-    float* packed = !dp->st.residual ? NULL : wb ? wb->packed : (float*)malloc_check(padded * sizeof(float));
-    if (packed) { host_dp_fragment_residual(dp, f, packed, 0); }
-    host_dp_replica_sum_wire(g, msg, padded / g->size, &call->c, packed, wb);
-    if (packed) { host_dp_fragment_residual(dp, f, packed, 1); }
-    if (!wb) { free(packed); }
-}
-
-// Fragment call->fragment's messages packed into msg (host_dp_fragment_messages, the residual added
-// where the link is compressed); returns 1 when every rank's are finite: the flag, one float
-// all-reduced over every rank, on which every replica decides alike to skip the sync (nothing is
-// exchanged, the residual and the outer state stay as they were).
-static int host_dp_pack(HostDP* dp, const OuterCall* call, float* msg) {
-    const DpPlan* p = &dp->plan;
-    const float* res = outer_compressed(&call->c) ? dp->st.residual : NULL;
-    host_dp_fragment_messages(dp, call->fragment, outer_plain_average(&call->c), res, msg);
-    host_dp_fault_message(dp, call, msg);
-    size_t n = dp_frag_padded(p, call->fragment);
-    int bad = 0;
-    for (size_t i = 0; i < n; i++) { bad |= !isfinite(msg[i]); }
-    float total;
-    COMM_TIMED(total = all_reduce_sum_scalar(&dp->world, (float)bad));
-    return total == 0.0f;
-}
-
-// Fragment call->fragment's exchange on the trainer thread: its messages packed into msg, summed.
-// Returns 0 where the sync is skipped (host_dp_pack), else 1 and in *ready when the modelled link
-// (-rb) would have carried its bytes (0 without -rb).
-static int host_dp_fragment_exchange(HostDP* dp, const OuterCall* call, float* msg, double* ready) {
-    double t0 = now_seconds();
-    size_t sent0 = comm_bytes_sent;
-    if (!host_dp_pack(dp, call, msg)) { return 0; }
-    host_dp_fragment_sum(dp, &dp->replica, call, msg, dp->sbuf_bytes ? &dp->sbuf : NULL);
-    *ready = link_ready_time(t0, comm_bytes_sent - sent0, call->c.link_mbps);
-    return 1;
-}
-
-// -lo, on the communication thread: an exchange's sum over the replicas through the thread's
-// communicator, its tags the fragment's (a rank that issued the fragments in another order waits
-// for a tag that never comes: the watchdog's span ends the job). Returns the bytes it sent, which
-// must be those the trainer counted when it started it.
-static size_t host_dp_exchange_job(void* arg) {
-    HostExchange* job = (HostExchange*)arg;
-    HostDP* dp = job->dp;
-    CommGroup g = dp->replica_async;
-    g.tag = 16 * (job->call.fragment + 1);
-    size_t sent0 = comm_bytes_sent; // this thread's own count
-    host_dp_fragment_sum(dp, &g, &job->call, job->msg, &dp->wbuf);
-    size_t sent = comm_bytes_sent - sent0;
-    if (sent != job->expect) {
-        fail("-lo: fragment %d's exchange sent %zu bytes, the closed form %zu (a bug)", job->call.fragment, sent,
-             job->expect);
-    }
-    return sent;
-}
-
-// The outer step of fragment call->fragment with its summed messages: outer_update on each owned
-// element, local = outer (snap NULL) or outer_merge with the local value snap held at the
-// exchange's start (-lo), then (sync stage 1, 2) the all-gather of the fragment's units in the replica. Returns the
-// fragment's mean pseudo-gradient's squared norm over the whole replica.
-static float host_dp_fragment_apply(HostDP* dp, const OuterCall* call, const float* sum, const float* snap) {
-    const DpPlan* p = &dp->plan;
-    const OuterConfig* c = &call->c;
-    int R = dp->replica.size, plain = outer_plain_average(c), f = call->fragment;
-    float inv_R = 1.0f / (float)R;
-    double sq = 0.0;
-    for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
-        const DpRun* run = &p->runs[i];
-        float* local = dp->params + run->param;
-        for (size_t j = 0; j < run->count; j++) {
-            size_t o = run->owned + j;
-            float delta;
-            float now = outer_update(&dp->st.outer[o], &dp->st.momentum[o], sum[run->packed + j], inv_R, c->lr,
-                                     c->momentum, plain, &delta);
-            local[j] = snap ? outer_merge(now, local[j], snap[o]) : now;
-            sq += (double)delta * delta;
-        }
-    }
-    if (p->sync_stage == 0) { return (float)sq; }
-    for (int u = 0; u < p->layout.num_units; u++) {
-        if (outer_unit_fragment(&p->layout.units[u], p->layout.num_layers, p->num_fragments) == f) {
-            host_dp_all_gather_unit(dp, u);
-        }
-    }
-    float total;
-    COMM_TIMED(total = all_reduce_sum_scalar(&dp->shard, (float)sq));
-    return total;
-}
-
-// -lo: fragment f's exchange starts: its owned local values kept, its messages packed into its
-// held buffer (the residual added), and the sum handed to the communication thread, behind the
-// exchanges started before it. Its bytes count in the step that starts it. Returns 0 where the sync
-// is skipped (host_dp_pack: nothing is handed over).
-static int host_dp_fragment_start(HostDP* dp, const OuterCall* call) {
-    const DpPlan* p = &dp->plan;
-    int f = call->fragment, R = dp->replica.size;
-    for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) { // fragment f's owned local values
-        const DpRun* run = &p->runs[i];
-        memcpy(dp->st.snap + run->owned, dp->params + run->param, run->count * sizeof(float));
-    }
-    HostExchange* job = &dp->jobs[f];
-    job->dp = dp;
-    job->call = *call;
-    job->msg = dp->st.held + p->held_off[f];
-    job->expect = outer_wire_bytes(p->frag_count[f], &call->c, R);
-    if (!host_dp_pack(dp, call, job->msg)) { return 0; }
-    comm_bytes_sent += job->expect;
-    comm_worker_submit(&dp->worker, f, job);
-    return 1;
-}
-
-// -lo: every exchange in flight has landed (their sums held, not applied): before a checkpoint.
-static void host_dp_overlap_drain(HostDP* dp) {
-    if (dp->jobs) { comm_worker_drain(&dp->worker); }
-}
-
-// The outer step of fragment call->fragment (-lf; the whole model without it) in phase call->phase,
-// unless a rank's pseudo-gradients are not finite (then every replica skips it: returns 0):
-// OUTER_BLOCKING exchanges in the idle gradient buffer on this thread, waits out the modelled
-// link (-rb) and applies at once; OUTER_START (-lo) hands the exchange to the communication thread
-// (host_dp_fragment_start); OUTER_FINISH waits for it (unless it landed before a checkpoint this run
-// resumed from) and applies the held sum. Returns 1 and the applied squared norm in *sq (0 for
-// OUTER_START).
-static int host_dp_outer_step(void* ctx, const OuterCall* call, float* sq) {
-    HostDP* dp = (HostDP*)ctx;
-    const DpPlan* p = &dp->plan;
-    int f = call->fragment;
-    *sq = 0.0f;
-    if (call->phase == OUTER_BLOCKING) {
-        float* msg = p->zero_stage == 0 ? dp->grads : dp->shard_grads;
-        double t0 = now_seconds(), ready = 0.0;
-        int exchanged = host_dp_fragment_exchange(dp, call, msg, &ready);
-        wait_until(ready);
-        dp->link_waited[call->last] += now_seconds() - t0;
-        if (!exchanged) { return 0; }
-        *sq = host_dp_fragment_apply(dp, call, msg, NULL);
-        return 1;
-    }
-    if (call->phase == OUTER_START) { return host_dp_fragment_start(dp, call); }
-    if (comm_worker_has(&dp->worker, f)) { dp->link_waited[call->last] += comm_worker_wait(&dp->worker, f); }
-    *sq = host_dp_fragment_apply(dp, call, dp->st.held + p->held_off[f], dp->st.snap);
-    return 1;
-}
-
-// The CRC-32C of the owned outer (outer 1) or local parameters, all-gathered over the replicas.
-static void host_dp_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
-    HostDP* dp = (HostDP*)ctx;
-    uint32_t crc = outer ? outer_state_crc(&dp->plan, dp->st.outer) : dp_plan_local_crc(&dp->plan, dp->params, 0);
-    int R = dp->replica.size;
-    float* all = (float*)calloc_check(2 * (size_t)R, sizeof(float));
-    crc_to_floats(crc, all + 2 * dp->replica.rank);
-    COMM_TIMED(ring_all_gather(&dp->replica, all, 2));
-    for (int r = 0; r < R; r++) { crcs[r] = crc_from_floats(all + 2 * r); }
-    free(all);
-}
 
 // ----------------------------------------------------------------------------
 // checkpoints: this rank's arrays of a state file (llmc/ckpt_state_file.h)
 
-// m, v and, with -ls, the owned local parameters (the replicas differ between syncs) and the
-// outer state; with an -lo exchange in flight (s->has_pending), every exchange is first waited for
-// and the held sums and local snapshots follow (their fragments merge at the scheduled steps).
+// m and v, and the replica sync's arrays (its hooks: -ls, -rq/-rk).
 static void host_dp_write_state(void* ctx, const char* path, const TrainState* s) {
     HostDP* dp = (HostDP*)ctx;
-    const DpPlan* p = &dp->plan;
-    float* local = s->has_local ? (float*)calloc_check(p->sync_owned, sizeof(float)) : NULL;
-    if (local) { host_dp_owned_params(dp, local); }
-    float* sums = s->has_pending ? (float*)calloc_check(p->sync_owned, sizeof(float)) : NULL;
-    if (sums) {
-        host_dp_overlap_drain(dp);
-        dp_plan_held_owned(p, dp->st.held, sums, 1);
-    }
     StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL}};
-    outer_state_arrays(&arrays, s, &dp->st, local, sums);
+    if (dp->hooks.state_arrays) { dp->hooks.state_arrays(dp->hooks.ctx, s, &arrays); }
     state_write_arrays(path, s, &arrays);
-    free(local);
-    free(sums);
+    if (dp->hooks.state_done) { dp->hooks.state_done(dp->hooks.ctx, NULL); }
 }
 
 static void host_dp_read_state(void* ctx, const char* dir, int step, const StateTarget* target, TrainState* got) {
     HostDP* dp = (HostDP*)ctx;
-    const DpPlan* p = &dp->plan;
-    float* local = dp->st.outer ? (float*)calloc_check(p->sync_owned, sizeof(float)) : NULL;
-    float* sums = dp->st.held ? (float*)calloc_check(p->sync_owned, sizeof(float)) : NULL;
     StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL}};
-    outer_state_targets(&arrays, &dp->st, local, sums);
+    if (dp->hooks.state_arrays) { dp->hooks.state_arrays(dp->hooks.ctx, NULL, &arrays); }
     state_load_arrays(dir, step, target, got, &arrays);
-    if (got->has_local) { host_dp_set_owned_params(dp, local); }
-    if (got->has_pending) { dp_plan_held_owned(p, dp->st.held, sums, 0); }
-    free(local);
-    free(sums);
+    if (dp->hooks.state_done) { dp->hooks.state_done(dp->hooks.ctx, got); }
 }
 
 // After the last micro-step: the reduction finished, the norm of the averaged gradient.
@@ -786,42 +375,21 @@ static float host_dp_reduce_gradients(void* ctx) {
     return host_dp_grad_norm((HostDP*)ctx);
 }
 
-static void host_dp_set_replica_reduce(void* ctx, int every_step) { ((HostDP*)ctx)->replica_reduce = every_step; }
-
-static void host_dp_set_gradient_wire(void* ctx, const OuterConfig* c) { ((HostDP*)ctx)->grad_wire = *c; }
 
 // The training loop's view of this layer (llmc/dp_ops.h).
 static DataParallelOps host_dp_ops(HostDP* dp) {
-    DataParallelOps ops = {
-        .ctx = dp,
-        .reduce_gradients = host_dp_reduce_gradients,
-        .update = host_dp_optimizer_step,
-        .write_state = host_dp_write_state,
-        .read_state = host_dp_read_state,
-        .set_replica_reduce = host_dp_set_replica_reduce,
-        .set_gradient_wire = host_dp_set_gradient_wire,
-        .outer_init = host_dp_outer_init,
-        .outer_step = host_dp_outer_step,
-        .replica_crcs = host_dp_replica_crcs,
-    };
+    DataParallelOps ops = {dp, host_dp_reduce_gradients, host_dp_optimizer_step, host_dp_write_state, host_dp_read_state};
     return ops;
 }
 
 static void host_dp_free(HostDP* dp) {
-    float* bufs[] = {dp->st.outer, dp->st.momentum, dp->st.residual, dp->st.held, dp->st.snap, dp->opt_m, dp->opt_v,
-                     dp->shard_grads, dp->scratch, dp->ring_tmp};
-    for (int i = 0; i < 10; i++) { free(bufs[i]); }
+    float* bufs[] = {dp->opt_m, dp->opt_v, dp->shard_grads, dp->scratch, dp->ring_tmp};
+    for (int i = 0; i < 5; i++) { free(bufs[i]); }
+
     if (dp->muon) {
         muon_work_free(&dp->muon_work);
         free(dp->muon_owner);
     }
-    if (dp->jobs) {
-        comm_worker_stop(&dp->worker);
-        MPI_Comm_free(&dp->replica_async.comm);
-        exchange_buffers_free(&dp->wbuf);
-    }
-    exchange_buffers_free(&dp->sbuf);
-    free(dp->jobs);
     free(dp->unit_grads);
     dp_plan_free(&dp->plan);
 }

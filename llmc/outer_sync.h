@@ -81,6 +81,10 @@ static int outer_window_position(const OuterConfig* o, int t) {
 // Whether the replica link is compressed (-rq other than fp32, or -rk).
 static int outer_compressed(const OuterConfig* o) { return o->wire != WIRE_FP32 || o->topk > 0.0f; }
 
+// Whether a run with these settings has a replica sync (-ls, or a compressed link across the
+// replicas of a synchronous run): its backend's sync layer and ReplicaOps exist.
+static int replica_sync_on(const OuterConfig* o) { return o->every > 0 || outer_compressed(o); }
+
 // The config of the sync after step t: -rqs keeps fp32 and every value up to that step.
 static OuterConfig outer_config_at(const OuterConfig* o, int t) {
     OuterConfig now = *o;

@@ -5,11 +5,11 @@
 // micro-steps (skipped when non-finite or spiking), the step's stdout and main.log lines, the
 // periodic checkpoints (one that cannot be written, a full disk say, is removed on every rank and
 // training goes on; -nf in a row stop the run), and the preemption checkpoint and exit
-// (docs/checkpoints.md), with -ls
-// the replicas' outer syncs (llmc/outer_sync.h), and with -op 1 the op profile's table and record
-// (llmc/op_profile.h). A trainer brings its model and its
-// communication through TrainerOps (its data-parallel layer through TrainerOps.dp, llmc/dp_ops.h);
-// whatever both trainers do alike lives here, once.
+// (docs/checkpoints.md), and with -op 1 the op profile's table and record (llmc/op_profile.h). The
+// replica sync (-ls, -rq/-rk, -le) is llmc/replica_run.h's, called at its few points in the step.
+// A trainer brings its model and its communication through TrainerOps (its data-parallel layer
+// through TrainerOps.dp, llmc/dp_ops.h, its replica sync through TrainerOps.replica,
+// llmc/replica_ops.h); whatever both trainers do alike lives here, once.
 #ifndef LLMC_TRAIN_LOOP_H
 #define LLMC_TRAIN_LOOP_H
 
@@ -34,6 +34,7 @@
 #include "watchdog.h"
 #include "eval_loader.h"
 #include "outer_sync.h"
+#include "replica_run.h"
 #include "op_profile.h"
 #include "dp_ops.h"
 #include "dp_plan.h"
@@ -70,10 +71,21 @@ typedef struct {
     const char* peak_source;
     // The trainer's name in metrics.jsonl.
     const char* name;
-    // The data-parallel layer (llmc/dp_ops.h): the reduction, the update, the state file's arrays
-    // and the replica sync, with the layer's own state.
+    // The data-parallel layer (llmc/dp_ops.h): the reduction, the update and the state file's
+    // arrays, with the layer's own state; and its replica sync (llmc/replica_ops.h; empty without one).
     DataParallelOps dp;
+    ReplicaOps replica;
 } TrainerOps;
+
+// A trainer's TrainerOps from its functions PREFIX_begin_step, PREFIX_micro_step, PREFIX_agree,
+// PREFIX_evaluate, PREFIX_next_logits, PREFIX_write_model, PREFIX_barrier, PREFIX_eval_losses and
+// PREFIX_sum_count, with its byte count (or NULL), peak, the peak's source and name; dp and
+// replica are filled in at start-up by its data-parallel layer.
+#define TRAINER_OPS(PREFIX, bytes_sent, peak, source, trainer_name)                                          \
+    {.begin_step = PREFIX##_begin_step, .micro_step = PREFIX##_micro_step, .agree = PREFIX##_agree,             \
+     .evaluate = PREFIX##_evaluate, .next_logits = PREFIX##_next_logits, .write_model = PREFIX##_write_model,   \
+     .barrier = PREFIX##_barrier, .comm_bytes_sent = bytes_sent, .eval_losses = PREFIX##_eval_losses,           \
+     .sum_count = PREFIX##_sum_count, .peak_tflops = peak, .peak_source = source, .name = trainer_name}
 
 typedef struct {
     const TrainArgs* args;
@@ -99,17 +111,9 @@ typedef struct {
     int opt_has_master;       // whether it keeps fp32 master weights
     StepGuard guard;          // skipped (non-finite, spiking) steps
     int preempted;            // the run stopped on a signal (llmc/preempt.h)
-    int below_min;            // -le 1: fewer than -lm replicas are left (the run stops after a checkpoint)
-    int rank0_lost;           // -le 1: replica 0 is lost (the survivors stop after a checkpoint)
-    const OuterConfig* outer; // the replica sync's settings (args->outer; every 0: synchronous)
-    int outer_ready;          // the outer state holds the outer parameters (from step -lss on)
-    int outer_skipped;        // the step after which an outer sync was last skipped (-1: none)
-    float last_pg_norm;       // the pseudo-gradient norm of the last outer sync
-    int* outer_inflight;      // -lo: the step each fragment's exchange started after, or -1
+    ReplicaRun sync;          // the replica sync (llmc/replica_run.h): its state, the replicas training
     int ckpt_failures;        // checkpoints in a row that could not be written (-nf)
     int last_complete;        // the newest complete checkpoint this run knows of (-1: none)
-    int live_replicas;        // -le 1: the replicas still training (else dp_replicate)
-    int tokens_per_step;      // the global batch of the replicas training (-d, less a dropped replica's share)
 } TrainRun;
 
 // Start-up, part 1 (before the trainer builds its model): the tokenizer, the checkpoint to
@@ -132,14 +136,6 @@ static float* run_load_model(TrainRun* r, TrainArgs* args, int world, int rank) 
     return params;
 }
 
-// -lo: whether an exchange is in flight (started, not yet applied).
-static int run_outer_pending(const TrainRun* r) {
-    int pending = 0;
-    for (int f = 0; r->outer->every > 0 && f < outer_num_fragments(r->outer); f++) {
-        pending |= r->outer_inflight[f] >= 0;
-    }
-    return pending;
-}
 
 // The TrainState of this rank at `step` (where the data loader and the sampler stand now).
 static TrainState run_train_state(const TrainRun* r, int step) {
@@ -149,54 +145,11 @@ static TrainState run_train_state(const TrainRun* r, int step) {
     s.sync_stage = r->sync_stage;
     s.sync_owned = r->sync_owned;
     step_guard_save(&r->guard, &s);
-    s.outer = *r->outer; // its header keeps what applies (state_pack_header)
-    if (r->outer->every > 0) {
-        s.in_agreement = outer_in_agreement(r->outer, step, r->max_steps);
-        s.has_local = 1;
-        s.has_outer = r->outer_ready;
-        s.has_pending = run_outer_pending(r);
-        s.in_agreement = s.in_agreement && !s.has_pending && r->outer_skipped != step; // a skip leaves them apart
-    }
-    s.has_residual = outer_has_residual(r->outer);
+    replica_train_state(&r->sync, step, &s);
     return s;
 }
 
-// -lo, resuming from a checkpoint of step `step` that holds exchanges in flight: which started
-// when (the schedule says: a fragment due after a step in (step - tau, step], not the last).
-static void run_restore_inflight(TrainRun* r, int step) {
-    int n = 0;
-    for (int f = 0; f < outer_num_fragments(r->outer); f++) {
-        for (int t = step - r->outer->overlap + 1; t <= step; t++) {
-            if (t > 0 && t < r->max_steps && outer_fragment_due(r->outer, f, t, r->max_steps)) {
-                r->outer_inflight[f] = t;
-                n++;
-            }
-        }
-    }
-    if (n == 0) {
-        fail("%s: checkpoint %d holds -lo exchanges in flight, but -ls %d -lf %d -lo %d -x %d starts none in steps "
-             "%d-%d (resume with the run's flags)", r->args->log_dir, step, r->outer->every, r->outer->fragments,
-             r->outer->overlap, r->max_steps, step - r->outer->overlap + 1, step);
-    }
-}
 
-// Resuming a checkpoint written while replicas were lost (-le 1; its manifest names them): rank 0
-// says that every replica trains again, their ranks having rebuilt them from the outer state
-// (llmc/ckpt_layout.h), and main.log records the replicas from the next step on.
-static void run_note_rebuilt(TrainRun* r) {
-    int R = r->mesh->dp_replicate;
-    if (r->rank != 0 || r->outer->every == 0 || R < 2) { return; }
-    uint8_t* lost = (uint8_t*)malloc_check((size_t)R);
-    int n = checkpoint_missing_replicas(r->args->log_dir, r->resume_step, R, lost);
-    if (n > 0) {
-        printf("checkpoint %d was written by %d of %d replicas; the %d lost are rebuilt from the outer state (local "
-               "parameters = outer, AdamW moments and residual zero): %d replicas train on\n", r->resume_step, R - n,
-               R, n, R);
-        fflush(stdout);
-        logger_log_replicas(&r->logger, r->resume_step + 1, R);
-    }
-    free(lost);
-}
 
 // Start-up, part 2 (the trainer has built its model and optimizer): the loaders, the schedule,
 // AdamW's settings, the sampler; when resuming, this rank's optimizer state, the step, the
@@ -207,8 +160,6 @@ static void run_prepare(TrainRun* r, const DpPlan* plan, int opt_has_master, con
     int zero_stage = plan->zero_stage;
     size_t opt_owned = plan->owned;
     r->mesh = mesh;
-    r->live_replicas = mesh->dp_replicate;
-    r->tokens_per_step = a->total_batch;
     r->zero_stage = zero_stage;
     r->opt_owned = opt_owned;
     r->sync_stage = plan->sync_stage;
@@ -222,15 +173,8 @@ static void run_prepare(TrainRun* r, const DpPlan* plan, int opt_has_master, con
     r->ckpt_failures = 0;
     r->last_complete = r->resume_step;
     const OuterConfig* outer = &a->outer;
-    r->outer = outer;
-    r->outer_ready = 0;
-    r->outer_skipped = -1;
-    r->last_pg_norm = -1.0f;
-    if (outer->fragments > r->config.num_layers) {
-        fail("-lf %d: more fragments than the model's %d layers", outer->fragments, r->config.num_layers);
-    }
-    r->outer_inflight = (int*)malloc_check(outer_num_fragments(outer) * sizeof(int));
-    for (int f = 0; f < outer_num_fragments(outer); f++) { r->outer_inflight[f] = -1; }
+    replica_run_init(&r->sync, &ops->replica, a, mesh, r->rank, r->max_steps, r->config.num_layers, &r->logger,
+                     &r->guard);
     step_guard_init(&r->guard, a->max_skips, a->spike_z, a->spike_window);
     if (r->resume_step >= 0) {
         StateTarget target = {.rank = r->rank, .world = r->world, .dp_shard = mesh->dp_shard, .zero_stage = zero_stage,
@@ -240,121 +184,21 @@ static void run_prepare(TrainRun* r, const DpPlan* plan, int opt_has_master, con
                               .has_residual = outer_has_residual(outer), .optimizer = r->opt.kind};
         TrainState got;
         ops->dp.read_state(ops->dp.ctx, a->log_dir, r->resume_step, &target, &got);
-        r->outer_ready = got.has_outer;
-        if (got.has_pending) { run_restore_inflight(r, got.step); }
+        replica_resumed(&r->sync, &got);
         r->start_step = got.step;
         step_guard_restore(&r->guard, &got);
         r->sample_rng.state = got.rng;
         dataloader_seek(&r->train, got.epoch, got.file_pos, got.row_pos);
     }
     logger_init(&r->logger, a->log_dir, r->rank, r->resume_step);
-    if (r->resume_step >= 0) { run_note_rebuilt(r); }
+    if (r->resume_step >= 0) { replica_note_rebuilt(&r->sync, r->resume_step); }
     if (a->hellaswag) {
         eval_open(&r->hellaswag, a->hellaswag_path, a->hellaswag_examples, r->config.vocab_size, a->T);
     }
 }
 
-// -ls: validation, sampling and HellaSwag need the replicas to agree, so each of their steps must
-// be an outer sync (or synchronous); refused at start-up otherwise.
-static void run_check_outer_schedule(const TrainRun* r) {
-    const TrainArgs* a = r->args;
-    if (r->outer->every == 0) { return; }
-    for (int step = r->start_step; step <= r->max_steps; step++) {
-        if (outer_in_agreement(r->outer, step, r->max_steps)) { continue; }
-        int val = (r->have_val || a->hellaswag) && a->val_every > 0 && step % a->val_every == 0;
-        int sample = a->sample_every > 0 && step > 0 && step % a->sample_every == 0;
-        if ((val || sample) && outer_num_fragments(r->outer) > 1) { // every step has a fragment out of sync
-            fail("%s %d: with -lf %d the fragments sync at different steps, so the replicas agree only after the "
-                 "last step (step %d is inside a window): use %s 0", val ? "-v" : "-s",
-                 val ? a->val_every : a->sample_every, outer_num_fragments(r->outer), step, val ? "-v" : "-s");
-        }
-        if (val || sample) {
-            fail("%s %d: step %d falls inside a -ls %d window (the replicas differ there; outer syncs after steps "
-                 "-lss + k * %d = %d + k * %d and the last): use a multiple of -ls", val ? "-v" : "-s",
-                 val ? a->val_every : a->sample_every, step, r->outer->every, r->outer->every, r->outer->start,
-                 r->outer->every);
-        }
-    }
-}
 
-// -ls: the replicas (still training) hold the same outer (outer 1) or local (0) parameters after
-// `step` steps, checked through their CRC-32Cs (a few bytes across the replicas); a mismatch stops the job.
-static void run_check_replicas(TrainRun* r, const TrainerOps* ops, int step, int outer) {
-    int R = r->live_replicas; // -le 1: the replicas still training (crcs in their order)
-    if (R == 1) { return; }
-    uint32_t* crcs = (uint32_t*)malloc_check(R * sizeof(uint32_t));
-    ops->dp.replica_crcs(ops->dp.ctx, outer, crcs);
-    outer_check_agreement(crcs, R, r->mesh, step, outer ? "the outer parameters" : "the parameters");
-    free(crcs);
-}
 
-// -ls, before the first step: the replicas start equal (the outer state too, where it exists),
-// and the outer parameters begin at -lss 0.
-static void run_outer_begin(TrainRun* r, const TrainerOps* ops) {
-    if (r->outer->every == 0) { return; }
-    run_check_outer_schedule(r);
-    if (!r->outer_ready && r->start_step >= r->outer->start) {
-        ops->dp.outer_init(ops->dp.ctx);
-        r->outer_ready = 1;
-    }
-    // -lo: after a resume with exchanges in flight the replicas' local values differ
-    if (outer_in_agreement(r->outer, r->start_step, r->max_steps) && !run_outer_pending(r)) {
-        run_check_replicas(r, ops, r->start_step, 0);
-    }
-    if (r->outer_ready) { run_check_replicas(r, ops, r->start_step, 1); }
-}
-
-// -ls, after the update of step t (1-based): the outer parameters begin after step -lss; then
-// (-lo) every exchange in flight that started tau steps ago (all of them after the last step) is
-// applied, and each fragment outer_fragment_due names syncs: blocking, or (-lo, not the last
-// step) its exchange starts. Both in fragment order 0..F-1 on every rank. Returns whether an outer
-// step was applied; last_pg_norm is the norm over the fragments applied.
-static void run_note_replicas(TrainRun* r, const TrainerOps* ops, int step);
-
-static int run_outer_after_step(TrainRun* r, const TrainerOps* ops, int t) {
-    if (r->outer->every == 0) { return 0; }
-    preempt_phase = "the outer sync";
-    if (!r->outer_ready && t >= r->outer->start) {
-        ops->dp.outer_init(ops->dp.ctx);
-        r->outer_ready = 1;
-    }
-    int last = t == r->max_steps, applied = 0, F = outer_num_fragments(r->outer);
-    float sq = 0.0f;
-    for (int f = 0; f < F; f++) {
-        int started = r->outer_inflight[f];
-        if (started < 0 || (!last && t < started + r->outer->overlap)) { continue; }
-        OuterCall then = {outer_config_at(r->outer, started), f, OUTER_FINISH, last, t};
-        float part = 0.0f;
-        ops->dp.outer_step(ops->dp.ctx, &then, &part);
-        sq += part;
-        r->outer_inflight[f] = -1;
-        applied = 1;
-    }
-    for (int f = 0; f < F; f++) {
-        if (!outer_fragment_due(r->outer, f, t, r->max_steps)) { continue; }
-        OuterCall now = {outer_config_at(r->outer, t), f, r->outer->overlap > 0 && !last ? OUTER_START : OUTER_BLOCKING,
-                         last, t};
-        float part = 0.0f;
-        int done = ops->dp.outer_step(ops->dp.ctx, &now, &part); // 0: skipped on every replica
-        step_guard_outer(&r->guard, t, f, F, done, r->rank == 0);
-        if (!done) {
-            r->outer_skipped = t;
-            logger_log_outer_skip(&r->logger, t);
-            continue;
-        }
-        sq += part;
-        if (now.phase == OUTER_START) {
-            r->outer_inflight[f] = t;
-        } else {
-            applied = 1;
-        }
-    }
-    run_note_replicas(r, ops, t); // -le 1: a replica lost in the sync (the check below is over those left)
-    if (!applied) { return 0; }
-    r->last_pg_norm = sqrtf(sq);
-    run_check_replicas(r, ops, t, 1);
-    return 1;
-}
 
 // HellaSwag after `step` steps: this rank's share of the examples, the count right summed over
 // the ranks, printed and logged.
@@ -430,33 +274,8 @@ static int run_agree_failure(const TrainerOps* ops, void* ctx, int rank, int wor
     return ops->sum_count(ctx, rank == lo ? code : 0);
 }
 
-// -le 1: the replicas still training (0 where the layer has no elastic replicas); *alive (where
-// given): which, R bytes (NULL without -le).
-static int run_live_replicas(const TrainerOps* ops, const uint8_t** alive) {
-    const char* note = NULL;
-    if (alive) { *alive = NULL; }
-    return ops->dp.live_replicas ? ops->dp.live_replicas(ops->dp.ctx, &note, alive) : 0;
-}
 
-// The rank that writes a checkpoint's model file and manifest: rank 0, or with -le 1 once replica 0
-// is lost the first rank of the first replica left (the survivors' checkpoint before they stop).
-static int run_writer(const TrainRun* r, const TrainerOps* ops) {
-    const uint8_t* alive;
-    run_live_replicas(ops, &alive);
-    int q = 0;
-    while (alive && q < r->mesh->dp_replicate - 1 && !alive[q]) { q++; }
-    return q * r->mesh->dp_shard;
-}
 
-// -le 1, a checkpoint written while replicas are missing: lost (R bytes) = the replicas not
-// training; returns lost, or NULL when every replica is.
-static uint8_t* run_lost_replicas(const TrainRun* r, const TrainerOps* ops, uint8_t* lost) {
-    const uint8_t* alive;
-    int live = run_live_replicas(ops, &alive), R = r->mesh->dp_replicate;
-    if (alive == NULL || live == R) { return NULL; }
-    for (int q = 0; q < R; q++) { lost[q] = !alive[q]; }
-    return lost;
-}
 
 // A checkpoint of `step`: rank 0's model file (its CRC-32C computed while writing), every rank's
 // state file (CRCs inside), then the ranks agree whether all of it reached the disk (a sum over
@@ -476,15 +295,15 @@ static int run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, voi
     preempt_phase = "the checkpoint write";
     soft_write_begin();
     fault_disk_full(&run_fault, FAULT_ENOSPC_MODEL, step, r->rank, 5120, "its model file");
-    int writer = run_writer(r, ops);
+    int writer = replica_writer(&r->sync);
     if (r->rank == writer) { ops->write_model(ctx, model, &model_crc); }
     fault_disk_full(&run_fault, FAULT_ENOSPC, step, r->rank, state_file_bytes(&s) / 2, "its state file");
     ops->dp.write_state(ops->dp.ctx, path, &s);
     soft_write_end();
     fault_in_checkpoint(&run_fault, step, r->rank);
-    int who, live = run_live_replicas(ops, NULL);
+    int who, live = replica_live(&r->sync, NULL);
     int code = run_agree_failure(ops, ctx, r->rank, r->world, ckpt_failure_code(dir, step, r->rank), &who);
-    if (run_live_replicas(ops, NULL) != live) { // -le 1: a replica was dropped in the agreement, its files may be missing
+    if (replica_live(&r->sync, NULL) != live) { // -le 1: a replica was dropped in the agreement, its files may be missing
         snprintf(why, why_len, "a replica was lost while it was written (-le 1)");
         checkpoint_remove_partial(dir, step, r->rank, writer);
         return 0;
@@ -493,7 +312,7 @@ static int run_save_checkpoint(TrainRun* r, int step, const TrainerOps* ops, voi
         fault_disk_full(&run_fault, FAULT_ENOSPC_DONE, step, r->rank, 16, "the manifest");
         uint8_t* lost = (uint8_t*)malloc_check((size_t)r->mesh->dp_replicate);
         int done = r->rank != writer || checkpoint_commit(r->args, step, model, model_crc, r->world, &s,
-                                                          run_lost_replicas(r, ops, lost));
+                                                          replica_lost(&r->sync, lost));
         free(lost);
         watchdog_grace();
         code = ops->sum_count(ctx, done ? 0 : ckpt_failure_code(dir, step, writer));
@@ -528,7 +347,7 @@ static void run_checkpoint_failed(TrainRun* r, int step, const char* why, int st
         logger_flush_record(&r->logger);
         if (stopping) {
             fail("checkpoint %d failed: %s; its files are removed; stopping %s without a checkpoint of step %d (%s)",
-                 step, why, r->rank0_lost ? "with replica 0 lost" : r->below_min ? "with fewer than -lm replicas left" :
+                 step, why, r->sync.rank0_lost ? "with replica 0 lost" : r->sync.below_min ? "with fewer than -lm replicas left" :
                  "on the signal", step, newest);
         }
         fail("checkpoint %d failed: %s; its files are removed; %d checkpoints in a row failed (-nf %d): stopping "
@@ -566,87 +385,18 @@ static void run_write_final_model(TrainRun* r, const TrainerOps* ops, void* ctx)
     }
 }
 
-// -le 1: after the agreement dropped a replica or one rejoined, rank 0 says so (stdout and
-// main.log, from `step` on) and the tokens per step become those of the replicas training.
-// Checkpoints go on without the lost replicas' files (a resume rebuilds them from the outer state).
-static void run_note_replicas(TrainRun* r, const TrainerOps* ops, int step) {
-    if (!ops->dp.live_replicas) { return; }
-    const char* note = NULL;
-    int live = ops->dp.live_replicas(ops->dp.ctx, &note, NULL), R = r->mesh->dp_replicate;
-    if (live == r->live_replicas || note == NULL) { return; }
-    r->live_replicas = live;
-    r->tokens_per_step = (int)((long)r->args->total_batch / R * live);
-    if (r->rank == run_writer(r, ops)) { // rank 0, or once its replica is lost the survivors' first
-        printf("%s\n%d of %d replicas train on: %d tokens per step\n", note, live, R, r->tokens_per_step);
-        fflush(stdout);
-    }
-    logger_log_replicas(&r->logger, step, live);
-}
 
-// -le 1, after step `step`'s agreement and its outer sync: a replica lost there is noted; fewer than
-// -lm replicas left, or replica 0 lost (its roles do not move yet), stop the run after a checkpoint
-// of the step (*stop; the same on every survivor).
-static void run_membership(TrainRun* r, const TrainerOps* ops, int step, int* stop) {
-    if (!r->args->elastic) { return; }
-    run_note_replicas(r, ops, step);
-    if (r->live_replicas < r->args->min_replicas) {
-        r->below_min = 1;
-        *stop = 1;
-    }
-    if (run_writer(r, ops) != 0) {
-        r->rank0_lost = 1;
-        *stop = 1;
-    }
-}
 
-// -le 1, after the outer sync of step t: replicas waiting to rejoin are admitted (llmc/dp_elastic.cuh);
-// then, as on the joining ranks (run_outer_begin), every replica's local and outer parameters
-// are checked equal.
-static void run_admit_replicas(TrainRun* r, const TrainerOps* ops, int t) {
-    if (!ops->dp.admit || ops->dp.admit(ops->dp.ctx, t) == 0) { return; }
-    run_note_replicas(r, ops, t + 1);
-    // (-lo: each keeps its steps since the exchange began; -lf: the fragments not synced at t differ, as
-    // the joining ranks' run_outer_begin knows too)
-    if (r->outer->overlap == 0 && outer_in_agreement(r->outer, t, r->max_steps)) { run_check_replicas(r, ops, t, 0); }
-    run_check_replicas(r, ops, t, 1);
-}
 
-// -le 1, a rank whose replica rejoined a running job after the outer sync of `step`: the outer
-// state from replica 0 (the local parameters become the outer ones, AdamW's moments zero), and its
-// data where it would be had it never left: the batches of the steps since its checkpoint skipped.
-static void run_join(TrainRun* r, const TrainerOps* ops, int step) {
-    ops->dp.join(ops->dp.ctx);
-    for (int t = r->start_step; t < step; t++) {
-        dataloader_replica_major(&r->train, outer_active(r->outer, t + 1) ? r->mesh->dp_shard : 0);
-        for (int micro = 0; micro < r->grad_accum; micro++) { dataloader_next(&r->train); }
-    }
+// -le 1, a rank whose replica rejoined a running job after the outer sync of `step`: it trains on
+// from there (llmc/replica_run.h, replica_join).
+static void run_join(TrainRun* r, int step) {
+    replica_join(&r->sync, r->start_step, step, &r->train, r->grad_accum);
     r->start_step = step;
-    r->outer_ready = 1;
-    for (int f = 0; f < outer_num_fragments(r->outer); f++) { r->outer_inflight[f] = -1; } // (its checkpoint's: gone)
-    const char* note = NULL;
-    r->live_replicas = ops->dp.live_replicas(ops->dp.ctx, &note, NULL);
-    r->tokens_per_step = (int)((long)r->args->total_batch / r->mesh->dp_replicate * r->live_replicas);
 }
 
-// -lw: the run starts without the replicas that were not all there (llmc/rendezvous.h): the tokens
-// per step are those of the replicas training, rank 0 says so and main.log gets s:S replicas:R' at
-// the first step; the missing ones rejoin as lost ones do.
-static void run_start_partial(TrainRun* r, const TrainerOps* ops) {
-    const char* note = NULL;
-    const uint8_t* alive = NULL;
-    int R = r->mesh->dp_replicate;
-    r->live_replicas = ops->dp.live_replicas(ops->dp.ctx, &note, &alive);
-    r->tokens_per_step = (int)((long)r->args->total_batch / R * r->live_replicas);
-    if (r->rank == 0) {
-        printf("-lw: %d of %d replicas train from step %d (missing:", r->live_replicas, R, r->start_step + 1);
-        for (int q = 0; q < R; q++) {
-            if (!alive[q]) { printf(" %d", q); }
-        }
-        printf("): %d tokens per step\n", r->tokens_per_step);
-        fflush(stdout);
-    }
-    logger_log_replicas(&r->logger, r->start_step + 1, r->live_replicas);
-}
+// -lw: the run starts without the replicas that were not all there (replica_start_partial).
+static void run_start_partial(TrainRun* r) { replica_start_partial(&r->sync, r->start_step); }
 
 // One optimizer step (0-based `step`): grad_accum micro-steps, the gradient reduction and norm,
 // the agreement (loss and preemption votes), the skip decision (llmc/step_guard.h), clipping,
@@ -658,14 +408,7 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     const TrainArgs* a = r->args;
     preempt_phase = "the forward, backward and update";
     if (a->overfit) { dataloader_reset(&r->train); }
-    if (r->outer->every > 0) {
-        int alone = outer_active(r->outer, step + 1);
-        ops->dp.set_replica_reduce(ops->dp.ctx, !alone);
-        dataloader_replica_major(&r->train, alone ? r->mesh->dp_shard : 0);
-    } else if (outer_compressed(r->outer)) {
-        OuterConfig now = outer_config_at(r->outer, step + 1);
-        ops->dp.set_gradient_wire(ops->dp.ctx, &now);
-    }
+    replica_before_step(&r->sync, step, &r->train);
     ops->begin_step(ctx);
     float grad_factor = fault_grad_factor(&run_fault, step + 1, r->rank);
     for (int micro = 0; micro < r->grad_accum; micro++) {
@@ -679,38 +422,19 @@ static StepVerdict run_optimizer_step(TrainRun* r, const TrainerOps* ops, void* 
     fault_die_in_ring(&run_fault, step + 1, r->rank);
     *loss = ops->agree(ctx, fault_loss_factor(&run_fault, step + 1, r->rank), preempt_requested(), &votes);
     *stop = votes > 0.0f;
-    run_membership(r, ops, step + 1, stop);
-    StepVerdict verdict = step_guard_judge(&r->guard, step + 1, *loss, *norm, outer_active(r->outer, step + 1), r->mesh);
+    replica_membership(&r->sync, step + 1, stop);
+    StepVerdict verdict = step_guard_judge(&r->guard, step + 1, *loss, *norm, outer_active(&a->outer, step + 1),
+                                           r->mesh);
     optimizer_set_lr(&r->opt, a, schedule_lr(&r->schedule, step));
     if (verdict == STEP_APPLY) {
         ops->dp.update(ops->dp.ctx, &r->opt, clip_scale(*norm, a->grad_clip), step + 1 - r->guard.skipped);
     }
-    *synced = run_outer_after_step(r, ops, step + 1);
-    run_membership(r, ops, step + 1, stop); // a replica lost in the sync
-    if (*synced && !*stop) { run_admit_replicas(r, ops, step + 1); }
+    *synced = replica_after_step(&r->sync, step + 1);
+    replica_membership(&r->sync, step + 1, stop); // a replica lost in the sync
+    if (*synced && !*stop) { replica_admit(&r->sync, step + 1); }
     return verdict;
 }
 
-// -le 1: replica 0 lost, or fewer than -lm replicas left, after `step` and its checkpoint (where
-// one was written): the run stops, saying why and what resumes it.
-static void run_stop_elastic(const TrainRun* r, int step) {
-    char why[256], then[256];
-    if (r->rank0_lost) {
-        snprintf(why, sizeof(why), "replica 0, holding world rank 0 (the logs, the rendezvous, the agreement), is lost, "
-                 "and moving those roles is not built yet");
-    } else {
-        snprintf(why, sizeof(why), "%d of %d replicas are left, fewer than -lm %d", r->live_replicas,
-                 r->mesh->dp_replicate, r->args->min_replicas);
-    }
-    if (r->last_complete == step) {
-        snprintf(then, sizeof(then), "after checkpoint %d (-y 1 with every replica resumes it, rebuilding the lost ones "
-                 "from the outer state)", step);
-    } else {
-        snprintf(then, sizeof(then), "at step %d without a checkpoint of it (%s): -y 1 resumes from the newest complete "
-                 "one", step, r->args->log_dir[0] ? "an -lo exchange was in flight" : "no -o");
-    }
-    fail("%s: the run stops %s", why, then);
-}
 
 // -op 1: the profile's table on stdout and its record in metrics.jsonl (rank 0's).
 static void run_log_profile(TrainRun* r, double peak_per_rank) {
@@ -734,7 +458,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
     size_t step_bytes = 0, sync_step_bytes = 0, plain_step_bytes = 0;
     op_profile.on = a->op_profile;
     watchdog_grace(); // ranks reach the first collective after start-ups of different lengths
-    run_outer_begin(r, ops);
+    replica_begin(&r->sync, r->start_step, r->have_val || a->hellaswag);
     for (int step = r->start_step; step <= r->max_steps; step++) {
         preempt_step = step + 1;
         int last = step == r->max_steps;
@@ -758,26 +482,26 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
         double t0 = now_seconds();
         size_t bytes_before = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) : 0;
         float loss, norm;
-        int stop, synced, before = r->live_replicas;
+        int stop, synced, before = r->sync.live;
         StepVerdict verdict = run_optimizer_step(r, ops, ctx, step, &loss, &norm, &stop, &synced);
         step_bytes = ops->comm_bytes_sent ? ops->comm_bytes_sent(ctx) - bytes_before : 0;
-        if (outer_active(r->outer, step + 1)) { *(synced ? &sync_step_bytes : &plain_step_bytes) = step_bytes; }
+        if (outer_active(&a->outer, step + 1)) { *(synced ? &sync_step_bytes : &plain_step_bytes) = step_bytes; }
         double dt = now_seconds() - t0;
         op_profile_step_end(dt, step > times.first_step);
         char mark[64] = "";
-        if (synced) { snprintf(mark, sizeof(mark), " | outer sync, pseudo-grad norm %.4f", r->last_pg_norm); }
-        progress_step(&times, step, r->max_steps, dt, loss, norm, r->opt.adamw.lr, r->tokens_per_step, mark, r->rank == 0);
+        if (synced) { snprintf(mark, sizeof(mark), " | outer sync, pseudo-grad norm %.4f", r->sync.last_pg_norm); }
+        progress_step(&times, step, r->max_steps, dt, loss, norm, r->opt.adamw.lr, r->sync.tokens_per_step, mark, r->rank == 0);
         if (verdict == STEP_APPLY) {
-            logger_log_train(&r->logger, step + 1, loss, r->opt.adamw.lr, norm, dt * 1000.0, r->tokens_per_step / dt,
+            logger_log_train(&r->logger, step + 1, loss, r->opt.adamw.lr, norm, dt * 1000.0, r->sync.tokens_per_step / dt,
                              times.last_mfu);
         } else {
             logger_log_skip(&r->logger, step + 1, loss, r->opt.adamw.lr, norm, verdict == STEP_SKIP_SPIKE);
         }
-        if (synced) { logger_log_outer(&r->logger, step + 1, r->last_pg_norm); }
-        int no_joiner = r->live_replicas <= before; // the ranks rejoining now start at the next step
+        if (synced) { logger_log_outer(&r->logger, step + 1, r->sync.last_pg_norm); }
+        int no_joiner = r->sync.live <= before; // the ranks rejoining now start at the next step
         // -le 1 -lo: no checkpoint holds an exchange in flight while a replica is missing (its held sum is
         // cut into the survivors' slices; the checkpoint layout is the full mesh's)
-        int holdable = r->live_replicas == r->mesh->dp_replicate || !run_outer_pending(r);
+        int holdable = r->sync.live == r->mesh->dp_replicate || !replica_pending(&r->sync);
         if (a->log_dir[0] && no_joiner && holdable && (stop || (a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0))) {
             char why[4600];
             if (run_save_checkpoint(r, step + 1, ops, ctx, why, sizeof(why))) {
@@ -787,7 +511,7 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
                 run_checkpoint_failed(r, step + 1, why, stop);
             }
         }
-        if (r->rank0_lost || r->below_min) { run_stop_elastic(r, step + 1); }
+        if (r->sync.rank0_lost || r->sync.below_min) { replica_stop(&r->sync, step + 1, r->last_complete); }
         if (stop) {
             preempt_report(&r->logger, a->log_dir, step + 1, r->rank);
             r->preempted = 1;
@@ -797,10 +521,10 @@ static void run_train(TrainRun* r, const TrainerOps* ops, void* ctx) {
     preempt_phase = "the end of the run";
     op_profile_finish();
     if (r->rank == 0) {
-        progress_summary(&times, r->tokens_per_step);
+        progress_summary(&times, r->sync.tokens_per_step);
         if (ops->comm_bytes_sent) {
             printf("communication measured: %zu bytes sent per rank in the last step\n", step_bytes);
-            if (r->outer->every > 0) {
+            if (a->outer.every > 0) {
                 printf("communication measured (-ls): %zu bytes sent per rank in a step without an outer sync, %zu in "
                        "one with (the last of each)\n", plain_step_bytes, sync_step_bytes);
             }
@@ -816,7 +540,7 @@ static void run_free(TrainRun* r) {
     dataloader_free(&r->train);
     if (r->have_val) { dataloader_free(&r->val); }
     if (r->have_tokenizer) { tokenizer_free(&r->tokenizer); }
-    free(r->outer_inflight);
+    replica_run_free(&r->sync);
 }
 
 #endif

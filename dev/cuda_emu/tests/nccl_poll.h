@@ -1,5 +1,6 @@
 // nccl_poll.h: for the emulated NCCL's fault tests (test_nccl_shrink.cu, test_nccl_elastic.cu): the
-// clock, and an all-reduce polled with a limit instead of waited for (a peer may never join).
+// clock, an all-reduce polled with a limit instead of waited for (a peer may never join), and one
+// whose communicator's asynchronous error is polled for (a peer that never joins).
 #ifndef NCCL_POLL_H
 #define NCCL_POLL_H
 #include <chrono>
@@ -24,5 +25,22 @@ static float all_reduce(float v, ncclComm_t comm) {
     for (double end = now() + 10.0; now() < end; usleep(1000))
         if (cudaEventQuery(ev) == cudaSuccess) return host;
     return -1.0f;
+}
+
+// An all-reduce over comm that a peer never joins, on a new stream (*s, its one-float buffer *x),
+// then ncclCommGetAsyncError polled for up to `limit` seconds: returns the error it reported
+// (ncclSuccess: none within the limit), *waited the seconds it took.
+static ncclResult_t stuck_all_reduce(ncclComm_t comm, double limit, cudaStream_t* s, float** x, double* waited) {
+    cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
+    cudaMalloc(x, sizeof(float));
+    ncclAllReduce(*x, *x, 1, ncclFloat, ncclSum, comm, *s);
+    double t0 = now();
+    ncclResult_t e = ncclSuccess;
+    while (e == ncclSuccess && now() - t0 < limit) {
+        ncclCommGetAsyncError(comm, &e);
+        usleep(1000);
+    }
+    *waited = now() - t0;
+    return e;
 }
 #endif

@@ -64,19 +64,12 @@ static void join_new(const std::string& dir, int rank) {
 // Ranks 0 and 1 after rank 2 died: the error naming it, the shrink, the 2-rank all-reduce.
 static void survive(ncclComm_t comm) {
     cudaStream_t s;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     float* x;
-    cudaMalloc(&x, sizeof(float));
-    ncclAllReduce(x, x, 1, ncclFloat, ncclSum, comm, s);  // rank 2 never joins
-    double t0 = now();
-    ncclResult_t e = ncclSuccess;
-    while (e == ncclSuccess && now() - t0 < 5.0) {
-        ncclCommGetAsyncError(comm, &e);
-        usleep(1000);
-    }
+    double waited;
+    ncclResult_t e = stuck_all_reduce(comm, 5.0, &s, &x, &waited); // rank 2 never joins
     char line[256];
     snprintf(line, sizeof(line), "the all-reduce killed rank 2 never joins: %s after %.2f s, naming rank %d (%s)",
-             ncclGetErrorString(e), now() - t0, emu_nccl_stopped_peer(comm), ncclGetLastError(comm));
+             ncclGetErrorString(e), waited, emu_nccl_stopped_peer(comm), ncclGetLastError(comm));
     report(e == ncclRemoteError && emu_nccl_stopped_peer(comm) == 2, line);
     if (e != ncclRemoteError) return;
     int gone = 2;

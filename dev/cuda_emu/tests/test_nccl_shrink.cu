@@ -71,18 +71,11 @@ int main(int argc, char** argv) {
     report(rank, r1 == ncclInvalidArgument && r2 == ncclInvalidArgument && bad == nullptr, line);
 
     cudaStream_t s;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     float* x;
-    cudaMalloc(&x, sizeof(float));
-    ncclAllReduce(x, x, 1, ncclFloat, ncclSum, comm, s);  // rank 2 never joins
-    double t0 = now();
-    ncclResult_t e = ncclSuccess;
-    while (e == ncclSuccess && now() - t0 < 10.0) {
-        ncclCommGetAsyncError(comm, &e);
-        usleep(1000);
-    }
+    double waited;
+    ncclResult_t e = stuck_all_reduce(comm, 10.0, &s, &x, &waited); // rank 2 never joins
     snprintf(line, sizeof(line), "the all-reduce rank 2 never joins: %s after %.2f s, naming rank %d", ncclGetErrorString(e),
-             now() - t0, emu_nccl_stopped_peer(comm));
+             waited, emu_nccl_stopped_peer(comm));
     report(rank, e == ncclRemoteError && emu_nccl_stopped_peer(comm) == 2, line);
 
     int gone = 2;
