@@ -44,24 +44,6 @@ template <int D> __device__ __forceinline__ void fa2_load_tile(bf16* dst, const 
     }
 }
 
-// Key tile kb (of 0..qb) of a head, double-buffered: tile kb + 1's K and V start loading into
-// the buffers that tile kb - 1 used (sK, sV: each pair of buffers TE elements apart; the head's k and
-// v columns at head + C and head + 2C) while this thread waits for tile kb's copies; then the block
-// waits for every thread's.
-template <int D>
-__device__ __forceinline__ void fa2_next_kv(bf16* sK, bf16* sV, const bf16* head, size_t rs, int C, int kb, int qb,
-                                            int T) {
-    if (kb < qb) {
-        fa2_load_tile<D>(sK + ((kb + 1) % 2) * FA2_TILE_ELEMS(D), head + C, rs, (kb + 1) * FA2_TILE, T);
-        fa2_load_tile<D>(sV + ((kb + 1) % 2) * FA2_TILE_ELEMS(D), head + 2 * C, rs, (kb + 1) * FA2_TILE, T);
-        ptx_cp_async_commit();
-        ptx_cp_async_wait<1>();
-    } else {
-        ptx_cp_async_wait<0>();
-    }
-    __syncthreads();
-}
-
 // two floats to one register of two bf16, the first in the low half (the mma fragment order)
 __device__ __forceinline__ uint32_t fa2_pack(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -214,7 +196,15 @@ __global__ void __launch_bounds__(FA2_THREADS, FA2_MIN_BLOCKS) attention_forward
     for (int kb = 0; kb <= qb; kb++) {
         const bf16* sK = sQ + (1 + kb % 2) * TE;
         const bf16* sV = sQ + (3 + kb % 2) * TE;
-        fa2_next_kv<D>(sQ + TE, sQ + 3 * TE, head, rs, C, kb, qb, T);
+        if (kb < qb) { // the next tile into the other buffer (read last in iteration kb - 1)
+            fa2_load_tile<D>(sQ + (1 + (kb + 1) % 2) * TE, head + C, rs, (kb + 1) * FA2_TILE, T);
+            fa2_load_tile<D>(sQ + (3 + (kb + 1) % 2) * TE, head + 2 * C, rs, (kb + 1) * FA2_TILE, T);
+            ptx_cp_async_commit();
+            ptx_cp_async_wait<1>();
+        } else {
+            ptx_cp_async_wait<0>();
+        }
+        __syncthreads();
         if (kb == 0) {
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {

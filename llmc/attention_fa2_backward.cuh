@@ -168,7 +168,15 @@ __global__ void __launch_bounds__(FA2_THREADS) attention_backward_fa2_dq_kernel(
     for (int kb = 0; kb <= qb; kb++) {
         const bf16* sK = sQ + (2 + kb % 2) * TE;
         const bf16* sV = sQ + (4 + kb % 2) * TE;
-        fa2_next_kv<D>(sQ + 2 * TE, sQ + 4 * TE, head, rs, C, kb, qb, T);
+        if (kb < qb) { // the next tile into the other buffer (read last in iteration kb - 1)
+            fa2_load_tile<D>(sQ + (2 + (kb + 1) % 2) * TE, head + C, rs, (kb + 1) * FA2_TILE, T);
+            fa2_load_tile<D>(sQ + (4 + (kb + 1) % 2) * TE, head + 2 * C, rs, (kb + 1) * FA2_TILE, T);
+            ptx_cp_async_commit();
+            ptx_cp_async_wait<1>();
+        } else {
+            ptx_cp_async_wait<0>();
+        }
+        __syncthreads();
         if (kb == 0) { // Q, dout and sD are complete (the first wait and barrier)
             dl[0] = sD[row];
             dl[1] = sD[row + 8];
