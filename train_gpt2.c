@@ -575,7 +575,7 @@ int main(int argc, char** argv) {
                  cpu.model.grads_memory, grad_tensors, cpu.model.grads_one_layer);
     host_replica_init(&cpu.sync, &cpu.dp);
     if (args.outer.every > 0 && args.outer.overlap > 0) { host_replica_init_overlap(&cpu.sync); }
-    if (strcmp(args.optimizer, "muon") == 0) { host_dp_init_muon(&cpu.dp, &run.config, MUON_NS_STEPS); }
+    if (strcmp(args.optimizer, "muon") == 0) { host_dp_init_muon(&cpu.dp, &run.config, MUON_NS_STEPS, args.muon_split_qkv); }
     TrainerOps ops = cpu_trainer_ops;
     ops.dp = host_dp_ops(&cpu.dp);
     ops.replica = host_replica_ops(&cpu.sync);

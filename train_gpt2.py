@@ -204,14 +204,15 @@ def newton_schulz(U, steps=5, eps=1e-7):
 
 
 class Muon:
-    """Muon on every layer's qkvw, attprojw, fcw, fcprojw (each layer's slice one matrix), AdamW at
-    lr on everything else (wte, which the classifier shares, wpe, biases, LayerNorm). After the
-    global clip, a matrix's gradient G: M = mu M + (1 - mu) G; U = (1 - mu) G + mu M (Nesterov);
+    """Muon on every layer's qkvw, attprojw, fcw, fcprojw (each layer's slice one matrix; with
+    split_qkv, qkvw's slice is three C x C matrices, its q, k and v rows), AdamW at lr on everything
+    else (wte, which the classifier shares, wpe, biases, LayerNorm). After the global clip, a matrix's
+    gradient G: M = mu M + (1 - mu) G; U = (1 - mu) G + mu M (Nesterov);
     W = W (1 - muon_lr wd) - muon_lr sqrt(max(1, rows / cols)) NS5(U)."""
 
-    def __init__(self, P, lr, wd, clip, muon_lr=0.02, momentum=0.95):
+    def __init__(self, P, lr, wd, clip, muon_lr=0.02, momentum=0.95, split_qkv=False):
         self.adamw = AdamW(P, lr, wd, clip)
-        self.muon_lr, self.mu = muon_lr, momentum
+        self.muon_lr, self.mu, self.split_qkv = muon_lr, momentum, split_qkv
         self.momentum = {n: torch.zeros_like(P[n]) for n in MUON_MATRICES}
 
     @property
@@ -230,7 +231,10 @@ class Muon:
         self.adamw.update(P, rest, scale)
         for n in MUON_MATRICES:
             for layer in range(P[n].shape[0]):
-                self.matrix_step(P[n][layer], grads[n][layer] * scale, self.momentum[n][layer])
+                W, g, M = P[n][layer], grads[n][layer] * scale, self.momentum[n][layer]
+                parts = 3 if n == "qkvw" and self.split_qkv else 1
+                for w, gp, m in zip(W.chunk(parts), g.chunk(parts), M.chunk(parts)):  # views: updated in place
+                    self.matrix_step(w, gp, m)
         return float(norm)
 
     def matrix_step(self, W, g, M):
@@ -242,9 +246,9 @@ class Muon:
         W.mul_(1.0 - lr * wd).sub_(lr * ratio * O)
 
 
-def make_optimizer(P, optimizer, lr, wd, clip, muon_lr=0.02, muon_momentum=0.95):
+def make_optimizer(P, optimizer, lr, wd, clip, muon_lr=0.02, muon_momentum=0.95, muon_split_qkv=False):
     if optimizer == "muon":
-        return Muon(P, lr, wd, clip, muon_lr, muon_momentum)
+        return Muon(P, lr, wd, clip, muon_lr, muon_momentum, muon_split_qkv)
     return AdamW(P, lr, wd, clip)
 
 
@@ -618,7 +622,8 @@ def synchronous_step_wire(reps, opts, cfg, x, y, B, fmt, layout, residuals, dens
 def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0, replicas=1,
           sync_every=0, outer_lr=0.7, outer_momentum=0.9, sync_start=0, on_first_batch=None,
           path="data", log=print, wire="fp32", feedback=True, wire_start=0, wire_shards=0, topk=0.0,
-          fragments=1, overlap=0, drops=(), rejoins=(), optimizer="adamw", muon_lr=0.02, muon_momentum=0.95):
+          fragments=1, overlap=0, drops=(), rejoins=(), optimizer="adamw", muon_lr=0.02, muon_momentum=0.95,
+          muon_split_qkv=False):
     """Train `steps` AdamW steps; returns (losses, reps): each step's loss before its update and
     the R replicas' final parameters (reps[0] is P itself, updated in place; after the final
     outer sync all replicas are equal). Step t (1-based) reads the next global batch of R*B rows
@@ -662,7 +667,7 @@ def train(P, cfg, tokens, B, T, steps, lr=1e-4, weight_decay=0.0, grad_clip=1.0,
             on_first_batch(x, y, logits, loss, grads)
         return [], reps
     def new_optimizer(rep):
-        return make_optimizer(rep, optimizer, lr, weight_decay, grad_clip, muon_lr, muon_momentum)
+        return make_optimizer(rep, optimizer, lr, weight_decay, grad_clip, muon_lr, muon_momentum, muon_split_qkv)
 
     opts = [new_optimizer(rep) for rep in reps]
     outer = buf = None
@@ -1207,6 +1212,8 @@ def main(argv=None):
                     help="adamw, or muon on the block matrices with AdamW on the rest (default adamw)")
     ap.add_argument("--muon-lr", type=float, default=0.02, help="Muon's learning rate (default 0.02)")
     ap.add_argument("--muon-momentum", type=float, default=0.95, help="Muon's momentum (default 0.95)")
+    ap.add_argument("--muon-split-qkv", type=int, default=0, choices=[0, 1],
+                    help="Muon: each layer's qkvw as three C x C matrices, q, k, v (the C trainers' -mq; default 0)")
     ap.add_argument("--drop-bug", type=int, default=0, choices=[0, 1, 2, 3, 4, 5], help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.replicas < 1:
@@ -1282,7 +1289,7 @@ def main(argv=None):
                          wire_start=a.compress_start, wire_shards=a.wire_shards, topk=a.topk,
                          fragments=a.fragments, overlap=a.overlap, drops=elastic["--drop"],
                          rejoins=elastic["--rejoin"], optimizer=a.optimizer, muon_lr=a.muon_lr,
-                         muon_momentum=a.muon_momentum)
+                         muon_momentum=a.muon_momentum, muon_split_qkv=bool(a.muon_split_qkv))
     if a.write_losses:
         write_atomic(a.write_losses, ["".join(f"{v:.9f}\n" for v in losses).encode()])
     if a.write_final:  # after the final sync every replica alive at the last step holds the outer model

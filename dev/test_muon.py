@@ -2,23 +2,26 @@
 (L 2, C 128: eight block matrices, 128 x 128 to 512 x 128) on KJV's val split, no shuffling.
 
   reference   one rank against train_gpt2.py --optimizer muon (PyTorch, fp32 Newton-Schulz) over 10
-              steps, with and without weight decay: losses and final weights within 1e-5; -opt adamw the
-              same way (losses 1e-5, weights 1e-4: AdamW's normalization lifts tiny gradients' rounding)
+              steps, with and without weight decay, and with -mq 1 (qkvw as three C x C matrices):
+              losses and final weights within 1e-5; -opt adamw the same way (losses 1e-5, weights 1e-4:
+              AdamW's normalization lifts tiny gradients' rounding)
   ranks       2 and 4 ranks, ZeRO 0, 1 and 2, and a 2 x 2 mesh equal to one rank within 1e-5 (losses,
               weights; the ring's summation order: AdamW's runs beside, the scale), and with ZeRO 1, 2
-              each rank orthogonalizing an even share of the 8 matrices (or one more)
+              each rank orthogonalizing an even share of the 8 matrices (or one more); -mq 1 on 2 ranks
+              ZeRO 1 and 4 ranks ZeRO 2 equal to one rank
   resume      a run stopped at step 4 and resumed gives the uninterrupted run's steps 5..8 bit for
               bit, and the same final model; a 2-rank ZeRO 1 checkpoint resumed on 1 rank (ZeRO 0), 4
               (ZeRO 2) and a 2 x 2 mesh within 1e-5 of the uninterrupted run; a resume with the other
               -opt is refused, naming both
-  refusals    -opt sgd, -ml out of range, -mm 1, -opt muon with -z 1 and -z 2: one line each
+  refusals    -opt sgd, -ml out of range, -mm 1, -mq 1 without -opt muon, -mq 2: one line each
   muloco      -ls 4 with Muon inside each of 2 replicas (2 x 1, and 2 x 2 with ZeRO 0, 1, 2) against
               train_gpt2.py --replicas 2 --sync-every 4 --optimizer muon within 1e-4
   plant       trainers built with -DMUON_PLANT_NO_RATIO (a tall matrix's step not scaled by
-              sqrt(rows / cols)) and -DMUON_PLANT_NO_NESTEROV (U = M) must fail `reference`; and one
+              sqrt(rows / cols)) and -DMUON_PLANT_NO_NESTEROV (U = M) must fail `reference`, one with
+              -DMUON_PLANT_QKV_WHOLE (-mq 1 ignored: qkvw orthogonalized whole) its -mq 1 case; and one
               with -DMUON_FULL_PRODUCTS (the symmetric products whole) must give the same bits
   gpu         the emulated GPU trainers (build/gpu/train_gpt2emu_fp32, _bf16: cuBLASLt's Newton-Schulz)
-              against the CPU trainer over 10 steps: FP32 within 1e-4 (losses, weights), BF16 within
+              against the CPU trainer over 10 steps: FP32 within 1e-4 (losses, weights; also -mq 1), BF16 within
               5e-2 (losses: bf16 operands in Newton-Schulz, stochastic rounding of the weights); a
               BF16 run stopped at step 4 and resumed bit for bit; the emucc --check builds under three
               schedules, the same bits; the GPU's -z 1 refused
@@ -100,19 +103,29 @@ def errors(d, ref_l, ref_w):
     return max(abs(got[s] - ref_l[s]) for s in ref_l), float(np.max(np.abs(weights(d + "/model_final.bin") - ref_w)))
 
 
-def cmd_reference(first_only=False):
+def cmd_reference(first_only=False, only_split=False):
     tol = 1e-5
-    cases = [("muon", "0.1", "0.02", "0.95"), ("muon", "0", "0.05", "0.9"), ("adamw", "0.1", "0.02", "0.95")]
-    for opt, wd, ml, mm in cases[:1] if first_only else cases:
-        ref_l, ref_w = reference(f"ref_{opt}_{wd}_{ml}", ["--B", str(B), "--steps", "10", "--lr", "1e-3",
-                                                          "--weight-decay", wd, "--optimizer", opt, "--muon-lr", ml,
-                                                          "--muon-momentum", mm])
-        d, _ = run(1, base(10) + ["-l", "1e-3", "-c", wd, "-k", "constant", "-u", "0", "-opt", opt, "-ml", ml,
-                                  "-mm", mm], f"ref_{opt}_{wd}_{ml}")
+    cases = [("muon", "0.1", "0.02", "0.95", "0"), ("muon", "0", "0.05", "0.9", "0"), ("adamw", "0.1", "0.02", "0.95", "0"),
+             ("muon", "0.1", "0.02", "0.95", "1")]
+    if only_split:
+        cases = cases[3:]
+    for opt, wd, ml, mm, mq in cases[:1] if first_only else cases:
+        name = f"ref_{opt}_{wd}_{ml}_{mq}"
+        ref_l, ref_w = reference(name, ["--B", str(B), "--steps", "10", "--lr", "1e-3", "--weight-decay", wd,
+                                        "--optimizer", opt, "--muon-lr", ml, "--muon-momentum", mm,
+                                        "--muon-split-qkv", mq])
+        d, r = run(1, base(10) + ["-l", "1e-3", "-c", wd, "-k", "constant", "-u", "0", "-opt", opt, "-ml", ml,
+                                  "-mm", mm] + (["-mq", mq] if mq == "1" else []), name)
         le, we = errors(d, ref_l, ref_w)
         wtol = tol if opt == "muon" else 1e-4
-        report(le <= tol and we <= wtol, f"-opt {opt} -c {wd} -ml {ml} -mm {mm}, 10 steps: max loss error {le:.2e}, "
-                                        f"max weight error {we:.2e} against train_gpt2.py (tol {tol:.0e}, {wtol:.0e})")
+        split = " -mq 1 (qkvw as three C x C matrices)" if mq == "1" else ""
+        report(le <= tol and we <= wtol, f"-opt {opt} -c {wd} -ml {ml} -mm {mm}{split}, 10 steps: max loss error "
+                                        f"{le:.2e}, max weight error {we:.2e} against train_gpt2.py (tol {tol:.0e}, "
+                                        f"{wtol:.0e})")
+        if mq == "1":  # L 2: three of qkvw and three more a layer, 393216 parameters as before
+            line = next((x for x in r.stdout.splitlines() if x.startswith("optimizer: muon")), "")
+            report("muon on 12 matrices (393216 parameters" in line and "-mq 1" in line,
+                   f"-mq 1: the start-up line names 12 matrices: {line[:90]}")
 
 
 def equal_runs(a, b):
@@ -160,6 +173,14 @@ def cmd_ranks():
                     else "(a line is missing)"))
             report(le <= tol and we <= tol, f"-opt {opt}, {mesh}, ZeRO {z}: max loss error {le:.2e}, max weight error "
                                             f"{we:.2e} against one rank over 8 steps (tol {tol:.0e}){share}")
+    # -mq 1: a layer's three qkv matrices on one owner (ZeRO 1, 2), the rest as before
+    args = ["-l", "1e-3", "-c", "0.1", "-u", "2", "-opt", "muon", "-mq", "1"]
+    one, _ = run(1, base(8) + args, "ranks_mq_1")
+    for n, z in ((2, 1), (4, 2)):
+        d, _ = run(n, base(8, n) + args + ["-z", str(z)], f"ranks_mq_{n}_{z}")
+        le, we = equal_runs(one, d)
+        report(le <= tol and we <= tol, f"-opt muon -mq 1, {n} ranks, ZeRO {z}: max loss error {le:.2e}, max weight "
+                                        f"error {we:.2e} against one rank over 8 steps (tol {tol:.0e})")
 
 
 def cmd_resume():
@@ -204,7 +225,8 @@ def cmd_resume():
 
 def cmd_refusals():
     cases = [(["-opt", "sgd"], "-opt sgd: must be adamw or muon"), (["-opt", "muon", "-ml", "-1"], "-ml -1: must be in"),
-             (["-opt", "muon", "-mm", "1"], "-mm 1: must be in")]
+             (["-opt", "muon", "-mm", "1"], "-mm 1: must be in"), (["-mq", "1"], "-mq 1: needs -opt muon"),
+             (["-opt", "muon", "-mq", "2"], "-mq 2: must be in")]
     for extra, want in cases:
         r = subprocess.run([TRAINER] + base(2) + extra, capture_output=True, text=True)
         err = r.stderr.strip().splitlines()
@@ -230,16 +252,16 @@ def cmd_muloco():
 def cmd_plant():
     global TRAINER, planted
     cflags = subprocess.run(["make", "-s", "cpu-cflags"], capture_output=True, text=True, check=True).stdout.split()
-    plants = ("MUON_PLANT_NO_RATIO", "MUON_PLANT_NO_NESTEROV", "MUON_FULL_PRODUCTS")
+    plants = ("MUON_PLANT_NO_RATIO", "MUON_PLANT_NO_NESTEROV", "MUON_PLANT_QKV_WHOLE", "MUON_FULL_PRODUCTS")
     builds = [subprocess.Popen(["mpicc", *cflags, f"-D{p}", "-o", f"{OUT}/train_gpt2cpu_{p.lower()}", "train_gpt2.c",
                                 "-lm"]) for p in plants]  # side by side: the two cores
     if any(b.wait() != 0 for b in builds):
         sys.exit("test_muon.py plant: a build failed")
-    for plant in plants[:2]:
+    for plant in plants[:3]:
         exe = f"{OUT}/train_gpt2cpu_{plant.lower()}"
         TRAINER, planted = exe, plant
         before = failures
-        cmd_reference(first_only=True)
+        cmd_reference(first_only=True, only_split=plant == "MUON_PLANT_QKV_WHOLE")
         caught = failures > before
         globals()["failures"] = before
         planted = ""
@@ -260,14 +282,17 @@ def cmd_gpu():
     global TRAINER
     flags = base(10) + ["-l", "1e-3", "-u", "3", "-c", "0.1", "-opt", "muon"]
     cpu, _ = run(1, flags, "gpu_cpu")
-    for build, tol, wtol in (("fp32", 1e-4, 1e-4), ("bf16", 5e-2, None)):
+    TRAINER = "./train_gpt2cpu"
+    cpu_mq, _ = run(1, flags + ["-mq", "1"], "gpu_cpu_mq")
+    for build, tol, wtol, mq in (("fp32", 1e-4, 1e-4, 0), ("bf16", 5e-2, None, 0), ("fp32", 1e-4, 1e-4, 1)):
         TRAINER = f"build/gpu/train_gpt2emu_{build}"
-        d, r = run(1, flags, f"gpu_{build}")
-        le, we = equal_runs(cpu, d)
-        line = next((x for x in r.stdout.splitlines() if x.startswith("optimizer: muon on 8 matrices")), "")
+        d, r = run(1, flags + (["-mq", "1"] if mq else []), f"gpu_{build}_{mq}")
+        le, we = equal_runs(cpu_mq if mq else cpu, d)
+        line = next((x for x in r.stdout.splitlines() if x.startswith(f"optimizer: muon on {12 if mq else 8} matrices")), "")
         ok = le <= tol and (wtol is None or we <= wtol) and line != ""
-        report(ok, f"emulated GPU {build.upper()} -opt muon against the CPU trainer, 10 steps: max loss error {le:.2e} "
-                   f"(tol {tol:.0e}), max weight error {we:.2e}" + (f" (tol {wtol:.0e})" if wtol else " (bf16 weights)"))
+        report(ok, f"emulated GPU {build.upper()} -opt muon{' -mq 1' if mq else ''} against the CPU trainer, 10 steps: "
+                   f"max loss error {le:.2e} (tol {tol:.0e}), max weight error {we:.2e}" +
+                   (f" (tol {wtol:.0e})" if wtol else " (bf16 weights)"))
     # the checked builds (emucc --check: races, barriers, bounds, launch limits) under three block
     # schedules, 3 steps: every run passes, and the schedules give the same bits
     for build in ("fp32", "bf16"):

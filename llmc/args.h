@@ -32,6 +32,7 @@ typedef struct {
     const char* optimizer;     // -opt: adamw | muon (llmc/optimizer.h)
     float muon_lr;             // -ml: Muon's peak lr (scheduled as -l is)
     float muon_momentum;       // -mm
+    int muon_split_qkv;        // -mq: each layer's qkvw as three C x C matrices (q, k, v; 0|1)
     int val_every;             // -v (0 = off)
     int val_batches;           // -m
     int sample_every;          // -s (0 = off)
@@ -104,6 +105,7 @@ static const ArgSpec arg_specs[] = {
     ARG("-opt", ARG_STRING, optimizer, 0, "optimizer: adamw | muon (Muon on the block matrices, AdamW at -l on the rest)"),
     ARG("-ml", ARG_FLOAT, muon_lr, 0, "-opt muon: Muon's peak learning rate (scheduled as -l is)"),
     ARG("-mm", ARG_FLOAT, muon_momentum, 0, "-opt muon: Muon's momentum (Nesterov)"),
+    ARG("-mq", ARG_INT, muon_split_qkv, 0, "-opt muon: each layer's qkvw as three C x C matrices, q, k, v (0|1)"),
     ARG("-v", ARG_INT, val_every, 0, "validate every N steps (0 = off)"),
     ARG("-m", ARG_INT, val_batches, 0, "val batches per validation"),
     ARG("-s", ARG_INT, sample_every, 0, "sample text every N steps (0 = off)"),
@@ -162,7 +164,7 @@ static void args_defaults(TrainArgs* a) {
     // batch, schedule, optimizer
     a->B = 4; a->T = 256; a->max_steps = -1;
     a->lr = 3e-4f; a->final_fraction = 1.0f; a->schedule = "cosine"; a->grad_clip = 1.0f;
-    a->optimizer = "adamw"; a->muon_lr = 0.02f; a->muon_momentum = 0.95f;
+    a->optimizer = "adamw"; a->muon_lr = 0.02f; a->muon_momentum = 0.95f; a->muon_split_qkv = 0;
     // evaluation, sampling, checkpoints
     a->val_every = 20; a->val_batches = 20; a->sample_every = 20; a->gen_tokens = 64; a->max_ckpt_failures = 3;
     a->hellaswag_path = "data/hellaswag/hellaswag_val.bin";
@@ -293,6 +295,10 @@ static void args_validate(const TrainArgs* a, int gpu) {
     }
     require_float("-ml", a->muon_lr, 0.0f, 10.0f);
     require_float("-mm", a->muon_momentum, 0.0f, 0.999f);
+    require_int("-mq", a->muon_split_qkv, 0, 1);
+    if (a->muon_split_qkv && strcmp(a->optimizer, "muon") != 0) {
+        fail("-mq %d: needs -opt muon (it says how Muon cuts qkvw)", a->muon_split_qkv);
+    }
     if (gpu && strcmp(a->optimizer, "muon") == 0 && a->zero_stage != 0) {
         fail("-opt muon -z %d: the GPU trainer's Muon runs with ZeRO 0 for now (every rank orthogonalizes every "
              "matrix); the CPU trainer shards it over ZeRO 1 and 2", a->zero_stage);

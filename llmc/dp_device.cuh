@@ -449,7 +449,7 @@ static void dev_dp_muon_update(DeviceDP* dp, const MuonConfig* h, float grad_sca
         size_t n = p->tensor_sizes[i];
         if (parameter_is_muon[i]) {
             int rows, cols;
-            muon_matrix_shape(&dp->muon_model, i, &rows, &cols);
+            muon_matrix_shape(&dp->muon_model, i, h->split_qkv, &rows, &cols);
             size_t per = (size_t)rows * cols;
             for (size_t at = 0; at < n; at += per) {
                 float* master = dp->opt.master ? dp->opt.master + off + at : NULL;

@@ -227,8 +227,9 @@ static void host_dp_all_gather_unit(HostDP* dp, int u) {
 }
 
 // -opt muon: Muon's work space, for the model's largest block matrix, and (ZeRO 1, 2) each
-// matrix's owner in the shard group (muon_owners). ZeRO 0: every rank orthogonalizes every matrix.
-static void host_dp_init_muon(HostDP* dp, const GPT2Config* c, int ns_steps) {
+// layer's matrices' owner in the shard group (muon_owners; with split_qkv, -mq 1, a layer's qkvw is
+// three matrices, one owner). ZeRO 0: every rank orthogonalizes every matrix.
+static void host_dp_init_muon(HostDP* dp, const GPT2Config* c, int ns_steps, int split_qkv) {
     const DpPlan* p = &dp->plan;
     const ShardLayout* l = &p->layout;
     dp->muon = 1;
@@ -240,12 +241,14 @@ static void host_dp_init_muon(HostDP* dp, const GPT2Config* c, int ns_steps) {
     double* load = (double*)calloc_check(S, sizeof(double));
     for (int u = 0; u < l->num_units; u++) {
         units[u] = parameter_is_muon[l->units[u].tensor] ? l->units[u].tensor : -1;
-        matrices += units[u] >= 0;
+        matrices += units[u] >= 0 ? muon_matrices_per_layer(c, units[u], split_qkv) : 0;
     }
     dp->muon_owner = (int*)malloc_check(l->num_units * sizeof(int));
-    muon_owners(units, l->num_units, c, ns_steps, p->zero_stage == 0 ? 1 : S, dp->muon_owner, load);
+    muon_owners(units, l->num_units, c, ns_steps, split_qkv, p->zero_stage == 0 ? 1 : S, dp->muon_owner, load);
     dp->muon_mine = p->zero_stage == 0 ? matrices : 0;
-    for (int u = 0; u < l->num_units && p->zero_stage != 0; u++) { dp->muon_mine += dp->muon_owner[u] == dp->shard.rank; }
+    for (int u = 0; u < l->num_units && p->zero_stage != 0; u++) {
+        if (dp->muon_owner[u] == dp->shard.rank) { dp->muon_mine += muon_matrices_per_layer(c, units[u], split_qkv); }
+    }
     dp->muon_mine_flops = load[p->zero_stage == 0 ? 0 : dp->shard.rank];
     dp->muon_most_flops = 0.0;
     for (int s = 0; s < (p->zero_stage == 0 ? 1 : S); s++) { dp->muon_most_flops = fmax(dp->muon_most_flops, load[s]); }
@@ -263,15 +266,16 @@ static void host_dp_init_muon(HostDP* dp, const GPT2Config* c, int ns_steps) {
     free(load);
 }
 
-// ZeRO 1, 2: Muon on unit u (one layer's block matrix): each rank blends its slice of the momentum
-// and gradient into its slice of U; the slices go to the matrix's owner (muon_owner), which
-// orthogonalizes the whole U and steps the whole matrix; the matrix then goes down the chain from
+// ZeRO 1, 2: Muon on unit u (one layer's block matrix, or -mq 1's three of qkvw): each rank blends
+// its slice of the momentum and gradient into its slice of U; the slices go to the unit's owner
+// (muon_owner), which orthogonalizes each whole matrix of U and steps it; the matrix then goes down the chain from
 // the owner to the shard group (in place of AdamW's all-gather: the same bytes in all). The
 // momentum stays sliced as AdamW's m (the state file's m), so checkpoints re-cut as ever.
 static void host_dp_muon_unit(HostDP* dp, int u, const MuonConfig* h, float grad_scale) {
     const ShardUnit* unit = &dp->plan.layout.units[u];
     int S = dp->shard.size, s = dp->shard.rank, owner = dp->muon_owner[u], rows, cols;
-    muon_matrix_shape(&dp->muon_model, unit->tensor, &rows, &cols);
+    muon_matrix_shape(&dp->muon_model, unit->tensor, h->split_qkv, &rows, &cols);
+    size_t per = (size_t)rows * cols;
     float* full = dp->muon_work.u;
     size_t first, count = unit_owned(unit, s, &first);
     OP_TIMED(OP_MUON, 0.0, 4.0 * 4.0 * (double)count,
@@ -285,9 +289,9 @@ static void host_dp_muon_unit(HostDP* dp, int u, const MuonConfig* h, float grad
         if (s == owner) { COMM_TIMED(comm_transfer(&dp->shard, NULL, -1, full + at, from, n)); }
     }
     float* w = dp->params + unit->offset;
-    if (s == owner) {
-        OP_TIMED(OP_MUON, muon_ns_flops(rows, cols, h->ns_steps), 4.0 * 3.0 * (double)unit->size,
-                 muon_apply(w, full, rows, cols, h, &dp->muon_work));
+    for (size_t at = 0; s == owner && at < unit->size; at += per) {
+        OP_TIMED(OP_MUON, muon_ns_flops(rows, cols, h->ns_steps), 4.0 * 3.0 * (double)per,
+                 muon_apply(w + at, full + at, rows, cols, h, &dp->muon_work));
     }
     COMM_TIMED(chain_broadcast(&dp->shard, w, unit->size, owner));
 }
@@ -306,7 +310,7 @@ static void host_dp_optimizer_step(void* ctx, const OptimizerConfig* o, float gr
             size_t n = p->tensor_sizes[i];
             if (o->kind == OPT_MUON && parameter_is_muon[i]) {
                 int rows, cols;
-                muon_matrix_shape(&dp->muon_model, i, &rows, &cols);
+                muon_matrix_shape(&dp->muon_model, i, o->muon.split_qkv, &rows, &cols);
                 size_t per = (size_t)rows * cols;
                 for (size_t at = off; at < off + n; at += per) {
                     OP_TIMED(OP_MUON, muon_ns_flops(rows, cols, o->muon.ns_steps), 4.0 * 6.0 * (double)per,
@@ -382,10 +386,10 @@ static DataParallelOps host_dp_ops(HostDP* dp) {
     return ops;
 }
 
+
 static void host_dp_free(HostDP* dp) {
     float* bufs[] = {dp->opt_m, dp->opt_v, dp->shard_grads, dp->scratch, dp->ring_tmp};
     for (int i = 0; i < 5; i++) { free(bufs[i]); }
-
     if (dp->muon) {
         muon_work_free(&dp->muon_work);
         free(dp->muon_owner);

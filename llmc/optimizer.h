@@ -33,6 +33,7 @@ typedef struct {
     float lr, momentum, weight_decay;
     float a, b, c, eps;
     int ns_steps;
+    int split_qkv; // -mq 1: each layer's qkvw is three C x C matrices (q, k, v rows), not one 3C x C
 } MuonConfig;
 #define MUON_NS_STEPS 5
 
@@ -40,11 +41,22 @@ typedef struct {
 // matrix; everything else (wte and the classifier it is, wpe, biases, LayerNorm) stays with AdamW.
 static const int parameter_is_muon[NUM_PARAMETER_TENSORS] = {0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
 
-// The rows and columns of one layer's matrix of tensor `tensor` (a Muon tensor).
-static void muon_matrix_shape(const GPT2Config* c, int tensor, int* rows, int* cols) {
+// The rows and columns of one matrix of tensor `tensor` (a Muon tensor): one a layer, but with
+// split_qkv (-mq 1) qkvw's layer slice is three C x C matrices one after the other (its q, k, v rows).
+static void muon_matrix_shape(const GPT2Config* c, int tensor, int split_qkv, int* rows, int* cols) {
     int C = c->channels;
-    *rows = tensor == 4 ? 3 * C : tensor == 10 ? 4 * C : C; // qkvw (3C, C), fcw (4C, C)
-    *cols = tensor == 12 ? 4 * C : C;                       // fcprojw (C, 4C), attprojw (C, C)
+#ifdef MUON_PLANT_QKV_WHOLE // test only: -mq 1 ignored, qkvw orthogonalized whole
+    split_qkv = 0;
+#endif
+    *rows = tensor == 4 ? (split_qkv ? C : 3 * C) : tensor == 10 ? 4 * C : C; // qkvw (3C, C), fcw (4C, C)
+    *cols = tensor == 12 ? 4 * C : C;                                           // fcprojw (C, 4C), attprojw (C, C)
+}
+
+// How many of those matrices one layer's slice of tensor `tensor` holds (3: qkvw with split_qkv).
+static int muon_matrices_per_layer(const GPT2Config* c, int tensor, int split_qkv) {
+    int rows, cols;
+    muon_matrix_shape(c, tensor, split_qkv, &rows, &cols);
+    return (int)((size_t)(tensor == 4 ? 3 : tensor == 6 ? 1 : 4) * c->channels * c->channels / ((size_t)rows * cols));
 }
 
 // sqrt(max(1, rows / cols)): the step of a tall matrix scaled up (torch.optim.Muon's "original").
@@ -61,8 +73,8 @@ static double muon_ns_flops(int rows, int cols, int ns_steps) {
 // u's parameter tensor (-1: not a Muon matrix, owner -1); the matrices are dealt out largest first
 // (by Newton-Schulz FLOPs, ties in unit order), each to the rank with the least work so far (ties:
 // the lowest), so no rank has more than an even share plus one matrix. load[S]: each rank's FLOPs.
-static void muon_owners(const int* units, int num_units, const GPT2Config* c, int ns_steps, int S, int* owner,
-                        double* load) {
+static void muon_owners(const int* units, int num_units, const GPT2Config* c, int ns_steps, int split_qkv, int S,
+                        int* owner, double* load) {
     for (int s = 0; s < S; s++) { load[s] = 0.0; }
     for (int u = 0; u < num_units; u++) { owner[u] = -1; }
     for (;;) {
@@ -71,8 +83,8 @@ static void muon_owners(const int* units, int num_units, const GPT2Config* c, in
         for (int u = 0; u < num_units; u++) {
             if (units[u] < 0 || owner[u] >= 0) { continue; }
             int rows, cols;
-            muon_matrix_shape(c, units[u], &rows, &cols);
-            double cost = muon_ns_flops(rows, cols, ns_steps);
+            muon_matrix_shape(c, units[u], split_qkv, &rows, &cols);
+            double cost = muon_matrices_per_layer(c, units[u], split_qkv) * muon_ns_flops(rows, cols, ns_steps);
             if (best < 0 || cost > best_cost) { best = u, best_cost = cost; }
         }
         if (best < 0) { return; }
@@ -94,7 +106,8 @@ static OptimizerConfig optimizer_config_from_args(const TrainArgs* a) {
     memset(&o, 0, sizeof(o));
     o.kind = strcmp(a->optimizer, "muon") == 0 ? OPT_MUON : OPT_ADAMW;
     o.adamw = adamw_config_from_args(a);
-    MuonConfig m = {a->muon_lr, a->muon_momentum, a->weight_decay, 3.4445f, -4.7750f, 2.0315f, 1e-7f, MUON_NS_STEPS};
+    MuonConfig m = {a->muon_lr, a->muon_momentum, a->weight_decay, 3.4445f, -4.7750f, 2.0315f, 1e-7f, MUON_NS_STEPS,
+                    a->muon_split_qkv};
     o.muon = m;
     return o;
 }
@@ -113,21 +126,21 @@ static void optimizer_describe(const OptimizerConfig* o, const GPT2Config* c, si
     int matrices = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         if (!parameter_is_muon[i]) { continue; }
-        int rows, cols;
-        muon_matrix_shape(c, i, &rows, &cols);
-        muon_params += L * rows * cols;
-        flops += (double)L * muon_ns_flops(rows, cols, o->muon.ns_steps);
-        matrices += (int)L;
+        int rows, cols, per = muon_matrices_per_layer(c, i, o->muon.split_qkv);
+        muon_matrix_shape(c, i, o->muon.split_qkv, &rows, &cols);
+        muon_params += L * per * rows * cols;
+        flops += (double)(L * per) * muon_ns_flops(rows, cols, o->muon.ns_steps);
+        matrices += (int)L * per;
     }
     if (mine < 0) { mine = matrices, mine_flops = most_flops = flops; }
     char share[160];
     if (zero_stage == 0) { snprintf(share, sizeof(share), "ZeRO 0: every rank all"); }
     else { snprintf(share, sizeof(share), "ZeRO %d: one owner a matrix, the busiest rank %.3g GFLOP", zero_stage,
                     most_flops * 1e-9); }
-    snprintf(out, len, "optimizer: muon on %d matrices (%zu parameters, -ml %g -mm %g), adamw on the rest (%zu, -l %g); "
+    snprintf(out, len, "optimizer: muon on %d matrices (%zu parameters, -ml %g -mm %g%s), adamw on the rest (%zu, -l %g); "
              "Newton-Schulz %.3g GFLOP per step, this rank %d matrices (%.3g GFLOP; %s)", matrices, muon_params,
-             o->muon.lr, o->muon.momentum, num_parameters - muon_params, o->adamw.lr, flops * 1e-9, mine,
-             mine_flops * 1e-9, share);
+             o->muon.lr, o->muon.momentum, o->muon.split_qkv ? " -mq 1: qkvw as q, k, v" : "",
+             num_parameters - muon_params, o->adamw.lr, flops * 1e-9, mine, mine_flops * 1e-9, share);
 }
 
 // The learning rates at a step whose scheduled -l is lr: Muon's scaled alike (-ml times lr / -l).
