@@ -73,16 +73,20 @@ def first_at_or_below(val, target):
     return next((s for s in sorted(val) if val[s] <= target), None)
 
 
-def quiet_step_ms(corpus, muon_flags):
-    """ms per step and the optimizer's share for -opt adamw and -opt muon, from 20-step -op 1 runs
-    alternated twice (adamw, muon, adamw, muon) with nothing else running: the long runs' own ms
-    move with whatever else the host does, so times to target are steps x these."""
+def quiet_step_ms(corpus, muon_flags, options):
+    """ms per step and the optimizer's share for -opt adamw, -opt muon and Muon with each of options,
+    from 20-step -op 1 runs alternated twice (adamw, muon, ..., adamw, muon, ...) with nothing else
+    running: the long runs' own ms move with whatever else the host does, so times to target are
+    steps x these."""
     train, val = CORPORA[corpus]
     out = {}
+    kinds = [("adamw", ["-opt", "adamw", "-l", "2e-3"]), ("muon", ["-opt", "muon"] + muon_flags)] + \
+        [(f"muon {o}", ["-opt", "muon"] + muon_flags + o.split()) for o in options]
     for rep in range(2):
-        for opt, flags in (("adamw", ["-l", "2e-3"]), ("muon", muon_flags)):
-            d, _ = run(f"{corpus}_profile_{opt}_{rep}", MODEL + ["-i", train, "-j", val, "-x", "20", "-v", "0", "-op",
-                                                                "1", "-opt", opt] + flags, True)  # always afresh
+        for opt, flags in kinds:
+            tag = re.sub(r"[^A-Za-z0-9]+", "_", opt)
+            d, _ = run(f"{corpus}_profile_{tag}_{rep}", MODEL + ["-i", train, "-j", val, "-x", "20", "-v", "0", "-op",
+                                                                "1"] + flags, True)  # always afresh
             prof = next(json.loads(x)["profile"] for x in open(f"{d}/metrics.jsonl") if '"profile"' in x)
             out.setdefault(opt, []).append((prof["step_ms"], prof["adamw"]["ms"] + prof["muon"]["ms"]))
     return {opt: (min(v[0] for v in vals), min(v[1] for v in vals)) for opt, vals in out.items()}
@@ -140,6 +144,8 @@ def main():
     ap.add_argument("--adamw-lrs", default="1e-3,2e-3,4e-3")
     ap.add_argument("--muon-lrs", default="0.01,0.02,0.04")
     ap.add_argument("--muon-adamw-lr", default="2e-3")
+    ap.add_argument("--muon-options", default="-mq 1",
+                    help="further Muon runs at -ml 0.02, one for each of these flag sets (comma-separated; '' none)")
     ap.add_argument("--rerun", action="store_true")
     ap.add_argument("--gpu-model", action="store_true", help="only the modelled GPU share (no runs)")
     a = ap.parse_args()
@@ -161,12 +167,18 @@ def main():
         for ml in a.muon_lrs.split(","):
             d, out = run(f"{corpus}_muon_{ml}", base + ["-opt", "muon", "-ml", ml, "-l", a.muon_adamw_lr], a.rerun)
             runs.append((f"muon -ml {ml} -l {a.muon_adamw_lr}", d, out))
+        for o in filter(None, a.muon_options.split(",")):
+            tag = re.sub(r"[^A-Za-z0-9]+", "_", o.strip())
+            d, out = run(f"{corpus}_muon_0.02_{tag}", base + ["-opt", "muon", "-ml", "0.02", "-l", a.muon_adamw_lr] +
+                         o.split(), a.rerun)
+            runs.append((f"muon -ml 0.02 {o.strip()}", d, out))
         if corpus == a.corpora.split(",")[0]:
             peak = re.search(r"against a peak of (\S+ TFLOP/s)", runs[0][2])
             print(f"measured peak (the trainer's start-up): {peak.group(1) if peak else '?'} per rank")
         data = [(name, *records(d)) for name, d, _ in runs]
         tables.append((corpus, data))
-    quiet = quiet_step_ms(a.corpora.split(",")[0], ["-l", a.muon_adamw_lr, "-ml", "0.02"])
+    options = [o.strip() for o in a.muon_options.split(",") if o.strip()]
+    quiet = quiet_step_ms(a.corpora.split(",")[0], ["-l", a.muon_adamw_lr, "-ml", "0.02"], options)
     print("ms per step measured quietly (20-step -op 1 runs, alternated twice, the faster of each): " +
           ", ".join(f"-opt {o} {v[0]:.1f} ms (the optimizer {v[1]:.1f} ms, {100 * v[1] / v[0]:.1f}%)"
                     for o, v in quiet.items()))
@@ -177,16 +189,17 @@ def main():
         b_step = first_at_or_below(best[1], target)
         b_time = b_step * quiet["adamw"][0]
         print(f"\n{corpus}: target val {target:.4f} (the final val loss of the best AdamW, {best[0]})")
-        print(f"  {'run':<24} {'final val':>9} {'steps to target':>16} {'x AdamW':>8} {'time to target':>15} "
+        print(f"  {'run':<28} {'final val':>9} {'steps to target':>16} {'x AdamW':>8} {'time to target':>15} "
               f"{'x AdamW':>8}")
         for name, v, ms in data:
             s_ = first_at_or_below(v, target)
             final = v[max(v)]
             if s_ is None:
-                print(f"  {name:<24} {final:9.4f} {'not reached':>16}")
+                print(f"  {name:<28} {final:9.4f} {'not reached':>16}")
                 continue
-            t = s_ * quiet["adamw" if name.startswith("adamw") else "muon"][0]
-            print(f"  {name:<24} {final:9.4f} {s_:16d} {s_ / b_step:8.2f} {t / 1000:14.1f}s {t / b_time:8.2f}")
+            opt = "adamw" if name.startswith("adamw") else next((f"muon {o}" for o in options if name.endswith(o)), "muon")
+            t = s_ * quiet[opt][0]
+            print(f"  {name:<28} {final:9.4f} {s_:16d} {s_ / b_step:8.2f} {t / 1000:14.1f}s {t / b_time:8.2f}")
     print_gpu_model()
 
 
