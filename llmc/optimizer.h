@@ -54,9 +54,10 @@ static void muon_matrix_shape(const GPT2Config* c, int tensor, int split_qkv, in
 
 // How many of those matrices one layer's slice of tensor `tensor` holds (3: qkvw with split_qkv).
 static int muon_matrices_per_layer(const GPT2Config* c, int tensor, int split_qkv) {
-    int rows, cols;
+    int rows, cols, whole_rows, whole_cols;
     muon_matrix_shape(c, tensor, split_qkv, &rows, &cols);
-    return (int)((size_t)(tensor == 4 ? 3 : tensor == 6 ? 1 : 4) * c->channels * c->channels / ((size_t)rows * cols));
+    muon_matrix_shape(c, tensor, 0, &whole_rows, &whole_cols);
+    return (int)(((size_t)whole_rows * whole_cols) / ((size_t)rows * cols));
 }
 
 // sqrt(max(1, rows / cols)): the step of a tall matrix scaled up (torch.optim.Muon's "original").
