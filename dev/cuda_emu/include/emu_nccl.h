@@ -1162,6 +1162,33 @@ inline ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t c
         return ncclSuccess;
     });
 }
+// The reduction of every rank's sendbuff lands in the root's recvbuff (recvbuff is not touched
+// elsewhere): a chain root+1, root+2, ..., root, each rank adding its own to what it receives and
+// handing the partial on, so every rank but the root sends count elements once.
+inline ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                               int root, ncclComm_t comm, cudaStream_t s) {
+    if (!comm || root < 0 || root >= comm->size || !emu::nccl_supported(t, op)) return ncclInvalidArgument;
+    size_t es = emu::nccl_size(t), bytes = count * es;
+    int n = comm->size, pos = (comm->rank - root - 1 + 2 * n) % n;  // position along the chain; the root's is n - 1
+    bool is_root = comm->rank == root;
+    return emu::nccl_run(comm, s, "ncclReduce", sendbuff, bytes, is_root ? recvbuff : nullptr, is_root ? bytes : 0,
+                         is_root ? 0 : bytes, [=] {
+        std::vector<char> partial((const char*)sendbuff, (const char*)sendbuff + bytes);
+        if (pos > 0) {
+            std::vector<char> got(bytes);
+            emu::send_or_recv(got.data(), bytes, -1, (comm->rank - 1 + n) % n, comm);
+            emu::reduce_into(got.data(), sendbuff, count, t, op);
+            partial.swap(got);
+        }
+        if (!is_root) {
+            emu::send_or_recv(partial.data(), bytes, (comm->rank + 1) % n, -1, comm);
+        } else {
+            if (op == ncclAvg) emu::divide(partial.data(), count, t, n);
+            memcpy(recvbuff, partial.data(), bytes);
+        }
+        return ncclSuccess;
+    });
+}
 inline ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t s) {
     return ncclBroadcast(buff, buff, count, t, root, comm, s);
 }

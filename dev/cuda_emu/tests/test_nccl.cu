@@ -154,6 +154,38 @@ static void broadcast(ncclComm_t comm, int root, size_t count) {
     cudaFree(recv);
 }
 
+// ncclReduce to each root, in place and not, fp32 and bf16 sums and an fp32 average: the root
+// gets the reduction, every other rank's recvbuff is left as it was, and each rank but the root
+// sends the count once.
+static void reduce_to_root(ncclComm_t comm, Kind k, ncclRedOp_t op, int root, size_t count, bool in_place) {
+    void *send, *recv;
+    CUDA_CHECK(cudaMalloc(&send, count * elem_size(k)));
+    recv = send;
+    if (!in_place) CUDA_CHECK(cudaMalloc(&recv, count * elem_size(k)));
+    std::vector<double> mine(count), marker(count, 7.0);
+    for (size_t i = 0; i < count; i++) mine[i] = value(rank_, i);
+    put(send, k, mine);
+    if (!in_place) put(recv, k, marker);
+#ifdef EMU_CUDA
+    size_t before = emu_nccl_bytes_sent();
+#endif
+    NCCL_CHECK(ncclReduce(send, recv, count, nccl_type(k), op, root, comm, 0));
+    wait_collectives();
+    std::vector<double> got = get(recv, k, count);
+    int bad = 0;
+    for (size_t i = 0; i < count; i++) {
+        double want = rank_ == root ? reduce_ref(op, k, i) : in_place ? mine[i] : marker[i];
+        bad += !close_to(got[i], want, 1e-6);
+    }
+    EXPECT(bad == 0, "rank %d reduce %s op %d to %d in_place %d: %d wrong", rank_, kname(k), (int)op, root, in_place, bad);
+#ifdef EMU_CUDA
+    size_t sent = emu_nccl_bytes_sent() - before, want = rank_ == root ? 0 : count * elem_size(k);
+    EXPECT(sent == want, "rank %d reduce to %d sent %zu bytes, want %zu", rank_, root, sent, want);
+#endif
+    cudaFree(send);
+    if (!in_place) cudaFree(recv);
+}
+
 // A (nested) group: its collectives are issued at the outermost ncclGroupEnd, so a copy queued on
 // the same stream inside the group still sees the buffer before the all-reduce.
 static void group_calls(ncclComm_t comm) {
@@ -335,6 +367,12 @@ int main(int argc, char** argv) {
             all_gather(comm, I32, per_rank, in_place);
         }
     for (int root = 0; root < nranks; root++) broadcast(comm, root, 33);
+    for (int root = 0; root < nranks; root++)
+        for (int in_place = 0; in_place < 2; in_place++) {
+            reduce_to_root(comm, F32, ncclSum, root, 33, in_place);
+            reduce_to_root(comm, F32, ncclAvg, root, 33, in_place);
+            reduce_to_root(comm, BF16, ncclSum, root, 33, in_place);
+        }
 
     group_calls(comm);
     launch_args_at_launch(comm);
