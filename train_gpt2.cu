@@ -624,7 +624,7 @@ int main(int argc, char** argv) {
                 gpu.model.params_memory, gpu.model.grads_memory, gpu.model.grads_elements, unit_grads, grad_layers,
                 args.master_weights, params);
     gpu.dp.seed = (uint32_t)args.seed;
-    if (strcmp(args.optimizer, "muon") == 0) { dev_dp_init_muon(&gpu.dp, &run.config); }
+    if (strcmp(args.optimizer, "muon") == 0) { dev_dp_init_muon(&gpu.dp, &run.config, args.muon_split_qkv, params); }
     dev_replica_init(&gpu.dp);
     dev_dp_elastic_init(&gpu.dp, &args, &rdv, &join); // -le 1: the agreement on rank 0's -pi tcp port
     gpu.model.params_wait = dev_dp_params_wait;
@@ -652,9 +652,21 @@ int main(int argc, char** argv) {
     dev_replica_memory(&gpu.dp, &mem);
     CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters,
                                          sizeof(floatX), sizeof(floatX), gpu.dp.opt.master ? 4 : 0, &args.outer);
-    char extra[1280], opt_line[512];
-    // ZeRO 0 (the GPU's Muon): every rank orthogonalizes every matrix
-    optimizer_describe(&run.opt, &run.config, gpu.model.num_parameters, zero, -1, 0.0, 0.0, opt_line, sizeof(opt_line));
+    char extra[1536], opt_line[768];
+    const DeviceMuonOwned* own = &gpu.dp.owned; // ZeRO 1, 2: each matrix on one owner; ZeRO 0: every rank all
+    if (gpu.dp.muon_sharded) {
+        optimizer_describe(&run.opt, &run.config, gpu.model.num_parameters, zero, own->mine, own->mine_flops,
+                           own->most_flops, opt_line, sizeof(opt_line));
+    } else {
+        optimizer_describe(&run.opt, &run.config, gpu.model.num_parameters, zero, -1, 0.0, 0.0, opt_line, sizeof(opt_line));
+    }
+    if (gpu.dp.muon_sharded && plan->mesh.dp_shard > 1) {
+        size_t at = strlen(opt_line);
+        snprintf(opt_line + at, sizeof(opt_line) - at, "\nmuon communication: %zu bytes sent by this rank per step "
+                 "(AdamW's %zu %+lld: its matrices reduced to their owners, broadcast from them, in place of the "
+                 "reduce-scatters and all-gathers)", (size_t)((long long)comm.total + own->bytes_delta), comm.total,
+                 own->bytes_delta);
+    }
     snprintf(extra, sizeof(extra),
              "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU %s\n"
              "device: %s | precision %s | recompute %d | master weights %s | GELU %s\n"

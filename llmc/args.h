@@ -299,9 +299,10 @@ static void args_validate(const TrainArgs* a, int gpu) {
     if (a->muon_split_qkv && strcmp(a->optimizer, "muon") != 0) {
         fail("-mq %d: needs -opt muon (it says how Muon cuts qkvw)", a->muon_split_qkv);
     }
-    if (gpu && strcmp(a->optimizer, "muon") == 0 && a->zero_stage != 0) {
-        fail("-opt muon -z %d: the GPU trainer's Muon runs with ZeRO 0 for now (every rank orthogonalizes every "
-             "matrix); the CPU trainer shards it over ZeRO 1 and 2", a->zero_stage);
+    if (gpu && strcmp(a->optimizer, "muon") == 0 && a->zero_stage != 0 &&
+        (a->outer.every > 0 || strcmp(a->wire_name, "fp32") != 0 || a->outer.topk > 0.0f)) {
+        fail("-opt muon -z %d: the GPU trainer's Muon with ZeRO 1, 2 (matrices owned whole) does not take the replica "
+             "sync yet (-ls, -rq, -rk); with -z 0 it does", a->zero_stage);
     }
     require_int("-v", a->val_every, 0, big);
     require_int("-m", a->val_batches, 1, big);

@@ -29,6 +29,7 @@
 #include "optimizer.h"
 #include "adamw.cuh"
 #include "muon.cuh"
+#include "muon_owned.cuh"
 #include "nccl_setup.cuh"
 #include "device_wait.cuh"
 #include "shard_kernels.cuh"
@@ -129,6 +130,8 @@ typedef struct DeviceDP {
     int muon;                  // -opt muon (ZeRO 0: every rank orthogonalizes every matrix)
     DeviceMuon muon_work;
     GPT2Config muon_model;     // the shapes of its matrices
+    int muon_sharded;          // ZeRO 1, 2 with -opt muon: its matrices owned whole (llmc/muon_owned.cuh)
+    DeviceMuonOwned owned;     // their owners, and this rank's whole buffers
     uint32_t seed;             // the stochastic rounding's seed (-sd)
     float* shard_grads;        // stages 1, 2: reduced fp32 slices, padded to a multiple of dp_replicate
     floatX* group_pad;         // a bucket's units S does not divide, each padded to S slices (or NULL)
@@ -191,6 +194,7 @@ static void dev_dp_free(DeviceDP* dp) {
     for (int i = 0; i < (int)(sizeof(bufs) / sizeof(bufs[0])); i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
     device_adamw_free(&dp->opt);
     if (dp->muon) { device_muon_free(&dp->muon_work); }
+    if (dp->muon_sharded) { muon_owned_free(&dp->owned); }
     free(dp->unit_grads);
     elastic_free(&dp->el);
     device_link_free(&dp->link, dp->plan.layout.num_layers);
@@ -199,6 +203,9 @@ static void dev_dp_free(DeviceDP* dp) {
 
 // ----------------------------------------------------------------------------
 // the ZeRO step
+
+// Whether unit u is a Muon matrix owned whole (reduced to its owner, broadcast from it).
+static int dev_dp_owned_whole(const DeviceDP* dp, int u) { return dp->muon_sharded && dp->owned.owner[u] >= 0; }
 
 // On the communication stream: reduce-scatters bucket b's units over the shard group (in floatX) in
 // one NCCL group, then adds this rank's slices of the sums (contiguous in the shard layout, as in
@@ -210,10 +217,15 @@ static size_t dev_dp_reduce_scatter_bucket(DeviceDP* dp, const DpBucket* b) {
     cudaStream_t cs = dp->link.comm_stream;
     floatX* pad = dp->group_pad;
     ncclCheck(ncclGroupStart());
-    size_t received = 0;
+    size_t received = 0, whole = 0;
     for (int u = b->first; u < b->first + b->count; u++) {
         const ShardUnit* unit = &p->layout.units[u];
         const floatX* send = dp->unit_grads[u];
+        if (dev_dp_owned_whole(dp, u)) { // a Muon matrix: to its owner
+            muon_owned_reduce(&dp->owned, unit, u, send, dp->link.shard, cs);
+            whole += unit->slice;
+            continue;
+        }
         if (unit->size != unit->slice * S) { // issued before the group's collectives run
             cudaCheck(cudaMemcpyAsync(pad, send, unit->size * sizeof(floatX), cudaMemcpyDeviceToDevice, cs));
             cudaCheck(cudaMemsetAsync(pad + unit->size, 0, (unit->slice * S - unit->size) * sizeof(floatX), cs));
@@ -225,8 +237,16 @@ static size_t dev_dp_reduce_scatter_bucket(DeviceDP* dp, const DpBucket* b) {
         received += unit->slice;
     }
     ncclCheck(ncclGroupEnd());
-    accumulate(dp->shard_grads + p->layout.units[b->first].shard_offset, dp->group_recv, received, cs);
-    return received;
+    size_t added = 0; // each run of reduce-scattered units (consecutive in the shard layout) in one launch
+    for (int u = b->first, end = b->first + b->count; u < end;) {
+        if (dev_dp_owned_whole(dp, u)) { u++; continue; }
+        size_t start = p->layout.units[u].shard_offset, n = 0;
+        for (; u < end && !dev_dp_owned_whole(dp, u); u++) { n += p->layout.units[u].slice; }
+        accumulate(dp->shard_grads + start, dp->group_recv + added, n, cs);
+        added += n;
+    }
+    if (dp->muon_sharded) { muon_owned_accumulate(&dp->owned, &p->layout, b->first, b->count, cs); }
+    return received + whole;
 }
 
 // One unit of an array in the parameters' order (elements of `es` bytes, NCCL type t) all-gathered
@@ -280,6 +300,11 @@ static void dev_dp_all_gather_units(DeviceDP* dp, int fragment) {
             const ShardUnit* unit = &p->layout.units[u];
             if (fragment >= 0 && outer_unit_fragment(unit, L, F) != fragment) { continue; }
             gathered += unit->slice;
+            if (dev_dp_owned_whole(dp, u)) { // stepped whole by its owner
+                floatX* w = dp->params + unit->offset;
+                ncclCheck(ncclBroadcast(w, w, unit->size, ncclFloatX, dp->owned.owner[u], dp->link.shard, cs));
+                continue;
+            }
             dev_dp_gather_unit(dp, unit, (char*)dp->params, sizeof(floatX), ncclFloatX, &pad, cs);
             if (master) { dev_dp_gather_unit(dp, unit, master, sizeof(float), ncclFloat, &mpad, cs); }
         }
@@ -288,7 +313,7 @@ static void dev_dp_all_gather_units(DeviceDP* dp, int fragment) {
         mpad = (char*)dp->master_pad;
         for (int u = b->first; u < b->first + b->count; u++) {
             const ShardUnit* unit = &p->layout.units[u];
-            if (fragment >= 0 && outer_unit_fragment(unit, L, F) != fragment) { continue; }
+            if ((fragment >= 0 && outer_unit_fragment(unit, L, F) != fragment) || dev_dp_owned_whole(dp, u)) { continue; }
             dev_dp_gather_unpad(dp, unit, (char*)dp->params, sizeof(floatX), &pad, cs);
             if (master) { dev_dp_gather_unpad(dp, unit, master, sizeof(float), &mpad, cs); }
         }
@@ -372,12 +397,17 @@ static void dev_dp_finish_gradients(DeviceDP* dp) {
     device_link_order_on_comm(&dp->link);
     int span = op_span_begin(OP_COMM, cs);
     double bytes = 0.0;
-    if (dp->replica_reduce && R > 1) {
+    if (dp->replica_reduce && R > 1 && dp->muon_sharded) { // the other slices and the owned matrices, packed
+        bytes = muon_owned_replica_sum(&dp->owned, dp->shard_grads, R, dp->link.replica, cs);
+    } else if (dp->replica_reduce && R > 1) {
         size_t padded = round_up(p->layout.shard_elements, R);
         ncclCheckOn(dp->link.replica, ncclAllReduce(dp->shard_grads, dp->shard_grads, padded, ncclFloat, ncclSum, dp->link.replica, cs));
         bytes = ring_bytes((double)padded * sizeof(float), R, 1);
     }
     scale(dp->shard_grads, p->layout.shard_elements, 1.0f / (float)(dp->replica_reduce ? W : S), cs);
+    if (dp->muon_sharded && dp->owned.elements > 0) {
+        scale(dp->owned.acc, dp->owned.elements, 1.0f / (float)(dp->replica_reduce ? W : S), cs);
+    }
     op_span_end(span, 0.0, bytes);
     device_link_record(&dp->link, &dp->link.comm_done);
     OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.comm_done));
@@ -413,6 +443,10 @@ static float dev_dp_grad_norm(DeviceDP* dp) {
     } else {
         OP_SPAN(OP_GRAD_NORM, 0, 0.0, (double)p->layout.shard_elements * sizeof(float),
                 sum_of_squares(dp->norm, dp->shard_grads, p->layout.shard_elements, dp->norm + S));
+        if (dp->muon_sharded) { // the owned Muon matrices' whole gradients (their slices above are 0)
+            OP_SPAN(OP_GRAD_NORM, 0, 0.0, (double)dp->owned.elements * sizeof(float),
+                    muon_owned_norm(&dp->owned, dp->norm));
+        }
         dev_dp_norm_over_shard(dp);
     }
     return sqrtf(dev_dp_norm_read(dp, "the gradient norm"));
@@ -432,12 +466,20 @@ static double dev_dp_adamw_bytes(const DeviceDP* dp, size_t grad_size) {
     return per * (double)dp->plan.owned;
 }
 
-// -opt muon: the work space for the model's largest block matrix (ZeRO 0 only, for now: args.h).
-static void dev_dp_init_muon(DeviceDP* dp, const GPT2Config* c) {
+// -opt muon: the work space for the model's largest block matrix, and with ZeRO 1, 2 its matrices'
+// owners in the shard group, this rank's whole buffers (master weights from init, the model's fp32
+// values, where kept; split_qkv: -mq).
+static void dev_dp_init_muon(DeviceDP* dp, const GPT2Config* c, int split_qkv, const float* init) {
+    const DpPlan* p = &dp->plan;
     dp->muon = 1;
     dp->muon_model = *c;
     size_t C = (size_t)c->channels;
     device_muon_alloc(&dp->muon_work, 4 * C * C, C);
+    if (p->zero_stage != 0) {
+        dp->muon_sharded = 1;
+        muon_owned_init(&dp->owned, &p->layout, c, split_qkv, p->mesh.dp_shard, p->mesh.shard_idx, p->mesh.dp_replicate,
+                        dp->opt.master != NULL, init);
+    }
 }
 
 // ZeRO 0, -opt muon: every layer's block matrices, one after the other on stream 0 (seed_base +
@@ -466,7 +508,7 @@ static void dev_dp_muon_update(DeviceDP* dp, const MuonConfig* h, float grad_sca
 // this rank's slice of every unit in stages 1, 2, each slice drawing the stochastic-rounding bits its
 // whole tensor would), then (stages 1, 2) the parameter all-gathers on the communication stream.
 static void dev_dp_update(void* ctx, const OptimizerConfig* oc, float grad_scale, int t) {
-    const AdamWConfig* h = &oc->adamw; // -opt muon is refused at start-up (llmc/args.h)
+    const AdamWConfig* h = &oc->adamw;
     DeviceDP* dp = (DeviceDP*)ctx;
     uint32_t seed = dp->seed;
     const DpPlan* p = &dp->plan;
@@ -483,6 +525,7 @@ static void dev_dp_update(void* ctx, const OptimizerConfig* oc, float grad_scale
         adamw_multi_init(&o->table, p->layout.num_units);
         for (int u = 0; u < p->layout.num_units; u++) {
             const ShardUnit* unit = &p->layout.units[u];
+            if (dev_dp_owned_whole(dp, u)) { continue; } // Muon's, stepped whole by its owner below
             size_t first;
             size_t count = unit_owned(unit, p->mesh.shard_idx, &first);
             size_t in_tensor = (unit->layer >= 0 ? unit->layer * unit->size : 0) + first;
@@ -494,6 +537,10 @@ static void dev_dp_update(void* ctx, const OptimizerConfig* oc, float grad_scale
     }
     OP_SPAN(OP_ADAMW, 0, 0.0, dev_dp_adamw_bytes(dp, sizeof(float)),
             device_adamw_update(o, dp->params, dp->shard_grads, h, grad_scale, t, seed));
+    for (int u = 0; dp->muon_sharded && u < p->layout.num_units; u++) {
+        muon_owned_update(&dp->owned, &dp->muon_work, &dp->muon_model, &p->layout.units[u], u, dp->params, &oc->muon,
+                          grad_scale, seed + (uint32_t)t * NUM_PARAMETER_TENSORS);
+    }
     dev_dp_all_gather_units(dp, -1);
 }
 
@@ -503,6 +550,7 @@ static void dev_dp_begin_step(DeviceDP* dp) {
         size_t n = round_up(dp->plan.layout.shard_elements, dp->plan.mesh.dp_replicate);
         cudaCheck(cudaMemsetAsync(dp->shard_grads, 0, n * sizeof(float), 0));
     }
+    if (dp->muon_sharded) { cudaCheck(cudaMemsetAsync(dp->owned.acc, 0, dp->owned.elements * sizeof(float), 0)); }
     cudaCheck(cudaMemsetAsync(dp->loss, 0, dp->plan.mesh.world * sizeof(float), 0));
 }
 
@@ -580,6 +628,21 @@ static void dev_dp_state_copy(DeviceDP* dp, float** at, int to_host, int master)
     }
 }
 
+// ZeRO 1, 2 with -opt muon: the owners' whole momentum (and master weights) into every rank's
+// slices of m (and of the master weights) before a write (to_slices 1), or back after a read.
+static void dev_dp_muon_state(DeviceDP* dp, int to_slices, int master) {
+    if (!dp->muon_sharded) { return; }
+    const DpPlan* p = &dp->plan;
+    device_link_order_on_main(&dp->link); // after the communication stream's collectives
+    DeviceMuonOwned* o = &dp->owned;
+    muon_owned_state(o, &p->layout, p->mesh.dp_shard, p->mesh.shard_idx, o->mom, dp->opt.m, to_slices, dp->link.shard);
+    if (master && o->master) {
+        muon_owned_state(o, &p->layout, p->mesh.dp_shard, p->mesh.shard_idx, o->master, dp->opt.master, to_slices,
+                         dp->link.shard);
+    }
+    wait_device(0, dp->link.host_event, to_slices ? "Muon's state, before the write" : "Muon's state, once read");
+}
+
 static void dev_dp_write_state(void* ctx, const char* path, const TrainState* s) {
     DeviceDP* dp = (DeviceDP*)ctx;
     const DpPlan* p = &dp->plan;
@@ -587,6 +650,7 @@ static void dev_dp_write_state(void* ctx, const char* path, const TrainState* s)
     float* host = dev_dp_state_host(p, at);
     StateArrays arrays = {{at[STATE_M], at[STATE_V], dp->opt.master ? at[STATE_MASTER] : NULL}};
     if (dp->hooks.state_out) { dp->hooks.state_out(dp, s, at, &arrays); } // (first: it waits for what writes the master weights)
+    dev_dp_muon_state(dp, 1, 1);
     dev_dp_state_copy(dp, at, 1, 1);
     state_write_arrays(path, s, &arrays);
     free(host);
@@ -601,6 +665,7 @@ static void dev_dp_read_state(void* ctx, const char* dir, int step, const StateT
     if (dp->hooks.state_targets) { dp->hooks.state_targets(dp, at, &arrays); }
     state_load_arrays(dir, step, target, got, &arrays);
     dev_dp_state_copy(dp, at, 0, got->has_master);
+    dev_dp_muon_state(dp, 0, got->has_master);
     if (dp->hooks.state_in) { dp->hooks.state_in(dp, got, at); }
     free(host);
 }
