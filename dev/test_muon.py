@@ -24,7 +24,14 @@
               against the CPU trainer over 10 steps: FP32 within 1e-4 (losses, weights; also -mq 1), BF16 within
               5e-2 (losses: bf16 operands in Newton-Schulz, stochastic rounding of the weights); a
               BF16 run stopped at step 4 and resumed bit for bit; the emucc --check builds under three
-              schedules, the same bits; the GPU's -z 1 refused
+              schedules, the same bits; the GPU's sharded Muon with -ls refused
+  gpu_shards  the emulated GPU trainer's Muon under ZeRO 1, 2 (each matrix owned whole: reduced to its
+              owner, broadcast from it): 2 and 4 ranks, ZeRO 1, 2, 2 x 2 meshes, -mq 1, two micro-steps,
+              equal to one rank within 1e-5, rank 0's share of the matrices even (or one more), the bytes
+              sent as the start-up line's closed form; a 2-rank ZeRO 1 checkpoint resumed bit for bit and
+              re-cut onto 1 rank, 4 ranks ZeRO 2 and a 2 x 2 mesh within 1e-5; planted mutants (the
+              replicas' sum without the owned matrices, the norm without them) fail; BF16 with master weights
+              resumed bit for bit, within 5e-2 of the CPU; the --check build on 2 ranks ZeRO 2, two schedules
 Each subcommand exits non-zero on any mismatch.
 """
 import os
@@ -317,16 +324,125 @@ def cmd_gpu():
         open(full + "/model_final.bin", "rb").read() == open(part + "/model_final.bin", "rb").read()
     report(same, "emulated GPU BF16 -opt muon (fp32 master weights) stopped at step 4 and resumed: steps 5..8 and the "
                  "final model bit for bit")
-    r = subprocess.run([TRAINER] + base(2) + ["-opt", "muon", "-z", "1"], capture_output=True, text=True)
+    r = subprocess.run([TRAINER] + base(2) + ["-opt", "muon", "-z", "1", "-ls", "2"], capture_output=True, text=True)
     err = r.stderr.strip().splitlines()
-    report(r.returncode != 0 and len(err) == 1 and "-opt muon -z 1: the GPU trainer's Muon runs with ZeRO 0" in err[0],
-           f"the GPU trainer's -opt muon -z 1 refused: {err[-1] if err else '(nothing)'}")
+    report(r.returncode != 0 and len(err) == 1 and "does not take the replica sync yet" in err[0],
+           f"the GPU trainer's -opt muon -z 1 -ls 2 refused: {err[-1] if err else '(nothing)'}")
     TRAINER = "./train_gpt2cpu"
+
+
+def mpi(n):
+    return [] if n == 1 else ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n)]
+
+
+def cmd_gpu_shards():
+    """The emulated GPU trainer's Muon under ZeRO 1, 2 (matrices owned whole: reduced to the owner,
+    broadcast from it) against one rank, its bytes against the start-up line's closed form, resumes."""
+    global TRAINER
+    TRAINER = "build/gpu/train_gpt2emu_fp32"
+    tol = 1e-5  # the ring's summation order, as the CPU trainer's ranks check
+    args = ["-l", "1e-3", "-c", "0.1", "-u", "2", "-opt", "muon"]
+    acc = ["-d", str(2 * B * T)]  # two micro-steps: ZeRO 2 reduces to the owners in each
+    cases = [(2, 1, 0, []), (4, 2, 0, []), (4, 1, 2, []), (4, 2, 2, []), (2, 2, 0, ["-mq", "1"]), (2, 2, 0, acc)]
+    ones = {}
+    for n, z, ds, extra in cases:
+        key = " ".join(extra)
+        if key not in ones:
+            ones[key], _ = run(1, base(8) + args + extra, f"gs_one{len(ones)}")
+        d, r = run(n, base(8, n) + args + extra + ["-z", str(z), "-ds", str(ds)], f"gs_{n}_{z}_{ds}_{len(extra)}")
+        le, we = equal_runs(ones[key], d)
+        mesh = f"a {n // ds} x {ds} mesh" if ds else f"{n} ranks"
+        line = next((x for x in r.stdout.splitlines() if x.startswith("optimizer: muon")), "")
+        m = re.search(r"this rank (\d+) matrices", line)
+        group, total = ds or n, 12 if extra[:1] == ["-mq"] else 8
+        mine = int(m.group(1)) if m else -1
+        got = re.search(r"communication measured: (\d+) bytes sent per rank in the last step", r.stdout)
+        want = re.search(r"muon communication: (\d+) bytes sent by this rank per step \(AdamW's (\d+)", r.stdout)
+        ok_b = bool(got and want) and int(got.group(1)) == int(want.group(1))
+        ratio = f"{int(want.group(1)) / int(want.group(2)):.3f}" if want else "?"
+        report(le <= tol and we <= tol and total // group <= mine <= total // group + 1 + (total == 12) * 2 and ok_b,
+               f"emulated GPU FP32 -opt muon {key}, {mesh}, ZeRO {z}: max loss error {le:.2e}, max weight error {we:.2e} "
+               f"against one rank over 8 steps (tol {tol:.0e}); rank 0 orthogonalizes {mine} of {total} matrices; "
+               f"sent {got.group(1) if got else '?'} bytes in the last step, the closed form's "
+               f"{want.group(1) if want else '?'} ({ratio} x AdamW's)")
+    # planted: the replicas' packed sum without the owned matrices (a 2 x 2 mesh), the norm without
+    # the owners' whole gradients (2 ranks): each must fail the comparison above
+    mutants = {"replica_sum": ("llmc/muon_owned.cuh", "ncclAllReduce(o->pack, o->pack, o->pack_elements,",
+                               "ncclAllReduce(o->pack, o->pack, o->pack_elements - o->elements,", (4, 1, 2)),
+               "norm": ("llmc/dp_device.cuh", "muon_owned_norm(&dp->owned, dp->norm)", "(void)0", (2, 1, 0))}
+    builds = {}
+    for name, (path, old, new, _) in mutants.items():
+        d = f"{OUT}/gs_mutant_{name}"
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree("llmc", d + "/llmc")
+        shutil.copy("train_gpt2.cu", d)
+        src = open(path).read()
+        if src.count(old) != 1:
+            sys.exit(f"test_muon.py gpu_shards: the {name} mutation did not apply")
+        open(f"{d}/{path}", "w").write(src.replace(old, new))
+        builds[name] = subprocess.Popen(["dev/cuda_emu/emucc", "-O1", "-DENABLE_FP32", "-o", d + "/trainer",
+                                         d + "/train_gpt2.cu", "-lnccl"])
+    for name, (_, _, _, (n, z, ds)) in mutants.items():
+        if builds[name].wait() != 0:
+            sys.exit(f"test_muon.py gpu_shards: the {name} mutant did not build")
+        TRAINER = f"{OUT}/gs_mutant_{name}/trainer"
+        d, r = run(n, base(8, n) + args + ["-z", str(z), "-ds", str(ds)], f"gs_mutant_{name}_run", ok=False)
+        le, we = equal_runs(ones[""], d) if r.returncode == 0 else (float("inf"), float("inf"))
+        report(le > tol or we > tol, f"a planted {name} mutant ({n} ranks, -ds {ds}, ZeRO {z}) fails it: max loss "
+                                     f"error {le:.2e}, max weight error {we:.2e}")
+    TRAINER = "build/gpu/train_gpt2emu_fp32"
+    # a 2-rank ZeRO 1 checkpoint at step 4: resumed on 2 ranks ZeRO 1 bit for bit, re-cut onto 1 rank
+    # (ZeRO 0), 4 ranks (ZeRO 2) and a 2 x 2 mesh within tol
+    two, _ = run(2, base(8, 2) + args + ["-z", "1", "-n", "4"], "gs_two")
+    want = {s_: l for s_, l in losses(two).items() if s_ > 4}
+    for n, z, ds in [(2, 1, 0), (1, 0, 0), (4, 2, 0), (4, 1, 2)]:
+        d = f"{OUT}/gs_res_{n}_{z}_{ds}"
+        copy_checkpoint(two, d, 4)
+        r = subprocess.run(mpi(n) + [TRAINER] + base(8, n) + args + ["-z", str(z), "-ds", str(ds), "-y", "1", "-o", d],
+                           capture_output=True, text=True, timeout=300)
+        got = losses(d) if r.returncode == 0 else {}
+        le = max(abs(got[k] - want[k]) for k in want) if sorted(got) == sorted(want) else float("inf")
+        we = float(np.max(np.abs(weights(d + "/model_final.bin") - weights(two + "/model_final.bin")))) \
+            if r.returncode == 0 else float("inf")
+        exact = (n, z) == (2, 1)
+        ok = (got == want and we == 0.0) if exact else (le <= tol and we <= tol)
+        report(ok, f"emulated GPU FP32 -opt muon, 2 ranks ZeRO 1's step-4 checkpoint resumed on {n} ranks ZeRO {z} -ds "
+                   f"{ds}: steps 5..8 max loss error {le:.2e}, final weights {we:.2e} "
+                   f"({'bit for bit' if exact else f'tol {tol:.0e}'})")
+    # BF16 with fp32 master weights (whole at the owners): stopped and resumed bit for bit, and near
+    # the CPU trainer (bf16 Newton-Schulz operands, stochastic rounding)
+    TRAINER = "build/gpu/train_gpt2emu_bf16"
+    full, _ = run(2, base(8, 2) + args + ["-z", "1", "-n", "4"], "gs_bf16_full")
+    part = f"{OUT}/gs_bf16_part"
+    copy_checkpoint(full, part, 4)
+    r = subprocess.run(mpi(2) + [TRAINER] + base(8, 2) + args + ["-z", "1", "-y", "1", "-o", part], capture_output=True,
+                       text=True, timeout=300)
+    tail = {s_: l for s_, l in losses(full).items() if s_ > 4}
+    same = r.returncode == 0 and losses(part) == tail and \
+        open(full + "/model_final.bin", "rb").read() == open(part + "/model_final.bin", "rb").read()
+    TRAINER = "./train_gpt2cpu"
+    cpu, _ = run(1, base(8) + args, "gs_cpu")
+    le, _ = equal_runs(cpu, full)
+    report(same and le <= 5e-2, f"emulated GPU BF16 -opt muon, 2 ranks ZeRO 1 (fp32 master weights at the owners): "
+                                f"stopped at step 4 and resumed bit for bit: {same}; max loss error {le:.2e} against the "
+                                f"CPU trainer (tol 5e-2)")
+    # the checked FP32 build (races, collective order, launch limits), 2 ranks ZeRO 2, two schedules
+    finals = []
+    for sched in ("forward", "reverse"):
+        d = f"{OUT}/gs_check_{sched}"
+        shutil.rmtree(d, ignore_errors=True)
+        r = subprocess.run(mpi(2) + ["-x", "EMU_SCHED=" + sched, "build/gpu/train_gpt2emu_fp32_check"] + base(3, 2) +
+                           args + ["-z", "2", "-o", d], capture_output=True, text=True, timeout=300)
+        finals.append(open(d + "/model_final.bin", "rb").read() if r.returncode == 0 else sched)
+    report(len(set(finals)) == 1 and all(isinstance(f, bytes) for f in finals),
+           "emucc --check FP32 trainer, -opt muon, 2 ranks ZeRO 2, 3 steps under the forward and reverse schedules: " +
+           ("both pass, the same final model" if len(set(finals)) == 1 else "differ or fail"))
 
 
 if __name__ == "__main__":
     cmds = {"reference": cmd_reference, "ranks": cmd_ranks, "resume": cmd_resume, "refusals": cmd_refusals,
-            "muloco": cmd_muloco, "plant": cmd_plant, "gpu": cmd_gpu}
+            "muloco": cmd_muloco, "plant": cmd_plant, "gpu": cmd_gpu,
+            "gpu_shards": cmd_gpu_shards}
     if len(sys.argv) != 2 or sys.argv[1] not in cmds:
         sys.exit(f"usage: test_muon.py {'|'.join(cmds)}")
     cmds[sys.argv[1]]()

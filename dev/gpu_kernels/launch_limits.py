@@ -604,6 +604,7 @@ SITES = {
     "muon_scale_kernel": {"grid": lambda g, i, E: [_capped(4 * g["C"] * g["C"], 256, 4096)]},
     "muon_poly_kernel": {"grid": lambda g, i, E: [_capped(g["C"] * g["C"], 256, 4096)]},
     "muon_step_kernel": {"grid": lambda g, i, E: [_capped(4 * g["C"] * g["C"], 256, 4096)]},
+    "muon_owned_add_kernel": {"grid": lambda g, i, E: [(1, 1, 1)]},  # one sum into the norm (llmc/muon_owned.cuh)
 }
 
 
