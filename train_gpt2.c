@@ -575,7 +575,7 @@ int main(int argc, char** argv) {
                  cpu.model.grads_memory, grad_tensors, cpu.model.grads_one_layer);
     host_replica_init(&cpu.sync, &cpu.dp);
     if (args.outer.every > 0 && args.outer.overlap > 0) { host_replica_init_overlap(&cpu.sync); }
-    if (strcmp(args.optimizer, "muon") == 0) { host_dp_init_muon(&cpu.dp, &run.config, MUON_NS_STEPS, args.muon_split_qkv); }
+    if (strcmp(args.optimizer, "muon") == 0) { host_dp_init_muon(&cpu.dp, &run.config, args.muon_split_qkv); }
     TrainerOps ops = cpu_trainer_ops;
     ops.dp = host_dp_ops(&cpu.dp);
     ops.replica = host_replica_ops(&cpu.sync);
@@ -592,14 +592,11 @@ int main(int argc, char** argv) {
     CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters, 4, 4, 0,
                                          &args.outer);
     char extra[1024], line[768];
-    optimizer_describe(&run.opt, &run.config, plan->num_parameters, zero, cpu.dp.muon_mine, cpu.dp.muon_mine_flops,
-                       cpu.dp.muon_most_flops, line, sizeof(line));
-    if (cpu.dp.muon && zero != 0 && plan->mesh.dp_shard > 1) {
-        size_t at = strlen(line);
-        snprintf(line + at, sizeof(line) - at, "\nmuon communication: %zu bytes sent by this rank per step (AdamW's %zu "
-                 "%+lld: its slices to their matrices' owners, the matrices down a chain in place of the all-gathers)",
-                 (size_t)((long long)comm.total + cpu.dp.muon_bytes_delta), comm.total, cpu.dp.muon_bytes_delta);
-    }
+    const MuonPlan* owners = cpu.dp.muon_sharded ? &cpu.dp.muon_plan : NULL; // ZeRO 1, 2: each matrix on one rank
+    int R = plan->mesh.dp_replicate, wire = args.outer.every == 0 && outer_compressed(&args.outer);
+    muon_plan_describe(&run.opt, &run.config, plan->num_parameters, zero, owners, comm.total, 4, 4,
+                       zero == 2 ? run.grad_accum : 1, R == 1 || args.outer.every > 0 ? 0 : wire ? 2 : 1, line,
+                       sizeof(line));
     snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank | matmul tile %dx%d of %d-bit vectors\n%s\n",
              omp_get_max_threads(), GEMM_MR, GEMM_NR, GEMM_VW * 32, line);
     run_print_start(&run, plan->num_parameters, &mem, &comm, extra);

@@ -653,20 +653,10 @@ int main(int argc, char** argv) {
     CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters,
                                          sizeof(floatX), sizeof(floatX), gpu.dp.opt.master ? 4 : 0, &args.outer);
     char extra[1536], opt_line[768];
-    const DeviceMuonOwned* own = &gpu.dp.owned; // ZeRO 1, 2: each matrix on one owner; ZeRO 0: every rank all
-    if (gpu.dp.muon_sharded) {
-        optimizer_describe(&run.opt, &run.config, gpu.model.num_parameters, zero, own->mine, own->mine_flops,
-                           own->most_flops, opt_line, sizeof(opt_line));
-    } else {
-        optimizer_describe(&run.opt, &run.config, gpu.model.num_parameters, zero, -1, 0.0, 0.0, opt_line, sizeof(opt_line));
-    }
-    if (gpu.dp.muon_sharded && plan->mesh.dp_shard > 1) {
-        size_t at = strlen(opt_line);
-        snprintf(opt_line + at, sizeof(opt_line) - at, "\nmuon communication: %zu bytes sent by this rank per step "
-                 "(AdamW's %zu %+lld: its matrices reduced to their owners, broadcast from them, in place of the "
-                 "reduce-scatters and all-gathers)", (size_t)((long long)comm.total + own->bytes_delta), comm.total,
-                 own->bytes_delta);
-    }
+    const MuonPlan* owners = gpu.dp.muon_sharded ? &gpu.dp.owned.plan : NULL; // ZeRO 1, 2: each matrix on one rank
+    muon_plan_describe(&run.opt, &run.config, gpu.model.num_parameters, zero, owners, comm.total, sizeof(floatX),
+                       sizeof(floatX), zero == 2 ? run.grad_accum : 1, plan->mesh.dp_replicate > 1, opt_line,
+                       sizeof(opt_line));
     snprintf(extra, sizeof(extra),
              "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU %s\n"
              "device: %s | precision %s | recompute %d | master weights %s | GELU %s\n"

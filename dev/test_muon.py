@@ -7,8 +7,10 @@
               AdamW's normalization lifts tiny gradients' rounding)
   ranks       2 and 4 ranks, ZeRO 0, 1 and 2, and a 2 x 2 mesh equal to one rank within 1e-5 (losses,
               weights; the ring's summation order: AdamW's runs beside, the scale), and with ZeRO 1, 2
-              each rank orthogonalizing an even share of the 8 matrices (or one more); -mq 1 on 2 ranks
-              ZeRO 1 and 4 ranks ZeRO 2 equal to one rank
+              each rank orthogonalizing an even share of the 8 matrices (or one more), the bytes rank 0
+              sent equal to the start-up line's closed form; -mq 1 on 2 ranks ZeRO 1 and 4 ranks ZeRO 2,
+              and 2 ranks ZeRO 2 with two micro-steps, equal to one rank; -ls 0 -rq bf16 on a 2 x 2 mesh,
+              ZeRO 1 against ZeRO 0 within 5e-3 (wire_check: Muon lifts the bf16 roundings)
   resume      a run stopped at step 4 and resumed gives the uninterrupted run's steps 5..8 bit for
               bit, and the same final model; a 2-rank ZeRO 1 checkpoint resumed on 1 rank (ZeRO 0), 4
               (ZeRO 2) and a 2 x 2 mesh within 1e-5 of the uninterrupted run; a resume with the other
@@ -18,8 +20,10 @@
               train_gpt2.py --replicas 2 --sync-every 4 --optimizer muon within 1e-4
   plant       trainers built with -DMUON_PLANT_NO_RATIO (a tall matrix's step not scaled by
               sqrt(rows / cols)) and -DMUON_PLANT_NO_NESTEROV (U = M) must fail `reference`, one with
-              -DMUON_PLANT_QKV_WHOLE (-mq 1 ignored: qkvw orthogonalized whole) its -mq 1 case; and one
-              with -DMUON_FULL_PRODUCTS (the symmetric products whole) must give the same bits
+              -DMUON_PLANT_QKV_WHOLE (-mq 1 ignored: qkvw orthogonalized whole) its -mq 1 case, one with
+              -DMUON_PLANT_WIRE_NO_GATHER (ZeRO 1's owners keep their own replica's gradient under -ls 0
+              -rq) its wire check; and one with -DMUON_FULL_PRODUCTS (the symmetric products whole) must
+              give the same bits
   gpu         the emulated GPU trainers (build/gpu/train_gpt2emu_fp32, _bf16: cuBLASLt's Newton-Schulz)
               against the CPU trainer over 10 steps: FP32 within 1e-4 (losses, weights; also -mq 1), BF16 within
               5e-2 (losses: bf16 operands in Newton-Schulz, stochastic rounding of the weights); a
@@ -170,14 +174,8 @@ def cmd_ranks():
                 report(ok_share, f"-opt muon, {mesh}, ZeRO {z}: rank 0's share of the Newton-Schulz work: {mine} "
                                  f"matrices of 8 over a shard group of {group}")
             if opt == "muon" and z > 0:  # the bytes: the start-up line's closed form, as measured
-                got = re.search(r"communication measured: (\d+) bytes sent per rank in the last step", r.stdout)
-                want = re.search(r"muon communication: (\d+) bytes sent by this rank per step \(AdamW's (\d+)",
-                                 r.stdout)
-                ok_b = bool(got and want) and int(got.group(1)) == int(want.group(1))
-                report(ok_b, f"-opt muon, {mesh}, ZeRO {z}: rank 0 sent " + (
-                    f"{got.group(1)} bytes in the last step, the start-up line's closed form {want.group(1)} "
-                    f"({int(want.group(1)) / int(want.group(2)):.3f}x AdamW's {want.group(2)})" if got and want
-                    else "(a line is missing)"))
+                report(bytes_match(r, 0.05), f"-opt muon, {mesh}, ZeRO {z}: {bytes_line(r)} (the issue's goal: "
+                                             f"every rank within 5%)")
             report(le <= tol and we <= tol, f"-opt {opt}, {mesh}, ZeRO {z}: max loss error {le:.2e}, max weight error "
                                             f"{we:.2e} against one rank over 8 steps (tol {tol:.0e}){share}")
     # -mq 1: a layer's three qkv matrices on one owner (ZeRO 1, 2), the rest as before
@@ -188,6 +186,59 @@ def cmd_ranks():
         le, we = equal_runs(one, d)
         report(le <= tol and we <= tol, f"-opt muon -mq 1, {n} ranks, ZeRO {z}: max loss error {le:.2e}, max weight "
                                         f"error {we:.2e} against one rank over 8 steps (tol {tol:.0e})")
+    # ZeRO 2 with two micro-steps a step (a reduce to the owners each), against one rank
+    args = ["-l", "1e-3", "-c", "0.1", "-u", "2", "-opt", "muon"]
+    one, _ = run(1, base(8) + args, "ranks_accum_1")
+    micro = base(8, 2)
+    micro[micro.index("-b") + 1] = str(B // 4)
+    d, r = run(2, micro + args + ["-z", "2"], "ranks_accum_2")
+    le, we = equal_runs(one, d)
+    report(le <= tol and we <= tol and bytes_match(r), f"-opt muon, 2 ranks ZeRO 2, two micro-steps: max loss error "
+                                                       f"{le:.2e}, max weight error {we:.2e} against one rank (tol "
+                                                       f"{tol:.0e}); {bytes_line(r)}")
+    wire_check()
+
+
+def wire_check():
+    """-ls 0 -rq bf16: the replicas' gradients summed through the compressed wire, the owned matrices'
+    scattered to their slices for it and gathered back. A 2 x 2 mesh, ZeRO 1 against ZeRO 0 (the same
+    values on the wire but for the ring orders' last bits, which bf16 rounding and then Muon's
+    orthogonalization lift: 7.2e-4 measured, where the bf16 wire itself moves the run 7e-3 from fp32
+    and a gather left out 4.5e-2; tol 5e-3)."""
+    args = ["-l", "1e-3", "-c", "0.1", "-u", "2", "-opt", "muon"]
+    wire = base(8, 4) + args + ["-ls", "0", "-rq", "bf16", "-ds", "2"]
+    z0, _ = run(4, wire + ["-z", "0"], "ranks_wire_0")
+    d, r = run(4, wire + ["-z", "1"], "ranks_wire_1")
+    le, we = equal_runs(z0, d)
+    tol = 5e-3
+    report(le <= tol and we <= tol and bytes_match(r), f"-opt muon -ls 0 -rq bf16, a 2 x 2 mesh, ZeRO 1 against "
+                                                       f"ZeRO 0: max loss error {le:.2e}, max weight error {we:.2e} "
+                                                       f"(tol {tol:.0e}); {bytes_line(r)}")
+
+
+def bytes_found(r):
+    got = re.search(r"communication measured: (\d+) bytes sent per rank in the last step", r.stdout)
+    want = re.search(r"muon communication: (\d+) bytes sent by this rank per step \(AdamW's (\d+) [+-]\d+; the most "
+                     r"of a shard rank ([+-]\d+)", r.stdout)
+    return got, want
+
+
+def bytes_match(r, most=None):
+    """Rank 0's bytes as the start-up line's closed form, and (most) no rank's closed form beyond that
+    fraction over AdamW's."""
+    got, want = bytes_found(r)
+    if not (got and want) or int(got.group(1)) != int(want.group(1)):
+        return False
+    return most is None or int(want.group(3)) <= most * int(want.group(2))
+
+
+def bytes_line(r):
+    got, want = bytes_found(r)
+    if not (got and want):
+        return "(a bytes line is missing)"
+    adamw = int(want.group(2))
+    return (f"rank 0 sent {got.group(1)} bytes in the last step, the closed form {want.group(1)} "
+            f"({int(want.group(1)) / adamw:.3f}x AdamW's; the busiest rank {(adamw + int(want.group(3))) / adamw:.3f}x)")
 
 
 def cmd_resume():
@@ -259,7 +310,8 @@ def cmd_muloco():
 def cmd_plant():
     global TRAINER, planted
     cflags = subprocess.run(["make", "-s", "cpu-cflags"], capture_output=True, text=True, check=True).stdout.split()
-    plants = ("MUON_PLANT_NO_RATIO", "MUON_PLANT_NO_NESTEROV", "MUON_PLANT_QKV_WHOLE", "MUON_FULL_PRODUCTS")
+    plants = ("MUON_PLANT_NO_RATIO", "MUON_PLANT_NO_NESTEROV", "MUON_PLANT_QKV_WHOLE", "MUON_FULL_PRODUCTS",
+              "MUON_PLANT_WIRE_NO_GATHER")
     builds = [subprocess.Popen(["mpicc", *cflags, f"-D{p}", "-o", f"{OUT}/train_gpt2cpu_{p.lower()}", "train_gpt2.c",
                                 "-lm"]) for p in plants]  # side by side: the two cores
     if any(b.wait() != 0 for b in builds):
@@ -273,6 +325,14 @@ def cmd_plant():
         globals()["failures"] = before
         planted = ""
         report(caught, f"a trainer built with -D{plant} fails the reference check")
+    # ZeRO 1 under -ls 0 -rq bf16 with the owned matrices' wire sum never gathered back to their owners
+    TRAINER, planted = f"{OUT}/train_gpt2cpu_muon_plant_wire_no_gather", "MUON_PLANT_WIRE_NO_GATHER"
+    before = failures
+    wire_check()
+    caught = failures > before
+    globals()["failures"] = before
+    planted = ""
+    report(caught, "a trainer built with -DMUON_PLANT_WIRE_NO_GATHER fails the -ls 0 -rq bf16 check")
     # the control: the symmetric products computed whole (-DMUON_FULL_PRODUCTS) give the same bits
     exe = f"{OUT}/train_gpt2cpu_muon_full_products"
     finals = []
@@ -356,19 +416,14 @@ def cmd_gpu_shards():
         m = re.search(r"this rank (\d+) matrices", line)
         group, total = ds or n, 12 if extra[:1] == ["-mq"] else 8
         mine = int(m.group(1)) if m else -1
-        got = re.search(r"communication measured: (\d+) bytes sent per rank in the last step", r.stdout)
-        want = re.search(r"muon communication: (\d+) bytes sent by this rank per step \(AdamW's (\d+)", r.stdout)
-        ok_b = bool(got and want) and int(got.group(1)) == int(want.group(1))
-        ratio = f"{int(want.group(1)) / int(want.group(2)):.3f}" if want else "?"
-        report(le <= tol and we <= tol and total // group <= mine <= total // group + 1 + (total == 12) * 2 and ok_b,
-               f"emulated GPU FP32 -opt muon {key}, {mesh}, ZeRO {z}: max loss error {le:.2e}, max weight error {we:.2e} "
-               f"against one rank over 8 steps (tol {tol:.0e}); rank 0 orthogonalizes {mine} of {total} matrices; "
-               f"sent {got.group(1) if got else '?'} bytes in the last step, the closed form's "
-               f"{want.group(1) if want else '?'} ({ratio} x AdamW's)")
+        report(le <= tol and we <= tol and total // group <= mine <= total // group + 1 + (total == 12) * 2 and
+               bytes_match(r), f"emulated GPU FP32 -opt muon {key}, {mesh}, ZeRO {z}: max loss error {le:.2e}, max "
+                               f"weight error {we:.2e} against one rank over 8 steps (tol {tol:.0e}); rank 0 "
+                               f"orthogonalizes {mine} of {total} matrices; {bytes_line(r)}")
     # planted: the replicas' packed sum without the owned matrices (a 2 x 2 mesh), the norm without
     # the owners' whole gradients (2 ranks): each must fail the comparison above
-    mutants = {"replica_sum": ("llmc/muon_owned.cuh", "ncclAllReduce(o->pack, o->pack, o->pack_elements,",
-                               "ncclAllReduce(o->pack, o->pack, o->pack_elements - o->elements,", (4, 1, 2)),
+    mutants = {"replica_sum": ("llmc/muon_owned.cuh", "ncclAllReduce(o->pack, o->pack, o->plan.pack_elements,",
+                               "ncclAllReduce(o->pack, o->pack, o->plan.pack_elements - o->plan.elements,", (4, 1, 2)),
                "norm": ("llmc/dp_device.cuh", "muon_owned_norm(&dp->owned, dp->norm)", "(void)0", (2, 1, 0))}
     builds = {}
     for name, (path, old, new, _) in mutants.items():

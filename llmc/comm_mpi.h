@@ -114,6 +114,25 @@ static void chain_broadcast(CommGroup* g, float* buf, size_t n, int root) {
     }
 }
 
+// The sum over the group of buf (n floats on each rank) into group rank root's buf, up the chain
+// root + 1, root + 2, ..., root (mod the size) in pieces of 64K floats: each rank adds what its
+// predecessor sent into its own buf and passes it on, so each rank but the root sends n floats (the
+// group in all (size - 1) n, as a reduce-scatter of n). The other ranks' buf is left partly summed.
+// tmp: min(n, 64K) floats.
+static void chain_reduce(CommGroup* g, float* buf, size_t n, int root, float* tmp) {
+    int G = g->size, k = (g->rank - root - 1 + 2 * G) % G;
+    int prev = k == 0 ? -1 : (g->rank + G - 1) % G, next = k == G - 1 ? -1 : (g->rank + 1) % G;
+    const size_t piece = (size_t)1 << 16;
+    for (size_t at = 0; at < n; at += piece) {
+        size_t m = n - at < piece ? n - at : piece;
+        if (prev >= 0) {
+            comm_transfer(g, NULL, -1, tmp, prev, m);
+            for (size_t i = 0; i < m; i++) { buf[at + i] += tmp[i]; }
+        }
+        if (next >= 0) { comm_transfer(g, buf + at, next, NULL, -1, m); }
+    }
+}
+
 static size_t ring_slot(int i, int size) { return (size_t)(((i % size) + size) % size); }
 
 // buf holds size slices of slice elements. On return slice g->rank holds the sum over the group

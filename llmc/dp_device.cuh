@@ -205,7 +205,7 @@ static void dev_dp_free(DeviceDP* dp) {
 // the ZeRO step
 
 // Whether unit u is a Muon matrix owned whole (reduced to its owner, broadcast from it).
-static int dev_dp_owned_whole(const DeviceDP* dp, int u) { return dp->muon_sharded && dp->owned.owner[u] >= 0; }
+static int dev_dp_owned_whole(const DeviceDP* dp, int u) { return dp->muon_sharded && dp->owned.plan.owner[u] >= 0; }
 
 // On the communication stream: reduce-scatters bucket b's units over the shard group (in floatX) in
 // one NCCL group, then adds this rank's slices of the sums (contiguous in the shard layout, as in
@@ -302,7 +302,7 @@ static void dev_dp_all_gather_units(DeviceDP* dp, int fragment) {
             gathered += unit->slice;
             if (dev_dp_owned_whole(dp, u)) { // stepped whole by its owner
                 floatX* w = dp->params + unit->offset;
-                ncclCheck(ncclBroadcast(w, w, unit->size, ncclFloatX, dp->owned.owner[u], dp->link.shard, cs));
+                ncclCheck(ncclBroadcast(w, w, unit->size, ncclFloatX, dp->owned.plan.owner[u], dp->link.shard, cs));
                 continue;
             }
             dev_dp_gather_unit(dp, unit, (char*)dp->params, sizeof(floatX), ncclFloatX, &pad, cs);
@@ -405,8 +405,8 @@ static void dev_dp_finish_gradients(DeviceDP* dp) {
         bytes = ring_bytes((double)padded * sizeof(float), R, 1);
     }
     scale(dp->shard_grads, p->layout.shard_elements, 1.0f / (float)(dp->replica_reduce ? W : S), cs);
-    if (dp->muon_sharded && dp->owned.elements > 0) {
-        scale(dp->owned.acc, dp->owned.elements, 1.0f / (float)(dp->replica_reduce ? W : S), cs);
+    if (dp->muon_sharded && dp->owned.plan.elements > 0) {
+        scale(dp->owned.acc, dp->owned.plan.elements, 1.0f / (float)(dp->replica_reduce ? W : S), cs);
     }
     op_span_end(span, 0.0, bytes);
     device_link_record(&dp->link, &dp->link.comm_done);
@@ -444,7 +444,7 @@ static float dev_dp_grad_norm(DeviceDP* dp) {
         OP_SPAN(OP_GRAD_NORM, 0, 0.0, (double)p->layout.shard_elements * sizeof(float),
                 sum_of_squares(dp->norm, dp->shard_grads, p->layout.shard_elements, dp->norm + S));
         if (dp->muon_sharded) { // the owned Muon matrices' whole gradients (their slices above are 0)
-            OP_SPAN(OP_GRAD_NORM, 0, 0.0, (double)dp->owned.elements * sizeof(float),
+            OP_SPAN(OP_GRAD_NORM, 0, 0.0, (double)dp->owned.plan.elements * sizeof(float),
                     muon_owned_norm(&dp->owned, dp->norm));
         }
         dev_dp_norm_over_shard(dp);
@@ -550,7 +550,7 @@ static void dev_dp_begin_step(DeviceDP* dp) {
         size_t n = round_up(dp->plan.layout.shard_elements, dp->plan.mesh.dp_replicate);
         cudaCheck(cudaMemsetAsync(dp->shard_grads, 0, n * sizeof(float), 0));
     }
-    if (dp->muon_sharded) { cudaCheck(cudaMemsetAsync(dp->owned.acc, 0, dp->owned.elements * sizeof(float), 0)); }
+    if (dp->muon_sharded) { cudaCheck(cudaMemsetAsync(dp->owned.acc, 0, dp->owned.plan.elements * sizeof(float), 0)); }
     cudaCheck(cudaMemsetAsync(dp->loss, 0, dp->plan.mesh.world * sizeof(float), 0));
 }
 

@@ -20,6 +20,7 @@
 #include "op_profile.h"
 #include "cpu_memory.h"
 #include "dp_ops.h"
+#include "muon_plan.h"
 
 // A collective timed as communication (-op 1), with the bytes it sent (untimed on the -lo
 // communication thread: the profile is the trainer thread's).
@@ -38,9 +39,11 @@
 // NULL without one.
 typedef struct {
     void* ctx;
-    // After the shard group's reduction, with every step's gradients averaged over the world: sums
-    // them over the replicas itself (a compressed link, returns 1) or leaves it to the core (0).
-    int (*sum_gradients)(void* ctx);
+    // After the shard group's reduction, with every step's gradients averaged over the world:
+    // whether this step sums them over the replicas itself (a compressed link: 1) or leaves it to
+    // the core (0); then, where it does, the sum of the shard's slices (shard_grads; ZeRO 0: grads).
+    int (*wire_sums)(void* ctx);
+    void (*sum_gradients)(void* ctx);
     // A state file's arrays beyond the optimizer's: filled in for writing s, or (s NULL) as the
     // targets of a read; then done, with what was read (got, NULL after a write).
     void (*state_arrays)(void* ctx, const TrainState* s, StateArrays* arrays);
@@ -60,11 +63,12 @@ typedef struct HostDP {
     int muon;                // -opt muon (ZeRO 0: every rank orthogonalizes every matrix)
     MuonWork muon_work;
     GPT2Config muon_model;   // the shapes of its matrices
-    int* muon_owner;         // ZeRO 1, 2: the shard rank that orthogonalizes each unit (-1: not Muon's)
-    int muon_mine;           // the matrices this rank orthogonalizes, their FLOPs, the busiest rank's
-    double muon_mine_flops, muon_most_flops;
-    long long muon_bytes_delta; // ZeRO 1, 2: this rank's bytes per step beyond AdamW's (the slices to the
-                                // owners, the chains in place of the all-gathers: may be negative)
+    int muon_sharded;        // ZeRO 1, 2: each matrix owned whole by one rank (llmc/muon_plan.h)
+    MuonPlan muon_plan;      // their owners, this rank's whole buffers
+    float* muon_pack;        // R > 1: the replicas' all-reduce of the other slices, then muon_acc
+    float* muon_acc;         // the owned matrices' gradients, reduced (fp32; micro-steps and replicas summed in)
+    float* muon_mom;         // their momentum (the state files: AdamW's m, sliced)
+    float* muon_piece;       // a reduce's landing piece
     float* shard_grads;      // stages 1, 2: this rank's reduced gradient slices (padded to dp_replicate)
     float* scratch;          // a padded unit, or the stage-0 all-reduce slice
     float* ring_tmp;         // one slice
@@ -122,12 +126,23 @@ static void host_dp_init(HostDP* dp, const GPT2Config* c, int world, int rank, i
 // ----------------------------------------------------------------------------
 // the ZeRO step
 
+static int host_dp_owned_whole(const HostDP* dp, int u) { return dp->muon_sharded && dp->muon_plan.owner[u] >= 0; }
+
 // Reduce-scatters one unit's gradient over the shard group and adds this rank's slice of the
-// sum into shard_grads.
+// sum into shard_grads; a Muon matrix owned whole (-opt muon) is reduced to its owner, which adds
+// the sum into muon_acc.
 static void host_dp_reduce_scatter_unit(HostDP* dp, int u) {
     const ShardUnit* unit = &dp->plan.layout.units[u];
     float* buf = dp->scratch;
     memcpy(buf, dp->unit_grads[u], unit->size * sizeof(float));
+    if (host_dp_owned_whole(dp, u)) {
+        const MuonPlan* o = &dp->muon_plan;
+        COMM_TIMED(chain_reduce(&dp->shard, buf, unit->size, o->owner[u], dp->muon_piece));
+        if (o->at[u] == SIZE_MAX) { return; }
+        float* acc = dp->muon_acc + o->at[u];
+        for (size_t i = 0; i < unit->size; i++) { acc[i] += buf[i]; }
+        return;
+    }
     memset(buf + unit->size, 0, (unit->slice * dp->shard.size - unit->size) * sizeof(float));
     COMM_TIMED(ring_reduce_scatter(&dp->shard, buf, unit->slice, dp->ring_tmp));
     float* mine = buf + (size_t)dp->shard.rank * unit->slice;
@@ -148,6 +163,60 @@ static int host_dp_grads_ready(HostDP* dp, int layer) {
 }
 
 
+// Muon's matrices owned whole and their slices in the shard layout (every rank of the shard group
+// calls it): to_slices 1 sends each owner's whole unit (in whole: muon_acc or muon_mom) out as each
+// rank's slice of `slices` (a shard-layout array: shard_grads, m); 0 gathers the slices back into
+// the owner's whole buffer.
+static void host_dp_muon_slices(HostDP* dp, float* whole, float* slices, int to_slices) {
+    const ShardLayout* l = &dp->plan.layout;
+    const MuonPlan* o = &dp->muon_plan;
+    int S = dp->shard.size, me = dp->shard.rank;
+    for (int u = 0; u < l->num_units; u++) {
+        if (!host_dp_owned_whole(dp, u)) { continue; }
+        const ShardUnit* unit = &l->units[u];
+        int owner = o->owner[u];
+        for (int k = 0; k < S; k++) {
+            int r = (owner + k) % S;
+            size_t first, n = unit_owned(unit, r, &first);
+            float* w = me == owner ? whole + o->at[u] + first : NULL;
+            float* mine = slices + unit->shard_offset;
+            if (n == 0 || (me != owner && me != r)) { continue; }
+            if (r == owner) { // the owner's own slice
+                memcpy(to_slices ? mine : w, to_slices ? w : mine, n * sizeof(float));
+            } else if (me == owner) {
+                COMM_TIMED(to_slices ? comm_transfer(&dp->shard, w, r, NULL, -1, n)
+                                     : comm_transfer(&dp->shard, NULL, -1, w, r, n));
+            } else {
+                COMM_TIMED(to_slices ? comm_transfer(&dp->shard, NULL, -1, mine, owner, n)
+                                     : comm_transfer(&dp->shard, mine, owner, NULL, -1, n));
+            }
+        }
+    }
+}
+
+// The owned matrices' slices of a shard-layout array set to 0 (shard_grads: their gradients live in muon_acc).
+static void host_dp_muon_zero_slices(HostDP* dp, float* slices) {
+    const ShardLayout* l = &dp->plan.layout;
+    for (int u = 0; u < l->num_units; u++) {
+        if (host_dp_owned_whole(dp, u)) { memset(slices + l->units[u].shard_offset, 0, l->units[u].slice * sizeof(float)); }
+    }
+}
+
+// R > 1 replicas, the owned matrices' gradients in muon_acc: the shard's other slices and muon_acc
+// summed over the replicas in one all-reduce of the pack (AdamW's bytes but for the padding).
+static void host_dp_muon_replica_sum(HostDP* dp) {
+    const MuonPlan* o = &dp->muon_plan;
+    size_t k = 0;
+    for (size_t r = 0; r < o->num_runs; k += o->run_n[r++]) {
+        memcpy(dp->muon_pack + k, dp->shard_grads + o->run_at[r], o->run_n[r] * sizeof(float));
+    }
+    COMM_TIMED(ring_all_reduce(&dp->replica, dp->muon_pack, o->pack_elements, dp->ring_tmp));
+    k = 0;
+    for (size_t r = 0; r < o->num_runs; k += o->run_n[r++]) {
+        memcpy(dp->shard_grads + o->run_at[r], dp->muon_pack + k, o->run_n[r] * sizeof(float));
+    }
+}
+
 // After the last micro-step: finish the reduction across ranks and average over the world (or,
 // with -ls between syncs, over the replica's shard group: the replicas keep their own gradients).
 static void host_dp_finish_gradients(HostDP* dp) {
@@ -155,10 +224,20 @@ static void host_dp_finish_gradients(HostDP* dp) {
     CommGroup* group = dp->replica_reduce ? &dp->world : &dp->shard;
     if (group->size == 1) { return; } // nothing to reduce, and the average is the gradient itself
     float inv = 1.0f / (float)group->size;
-    if (dp->replica_reduce && dp->replica.size > 1 && dp->hooks.sum_gradients &&
-        dp->hooks.sum_gradients(dp->hooks.ctx)) {
+    size_t whole = dp->muon_sharded ? dp->muon_plan.elements : 0;
+    if (dp->replica_reduce && dp->replica.size > 1 && dp->hooks.wire_sums && dp->hooks.wire_sums(dp->hooks.ctx)) {
+        // the wire sums the shard's slices: the owned matrices' gradients go out to theirs and back
+        if (dp->muon_sharded) { host_dp_muon_slices(dp, dp->muon_acc, dp->shard_grads, 1); }
+        dp->hooks.sum_gradients(dp->hooks.ctx);
+        if (dp->muon_sharded) {
+#ifndef MUON_PLANT_WIRE_NO_GATHER // dev/test_muon.py plant: each replica keeps its own sum of them
+            host_dp_muon_slices(dp, dp->muon_acc, dp->shard_grads, 0);
+#endif
+            host_dp_muon_zero_slices(dp, dp->shard_grads);
+        }
         float* g = p->zero_stage == 0 ? dp->grads : dp->shard_grads;
         for (size_t i = 0; i < p->owned; i++) { g[i] *= inv; }
+        for (size_t i = 0; i < whole; i++) { dp->muon_acc[i] *= inv; }
         return;
     }
     if (p->zero_stage == 0) {
@@ -166,11 +245,14 @@ static void host_dp_finish_gradients(HostDP* dp) {
         COMM_TIMED(ring_all_reduce(group, dp->grads, padded, dp->scratch));
         for (size_t i = 0; i < p->num_parameters; i++) { dp->grads[i] *= inv; }
     } else {
-        if (dp->replica_reduce) {
+        if (dp->replica_reduce && dp->muon_sharded && dp->replica.size > 1) {
+            host_dp_muon_replica_sum(dp);
+        } else if (dp->replica_reduce) {
             size_t padded = round_up(p->layout.shard_elements, dp->replica.size);
             COMM_TIMED(ring_all_reduce(&dp->replica, dp->shard_grads, padded, dp->ring_tmp));
         }
         for (size_t i = 0; i < p->layout.shard_elements; i++) { dp->shard_grads[i] *= inv; }
+        for (size_t i = 0; i < whole; i++) { dp->muon_acc[i] *= inv; }
     }
 }
 
@@ -208,6 +290,12 @@ static float host_dp_grad_norm(HostDP* dp) {
     }
     size_t n = p->layout.shard_elements;
     OP_TIMED(OP_GRAD_NORM, 0.0, 4.0 * (double)n, sq = host_sum_of_squares(dp->shard_grads, n));
+    if (dp->muon_sharded) { // the owned matrices' gradients (their slices in shard_grads hold 0)
+        size_t w = dp->muon_plan.elements;
+        double owned_sq;
+        OP_TIMED(OP_GRAD_NORM, 0.0, 4.0 * (double)w, owned_sq = host_sum_of_squares(dp->muon_acc, w));
+        sq += owned_sq;
+    }
     float total;
     COMM_TIMED(total = all_reduce_sum_scalar(&dp->shard, (float)sq));
     return sqrtf(total);
@@ -227,77 +315,52 @@ static void host_dp_all_gather_unit(HostDP* dp, int u) {
 }
 
 // -opt muon: Muon's work space, for the model's largest block matrix, and (ZeRO 1, 2) each
-// layer's matrices' owner in the shard group (muon_owners; with split_qkv, -mq 1, a layer's qkvw is
-// three matrices, one owner). ZeRO 0: every rank orthogonalizes every matrix.
-static void host_dp_init_muon(HostDP* dp, const GPT2Config* c, int ns_steps, int split_qkv) {
+// layer's matrices owned whole by one rank of the shard group (llmc/muon_plan.h; with split_qkv,
+// -mq 1, a layer's qkvw is three matrices, one owner). ZeRO 0: every rank orthogonalizes every matrix.
+static void host_dp_init_muon(HostDP* dp, const GPT2Config* c, int split_qkv) {
     const DpPlan* p = &dp->plan;
-    const ShardLayout* l = &p->layout;
     dp->muon = 1;
     dp->muon_model = *c;
     size_t C = (size_t)c->channels;
     muon_work_alloc(&dp->muon_work, 4 * C * C, C);
-    int S = dp->shard.size, matrices = 0;
-    int* units = (int*)malloc_check(l->num_units * sizeof(int));
-    double* load = (double*)calloc_check(S, sizeof(double));
-    for (int u = 0; u < l->num_units; u++) {
-        units[u] = parameter_is_muon[l->units[u].tensor] ? l->units[u].tensor : -1;
-        matrices += units[u] >= 0 ? muon_matrices_per_layer(c, units[u], split_qkv) : 0;
+    if (p->zero_stage == 0) { return; }
+    dp->muon_sharded = 1;
+    MuonPlan* o = &dp->muon_plan;
+    int R = dp->replica.size;
+    muon_plan_init(o, &p->layout, c, split_qkv, dp->shard.size, dp->shard.rank, R);
+    size_t n = o->elements > 0 ? o->elements : 1;
+    if (R > 1) {
+        dp->muon_pack = (float*)calloc_check(o->pack_elements, sizeof(float));
+        dp->muon_acc = dp->muon_pack + o->others;
+        size_t tmp = o->pack_elements / R; // the pack's ring slice
+        if (tmp < p->layout.max_padded / dp->shard.size) { tmp = p->layout.max_padded / dp->shard.size; }
+        if (tmp < round_up(p->layout.shard_elements, R) / R) { tmp = round_up(p->layout.shard_elements, R) / R; }
+        free(dp->ring_tmp);
+        dp->ring_tmp = (float*)calloc_check(tmp, sizeof(float));
+    } else {
+        dp->muon_acc = (float*)calloc_check(n, sizeof(float));
     }
-    dp->muon_owner = (int*)malloc_check(l->num_units * sizeof(int));
-    muon_owners(units, l->num_units, c, ns_steps, split_qkv, p->zero_stage == 0 ? 1 : S, dp->muon_owner, load);
-    dp->muon_mine = p->zero_stage == 0 ? matrices : 0;
-    for (int u = 0; u < l->num_units && p->zero_stage != 0; u++) {
-        if (dp->muon_owner[u] == dp->shard.rank) { dp->muon_mine += muon_matrices_per_layer(c, units[u], split_qkv); }
-    }
-    dp->muon_mine_flops = load[p->zero_stage == 0 ? 0 : dp->shard.rank];
-    dp->muon_most_flops = 0.0;
-    for (int s = 0; s < (p->zero_stage == 0 ? 1 : S); s++) { dp->muon_most_flops = fmax(dp->muon_most_flops, load[s]); }
-    dp->muon_bytes_delta = 0;
-    for (int u = 0; u < l->num_units && p->zero_stage != 0 && S > 1; u++) {
-        const ShardUnit* unit = &l->units[u];
-        int o = dp->muon_owner[u], me = dp->shard.rank;
-        if (o < 0) { continue; }
-        size_t first, count = unit_owned(unit, me, &first);
-        long long sent = me != o ? (long long)count : 0;                    // my slice to the owner
-        sent += (me - o + S) % S != S - 1 ? (long long)unit->size : 0;       // the chain, but its last rank
-        dp->muon_bytes_delta += 4 * (sent - (long long)(S - 1) * (long long)unit->slice); // AdamW's all-gather
-    }
-    free(units);
-    free(load);
+    dp->muon_mom = (float*)calloc_check(n, sizeof(float));
+    dp->muon_piece = (float*)calloc_check(p->layout.max_padded < ((size_t)1 << 16) ? p->layout.max_padded
+                                                                                  : ((size_t)1 << 16), sizeof(float));
 }
 
-// ZeRO 1, 2: Muon on unit u (one layer's block matrix, or -mq 1's three of qkvw): each rank blends
-// its slice of the momentum and gradient into its slice of U; the slices go to the unit's owner
-// (muon_owner), which orthogonalizes each whole matrix of U and steps it; the matrix then goes down the chain from
-// the owner to the shard group (in place of AdamW's all-gather: the same bytes in all). The
-// momentum stays sliced as AdamW's m (the state file's m), so checkpoints re-cut as ever.
-static void host_dp_muon_unit(HostDP* dp, int u, const MuonConfig* h, float grad_scale) {
-    const ShardUnit* unit = &dp->plan.layout.units[u];
-    int S = dp->shard.size, s = dp->shard.rank, owner = dp->muon_owner[u], rows, cols;
-    muon_matrix_shape(&dp->muon_model, unit->tensor, h->split_qkv, &rows, &cols);
+// Muon on n elements of parameter tensor `tensor`'s matrices (rows x cols each, whole here): params,
+// their gradients (times grad_scale) and momentum.
+static void host_dp_muon_matrices(HostDP* dp, int tensor, float* params, const float* grads, float* mom, size_t n,
+                                  const MuonConfig* h, float grad_scale) {
+    int rows, cols;
+    muon_matrix_shape(&dp->muon_model, tensor, h->split_qkv, &rows, &cols);
     size_t per = (size_t)rows * cols;
-    float* full = dp->muon_work.u;
-    size_t first, count = unit_owned(unit, s, &first);
-    OP_TIMED(OP_MUON, 0.0, 4.0 * 4.0 * (double)count,
-             muon_blend(dp->shard_grads + unit->shard_offset, dp->opt_m + unit->shard_offset, full + first, count,
-                        grad_scale, h));
-    for (int k = 1; k < S; k++) { // the slices to the owner, one rank after the other
-        int from = (owner + k) % S;
-        size_t at, n = unit_owned(unit, from, &at);
-        if (n == 0) { continue; }
-        if (s == from) { COMM_TIMED(comm_transfer(&dp->shard, full + first, owner, NULL, -1, n)); }
-        if (s == owner) { COMM_TIMED(comm_transfer(&dp->shard, NULL, -1, full + at, from, n)); }
+    for (size_t at = 0; at < n; at += per) {
+        OP_TIMED(OP_MUON, muon_ns_flops(rows, cols, h->ns_steps), 4.0 * 6.0 * (double)per,
+                 host_muon_update(params + at, grads + at, mom + at, rows, cols, grad_scale, h, &dp->muon_work));
     }
-    float* w = dp->params + unit->offset;
-    for (size_t at = 0; s == owner && at < unit->size; at += per) {
-        OP_TIMED(OP_MUON, muon_ns_flops(rows, cols, h->ns_steps), 4.0 * 3.0 * (double)per,
-                 muon_apply(w + at, full + at, rows, cols, h, &dp->muon_work));
-    }
-    COMM_TIMED(chain_broadcast(&dp->shard, w, unit->size, owner));
 }
 
 // The update (t = 1-based step) of what this rank owns (ZeRO 0: tensor by tensor; -opt muon: each
-// layer's block matrices by Muon, the rest by AdamW), then (stages 1, 2) the parameter all-gather.
+// layer's block matrices by Muon, the rest by AdamW), then (stages 1, 2) the parameter all-gather;
+// a Muon matrix owned whole is stepped on its owner and broadcast from it down the chain.
 static void host_dp_optimizer_step(void* ctx, const OptimizerConfig* o, float grad_scale, int t) {
     HostDP* dp = (HostDP*)ctx;
     const DpPlan* p = &dp->plan;
@@ -309,14 +372,8 @@ static void host_dp_optimizer_step(void* ctx, const OptimizerConfig* o, float gr
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
             size_t n = p->tensor_sizes[i];
             if (o->kind == OPT_MUON && parameter_is_muon[i]) {
-                int rows, cols;
-                muon_matrix_shape(&dp->muon_model, i, o->muon.split_qkv, &rows, &cols);
-                size_t per = (size_t)rows * cols;
-                for (size_t at = off; at < off + n; at += per) {
-                    OP_TIMED(OP_MUON, muon_ns_flops(rows, cols, o->muon.ns_steps), 4.0 * 6.0 * (double)per,
-                             host_muon_update(dp->params + at, dp->grads + at, dp->opt_m + at, rows, cols, grad_scale,
-                                              &o->muon, &dp->muon_work));
-                }
+                host_dp_muon_matrices(dp, i, dp->params + off, dp->grads + off, dp->opt_m + off, n, &o->muon,
+                                      grad_scale);
                 off += n;
                 continue;
             }
@@ -331,14 +388,19 @@ static void host_dp_optimizer_step(void* ctx, const OptimizerConfig* o, float gr
     int s = dp->shard.rank;
     for (int u = 0; u < p->layout.num_units; u++) {
         const ShardUnit* unit = &p->layout.units[u];
-        if (o->kind == OPT_MUON && dp->muon_owner[u] >= 0) {
-            host_dp_muon_unit(dp, u, &o->muon, grad_scale);
+        float* pp = dp->params + unit->offset;
+        if (host_dp_owned_whole(dp, u)) {
+            size_t at = dp->muon_plan.at[u];
+            if (at != SIZE_MAX) {
+                host_dp_muon_matrices(dp, unit->tensor, pp, dp->muon_acc + at, dp->muon_mom + at, unit->size, &o->muon,
+                                      grad_scale);
+            }
+            COMM_TIMED(chain_broadcast(&dp->shard, pp, unit->size, dp->muon_plan.owner[u]));
             continue;
         }
         size_t first;
         size_t count = unit_owned(unit, s, &first);
         float wd = adamw_weight_decay(h, unit->tensor);
-        float* pp = dp->params + unit->offset;
         OP_TIMED(OP_ADAMW, 0.0, 4.0 * 7.0 * (double)count,
                  host_adamw_update(pp + first, dp->shard_grads + unit->shard_offset, dp->opt_m + unit->shard_offset,
                                    dp->opt_v + unit->shard_offset, count, grad_scale, wd, h, bias1, bias2));
@@ -350,15 +412,18 @@ static void host_dp_zero_shard_grads(HostDP* dp) {
     if (dp->shard_grads) {
         memset(dp->shard_grads, 0, round_up(dp->plan.layout.shard_elements, dp->replica.size) * sizeof(float));
     }
+    if (dp->muon_sharded) { memset(dp->muon_acc, 0, dp->muon_plan.elements * sizeof(float)); }
 }
 
 
 // ----------------------------------------------------------------------------
 // checkpoints: this rank's arrays of a state file (llmc/ckpt_state_file.h)
 
-// m and v, and the replica sync's arrays (its hooks: -ls, -rq/-rk).
+// m and v (the owned matrices' momentum first scattered into m's slices, gathered back after a
+// read), and the replica sync's arrays (its hooks: -ls, -rq/-rk).
 static void host_dp_write_state(void* ctx, const char* path, const TrainState* s) {
     HostDP* dp = (HostDP*)ctx;
+    if (dp->muon_sharded) { host_dp_muon_slices(dp, dp->muon_mom, dp->opt_m, 1); }
     StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL}};
     if (dp->hooks.state_arrays) { dp->hooks.state_arrays(dp->hooks.ctx, s, &arrays); }
     state_write_arrays(path, s, &arrays);
@@ -370,6 +435,7 @@ static void host_dp_read_state(void* ctx, const char* dir, int step, const State
     StateArrays arrays = {{dp->opt_m, dp->opt_v, NULL}};
     if (dp->hooks.state_arrays) { dp->hooks.state_arrays(dp->hooks.ctx, NULL, &arrays); }
     state_load_arrays(dir, step, target, got, &arrays);
+    if (dp->muon_sharded) { host_dp_muon_slices(dp, dp->muon_mom, dp->opt_m, 0); }
     if (dp->hooks.state_done) { dp->hooks.state_done(dp->hooks.ctx, got); }
 }
 
@@ -390,9 +456,12 @@ static DataParallelOps host_dp_ops(HostDP* dp) {
 static void host_dp_free(HostDP* dp) {
     float* bufs[] = {dp->opt_m, dp->opt_v, dp->shard_grads, dp->scratch, dp->ring_tmp};
     for (int i = 0; i < 5; i++) { free(bufs[i]); }
-    if (dp->muon) {
-        muon_work_free(&dp->muon_work);
-        free(dp->muon_owner);
+    if (dp->muon) { muon_work_free(&dp->muon_work); }
+    if (dp->muon_sharded) {
+        free(dp->muon_pack ? dp->muon_pack : dp->muon_acc);
+        free(dp->muon_mom);
+        free(dp->muon_piece);
+        muon_plan_free(&dp->muon_plan);
     }
     free(dp->unit_grads);
     dp_plan_free(&dp->plan);

@@ -452,15 +452,12 @@ static ReplicaOps host_replica_ops(HostReplica* x) {
 // ----------------------------------------------------------------------------
 // the hooks into the core, start-up and the end
 
-// HostSyncHooks.sum_gradients: -ls 0 with -rq/-rk, the step's gradients (every rank's reduction
-// finished but the replicas') summed over the replicas through the wire; 0 where the link is fp32
-// this step (the core's all-reduce does it).
-static int host_replica_sum_gradients_hook(void* ctx) {
-    HostReplica* x = (HostReplica*)ctx;
-    if (!outer_compressed(&x->grad_wire)) { return 0; }
-    host_replica_sum_gradient(x);
-    return 1;
-}
+// HostSyncHooks.wire_sums and sum_gradients: -ls 0 with -rq/-rk, the step's gradients (every rank's
+// reduction finished but the replicas') summed over the replicas through the wire; not where the
+// link is fp32 this step (the core's all-reduce does it).
+static int host_replica_wire_sums_hook(void* ctx) { return outer_compressed(&((HostReplica*)ctx)->grad_wire); }
+
+static void host_replica_sum_gradients_hook(void* ctx) { host_replica_sum_gradient((HostReplica*)ctx); }
 
 // HostSyncHooks.state_arrays: the sync's arrays of a state file s (writing: the owned local
 // parameters, the outer state, and with an -lo exchange in flight, every exchange first waited for,
@@ -517,7 +514,7 @@ static void host_replica_init(HostReplica* x, HostDP* dp) {
         if (!ls) { b.packed = 0; }
         x->sbuf_bytes = exchange_buffers_alloc(&x->sbuf, b);
     }
-    HostSyncHooks hooks = {x, host_replica_sum_gradients_hook, host_replica_state_arrays, host_replica_state_done};
+    HostSyncHooks hooks = {x, host_replica_wire_sums_hook, host_replica_sum_gradients_hook, host_replica_state_arrays, host_replica_state_done};
     dp->hooks = hooks;
 }
 
