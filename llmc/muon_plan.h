@@ -119,11 +119,8 @@ static void muon_plan_describe(const OptimizerConfig* opt, const GPT2Config* c, 
 }
 
 static void muon_plan_free(MuonPlan* o) {
-    free(o->owner);
-    free(o->at);
-    free(o->run_at);
-    free(o->run_n);
-    free(o->extra);
+    void* bufs[] = {o->owner, o->at, o->run_at, o->run_n, o->extra};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { free(bufs[i]); }
 }
 
 #endif
