@@ -593,10 +593,10 @@ int main(int argc, char** argv) {
                                          &args.outer);
     char extra[1024], line[768];
     const MuonPlan* owners = cpu.dp.muon_sharded ? &cpu.dp.muon_plan : NULL; // ZeRO 1, 2: each matrix on one rank
-    int R = plan->mesh.dp_replicate, wire = args.outer.every == 0 && outer_compressed(&args.outer);
     muon_plan_describe(&run.opt, &run.config, plan->num_parameters, zero, owners, comm.total, 4, 4,
-                       zero == 2 ? run.grad_accum : 1, R == 1 || args.outer.every > 0 ? 0 : wire ? 2 : 1, line,
-                       sizeof(line));
+                       zero == 2 ? run.grad_accum : 1,
+                       muon_plan_replicas(plan->mesh.dp_replicate, args.outer.every, outer_compressed(&args.outer)),
+                       line, sizeof(line));
     snprintf(extra, sizeof(extra), "threads: %d OpenMP threads per rank | matmul tile %dx%d of %d-bit vectors\n%s\n",
              omp_get_max_threads(), GEMM_MR, GEMM_NR, GEMM_VW * 32, line);
     run_print_start(&run, plan->num_parameters, &mem, &comm, extra);

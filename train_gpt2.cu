@@ -655,8 +655,9 @@ int main(int argc, char** argv) {
     char extra[1536], opt_line[768];
     const MuonPlan* owners = gpu.dp.muon_sharded ? &gpu.dp.owned.plan : NULL; // ZeRO 1, 2: each matrix on one rank
     muon_plan_describe(&run.opt, &run.config, gpu.model.num_parameters, zero, owners, comm.total, sizeof(floatX),
-                       sizeof(floatX), zero == 2 ? run.grad_accum : 1, plan->mesh.dp_replicate > 1, opt_line,
-                       sizeof(opt_line));
+                       sizeof(floatX), zero == 2 ? run.grad_accum : 1,
+                       muon_plan_replicas(plan->mesh.dp_replicate, args.outer.every, outer_compressed(&args.outer)),
+                       opt_line, sizeof(opt_line));
     snprintf(extra, sizeof(extra),
              "start-up: -pi %s | ranks from %s | NCCL %d.%d.%d | GPU %s\n"
              "device: %s | precision %s | recompute %d | master weights %s | GELU %s\n"

@@ -28,7 +28,7 @@
               against the CPU trainer over 10 steps: FP32 within 1e-4 (losses, weights; also -mq 1), BF16 within
               5e-2 (losses: bf16 operands in Newton-Schulz, stochastic rounding of the weights); a
               BF16 run stopped at step 4 and resumed bit for bit; the emucc --check builds under three
-              schedules, the same bits; the GPU's sharded Muon with -ls refused
+              schedules, the same bits
   gpu_shards  the emulated GPU trainer's Muon under ZeRO 1, 2 (each matrix owned whole: reduced to its
               owner, broadcast from it): 2 and 4 ranks, ZeRO 1, 2, 2 x 2 meshes, -mq 1, two micro-steps,
               equal to one rank within 1e-5, rank 0's share of the matrices even (or one more), the bytes
@@ -36,6 +36,12 @@
               re-cut onto 1 rank, 4 ranks ZeRO 2 and a 2 x 2 mesh within 1e-5; planted mutants (the
               replicas' sum without the owned matrices, the norm without them) fail; BF16 with master weights
               resumed bit for bit, within 5e-2 of the CPU; the --check build on 2 ranks ZeRO 2, two schedules
+  gpu_muloco  the GPU's sharded Muon inside the replica sync: FP32 -ls 4 on 2 x 2 (ZeRO 1, 2) against
+              train_gpt2.py --replicas 2 within 1e-4; -lf 2 -lo 1 ZeRO 1 against ZeRO 0 within 1e-5; -ls 0
+              -rq bf16 against the CPU trainer (losses 1e-4, weights 1e-2) at the closed form's bytes; BF16
+              -ls 4 (the owners' master weights out to the slices the outer step works on, and back)
+              against ZeRO 0 within 2e-3; two planted mutants (the wire's sums not gathered back, the
+              master weights not scattered) fail; the --check BF16 build with -ls 2 -lo 1 and -ls 0 -rq bf16
 Each subcommand exits non-zero on any mismatch.
 """
 import os
@@ -384,15 +390,100 @@ def cmd_gpu():
         open(full + "/model_final.bin", "rb").read() == open(part + "/model_final.bin", "rb").read()
     report(same, "emulated GPU BF16 -opt muon (fp32 master weights) stopped at step 4 and resumed: steps 5..8 and the "
                  "final model bit for bit")
-    r = subprocess.run([TRAINER] + base(2) + ["-opt", "muon", "-z", "1", "-ls", "2"], capture_output=True, text=True)
-    err = r.stderr.strip().splitlines()
-    report(r.returncode != 0 and len(err) == 1 and "does not take the replica sync yet" in err[0],
-           f"the GPU trainer's -opt muon -z 1 -ls 2 refused: {err[-1] if err else '(nothing)'}")
     TRAINER = "./train_gpt2cpu"
 
 
 def mpi(n):
     return [] if n == 1 else ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n)]
+
+
+def build_mutants(mutants, prefix, precision):
+    """Emulated GPU trainers, each with one source string replaced ({name: (path, old, new, ...)}),
+    built side by side as OUT/prefix_name/trainer."""
+    builds = {}
+    for name, (path, old, new, *_) in mutants.items():
+        d = f"{OUT}/{prefix}_{name}"
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree("llmc", d + "/llmc")
+        shutil.copy("train_gpt2.cu", d)
+        src = open(path).read()
+        if src.count(old) != 1:
+            sys.exit(f"test_muon.py: the {name} mutation did not apply")
+        open(f"{d}/{path}", "w").write(src.replace(old, new))
+        builds[name] = subprocess.Popen(["dev/cuda_emu/emucc", "-O1", precision, "-o", d + "/trainer",
+                                         d + "/train_gpt2.cu", "-lnccl"])
+    for name, b in builds.items():
+        if b.wait() != 0:
+            sys.exit(f"test_muon.py: the {name} mutant did not build")
+
+
+def cmd_gpu_muloco():
+    """The emulated GPU trainer's sharded Muon (ZeRO 1, 2) inside the replica sync."""
+    global TRAINER
+    tol = 1e-4
+    ref_l, ref_w = reference("gpu_muloco", ["--B", str(B // 2), "--steps", "12", "--lr", "1e-3", "--weight-decay",
+                                            "0.1", "--replicas", "2", "--sync-every", "4", "--outer-lr", "0.7",
+                                            "--outer-momentum", "0.9", "--optimizer", "muon"])
+    ls = ["-l", "1e-3", "-c", "0.1", "-k", "constant", "-u", "0", "-opt", "muon", "-ls", "4", "-ol", "0.7", "-om", "0.9"]
+    TRAINER = "build/gpu/train_gpt2emu_fp32"
+    for z in (1, 2):
+        d, _ = run(4, base(12, 4) + ls + ["-ds", "2", "-z", str(z)], f"gm_ref_{z}")
+        le, we = errors(d, ref_l, ref_w)
+        report(le <= tol and we <= tol, f"emulated GPU FP32 -ls 4 with sharded Muon inside 2 replicas (2 x 2, ZeRO {z}): "
+                                        f"max loss error {le:.2e}, max weight error {we:.2e} against train_gpt2.py "
+                                        f"--replicas 2 --optimizer muon (tol {tol:.0e})")
+    # -lf 2 -lo 1 (fragments, the exchange overlapped with the next step), ZeRO 1 against ZeRO 0
+    frag = ls + ["-ds", "2", "-lf", "2", "-lo", "1"]
+    z0, _ = run(4, base(12, 4) + frag + ["-z", "0"], "gm_frag_0")
+    z1, _ = run(4, base(12, 4) + frag + ["-z", "1"], "gm_frag_1")
+    le, we = equal_runs(z0, z1)
+    report(le <= 1e-5 and we <= 1e-5, f"emulated GPU FP32 -ls 4 -lf 2 -lo 1, 2 x 2, sharded Muon (ZeRO 1) against ZeRO "
+                                      f"0's: max loss error {le:.2e}, max weight error {we:.2e} (tol 1e-5)")
+    # -ls 0 -rq bf16: the owned gradients out to the slices the wire sums and back, against the CPU trainer
+    wire = ["-l", "1e-3", "-c", "0.1", "-opt", "muon", "-ls", "0", "-rq", "bf16", "-ds", "2", "-z", "1"]
+    TRAINER = "./train_gpt2cpu"
+    cpu, _ = run(4, base(8, 4) + wire, "gm_wire_cpu")
+    TRAINER = "build/gpu/train_gpt2emu_fp32"
+    gpu, r = run(4, base(8, 4) + wire, "gm_wire_gpu")
+    le, we = equal_runs(cpu, gpu)
+    # (tol: losses 1e-4; weights 1e-2, a few bf16 roundings of the wire's sums that land the other way)
+    report(le <= 1e-4 and we <= 1e-2 and bytes_match(r), f"emulated GPU FP32 -ls 0 -rq bf16, 2 x 2, sharded Muon "
+                                                         f"(ZeRO 1) against the CPU trainer's: max loss error {le:.2e} "
+                                                         f"(tol 1e-4), max weight error {we:.2e} (tol 1e-2); "
+                                                         f"{bytes_line(r)}")
+    # BF16 (the owners' fp32 master weights out to the slices the outer step reads and writes, and back)
+    TRAINER = "build/gpu/train_gpt2emu_bf16"
+    b0, _ = run(4, base(12, 4) + ls + ["-ds", "2", "-z", "0"], "gm_bf16_0")
+    b1, _ = run(4, base(12, 4) + ls + ["-ds", "2", "-z", "1"], "gm_bf16_1")
+    le, we = equal_runs(b0, b1)
+    report(le <= 2e-3, f"emulated GPU BF16 -ls 4, 2 x 2, sharded Muon (ZeRO 1, master weights at the owners) against "
+                       f"ZeRO 0's: max loss error {le:.2e} (tol 2e-3: stochastic rounding), max weight error {we:.2e}")
+    # planted: the wire's sums never gathered back to the owners; the outer step reading the slices
+    # of the master weights without the owners' values
+    mutants = {"wire_no_gather": ("llmc/replica_device.cuh",
+                                  "muon_owned_slices(mo, &p->layout, mo->acc, dp->shard_grads, 0,", "if (0) muon_owned_slices(mo, &p->layout, mo->acc, dp->shard_grads, 0,",
+                                  "-DENABLE_FP32", wire, cpu, 1e-4),
+               "master_no_scatter": ("llmc/replica_device.cuh", "    dev_dp_muon_master_slices(dp, 1, call->fragment);",
+                                     "", "-DENABLE_BF16", ls + ["-ds", "2", "-z", "1"], b0, 2e-3)}
+    for prec in ("-DENABLE_FP32", "-DENABLE_BF16"):
+        build_mutants({k: v for k, v in mutants.items() if v[3] == prec}, "gm_mutant", prec)
+    for name, (_, _, _, _, flags, against, mtol) in mutants.items():
+        TRAINER = f"{OUT}/gm_mutant_{name}/trainer"
+        steps = 8 if against is cpu else 12
+        d, r = run(4, base(steps, 4) + flags, f"gm_mutant_{name}_run", ok=False)
+        le, we = equal_runs(against, d) if r.returncode == 0 else (float("inf"), float("inf"))
+        report(le > mtol, f"a planted {name} mutant fails it: max loss error {le:.2e} (tol {mtol:.0e})")
+    # the checked BF16 build (races between stream 0's and the communication stream's point to point
+    # groups, collective order), 2 x 2 ZeRO 1, 4 steps, the reverse schedule
+    for extra in (["-ls", "2", "-lo", "1"], ["-ls", "0", "-rq", "bf16"]):
+        d = f"{OUT}/gm_check_{extra[1]}"
+        shutil.rmtree(d, ignore_errors=True)
+        r = subprocess.run(mpi(4) + ["-x", "EMU_SCHED=reverse", "build/gpu/train_gpt2emu_bf16_check"] + base(4, 4) +
+                           ["-opt", "muon", "-ds", "2", "-z", "1"] + extra + ["-o", d], capture_output=True, text=True,
+                           timeout=300)
+        report(r.returncode == 0, f"emucc --check BF16 trainer, 2 x 2 ZeRO 1 sharded Muon {' '.join(extra)}, 4 steps, "
+                                  f"reverse schedule: {'passes' if r.returncode == 0 else r.stderr[-300:]}")
+    TRAINER = "./train_gpt2cpu"
 
 
 def cmd_gpu_shards():
@@ -425,21 +516,8 @@ def cmd_gpu_shards():
     mutants = {"replica_sum": ("llmc/muon_owned.cuh", "ncclAllReduce(o->pack, o->pack, o->plan.pack_elements,",
                                "ncclAllReduce(o->pack, o->pack, o->plan.pack_elements - o->plan.elements,", (4, 1, 2)),
                "norm": ("llmc/dp_device.cuh", "muon_owned_norm(&dp->owned, dp->norm)", "(void)0", (2, 1, 0))}
-    builds = {}
-    for name, (path, old, new, _) in mutants.items():
-        d = f"{OUT}/gs_mutant_{name}"
-        shutil.rmtree(d, ignore_errors=True)
-        shutil.copytree("llmc", d + "/llmc")
-        shutil.copy("train_gpt2.cu", d)
-        src = open(path).read()
-        if src.count(old) != 1:
-            sys.exit(f"test_muon.py gpu_shards: the {name} mutation did not apply")
-        open(f"{d}/{path}", "w").write(src.replace(old, new))
-        builds[name] = subprocess.Popen(["dev/cuda_emu/emucc", "-O1", "-DENABLE_FP32", "-o", d + "/trainer",
-                                         d + "/train_gpt2.cu", "-lnccl"])
+    build_mutants(mutants, "gs_mutant", "-DENABLE_FP32")
     for name, (_, _, _, (n, z, ds)) in mutants.items():
-        if builds[name].wait() != 0:
-            sys.exit(f"test_muon.py gpu_shards: the {name} mutant did not build")
         TRAINER = f"{OUT}/gs_mutant_{name}/trainer"
         d, r = run(n, base(8, n) + args + ["-z", str(z), "-ds", str(ds)], f"gs_mutant_{name}_run", ok=False)
         le, we = equal_runs(ones[""], d) if r.returncode == 0 else (float("inf"), float("inf"))
@@ -497,7 +575,7 @@ def cmd_gpu_shards():
 if __name__ == "__main__":
     cmds = {"reference": cmd_reference, "ranks": cmd_ranks, "resume": cmd_resume, "refusals": cmd_refusals,
             "muloco": cmd_muloco, "plant": cmd_plant, "gpu": cmd_gpu,
-            "gpu_shards": cmd_gpu_shards}
+            "gpu_shards": cmd_gpu_shards, "gpu_muloco": cmd_gpu_muloco}
     if len(sys.argv) != 2 or sys.argv[1] not in cmds:
         sys.exit(f"usage: test_muon.py {'|'.join(cmds)}")
     cmds[sys.argv[1]]()

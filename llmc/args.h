@@ -299,11 +299,6 @@ static void args_validate(const TrainArgs* a, int gpu) {
     if (a->muon_split_qkv && strcmp(a->optimizer, "muon") != 0) {
         fail("-mq %d: needs -opt muon (it says how Muon cuts qkvw)", a->muon_split_qkv);
     }
-    if (gpu && strcmp(a->optimizer, "muon") == 0 && a->zero_stage != 0 &&
-        (a->outer.every > 0 || strcmp(a->wire_name, "fp32") != 0 || a->outer.topk > 0.0f)) {
-        fail("-opt muon -z %d: the GPU trainer's Muon with ZeRO 1, 2 (matrices owned whole) does not take the replica "
-             "sync yet (-ls, -rq, -rk); with -z 0 it does", a->zero_stage);
-    }
     require_int("-v", a->val_every, 0, big);
     require_int("-m", a->val_batches, 1, big);
     require_int("-s", a->sample_every, 0, big);

@@ -207,6 +207,24 @@ static void dev_dp_free(DeviceDP* dp) {
 // Whether unit u is a Muon matrix owned whole (reduced to its owner, broadcast from it).
 static int dev_dp_owned_whole(const DeviceDP* dp, int u) { return dp->muon_sharded && dp->owned.plan.owner[u] >= 0; }
 
+// ZeRO 1, 2 with -opt muon and fp32 master weights, for the replica sync (llmc/replica_device.cuh),
+// which reads and writes every rank's slices of them: the owners' whole master weights of the Muon
+// matrices in fragment f (-1: all) out to the slices (to_slices 1, before the sync reads them), or
+// back to the owners (0, after it wrote them); on stream 0, after the communication stream's
+// collectives, the host waiting for them.
+static void dev_dp_muon_master_slices(DeviceDP* dp, int to_slices, int f) {
+    if (!dp->muon_sharded || !dp->owned.master) { return; }
+    const DpPlan* p = &dp->plan;
+    int L = p->layout.num_layers, F = p->num_fragments, lo = 0, hi = INT_MAX;
+    if (f >= 0 && F > 1) { // fragment f's layers (llmc/outer_sync.h): floor(l F / L) == f
+        for (lo = 0; lo < L && (int)((long long)lo * F / L) < f; lo++) {}
+        for (hi = lo; hi < L && (int)((long long)hi * F / L) == f; hi++) {}
+    }
+    device_link_order_on_main(&dp->link);
+    muon_owned_slices(&dp->owned, &p->layout, dp->owned.master, dp->opt.master, to_slices, lo, hi, dp->link.shard, 0);
+    wait_device(0, dp->link.host_event, "the Muon matrices' master weights for the replica sync"); // (rare: a sync)
+}
+
 // On the communication stream: reduce-scatters bucket b's units over the shard group (in floatX) in
 // one NCCL group, then adds this rank's slices of the sums (contiguous in the shard layout, as in
 // group_recv) into the fp32 shard accumulator in one launch. A group's collectives start at
@@ -282,8 +300,10 @@ static void dev_dp_gather_unpad(DeviceDP* dp, const ShardUnit* unit, char* base,
 // all-gathered from every rank's slices (with ZeRO 0's master weights too, which a sharded sync
 // updated in slices), one NCCL group per bucket (wte, wpe, lnfw, lnfb first: the forward needs them
 // first), each followed by its params_ready event. Units S does not divide go through zero-padded
-// copies. fragment >= 0 (-lf): that fragment's units only.
-static void dev_dp_all_gather_units(DeviceDP* dp, int fragment) {
+// copies. fragment >= 0 (-lf): that fragment's units only. sliced 1 (the replica sync wrote every
+// rank's slices): the Muon matrices owned whole (ZeRO 1, 2) all-gathered from their slices too, not
+// broadcast from their owners.
+static void dev_dp_all_gather_units(DeviceDP* dp, int fragment, int sliced) {
     const DpPlan* p = &dp->plan;
     int S = p->mesh.dp_shard, L = p->layout.num_layers, F = p->num_fragments;
     cudaStream_t cs = dp->link.comm_stream;
@@ -300,7 +320,7 @@ static void dev_dp_all_gather_units(DeviceDP* dp, int fragment) {
             const ShardUnit* unit = &p->layout.units[u];
             if (fragment >= 0 && outer_unit_fragment(unit, L, F) != fragment) { continue; }
             gathered += unit->slice;
-            if (dev_dp_owned_whole(dp, u)) { // stepped whole by its owner
+            if (!sliced && dev_dp_owned_whole(dp, u)) { // stepped whole by its owner
                 floatX* w = dp->params + unit->offset;
                 ncclCheck(ncclBroadcast(w, w, unit->size, ncclFloatX, dp->owned.plan.owner[u], dp->link.shard, cs));
                 continue;
@@ -313,7 +333,9 @@ static void dev_dp_all_gather_units(DeviceDP* dp, int fragment) {
         mpad = (char*)dp->master_pad;
         for (int u = b->first; u < b->first + b->count; u++) {
             const ShardUnit* unit = &p->layout.units[u];
-            if ((fragment >= 0 && outer_unit_fragment(unit, L, F) != fragment) || dev_dp_owned_whole(dp, u)) { continue; }
+            if ((fragment >= 0 && outer_unit_fragment(unit, L, F) != fragment) || (!sliced && dev_dp_owned_whole(dp, u))) {
+                continue;
+            }
             dev_dp_gather_unpad(dp, unit, (char*)dp->params, sizeof(floatX), &pad, cs);
             if (master) { dev_dp_gather_unpad(dp, unit, master, sizeof(float), &mpad, cs); }
         }
@@ -541,7 +563,7 @@ static void dev_dp_update(void* ctx, const OptimizerConfig* oc, float grad_scale
         muon_owned_update(&dp->owned, &dp->muon_work, &dp->muon_model, &p->layout.units[u], u, dp->params, &oc->muon,
                           grad_scale, seed + (uint32_t)t * NUM_PARAMETER_TENSORS);
     }
-    dev_dp_all_gather_units(dp, -1);
+    dev_dp_all_gather_units(dp, -1, 0);
 }
 
 static void dev_dp_begin_step(DeviceDP* dp) {
@@ -635,10 +657,9 @@ static void dev_dp_muon_state(DeviceDP* dp, int to_slices, int master) {
     const DpPlan* p = &dp->plan;
     device_link_order_on_main(&dp->link); // after the communication stream's collectives
     DeviceMuonOwned* o = &dp->owned;
-    muon_owned_state(o, &p->layout, p->mesh.dp_shard, p->mesh.shard_idx, o->mom, dp->opt.m, to_slices, dp->link.shard);
+    muon_owned_slices(o, &p->layout, o->mom, dp->opt.m, to_slices, 0, INT_MAX, dp->link.shard, 0);
     if (master && o->master) {
-        muon_owned_state(o, &p->layout, p->mesh.dp_shard, p->mesh.shard_idx, o->master, dp->opt.master, to_slices,
-                         dp->link.shard);
+        muon_owned_slices(o, &p->layout, o->master, dp->opt.master, to_slices, 0, INT_MAX, dp->link.shard, 0);
     }
     wait_device(0, dp->link.host_event, to_slices ? "Muon's state, before the write" : "Muon's state, once read");
 }

@@ -2,7 +2,8 @@
 // plan, shared with the CPU trainer: llmc/muon_plan.h): the owners' whole fp32 gradients, momentum
 // and master weights; a unit's gradient reduced to its owner (ncclReduce) in place of its
 // reduce-scatter, the stepped matrix broadcast from it (ncclBroadcast) in place of its all-gather;
-// the state files' sliced arrays scattered from and gathered to the owners.
+// their whole buffers scattered to the slices of the shard layout and gathered back (the state
+// files' arrays; the replica sync, which works on slices).
 #ifndef LLMC_MUON_OWNED_CUH
 #define LLMC_MUON_OWNED_CUH
 
@@ -24,7 +25,6 @@ typedef struct {
     float* mom;            // their momentum
     float* master;         // their fp32 master weights (NULL: none kept)
     floatX* recv;          // where a reduce lands (floatX) before it is added into acc
-    float* whole;          // a checkpoint's one unit, padded to S slices (fp32)
     float* scratch;        // the norm's: NORM_BLOCKS floats, then the sum
 } DeviceMuonOwned;
 
@@ -46,7 +46,6 @@ static void muon_owned_init(DeviceMuonOwned* o, const ShardLayout* l, const GPT2
     }
     o->mom = (float*)device_alloc(n * sizeof(float));
     o->recv = (floatX*)device_alloc(n * sizeof(floatX));
-    o->whole = (float*)device_alloc(l->max_padded * sizeof(float));
     o->scratch = (float*)device_alloc((NORM_BLOCKS + 1) * sizeof(float));
     cudaCheck(cudaMemset(o->mom, 0, n * sizeof(float)));
     if (master && sizeof(floatX) != sizeof(float)) {
@@ -60,8 +59,8 @@ static void muon_owned_init(DeviceMuonOwned* o, const ShardLayout* l, const GPT2
 }
 
 static void muon_owned_free(DeviceMuonOwned* o) {
-    void* bufs[] = {o->pack ? o->pack : o->acc, o->mom, o->master, o->recv, o->whole, o->scratch};
-    for (int i = 0; i < 6; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
+    void* bufs[] = {o->pack ? o->pack : o->acc, o->mom, o->master, o->recv, o->scratch};
+    for (int i = 0; i < 5; i++) { if (bufs[i]) { cudaCheck(cudaFree(bufs[i])); } }
     muon_plan_free(&o->plan);
 }
 
@@ -128,32 +127,43 @@ static void muon_owned_update(DeviceMuonOwned* o, DeviceMuon* work, const GPT2Co
     }
 }
 
-// A state file's sliced arrays and the owners' whole ones (stream 0; every rank of the shard group
-// calls it, the caller waits): to_slices 1 broadcasts each owner's src (mom or master) and every rank
-// copies its slice into slices (a state array in the shard layout); 0 all-gathers the slices and
-// the owner keeps the whole unit in dst.
-static void muon_owned_state(DeviceMuonOwned* o, const ShardLayout* l, int S, int me, float* whole_buf, float* slices,
-                             int to_slices, ncclComm_t shard) {
+// The owners' whole buffers and the slices of a shard-layout array (every rank of the shard group
+// calls it), for the owned units of layers [lo, hi), point to point on cs in one NCCL group:
+// to_slices 1 sends each owner's whole unit (at whole_buf: acc, mom or master) out as every rank's
+// slice of `slices` (shard_grads, m, the master weights); 0 gathers the slices back into the owner's
+// whole unit. A rank sends the elements muon_plan_init counts as MUON_EXTRA_WIRE (each way).
+static void muon_owned_slices(DeviceMuonOwned* o, const ShardLayout* l, float* whole_buf, float* slices, int to_slices,
+                              int lo, int hi, ncclComm_t shard, cudaStream_t cs) {
+    int S = o->plan.S, me = o->plan.me;
+    ncclCheck(ncclGroupStart());
     for (int u = 0; u < l->num_units; u++) {
-        if (o->plan.owner[u] < 0) { continue; }
         const ShardUnit* unit = &l->units[u];
-        size_t first, n = unit_owned(unit, me, &first);
-        if (to_slices) {
-            const float* src = o->plan.at[u] != SIZE_MAX ? whole_buf + o->plan.at[u] : o->whole;
-            if (S > 1) { ncclCheck(ncclBroadcast(src, o->whole, unit->size, ncclFloat, o->plan.owner[u], shard, 0)); }
-            else { cudaCheck(cudaMemcpyAsync(o->whole, src, unit->size * sizeof(float), cudaMemcpyDeviceToDevice, 0)); }
-            cudaCheck(cudaMemcpyAsync(slices + unit->shard_offset, o->whole + first, n * sizeof(float),
-                                      cudaMemcpyDeviceToDevice, 0));
-        } else {
-            float* mine = o->whole + (size_t)me * unit->slice;
-            cudaCheck(cudaMemcpyAsync(mine, slices + unit->shard_offset, n * sizeof(float), cudaMemcpyDeviceToDevice, 0));
-            cudaCheck(cudaMemsetAsync(mine + n, 0, (unit->slice - n) * sizeof(float), 0));
-            if (S > 1) { ncclCheck(ncclAllGather(mine, o->whole, unit->slice, ncclFloat, shard, 0)); }
-            if (o->plan.at[u] != SIZE_MAX) {
-                cudaCheck(cudaMemcpyAsync(whole_buf + o->plan.at[u], o->whole, unit->size * sizeof(float),
-                                          cudaMemcpyDeviceToDevice, 0));
+        int owner = o->plan.owner[u];
+        if (owner < 0 || unit->layer < lo || unit->layer >= hi) { continue; }
+        for (int r = 0; r < S; r++) {
+            size_t first, n = unit_owned(unit, r, &first);
+            if (n == 0 || (me != owner && me != r)) { continue; }
+            float* w = me == owner ? whole_buf + o->plan.at[u] + first : NULL;
+            float* mine = slices + unit->shard_offset;
+            if (r == owner) { // the owner's own slice
+                cudaCheck(cudaMemcpyAsync(to_slices ? mine : w, to_slices ? w : mine, n * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, cs));
+            } else if (me == owner) {
+                ncclCheck(to_slices ? ncclSend(w, n, ncclFloat, r, shard, cs) : ncclRecv(w, n, ncclFloat, r, shard, cs));
+            } else {
+                ncclCheck(to_slices ? ncclRecv(mine, n, ncclFloat, owner, shard, cs)
+                                    : ncclSend(mine, n, ncclFloat, owner, shard, cs));
             }
         }
+    }
+    ncclCheck(ncclGroupEnd());
+}
+
+// The owned units' slices of a shard-layout array set to 0 on cs (shard_grads: their gradients live in acc).
+static void muon_owned_zero_slices(const DeviceMuonOwned* o, const ShardLayout* l, float* slices, cudaStream_t cs) {
+    for (int u = 0; u < l->num_units; u++) {
+        if (o->plan.owner[u] < 0) { continue; }
+        cudaCheck(cudaMemsetAsync(slices + l->units[u].shard_offset, 0, l->units[u].slice * sizeof(float), cs));
     }
 }
 

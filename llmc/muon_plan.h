@@ -98,6 +98,12 @@ static long long muon_plan_bytes_delta(const MuonPlan* o, int r, size_t grad_byt
            4 * (replicas == 1 ? x[MUON_EXTRA_PACK] : replicas == 2 ? x[MUON_EXTRA_WIRE] : 0);
 }
 
+// muon_plan_bytes_delta's `replicas` for a run of R replicas: 0 where no replica sum runs every
+// step (R 1, or -ls every > 0: between syncs), 2 where -ls 0's compressed wire sums, else 1.
+static int muon_plan_replicas(int R, int outer_every, int compressed) {
+    return R == 1 || outer_every > 0 ? 0 : compressed ? 2 : 1;
+}
+
 // The optimizer's start-up lines (optimizer_describe): with the plan o (NULL: ZeRO 0, every rank
 // all) this rank's share and, over a shard group of S > 1, the bytes it sends per step (AdamW's
 // adamw_bytes plus muon_plan_bytes_delta's with the arguments given) and the most any rank sends.

@@ -78,6 +78,8 @@ static void dev_dp_compressed_gradients(DeviceDP* dp) {
     cudaStream_t cs = dp->link.comm_stream;
     device_link_order_on_comm(&dp->link);
     float* msg = p->zero_stage == 0 ? dp->sync->outer_msg : dp->shard_grads;
+    DeviceMuonOwned* mo = dp->muon_sharded ? &dp->owned : NULL; // the owned Muon gradients out to the slices it sums
+    if (mo) { muon_owned_slices(mo, &p->layout, mo->acc, dp->shard_grads, 1, 0, INT_MAX, dp->link.shard, cs); }
     WireSpec w = outer_wire_spec(&dp->sync->grad_wire, 0, R);
     wire_gradient_message(msg, p->zero_stage == 0 ? dp->grads : NULL, dp->sync->st.residual, p->owned, padded, cs);
     wire_spec_encode_slices(&w, msg, padded / R, R, dp->sync->wire_send, dp->sync->st.residual != NULL, cs);
@@ -90,6 +92,10 @@ static void dev_dp_compressed_gradients(DeviceDP* dp) {
         wire_gradient_back(dp->grads, msg, p->owned, inv, cs);
     } else {
         scale(dp->shard_grads, p->owned, inv, cs);
+    }
+    if (mo) { // and back to their owners
+        muon_owned_slices(mo, &p->layout, mo->acc, dp->shard_grads, 0, 0, INT_MAX, dp->link.shard, cs);
+        muon_owned_zero_slices(mo, &p->layout, dp->shard_grads, cs);
     }
     device_link_record(&dp->link, &dp->link.comm_done);
     OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.comm_done));
@@ -131,7 +137,7 @@ static void dev_dp_upload_owned(DeviceDP* dp, const float* src) {
         upload_floatX(dp->params + sp->param_offset, src + sp->owned_offset, sp->count);
     }
     if (p->sync_stage == 0) { return; }
-    dev_dp_all_gather_units(dp, -1);
+    dev_dp_all_gather_units(dp, -1, 1);
     device_link_comm_wait(&dp->link);
     wait_device(0, dp->link.host_event, "the all-gather of the resumed parameters");
 }
@@ -143,6 +149,7 @@ static void dev_dp_outer_init(void* ctx) {
     device_link_comm_wait(&dp->link);
     cudaCheck(cudaMemsetAsync(dp->sync->st.outer, 0, p->sync_owned * sizeof(float), 0));
     cudaCheck(cudaMemsetAsync(dp->sync->st.momentum, 0, p->sync_owned * sizeof(float), 0));
+    dev_dp_muon_master_slices(dp, 1, -1);
     for (int i = 0; i < p->num_sync_spans; i++) {
         const OwnedSpan* sp = &p->sync_spans[i];
         const float* mw = dp->opt.master ? dp->opt.master + dp_span_adam(p, sp) : NULL;
@@ -391,6 +398,7 @@ static int dev_dp_fragment_exchange(DeviceDP* dp, const OuterCall* call, float* 
     const DpPlan* p = &dp->plan;
     int L = p->layout.num_layers;
     OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.params_ready[L])); // the last all-gather
+    dev_dp_muon_master_slices(dp, 1, call->fragment); // the owners' Muon matrices into the slices it reads
     size_t padded = dev_dp_pack_messages(dp, call->fragment, &call->c, dst, NULL, snap);
     fault_die_at(&run_fault, FAULT_DIE_SYNC, call->step, p->mesh.rank, "the outer sync");
     float bad = fault_pseudo_grad(&run_fault, call->step, p->mesh.rank); // -fi nan_pg, inf_pg
@@ -461,16 +469,18 @@ static float dev_dp_fragment_apply(DeviceDP* dp, const OuterCall* call, float* s
     OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->sync->exchanged[f]));
     OP_SPAN(OP_COMM, 0, 0.0, 0.0, device_link_wait(&dp->link, &dp->link.params_ready[L])); // the last all-gather
     float inv_R = 1.0f / (float)dp->el.live_R; // -le 1: the mean over the replicas still training
+    if (snap) { dev_dp_muon_master_slices(dp, 1, f); } // -lo: the owners' Muon steps since the exchange began
     for (int i = p->frag_runs[f]; i < p->frag_runs[f + 1]; i++) {
         const DpRun* r = &p->runs[i];
         size_t o = r->owned;
         outer_span_update(dp->sync->st.outer + o, dp->sync->st.momentum + o, sum + r->packed, dp->opt.master ? dp->opt.master + r->adam : NULL,
                           dp->params + r->param, snap ? snap + o : NULL, r->count, inv_R, &call->c);
     }
+    dev_dp_muon_master_slices(dp, 0, f); // and back to their owners
     sum_of_squares(dp->norm, sum, dev_dp_live_padded(dp, f), dp->norm + S);
     if (p->sync_stage != 0) {
         dev_dp_norm_over_shard(dp);
-        dev_dp_all_gather_units(dp, p->num_fragments > 1 ? f : -1);
+        dev_dp_all_gather_units(dp, p->num_fragments > 1 ? f : -1, 1);
     }
     return dev_dp_norm_read(dp, "the outer sync");
 }
@@ -548,6 +558,7 @@ static void dev_dp_replica_crcs(void* ctx, int outer, uint32_t* crcs) {
         cudaCheck(cudaMemcpy(host, dp->sync->st.outer, p->sync_owned * sizeof(float), cudaMemcpyDeviceToHost));
         crc = outer_state_crc(p, host);
     } else if (dp->opt.master) { // AdamW's order: the parameters' in ZeRO 0 (dp_span_adam)
+        dev_dp_muon_master_slices(dp, 1, -1);
         cudaCheck(cudaMemcpy(host, dp->opt.master, p->owned * sizeof(float), cudaMemcpyDeviceToHost));
         crc = dp_plan_local_crc(p, host, p->zero_stage != 0);
     } else {
@@ -575,6 +586,7 @@ static void dev_dp_master_from_outer(DeviceDP* dp) {
         cudaCheck(cudaMemcpyAsync(dp->opt.master + dp_span_adam(p, sp), dp->sync->st.outer + sp->owned_offset,
                                   sp->count * sizeof(float), cudaMemcpyDeviceToDevice, 0));
     }
+    dev_dp_muon_master_slices(dp, 0, -1); // the owners' whole Muon matrices too
 }
 
 
@@ -697,6 +709,7 @@ static void dev_dp_join(void* ctx) {
     free(host);
     cudaCheck(cudaMemset(dp->opt.m, 0, dp->opt.n * sizeof(float)));
     cudaCheck(cudaMemset(dp->opt.v, 0, dp->opt.n * sizeof(float)));
+    if (dp->muon_sharded) { cudaCheck(cudaMemset(dp->owned.mom, 0, dp->owned.plan.elements * sizeof(float))); }
     if (dp->sync->st.residual) { cudaCheck(cudaMemset(dp->sync->st.residual, 0, p->sync_owned * sizeof(float))); }
 }
 

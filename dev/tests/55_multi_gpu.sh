@@ -161,12 +161,15 @@ check multi_gpu_checked_build bash -c "make -s -j2 -f dev/gpu.mk build/gpu/train
     make -s train_gpt2cpu"
 check multi_gpu_checked_fp32_bf16_1_2_ranks multi_gpu_checked
 # -opt muon on the emulated GPU trainers against the CPU trainer (FP32 1e-4, BF16 5e-2), a BF16
-# resume bit for bit, the checked builds above under three schedules, -z 1 -ls 2 refused (dev/test_muon.py gpu)
+# resume bit for bit, the checked builds above under three schedules (dev/test_muon.py gpu)
 check gpu_muon /usr/bin/python3 dev/test_muon.py gpu
 # -opt muon with ZeRO 1, 2 (each matrix owned whole): 2, 4 ranks and 2 x 2 meshes equal to one rank
 # within 1e-5, the bytes as the closed form, resumes bit for bit and re-cut, two planted mutants
 # caught, the --check build on 2 ranks (dev/test_muon.py gpu_shards)
 check_bg gpu_muon_shards /usr/bin/python3 dev/test_muon.py gpu_shards
+# the sharded Muon inside the replica sync: -ls 4 against train_gpt2.py, -lf 2 -lo 1, -ls 0 -rq bf16
+# against the CPU trainer, BF16's master weights, two planted mutants caught (dev/test_muon.py gpu_muloco)
+check_bg gpu_muon_muloco /usr/bin/python3 dev/test_muon.py gpu_muloco
 
 # -ls through the checked FP32 build (the outer sync's kernels, its all-reduce on the communication
 # stream, the CRC all-gather, a resume inside a window): 2 x 1 ZeRO 1 under reverse and 2 x 2 ZeRO 0
