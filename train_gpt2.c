@@ -589,6 +589,7 @@ int main(int argc, char** argv) {
                                             args.outer.every > 0);
     mem.activations = cpu.model.activation_bytes;
     host_replica_memory(&cpu.sync, &mem);
+    mem.muon = cpu.dp.muon_sharded ? cpu.dp.muon_plan.bytes : 0;
     CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters, 4, 4, 0,
                                          &args.outer);
     char extra[1024], line[768];

@@ -650,6 +650,7 @@ int main(int argc, char** argv) {
                                             gpu.dp.opt.master != NULL, grad_layers, args.outer.every > 0);
     mem.activations = gpu.model.activation_bytes;
     dev_replica_memory(&gpu.dp, &mem);
+    mem.muon = gpu.dp.muon_sharded ? gpu.dp.owned.plan.bytes : 0;
     CommBytes comm = comm_bytes_per_step(&plan->layout, &plan->mesh, zero, run.grad_accum, plan->num_parameters,
                                          sizeof(floatX), sizeof(floatX), gpu.dp.opt.master ? 4 : 0, &args.outer);
     char extra[1536], opt_line[768];

@@ -202,6 +202,15 @@ def cmd_ranks():
     report(le <= tol and we <= tol and bytes_match(r), f"-opt muon, 2 ranks ZeRO 2, two micro-steps: max loss error "
                                                        f"{le:.2e}, max weight error {we:.2e} against one rank (tol "
                                                        f"{tol:.0e}); {bytes_line(r)}")
+    # the memory line's Muon owners on a 2 x 1 mesh, ZeRO 1 (rank 0 owns all 8 matrices): the packed
+    # replica sum (every parameter, the shard being the model), the momentum, one reduce's 64K piece
+    d, r = run(2, base(2, 2) + args + ["-z", "1", "-ds", "1"], "ranks_memory")
+    m = re.search(r"muon on 8 matrices \((\d+) parameters.*adamw on the rest \((\d+)", r.stdout)
+    got = re.search(r"muon owners (\d+) bytes", r.stdout)
+    want = 4 * (int(m.group(1)) + int(m.group(2)) + int(m.group(1)) + 65536) if m else -1
+    report(got is not None and int(got.group(1)) == want, f"-opt muon 2 x 1 ZeRO 1: the memory line's muon owners "
+                                                           f"{got.group(1) if got else '(missing)'} bytes, the closed "
+                                                           f"form {want}")
     wire_check()
 
 

@@ -117,6 +117,7 @@ typedef struct {
     // the held sums (each fragment's packed messages, padded to the replicas) and the
     // communication thread's exchange buffers (outer_exchange_buffers of the largest fragment)
     size_t overlap, overlap_snap, overlap_held, overlap_wire;
+    size_t muon; // -opt muon under ZeRO 1, 2: the owners' whole buffers (llmc/muon_plan.h's bytes)
 } MemoryBytes;
 
 // Per-rank bytes for parameters (param_bytes each, plus fp32 master copies when master is
@@ -127,7 +128,8 @@ typedef struct {
 static MemoryBytes memory_bytes_per_rank(const ShardLayout* s, int zero_stage, size_t num_parameters,
                                          size_t param_bytes, size_t grad_bytes, int master, int layer_slots,
                                          int outer_state) {
-    MemoryBytes mb = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    MemoryBytes mb;
+    memset(&mb, 0, sizeof(mb));
     size_t owned = zero_stage == 0 ? num_parameters : s->shard_elements;
     size_t sync_owned = sync_stage_of(zero_stage, outer_state, s->S) == 0 ? num_parameters : s->shard_elements;
     mb.outer = outer_state ? 2 * sync_owned * 4 : 0;

@@ -341,8 +341,9 @@ static void host_dp_init_muon(HostDP* dp, const GPT2Config* c, int split_qkv) {
         dp->muon_acc = (float*)calloc_check(n, sizeof(float));
     }
     dp->muon_mom = (float*)calloc_check(n, sizeof(float));
-    dp->muon_piece = (float*)calloc_check(p->layout.max_padded < ((size_t)1 << 16) ? p->layout.max_padded
-                                                                                  : ((size_t)1 << 16), sizeof(float));
+    size_t piece = p->layout.max_padded < ((size_t)1 << 16) ? p->layout.max_padded : ((size_t)1 << 16);
+    dp->muon_piece = (float*)calloc_check(piece, sizeof(float));
+    o->bytes = ((R > 1 ? o->pack_elements : n) + n + piece) * sizeof(float);
 }
 
 // Muon on n elements of parameter tensor `tensor`'s matrices (rows x cols each, whole here): params,

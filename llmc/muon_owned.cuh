@@ -47,9 +47,11 @@ static void muon_owned_init(DeviceMuonOwned* o, const ShardLayout* l, const GPT2
     o->mom = (float*)device_alloc(n * sizeof(float));
     o->recv = (floatX*)device_alloc(n * sizeof(floatX));
     o->scratch = (float*)device_alloc((NORM_BLOCKS + 1) * sizeof(float));
+    pl->bytes = ((R > 1 ? pl->pack_elements : n) + n + NORM_BLOCKS + 1) * sizeof(float) + n * sizeof(floatX);
     cudaCheck(cudaMemset(o->mom, 0, n * sizeof(float)));
     if (master && sizeof(floatX) != sizeof(float)) {
         o->master = (float*)device_alloc(n * sizeof(float));
+        pl->bytes += n * sizeof(float);
         for (int u = 0; u < l->num_units; u++) {
             if (pl->at[u] == SIZE_MAX) { continue; }
             cudaCheck(cudaMemcpy(o->master + pl->at[u], init + l->units[u].offset, l->units[u].size * sizeof(float),

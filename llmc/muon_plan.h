@@ -29,6 +29,7 @@ typedef struct {
     // -ls 0 compressed sum (fp32: its owned gradients scattered to the slices the wire sums, gathered back)
     int S, me;
     long long* extra;
+    size_t bytes;          // this rank's whole buffers (the start-up memory line), set by the backend allocating them
 } MuonPlan;
 
 enum { MUON_EXTRA_REDUCE, MUON_EXTRA_GATHER, MUON_EXTRA_PACK, MUON_EXTRA_WIRE, MUON_EXTRAS };

@@ -60,6 +60,10 @@ static void progress_accounting(const Mesh* mesh, int zero_stage, const MemoryBy
     if (mem->outer) { printf(" | outer state %zu bytes (-ls: outer parameters and momentum, fp32)", mem->outer); }
     if (mem->residual) { printf(" | residual %zu bytes (-rq error feedback, fp32)", mem->residual); }
     if (mem->wire) { printf(" | exchange buffers %zu bytes (-rq, -rk)", mem->wire); }
+    if (mem->muon) {
+        printf(" | muon owners %zu bytes (-opt muon, ZeRO %d: the owned matrices' whole gradients, momentum, buffers)",
+               mem->muon, zero_stage);
+    }
     if (mem->overlap) {
         printf(" | -lo in flight %zu bytes (local snapshots %zu, held sums %zu, exchange buffers %zu)", mem->overlap,
                mem->overlap_snap, mem->overlap_held, mem->overlap_wire);
