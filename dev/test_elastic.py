@@ -17,6 +17,9 @@ step and the others train on. Each process is bounded in time; a hang fails the 
                                                 through -pi fs files; a replica lost inside a blocking
                                                 exchange under emucc --check, EMU_SCHED reverse
   python3 dev/test_elastic.py overlap [TRAINER] -lo 1: a replica lost while an exchange is in flight, a rejoin
+  python3 dev/test_elastic.py muon [TRAINER]   -opt muon with ZeRO 1, 2 (matrices owned whole): a drop, a
+                                                rejoin, against train_gpt2.py --optimizer muon; a rejoin
+                                                keeping the owners' momentum must fail
   python3 dev/test_elastic.py refusals          -le where it cannot run: one line each, exit 1
   python3 dev/test_elastic.py mutant_a|mutant_b  (mutant_a: the first two, mutant_b: the last two) a survivor that averages over R, not R', must fail drop; a
                                                 rebuilt replica keeping replica 0's moments must fail resume;
@@ -846,11 +849,34 @@ def cmd_mutant(part):
     test_diloco.failures = 0 if all(caught) else 1
 
 
+def cmd_muon(trainer):
+    """-opt muon under ZeRO 1, 2 (each matrix owned whole by one rank of the shard group) with -le 1:
+    a 2 x 2 ZeRO 1 replica lost at step 6, and a 2 x 2 ZeRO 2 replica killed and rejoined, against
+    train_gpt2.py --optimizer muon; a rejoining replica that keeps its owners' Muon momentum (not
+    zeroed, as --rejoin's new optimizer is) must fail the rejoin."""
+    mu, ref = ("-opt", "muon"), ("--optimizer", "muon")
+    survivors_case(trainer, 4, 2, 1, "die@6:3", 2, "1@6", [2, 3], "muon_die_2x2", more=mu, ref=ref)
+
+    def rejoin(t, name):
+        d, res = launch(t, 4, ["-ds", "2", "-z", "2", "-n", "4", "-fi", "die@6:3", "-d", str(T * ROWS), *mu], name,
+                        restart=[2, 3])
+        what = f"-opt muon 2 x 2 ZeRO 2 ({name}{', meant to fail' if 'mutant' in name else ''}), rank 3 killed at step 6"
+        rejoin_check(d, res, [0, 1], [4, 5], what + ", ranks 2 and 3", ref=ref)
+    rejoin(trainer, "muon_rejoin_2x2")
+    before = test_diloco.failures
+    rejoin(mutant_trainer("mutant_muon_join", "llmc/replica_device.cuh",
+                          "    if (dp->muon_sharded) { cudaCheck(cudaMemset(dp->owned.mom, 0,", "    if (0) { cudaCheck(cudaMemset(dp->owned.mom, 0,"),
+           "mutant_muon_rejoin")
+    caught = test_diloco.failures > before
+    test_diloco.failures = before
+    report(caught, "a rejoining replica that keeps its owners' Muon momentum fails the rejoin check above")
+
+
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     trainer = sys.argv[2] if len(sys.argv) > 2 else CHECKED if what == "checked" else FP32
     commands = {"matrix": cmd_matrix, "rejoin": cmd_rejoin, "resume": cmd_resume, "sync": cmd_sync, "fs": cmd_fs,
-                "checked": cmd_checked, "overlap": cmd_overlap}
+                "checked": cmd_checked, "overlap": cmd_overlap, "muon": cmd_muon}
     if what in ("drop", "drop_a", "drop_b"):
         cmd_drop(trainer, what[5:])
     elif what in commands:

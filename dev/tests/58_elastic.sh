@@ -24,6 +24,7 @@ check_bg elastic_drop_2x2_rank0_lm /usr/bin/python3 dev/test_elastic.py drop_b
 check_bg elastic_rejoin /usr/bin/python3 dev/test_elastic.py rejoin
 check_bg elastic_overlap /usr/bin/python3 dev/test_elastic.py overlap
 check_bg elastic_drop_2x1_4x1int8_3x1 /usr/bin/python3 dev/test_elastic.py drop_a
+check_bg elastic_muon_drop_rejoin /usr/bin/python3 dev/test_elastic.py muon
 check_bg elastic_lost_in_sync /usr/bin/python3 dev/test_elastic.py sync
 check_bg elastic_pi_fs /usr/bin/python3 dev/test_elastic.py fs
 check_wait
